@@ -1,0 +1,7 @@
+"""crawlfleet: web-crawler fleets steered from one Redis frontier.
+
+Layout follows the architecture: ``frontier`` speaks Redis, ``crawler`` fetches,
+``fleet`` decides, ``operator`` and ``local`` apply decisions.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,50 @@
+"""The one exception tree of crawlfleet.
+
+::
+
+    CrawlfleetError
+    ├── ConfigError            a CrawlJob or setting is invalid (names the field)
+    ├── FrontierError          the Redis protocol refused or failed
+    │   ├── InvalidURL         not an absolute http(s) URL; nothing was written
+    │   ├── LeaseLost          the caller no longer owns the lease (fenced out)
+    │   └── FrontierUnavailable  Redis could not be reached or answered with an error
+    └── FetchError             a URL could not be fetched (carries a failure class)
+
+Foreign errors (redis, httpx) are translated once, at the module that talks to them,
+with ``raise ... from`` so the cause stays visible.
+"""
+
+from __future__ import annotations
+
+
+class CrawlfleetError(Exception):
+    """Base of every error crawlfleet raises on purpose."""
+
+
+class ConfigError(CrawlfleetError, ValueError):
+    """A CrawlJob spec or setting is invalid; the message names the field."""
+
+
+class FrontierError(CrawlfleetError):
+    """The frontier refused an operation or could not perform it."""
+
+
+class InvalidURL(FrontierError, ValueError):
+    """A URL is not an absolute http(s) URL and was refused before anything was written."""
+
+
+class LeaseLost(FrontierError):
+    """The caller is not the current owner of a lease: it expired, was requeued or reassigned."""
+
+
+class FrontierUnavailable(FrontierError):
+    """Redis could not be reached, or answered with an error the frontier cannot handle."""
+
+
+class FetchError(CrawlfleetError):
+    """A fetch failed; ``failure_class`` says why and decides whether it is retried."""
+
+    def __init__(self, failure_class: str, message: str) -> None:
+        super().__init__(f"{failure_class}: {message}")
+        self.failure_class = failure_class
+        self.message = message

@@ -1,0 +1,40 @@
+"""The frontier: dedup, per-host queues, leases and counters in Redis (DESIGN §3)."""
+
+from crawlfleet.frontier.bloom import BloomBackend, BloomParams
+from crawlfleet.frontier.frontier import Frontier, connect
+from crawlfleet.frontier.keys import JobKeys
+from crawlfleet.frontier.models import (
+    Admission,
+    DeadLetter,
+    FailOutcome,
+    Failure,
+    FrontierSettings,
+    FrontierStats,
+    Lease,
+    Link,
+    Outcomes,
+    WorkerHeartbeat,
+)
+from crawlfleet.frontier.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
+
+__all__ = [
+    "Admission",
+    "BloomBackend",
+    "BloomParams",
+    "CanonicalURL",
+    "DeadLetter",
+    "FailOutcome",
+    "Failure",
+    "Frontier",
+    "FrontierSettings",
+    "FrontierStats",
+    "JobKeys",
+    "Lease",
+    "Link",
+    "Outcomes",
+    "WorkerHeartbeat",
+    "canonicalize",
+    "connect",
+    "host_of",
+    "try_canonicalize",
+]

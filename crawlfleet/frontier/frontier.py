@@ -1,0 +1,387 @@
+"""The frontier: the one Redis protocol that workers, the operator and the local runner share.
+
+Every state change is one Lua script (``lua/``), so a crash between two commands cannot
+leave a URL half-leased, and every batch is one round trip. Counters are kept by the scripts,
+so progress and completion are O(1) reads. See docs/frontier.md for the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError, ResponseError
+
+from crawlfleet.errors import FrontierUnavailable, InvalidURL
+from crawlfleet.frontier.bloom import BloomBackend, BloomParams, digests
+from crawlfleet.frontier.keys import JobKeys
+from crawlfleet.frontier.models import (
+    Admission,
+    DeadLetter,
+    FailOutcome,
+    Failure,
+    FrontierSettings,
+    FrontierStats,
+    Lease,
+    Link,
+    Outcomes,
+    WorkerHeartbeat,
+)
+from crawlfleet.frontier.scripts import Scripts
+
+__all__ = ["Frontier", "connect"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_STAT_FIELDS = (
+    "queued",
+    "delayed",
+    "leased",
+    "crawled",
+    "failed",
+    "dead",
+    "seen",
+    "duplicates",
+    "requeued",
+    "released",
+    "over_limit",
+)
+_MAX_BATCH = 10_000
+
+
+def connect(url: str, *, timeout_seconds: float = 10.0) -> aioredis.Redis:
+    """The client the frontier expects: decoded replies, bounded waits, health checks."""
+    return aioredis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=timeout_seconds,
+        socket_connect_timeout=timeout_seconds,
+        health_check_interval=30,
+        retry_on_timeout=True,
+    )
+
+
+def _check_urls(urls: Iterable[str]) -> None:
+    """Refuse the whole batch before anything is written if one URL is not canonical-shaped."""
+    for url in urls:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise InvalidURL(f"not a canonical http(s) URL (use canonicalize()): {url!r}")
+        if "\t" in url or "\n" in url or " " in url:
+            raise InvalidURL(f"URL contains whitespace (use canonicalize()): {url!r}")
+
+
+class Frontier:
+    """One job's frontier on one Redis. Build it with :meth:`open`."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        keys: JobKeys,
+        settings: FrontierSettings,
+        bloom: BloomParams,
+        backend: BloomBackend,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.settings = settings
+        self.bloom = bloom
+        self.backend = backend
+        self._scripts = Scripts.register(client)
+        self._keys = keys.script_keys(bloom.segments if backend == "bitmap" else 0)
+        self._prefix = keys.prefix
+        self._bloom_args = [
+            backend,
+            bloom.hashes,
+            bloom.segment_bits,
+            bloom.segments,
+        ]
+
+    async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
+        """Run one script with the job's keys and prefix; the one round trip of a change."""
+        return await _call(script(keys=self._keys, args=[self._prefix, *args]))
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, client: aioredis.Redis, settings: FrontierSettings) -> Frontier:
+        """Create the job's frontier, or join it with the shape its first writer chose."""
+        settings.validate()
+        keys = JobKeys(settings.job_id)
+        wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
+        backend = settings.bloom_backend or await cls._detect_backend(client, keys)
+        meta_args: dict[str, str] = {
+            "per_host": str(settings.per_host),
+            "host_delay_ms": str(round(settings.host_delay_seconds * 1000)),
+            "task_attempts": str(settings.task_attempts),
+            "lease_ttl_ms": str(round(settings.lease_ttl_seconds * 1000)),
+            "max_pages": str(settings.max_pages),
+            "bloom_backend": backend,
+            **wanted.to_meta(),
+        }
+        flat = [item for pair in meta_args.items() for item in pair]
+        scripts = Scripts.register(client)
+        raw = await _call(scripts.init(keys=keys.script_keys(), args=[keys.prefix, *flat]))
+        meta = dict(zip(raw[::2], raw[1::2], strict=True))
+        stored = BloomParams.from_meta(meta)
+        stored_backend: BloomBackend = "native" if meta["bloom_backend"] == "native" else "bitmap"
+        if stored != wanted or stored_backend != backend:
+            log.warning(
+                "job %s keeps the Bloom filter it was created with (%s, %s); "
+                "dedup settings cannot change after creation",
+                settings.job_id,
+                stored_backend,
+                stored,
+            )
+        if stored_backend == "native":
+            await cls._reserve_native(client, keys, stored)
+        return cls(client, keys, settings, stored, stored_backend)
+
+    @staticmethod
+    async def _detect_backend(client: aioredis.Redis, keys: JobKeys) -> BloomBackend:
+        """Native BF.* when the server has it (Redis 8, RedisBloom, valkey-bloom).
+
+        A read-only BF.EXISTS probe, since COMMAND INFO may be renamed on managed Redis.
+        """
+        try:
+            await client.execute_command("BF.EXISTS", keys.native_bloom, "probe")  # type: ignore[no-untyped-call]
+        except ResponseError:
+            return "bitmap"
+        except RedisError as exc:
+            raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
+        return "native"
+
+    @staticmethod
+    async def _reserve_native(client: aioredis.Redis, keys: JobKeys, bloom: BloomParams) -> None:
+        try:
+            await client.execute_command(  # type: ignore[no-untyped-call]
+                "BF.RESERVE", keys.native_bloom, bloom.error_rate, bloom.capacity
+            )
+        except ResponseError as exc:
+            if "exists" not in str(exc).lower():
+                raise FrontierUnavailable(f"BF.RESERVE failed: {exc}") from exc
+        except RedisError as exc:
+            raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
+
+    # -- admitting URLs -----------------------------------------------------------------
+
+    async def add_if_new(self, urls: Sequence[str]) -> list[bool]:
+        """Add canonical URLs to the Bloom filter; True for each one not seen before.
+
+        Atomic per batch: of two workers adding the same URL at once, exactly one gets True.
+        """
+        if not urls:
+            return []
+        _check_urls(urls)
+        items: Sequence[str | bytes] = urls if self.backend == "native" else digests(urls)
+        codes = await self._run(
+            self._scripts.add_if_new, *self._bloom_args, self.keys.native_bloom, *items
+        )
+        return [code == 1 for code in codes]
+
+    async def enqueue(self, links: Sequence[Link], *, seeding: bool = False) -> list[Admission]:
+        """Dedup and queue links in one round trip; returns what happened to each."""
+        if not links:
+            return []
+        results: list[Admission] = []
+        for start in range(0, len(links), _MAX_BATCH):
+            results.extend(await self._enqueue_batch(links[start : start + _MAX_BATCH], seeding))
+        return results
+
+    async def _enqueue_batch(self, links: Sequence[Link], seeding: bool) -> list[Admission]:
+        _check_urls(link.url for link in links)
+        for link in links:
+            if link.depth < 0 or "\t" in link.parent:
+                raise InvalidURL(f"bad link depth or parent: {link!r}")
+        hashes: Sequence[bytes | str] = (
+            digests(link.url for link in links) if self.backend == "bitmap" else [""] * len(links)
+        )
+        args: list[str | int | bytes] = [
+            *self._bloom_args,
+            "1" if seeding else "0",
+            self.keys.native_bloom,
+        ]
+        for link, digest in zip(links, hashes, strict=True):
+            args += (link.url, link.depth, link.parent, digest)
+        codes = await self._run(self._scripts.enqueue, *args)
+        return [Admission(code) for code in codes]
+
+    async def seed(self, urls: Sequence[str]) -> int:
+        """Queue the seeds at depth 0 and mark the job seeded; returns how many were new.
+
+        Seeding twice is harmless: the Bloom filter refuses what was seeded before.
+        """
+        from crawlfleet.frontier.urls import canonicalize
+
+        links = [Link(canonicalize(url), 0, "") for url in urls]
+        if not links:
+            raise InvalidURL("a job needs at least one seed URL")
+        outcome = await self.enqueue(links, seeding=True)
+        return sum(1 for code in outcome if code is Admission.NEW)
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def claim(self, worker: str, count: int) -> list[Lease]:
+        """Lease up to ``count`` URLs from hosts that may be fetched now."""
+        if count <= 0:
+            return []
+        raw = await self._run(self._scripts.claim, _worker_id(worker), count)
+        claimed_at, expires_at = int(raw[0]) / 1000.0, int(raw[1]) / 1000.0
+        leases = []
+        for i in range(2, len(raw), 2):
+            attempts, depth, url, parent = raw[i + 1].split("\t", 3)
+            leases.append(
+                Lease(raw[i], url, int(depth), int(attempts), parent, claimed_at, expires_at)
+            )
+        return leases
+
+    async def ack(self, worker: str, lease_ids: Sequence[str]) -> Outcomes[bool]:
+        """Complete leases; False for each the worker no longer owns (fenced out)."""
+        if not lease_ids:
+            return Outcomes()
+        raw = await self._run(self._scripts.ack, _worker_id(worker), *lease_ids)
+        return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
+
+    async def fail(self, worker: str, failures: Sequence[Failure]) -> Outcomes[FailOutcome]:
+        """Report failed attempts: retried later, or dead-lettered with their class."""
+        if not failures:
+            return Outcomes()
+        args: list[str | int] = [_worker_id(worker)]
+        for f in failures:
+            args += (
+                f.lease_id,
+                "1" if f.retryable else "0",
+                max(0, round(f.delay_seconds * 1000)),
+                f.failure_class,
+                f.message[:2000],
+            )
+        raw = await self._run(self._scripts.fail, *args)
+        return Outcomes.of(raw[0], (FailOutcome(code) for code in raw[1:]))
+
+    async def extend(
+        self, worker: str, lease_ids: Sequence[str], ttl_seconds: float | None = None
+    ) -> list[bool]:
+        """Push the expiry of leases still being worked on (a long fetch's heartbeat)."""
+        if not lease_ids:
+            return []
+        ttl_ms = 0 if ttl_seconds is None else max(1, round(ttl_seconds * 1000))
+        raw = await self._run(self._scripts.extend, _worker_id(worker), ttl_ms, *lease_ids)
+        return [code == 1 for code in raw[1:]]
+
+    async def release(self, worker: str, lease_ids: Sequence[str]) -> Outcomes[bool]:
+        """Give leases back without counting an attempt (graceful shutdown)."""
+        if not lease_ids:
+            return Outcomes()
+        raw = await self._run(self._scripts.release, _worker_id(worker), *lease_ids)
+        return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
+
+    async def requeue_expired(self, limit: int = 10_000) -> int:
+        """Return expired leases to their queues (attempt counted); returns how many moved.
+
+        URLs past ``taskAttempts`` go to the dead-letter set instead and are counted too.
+        """
+        requeued, dead = await self._run(self._scripts.requeue, "expired", limit)
+        return int(requeued) + int(dead)
+
+    async def requeue_owner(self, worker: str) -> int:
+        """Return every lease of a worker known to be gone; returns how many moved."""
+        requeued, dead = await self._run(self._scripts.requeue, "owner", _worker_id(worker))
+        return int(requeued) + int(dead)
+
+    async def set_host_delay(self, host: str, delay_seconds: float | None) -> None:
+        """A host's own delay between fetches (robots Crawl-delay); None forgets it."""
+        delay_ms = -1 if delay_seconds is None else max(0, round(delay_seconds * 1000))
+        await self._run(self._scripts.set_host_delay, host, delay_ms)
+
+    # -- workers and progress -------------------------------------------------------------
+
+    async def heartbeat(self, worker: str, counters: Mapping[str, float]) -> float:
+        """Record that a worker is alive; returns the server time (seconds)."""
+        payload = json.dumps(dict(counters), separators=(",", ":"))
+        now_ms = await self._run(self._scripts.heartbeat, _worker_id(worker), payload)
+        return int(now_ms) / 1000.0
+
+    async def forget_worker(self, worker: str) -> None:
+        """Remove a worker that left cleanly from the heartbeat table."""
+        await self._run(self._scripts.heartbeat, _worker_id(worker), "")
+
+    async def workers(self) -> list[WorkerHeartbeat]:
+        """Every worker's last heartbeat, aged on the server's clock."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.zrange(self.keys.key("heartbeats"), 0, -1, withscores=True)
+            pipe.hgetall(self.keys.key("workers"))
+            (seconds, micros), beats, payloads = await _call(pipe.execute())
+        now = seconds + micros / 1e6
+        result = []
+        for worker, score in beats:
+            last = score / 1000.0
+            counters = json.loads(payloads.get(worker) or "{}")
+            result.append(WorkerHeartbeat(worker, last, max(0.0, now - last), counters))
+        return result
+
+    async def stats(self) -> FrontierStats:
+        """The job's counters in one round trip."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
+            pipe.hget(self.keys.key("meta"), "seeded_ms")
+            values, seeded = await _call(pipe.execute())
+        counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
+        return FrontierStats(
+            **counts,
+            seeded=seeded is not None,
+            bloom_backend=self.backend,
+            bloom_fill_ratio=self.bloom.fill_ratio(counts["seen"]),
+            bloom_false_positive_rate=self.bloom.false_positive_rate(counts["seen"]),
+        )
+
+    async def is_complete(self) -> bool:
+        """Seeded, and nothing queued, delayed or leased."""
+        return (await self.stats()).complete
+
+    async def dead_letters(self, batch: int = 500) -> AsyncIterator[DeadLetter]:
+        """Every dead-lettered URL with its last failure class and message."""
+        async for url, raw in self.client.hscan_iter(self.keys.key("dead"), count=batch):
+            record = json.loads(raw)
+            yield DeadLetter(
+                url=url,
+                failure_class=str(record.get("failure_class", "")),
+                message=str(record.get("message", "")),
+                attempts=int(record.get("attempts", 0)),
+                depth=int(record.get("depth", 0)),
+                parent=str(record.get("parent", "")),
+                at=int(record.get("at_ms", 0)) / 1000.0,
+            )
+
+    async def delete(self) -> int:
+        """Remove every key of the job (used when a job with an external Redis is deleted)."""
+        deleted = 0
+        batch: list[str] = []
+        async for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += int(await _call(self.client.unlink(*batch)))
+                batch.clear()
+        if batch:
+            deleted += int(await _call(self.client.unlink(*batch)))
+        return deleted
+
+
+def _worker_id(worker: str) -> str:
+    if not worker or "\t" in worker or len(worker) > 253:
+        raise ValueError(f"bad worker id {worker!r}")
+    return worker
+
+
+async def _call(awaitable: Any) -> Any:
+    """Await one Redis operation, translating redis-py's errors at this one boundary."""
+    try:
+        return await awaitable
+    except ResponseError as exc:
+        raise FrontierUnavailable(f"Redis refused a frontier operation: {exc}") from exc
+    except RedisError as exc:
+        raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc

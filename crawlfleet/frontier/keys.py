@@ -1,0 +1,93 @@
+"""Every Redis key of a job, built in one place.
+
+All keys of one job share the hash tag ``{<namespace>.<name>}`` so that the whole job lives in
+one Redis Cluster slot and every Lua script may touch any of them. Sharding a job later
+(DESIGN §7) means one tag per partition: only this module changes.
+
+Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and the prefix as
+``ARGV[1]``; the per-host queue (``q:<host>``) and per-worker lease set (``owned:<worker>``) are
+the only keys a script derives from the prefix, since their names depend on data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from crawlfleet.errors import ConfigError
+
+__all__ = ["SCRIPT_KEYS", "JobKeys", "validate_job_id"]
+
+# The order scripts read them in (lib.lua maps KEYS[i] to these names).
+SCRIPT_KEYS: tuple[str, ...] = (
+    "meta",
+    "stats",
+    "ready",
+    "inflight",
+    "hostlast",
+    "hostdelay",
+    "delayed",
+    "leases",
+    "leasedata",
+    "dead",
+    "workers",
+    "heartbeats",
+)
+
+_JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def validate_job_id(job_id: str) -> str:
+    """Refuse ids that would break the hash tag (``{``/``}``) or are not Kubernetes names."""
+    if not job_id or len(job_id) > 317 or not _JOB_ID.match(job_id):
+        raise ConfigError(
+            f"job id {job_id!r} must be '<namespace>.<name>' of lower-case letters, digits, "
+            "'-' and '.'"
+        )
+    return job_id
+
+
+@dataclass(frozen=True, slots=True)
+class JobKeys:
+    """Key names of one job's frontier."""
+
+    job_id: str
+
+    def __post_init__(self) -> None:
+        validate_job_id(self.job_id)
+
+    @property
+    def prefix(self) -> str:
+        return f"cf:{{{self.job_id}}}:"
+
+    def key(self, name: str) -> str:
+        """A fixed key by its short name, e.g. ``key("stats")``."""
+        return self.prefix + name
+
+    def script_keys(self, bloom_segments: int = 0) -> list[str]:
+        """KEYS for every script: the fixed keys, then the Bloom segments."""
+        keys = [self.prefix + name for name in SCRIPT_KEYS]
+        keys.extend(self.bloom_segment(i) for i in range(bloom_segments))
+        return keys
+
+    def bloom_segment(self, index: int) -> str:
+        return f"{self.prefix}bloom:{index}"
+
+    @property
+    def native_bloom(self) -> str:
+        return self.prefix + "bf"
+
+    def queue(self, host: str) -> str:
+        return f"{self.prefix}q:{host}"
+
+    def owned(self, worker: str) -> str:
+        return f"{self.prefix}owned:{worker}"
+
+    @property
+    def robots(self) -> str:
+        return self.prefix + "robots"
+
+    @property
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of the job (for deletion)."""
+        return self.prefix.replace("{", "\\{").replace("}", "\\}") + "*"

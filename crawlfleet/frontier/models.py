@@ -1,0 +1,187 @@
+"""Value types that cross the frontier's API: what goes in, what comes out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import NamedTuple, TypeVar
+
+from crawlfleet.errors import ConfigError
+from crawlfleet.frontier.bloom import BloomBackend, BloomParams
+from crawlfleet.frontier.urls import CanonicalURL
+
+_T = TypeVar("_T")
+
+__all__ = [
+    "Admission",
+    "DeadLetter",
+    "FailOutcome",
+    "Failure",
+    "FrontierSettings",
+    "FrontierStats",
+    "Lease",
+    "Link",
+    "Outcomes",
+    "WorkerHeartbeat",
+]
+
+
+class Admission(IntEnum):
+    """What ``enqueue`` did with one link (the script's return codes)."""
+
+    SEEN = 0
+    NEW = 1
+    OVER_LIMIT = 2
+
+
+class FailOutcome(IntEnum):
+    """What ``fail`` did with one lease (the script's return codes)."""
+
+    NOT_OWNER = 0
+    RETRY = 1
+    DEAD = 2
+
+
+class Outcomes(list[_T]):
+    """Per-item results of one batch, plus the server time (seconds) it was applied at."""
+
+    at: float = 0.0
+
+    @classmethod
+    def of(cls, at_ms: int, items: Iterable[_T]) -> Outcomes[_T]:
+        result = cls(items)
+        result.at = at_ms / 1000.0
+        return result
+
+
+class Link(NamedTuple):
+    """A discovered URL to admit: where it was found and how deep."""
+
+    url: CanonicalURL
+    depth: int
+    parent: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One URL handed to one worker until ``expires_at`` (server time, seconds)."""
+
+    lease_id: str
+    url: str
+    depth: int
+    attempts: int
+    parent: str
+    claimed_at: float
+    expires_at: float
+
+    @property
+    def host(self) -> str:
+        rest = self.url.split("://", 1)[1]
+        return rest.split("/", 1)[0].split("?", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt reported for one lease. ``delay_seconds`` postpones the retry."""
+
+    lease_id: str
+    failure_class: str
+    message: str
+    retryable: bool
+    delay_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A URL that will not be retried, with why."""
+
+    url: str
+    failure_class: str
+    message: str
+    attempts: int
+    depth: int
+    parent: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHeartbeat:
+    """A worker's last heartbeat and the counters it reported."""
+
+    worker: str
+    last_seen: float
+    age_seconds: float
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierSettings:
+    """The knobs the frontier enforces, in plain values (see ``from_spec``)."""
+
+    job_id: str
+    capacity: int = 1_000_000
+    error_rate: float = 0.01
+    per_host: int = 2
+    host_delay_seconds: float = 1.0
+    lease_ttl_seconds: float = 60.0
+    task_attempts: int = 5
+    max_pages: int = 0
+    bloom_backend: BloomBackend | None = None  # None: native when the server has it
+
+    def validate(self) -> None:
+        problems = []
+        if not 1 <= self.per_host <= 10_000:
+            problems.append(f"concurrency.perHost must be 1..10000 (got {self.per_host})")
+        if not (math.isfinite(self.host_delay_seconds) and 0 <= self.host_delay_seconds <= 3600):
+            problems.append(
+                f"concurrency.hostDelaySeconds must be 0..3600 (got {self.host_delay_seconds})"
+            )
+        if not (math.isfinite(self.lease_ttl_seconds) and self.lease_ttl_seconds >= 1):
+            problems.append(f"lease.ttlSeconds must be at least 1 (got {self.lease_ttl_seconds})")
+        if self.task_attempts < 1:
+            problems.append(f"retry.taskAttempts must be at least 1 (got {self.task_attempts})")
+        if self.max_pages < 0:
+            problems.append(f"scope.maxPages must be 0 (no limit) or more (got {self.max_pages})")
+        if problems:
+            raise ConfigError("; ".join(problems))
+        BloomParams.for_capacity(self.capacity, self.error_rate)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierStats:
+    """Counters the scripts keep incrementally: one HGETALL, whatever the crawl's size.
+
+    ``failed`` counts failed attempts (retries included); ``dead`` counts URLs that ended in
+    the dead-letter set. ``leased`` is the number of URLs in flight.
+    """
+
+    queued: int = 0
+    delayed: int = 0
+    leased: int = 0
+    crawled: int = 0
+    failed: int = 0
+    dead: int = 0
+    seen: int = 0
+    duplicates: int = 0
+    requeued: int = 0
+    released: int = 0
+    over_limit: int = 0
+    seeded: bool = False
+    bloom_backend: str = ""
+    bloom_fill_ratio: float = 0.0
+    bloom_false_positive_rate: float = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        return self.leased
+
+    @property
+    def pending(self) -> int:
+        """Work not finished yet: queued, waiting for a retry, or in flight."""
+        return self.queued + self.delayed + self.leased
+
+    @property
+    def complete(self) -> bool:
+        return self.seeded and self.pending == 0

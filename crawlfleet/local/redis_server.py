@@ -1,0 +1,137 @@
+"""A private redis-server process: the embedded default's Redis, and the tests' real one.
+
+It listens on loopback only, on a free port, with its data in a directory of ours, so it
+never touches a system Redis. With ``appendonly`` an interrupted crawl resumes from disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from crawlfleet.errors import ConfigError, FrontierUnavailable
+
+__all__ = ["RedisServer", "find_redis_server", "free_port"]
+
+INSTALL_HINT = (
+    "redis-server was not found on PATH. Install it (Debian/Ubuntu: apt-get install "
+    "redis-server; macOS: brew install redis) or pass --redis-url to use an existing Redis."
+)
+
+
+def find_redis_server() -> str:
+    path = shutil.which("redis-server")
+    if path is None:
+        raise ConfigError(INSTALL_HINT)
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """Start, wait for and stop one redis-server bound to 127.0.0.1."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        appendonly: bool = False,
+        modules: tuple[Path, ...] = (),
+        password: str | None = None,
+        executable: str | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.appendonly = appendonly
+        self.modules = modules
+        self.password = password
+        self.executable = executable or find_redis_server()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def __repr__(self) -> str:
+        return f"RedisServer(port={self.port}, data_dir={str(self.data_dir)!r})"
+
+    def command(self) -> list[str]:
+        args = [
+            self.executable,
+            "--bind", "127.0.0.1",
+            "--port", str(self.port),
+            "--dir", str(self.data_dir),
+            "--daemonize", "no",
+            "--save", "",
+            "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "everysec",
+            "--logfile", str(self.data_dir / "redis.log"),
+        ]  # fmt: skip
+        if self.password:
+            args += ["--requirepass", self.password]
+        for module in self.modules:
+            args += ["--loadmodule", str(module)]
+        return args
+
+    def start(self, timeout_seconds: float = 10.0) -> RedisServer:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                log = (self.data_dir / "redis.log").read_text(errors="replace")[-2000:]
+                raise FrontierUnavailable(
+                    f"redis-server exited with {self.process.returncode}: {log}"
+                )
+            if self._ping():
+                return self
+            time.sleep(0.02)
+        self.stop()
+        raise FrontierUnavailable(f"redis-server on port {self.port} did not answer PING")
+
+    def _ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                auth = b""
+                if self.password:
+                    pw = self.password.encode()
+                    auth = b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(pw), pw)
+                sock.sendall(auth + b"*1\r\n$4\r\nPING\r\n")
+                reply = sock.recv(64)
+                return b"PONG" in reply
+        except OSError:
+            return False
+
+    def stop(self, timeout_seconds: float = 10.0) -> None:
+        """SIGTERM (redis saves its AOF and exits), then SIGKILL if it hangs."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_seconds)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

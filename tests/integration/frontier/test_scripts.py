@@ -1,0 +1,248 @@
+"""Each frontier script against a real redis-server, with and without the Bloom module."""
+
+from __future__ import annotations
+
+import asyncio
+
+from crawlfleet.frontier import (
+    Admission,
+    Failure,
+    FailOutcome,
+    Link,
+    canonicalize,
+)
+from tests.integration.frontier.conftest import OpenFrontier
+
+
+def links(urls: list[str], depth: int = 1, parent: str = "http://a.com/") -> list[Link]:
+    return [Link(canonicalize(u), depth, parent) for u in urls]
+
+
+async def test_seed_once_and_dedup(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    assert not (await frontier.stats()).seeded
+    assert not await frontier.is_complete()  # nothing queued, but not seeded either
+    assert await frontier.seed(["http://a.com/", "http://b.com/", "http://A.com:80/#x"]) == 2
+    assert await frontier.seed(["http://a.com/"]) == 0
+    stats = await frontier.stats()
+    assert (stats.seeded, stats.queued, stats.seen, stats.duplicates) == (True, 2, 2, 2)
+
+
+async def test_enqueue_reports_new_and_seen(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    first = await frontier.enqueue(links(["http://a.com/1", "http://a.com/2", "http://a.com/1"]))
+    assert first == [Admission.NEW, Admission.NEW, Admission.SEEN]
+    again = await frontier.enqueue(links(["http://a.com/2", "http://a.com/3"]))
+    assert again == [Admission.SEEN, Admission.NEW]
+    assert (await frontier.stats()).queued == 3
+
+
+async def test_add_if_new_is_shared_with_enqueue(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.enqueue(links(["http://a.com/1"]))
+    assert await frontier.add_if_new(["http://a.com/1", "http://a.com/9", "http://a.com/9"]) == [
+        False,
+        True,
+        False,
+    ]
+    assert (await frontier.stats()).queued == 1  # add_if_new only dedups
+
+
+async def test_max_pages_refuses_past_limit_without_marking_seen(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier(max_pages=3)
+    await frontier.seed(["http://a.com/"])
+    result = await frontier.enqueue(links([f"http://a.com/{i}" for i in range(4)]))
+    assert result == [Admission.NEW, Admission.NEW, Admission.OVER_LIMIT, Admission.OVER_LIMIT]
+    # Raising the limit later admits what was refused: it was never added to the filter.
+    frontier = await open_frontier(max_pages=10)
+    assert await frontier.enqueue(links(["http://a.com/2"])) == [Admission.NEW]
+
+
+async def test_claim_is_breadth_first_per_host(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(per_host=10)
+    await frontier.enqueue(links(["http://a.com/deep"], depth=3))
+    await frontier.enqueue(links(["http://a.com/mid"], depth=2))
+    await frontier.seed(["http://a.com/"])
+    await frontier.enqueue(links(["http://a.com/mid2"], depth=2))
+    claimed = await frontier.claim("w", 10)
+    assert [lease.url for lease in claimed] == [
+        "http://a.com/",
+        "http://a.com/mid",
+        "http://a.com/mid2",
+        "http://a.com/deep",
+    ]
+    assert [lease.depth for lease in claimed] == [0, 2, 2, 3]
+
+
+async def test_per_host_cap(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(per_host=2)
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(5)]))
+    await frontier.enqueue(links([f"http://b.com/{i}" for i in range(5)]))
+    first = await frontier.claim("w", 100)
+    assert sorted(lease.host for lease in first) == ["a.com", "a.com", "b.com", "b.com"]
+    assert await frontier.claim("w2", 100) == []  # both hosts at their cap
+    assert await frontier.ack("w", [first[0].lease_id]) == [True]
+    more = await frontier.claim("w2", 100)
+    assert [lease.host for lease in more] == [first[0].host]
+
+
+async def test_host_delay_spaces_claims(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(per_host=4, host_delay_seconds=0.3)
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(3)]))
+    loop = asyncio.get_running_loop()
+    times = []
+    while len(times) < 3:
+        got = await frontier.claim("w", 10)
+        assert len(got) <= 1  # a delayed host hands out one URL per interval
+        times += [loop.time()] * len(got)
+        await asyncio.sleep(0.01)
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert all(gap >= 0.28 for gap in gaps), gaps
+
+
+async def test_crawl_delay_override_per_host(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(per_host=4, host_delay_seconds=0.0)
+    await frontier.set_host_delay("a.com", 5.0)
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(3)]))
+    await frontier.enqueue(links([f"http://b.com/{i}" for i in range(3)]))
+    claimed = await frontier.claim("w", 10)
+    assert sorted(lease.host for lease in claimed) == ["a.com", "b.com", "b.com", "b.com"]
+    await frontier.set_host_delay("a.com", None)
+    assert [lease.host for lease in await frontier.claim("w", 10)] == ["a.com", "a.com"]
+
+
+async def test_ack_is_fenced(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.seed(["http://a.com/"])
+    (lease,) = await frontier.claim("w1", 1)
+    assert await frontier.ack("w2", [lease.lease_id]) == [False]
+    assert await frontier.extend("w2", [lease.lease_id]) == [False]
+    assert await frontier.release("w2", [lease.lease_id]) == [False]
+    assert await frontier.fail("w2", [Failure(lease.lease_id, "x", "y", True)]) == [
+        FailOutcome.NOT_OWNER
+    ]
+    assert await frontier.ack("w1", [lease.lease_id]) == [True]
+    assert await frontier.ack("w1", [lease.lease_id]) == [False]  # never twice
+    stats = await frontier.stats()
+    assert (stats.crawled, stats.leased, stats.queued) == (1, 0, 0)
+    assert stats.complete
+
+
+async def test_requeued_lease_cannot_be_acked_by_old_owner(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.seed(["http://a.com/"])
+    (old,) = await frontier.claim("w1", 1)
+    assert await frontier.requeue_owner("w1") == 1
+    (new,) = await frontier.claim("w2", 1)
+    assert new.url == old.url and new.lease_id != old.lease_id
+    assert new.attempts == 1
+    assert await frontier.ack("w1", [old.lease_id]) == [False]
+    assert await frontier.ack("w2", [new.lease_id]) == [True]
+    assert (await frontier.stats()).crawled == 1
+
+
+async def test_fail_retries_then_dead_letters(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(task_attempts=3)
+    await frontier.seed(["http://a.com/x"])
+    for attempt in range(3):
+        (lease,) = await frontier.claim("w", 1)
+        assert lease.attempts == attempt
+        outcome = await frontier.fail("w", [Failure(lease.lease_id, "http_5xx", f"500 #{attempt}", True)])
+        assert outcome == [FailOutcome.RETRY if attempt < 2 else FailOutcome.DEAD]
+    stats = await frontier.stats()
+    assert (stats.failed, stats.dead, stats.queued, stats.leased) == (3, 1, 0, 0)
+    (dead,) = [d async for d in frontier.dead_letters()]
+    assert (dead.url, dead.failure_class, dead.message, dead.attempts) == (
+        "http://a.com/x",
+        "http_5xx",
+        "500 #2",
+        3,
+    )
+    assert stats.complete
+
+
+async def test_permanent_failure_dead_at_once(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(task_attempts=5)
+    await frontier.seed(["http://a.com/gone"])
+    (lease,) = await frontier.claim("w", 1)
+    assert await frontier.fail("w", [Failure(lease.lease_id, "http_404", "404", False)]) == [
+        FailOutcome.DEAD
+    ]
+    (dead,) = [d async for d in frontier.dead_letters()]
+    assert (dead.failure_class, dead.attempts) == ("http_404", 1)
+
+
+async def test_delayed_retry_becomes_due(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.seed(["http://a.com/x"])
+    (lease,) = await frontier.claim("w", 1)
+    await frontier.fail("w", [Failure(lease.lease_id, "http_429", "slow down", True, 0.3)])
+    stats = await frontier.stats()
+    assert (stats.delayed, stats.queued, stats.complete) == (1, 0, False)
+    assert await frontier.claim("w", 1) == []
+    await asyncio.sleep(0.35)
+    (again,) = await frontier.claim("w", 1)
+    assert (again.url, again.attempts) == ("http://a.com/x", 1)
+    assert (await frontier.stats()).delayed == 0
+
+
+async def test_release_counts_no_attempt(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.seed(["http://a.com/x"])
+    (lease,) = await frontier.claim("w", 1)
+    assert await frontier.release("w", [lease.lease_id]) == [True]
+    (again,) = await frontier.claim("w2", 1)
+    assert again.attempts == 0
+    stats = await frontier.stats()
+    assert (stats.released, stats.leased) == (1, 1)
+
+
+async def test_extend_keeps_lease_alive(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(lease_ttl_seconds=1.0)
+    await frontier.seed(["http://a.com/x", "http://b.com/y"])
+    leases = await frontier.claim("w", 2)
+    await asyncio.sleep(0.6)
+    assert await frontier.extend("w", [leases[0].lease_id]) == [True]
+    await asyncio.sleep(0.6)
+    assert await frontier.requeue_expired() == 1  # only the one not extended
+    assert await frontier.ack("w", [leases[0].lease_id, leases[1].lease_id]) == [True, False]
+
+
+async def test_requeue_expired_dead_letters_past_attempts(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(lease_ttl_seconds=1.0, task_attempts=1)
+    await frontier.seed(["http://a.com/x"])
+    await frontier.claim("w", 1)
+    await asyncio.sleep(1.05)
+    assert await frontier.requeue_expired() == 1
+    (dead,) = [d async for d in frontier.dead_letters()]
+    assert dead.failure_class == "lease_expired"
+    assert (await frontier.stats()).complete
+
+
+async def test_heartbeats_age_on_server_clock(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.heartbeat("w1", {"pages": 5})
+    await asyncio.sleep(0.2)
+    await frontier.heartbeat("w2", {"pages": 1})
+    beats = {beat.worker: beat for beat in await frontier.workers()}
+    assert beats["w1"].counters == {"pages": 5}
+    assert beats["w1"].age_seconds >= 0.19 > beats["w2"].age_seconds
+    await frontier.forget_worker("w1")
+    assert [beat.worker for beat in await frontier.workers()] == ["w2"]
+
+
+async def test_bloom_shape_fixed_at_creation(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(capacity=1000)
+    reopened = await open_frontier(capacity=5_000_000, error_rate=0.001)
+    assert reopened.bloom == frontier.bloom
+
+
+async def test_delete_removes_every_key(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.seed(["http://a.com/", "http://b.com/"])
+    await frontier.claim("w", 1)
+    await frontier.heartbeat("w", {})
+    assert await frontier.delete() > 5
+    assert [k async for k in frontier.client.scan_iter(match=frontier.keys.pattern)] == []

@@ -1,0 +1,76 @@
+"""Canonicalisation gives one spelling per page and refuses what cannot be crawled."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlfleet.errors import InvalidURL
+from crawlfleet.frontier.keys import JobKeys
+from crawlfleet.frontier.urls import canonicalize, host_of
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("HTTP://Example.COM/a", "http://example.com/a"),
+        ("http://example.com:80/a", "http://example.com/a"),
+        ("https://example.com:443/", "https://example.com/"),
+        ("http://example.com:8080/a", "http://example.com:8080/a"),
+        ("http://example.com/a?b=2&a=1", "http://example.com/a?a=1&b=2"),
+        ("http://example.com/a#frag", "http://example.com/a"),
+        ("http://user:pw@example.com/", "http://example.com/"),
+        ("http://example.com", "http://example.com/"),
+        ("http://example.com/a b", "http://example.com/a%20b"),
+        ("  http://example.com/x  ", "http://example.com/x"),
+        ("http://[::1]:8080/", "http://[::1]:8080/"),
+    ],
+)
+def test_canonical_form(raw: str, expected: str) -> None:
+    assert canonicalize(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "   ",
+        "ftp://example.com/",
+        "mailto:a@example.com",
+        "javascript:alert(1)",
+        "//example.com/",
+        "/relative/path",
+        "http://",
+        "http://[::1",
+        "http://example.com:99999/",
+        "http://example.com/" + "a" * 9000,
+    ],
+)
+def test_uncrawlable_urls_refused(raw: str) -> None:
+    with pytest.raises(InvalidURL):
+        canonicalize(raw)
+
+
+@pytest.mark.parametrize(
+    ("url", "host"),
+    [
+        ("http://example.com/a", "example.com"),
+        ("http://example.com:8080/a?x", "example.com:8080"),
+        ("http://example.com?x=1", "example.com"),
+        ("http://[::1]:8080/", "[::1]:8080"),
+    ],
+)
+def test_host_of(url: str, host: str) -> None:
+    assert host_of(canonicalize(url)) == host
+
+
+def test_keys_share_one_hash_tag() -> None:
+    keys = JobKeys("default.my-crawl")
+    names = [*keys.script_keys(3), keys.queue("a.com:81"), keys.owned("w-1"), keys.native_bloom]
+    assert all(name.startswith("cf:{default.my-crawl}:") for name in names)
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("job_id", ["", "Bad.Name", "a{b}.c", "ns/name", "x" * 400])
+def test_job_id_refused(job_id: str) -> None:
+    with pytest.raises(ValueError, match="job id"):
+        JobKeys(job_id)
