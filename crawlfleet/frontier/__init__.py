@@ -13,6 +13,7 @@ from crawlfleet.frontier.models import (
     Lease,
     Link,
     Outcomes,
+    Requeued,
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
@@ -32,6 +33,7 @@ __all__ = [
     "Lease",
     "Link",
     "Outcomes",
+    "Requeued",
     "WorkerHeartbeat",
     "canonicalize",
     "connect",

@@ -3,7 +3,9 @@
 Sizing follows the textbook optimum, ``m = -n·ln p / ln²2`` bits and ``k = m/n·ln 2`` hashes:
 about 1.2 bytes per URL at 1 % instead of ~100 bytes for a SET of SHA-1 fingerprints.
 
-The filter is partitioned: a URL picks one segment by hash and sets all k bits inside it, so
+Segments are sized to jemalloc's allocation classes, so the memory Redis reports is the
+memory the formula asks for (see ``_fit_segments``). The filter is partitioned: a URL picks
+one segment by hash and sets all k bits inside it, so
 one segment (a plain Redis string, under 512 MB) is all a check touches, and segments can
 later be placed on different shards by URL hash (DESIGN §7). Python hashes each URL once
 (BLAKE2b, 12 bytes: segment, h1, h2); the Lua script derives the k positions by double
@@ -25,6 +27,7 @@ __all__ = [
     "MAX_SEGMENT_BITS",
     "BloomBackend",
     "BloomParams",
+    "allocated_bytes",
     "digests",
 ]
 
@@ -64,12 +67,10 @@ class BloomParams:
                 f"{MAX_ERROR_RATE} (got {error_rate!r})"
             )
         ln2 = math.log(2)
-        bits = max(64, math.ceil(-capacity * math.log(error_rate) / (ln2 * ln2)))
-        hashes = max(1, round(bits / capacity * ln2))
-        segments = math.ceil(bits / MAX_SEGMENT_BITS)
-        # Every segment has the same size, so round the total up to a multiple.
-        bits = math.ceil(bits / segments) * segments
-        return cls(capacity, float(error_rate), bits, hashes, segments)
+        ideal = max(64, math.ceil(-capacity * math.log(error_rate) / (ln2 * ln2)))
+        hashes = max(1, round(ideal / capacity * ln2))
+        segments, segment_bytes = _fit_segments(math.ceil(ideal / 8))
+        return cls(capacity, float(error_rate), segments * segment_bytes * 8, hashes, segments)
 
     @property
     def segment_bits(self) -> int:
@@ -107,6 +108,48 @@ class BloomParams:
             hashes=int(meta["bloom_hashes"]),
             segments=int(meta["bloom_segments"]),
         )
+
+
+#: Redis' string header and terminating NUL, allocated with the data.
+_SDS_OVERHEAD = 16
+_MAX_SEGMENTS = 16
+_GOOD_ENOUGH_SLACK = 0.04
+
+
+def _size_class(size: int) -> int:
+    """jemalloc's allocation for ``size`` bytes: four classes per power of two."""
+    if size <= 4096:
+        return 1 << max(3, (size - 1).bit_length())
+    base = 1 << ((size - 1).bit_length() - 1)
+    step = base // 4
+    return base + math.ceil((size - base) / step) * step
+
+
+def _fit_segments(data_bytes: int) -> tuple[int, int]:
+    """Segment count and size that hold ``data_bytes`` with the least allocator slack.
+
+    Redis allocates a string in jemalloc size classes (up to 25 % above the request); a few
+    equal segments each just under a class waste almost nothing, and the slack that is left
+    becomes filter bits (fewer false positives) instead of dead memory.
+    """
+    least = math.ceil(data_bytes * 8 / MAX_SEGMENT_BITS)
+    best: tuple[int, int, int] | None = None
+    for segments in range(least, max(least, _MAX_SEGMENTS) + 1):
+        per_segment = math.ceil(data_bytes / segments)
+        allocated = _size_class(per_segment + _SDS_OVERHEAD)
+        usable = min(allocated - _SDS_OVERHEAD, MAX_SEGMENT_BITS // 8)
+        total = segments * allocated
+        if best is None or total < best[0]:
+            best = (total, segments, usable)
+        if total <= data_bytes * (1 + _GOOD_ENOUGH_SLACK):
+            break  # fewer segments mean fewer KEYS per script call
+    assert best is not None
+    return best[1], best[2]
+
+
+def allocated_bytes(params: BloomParams) -> int:
+    """What Redis' allocator holds for the bitmap segments (MEMORY USAGE, near enough)."""
+    return params.segments * _size_class(params.segment_bits // 8 + _SDS_OVERHEAD)
 
 
 def digests(urls: Iterable[str]) -> list[bytes]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Mapping, Sequence
+from operator import methodcaller
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -29,6 +30,7 @@ from crawlfleet.frontier.models import (
     Lease,
     Link,
     Outcomes,
+    Requeued,
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.scripts import Scripts
@@ -37,7 +39,6 @@ __all__ = ["Frontier", "connect"]
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
 _STAT_FIELDS = (
     "queued",
     "delayed",
@@ -66,12 +67,26 @@ def connect(url: str, *, timeout_seconds: float = 10.0) -> aioredis.Redis:
     )
 
 
-def _check_urls(urls: Iterable[str]) -> None:
-    """Refuse the whole batch before anything is written if one URL is not canonical-shaped."""
+_URL_PREFIXES = ("http://", "https://")
+_is_http = methodcaller("startswith", _URL_PREFIXES)
+
+
+def _check_urls(urls: Sequence[str]) -> None:
+    """Refuse the whole batch before anything is written if one URL is not canonical-shaped.
+
+    Per batch, in C loops (map, join, ``in``): this runs before every dedup call.
+    """
+    try:
+        joined = "\x00".join(urls)
+        ok = all(map(_is_http, urls)) and not any(c in joined for c in "\t\n\r ")
+    except (TypeError, AttributeError):
+        ok = False
+    if ok:
+        return
     for url in urls:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        if not isinstance(url, str) or not url.startswith(_URL_PREFIXES):
             raise InvalidURL(f"not a canonical http(s) URL (use canonicalize()): {url!r}")
-        if "\t" in url or "\n" in url or " " in url:
+        if any(c in url for c in "\t\n\r "):
             raise InvalidURL(f"URL contains whitespace (use canonicalize()): {url!r}")
 
 
@@ -173,13 +188,27 @@ class Frontier:
         """Add canonical URLs to the Bloom filter; True for each one not seen before.
 
         Atomic per batch: of two workers adding the same URL at once, exactly one gets True.
+        The native backend is one plain BF.MADD (``seen`` is then read with BF.CARD).
         """
+        if not urls:
+            return []
+        _check_urls(urls)
+        if self.backend == "native":
+            codes = await _call(
+                self.client.execute_command("BF.MADD", self.keys.native_bloom, *urls)  # type: ignore[no-untyped-call]
+            )
+        else:
+            codes = await self._run(self._scripts.add_if_new, *self._bloom_args, "", *digests(urls))
+        return [code == 1 for code in codes]
+
+    async def contains(self, urls: Sequence[str]) -> list[bool]:
+        """Read-only membership: True for each URL the filter has probably seen."""
         if not urls:
             return []
         _check_urls(urls)
         items: Sequence[str | bytes] = urls if self.backend == "native" else digests(urls)
         codes = await self._run(
-            self._scripts.add_if_new, *self._bloom_args, self.keys.native_bloom, *items
+            self._scripts.contains, *self._bloom_args, self.keys.native_bloom, *items
         )
         return [code == 1 for code in codes]
 
@@ -193,7 +222,7 @@ class Frontier:
         return results
 
     async def _enqueue_batch(self, links: Sequence[Link], seeding: bool) -> list[Admission]:
-        _check_urls(link.url for link in links)
+        _check_urls([link.url for link in links])
         for link in links:
             if link.depth < 0 or "\t" in link.parent:
                 raise InvalidURL(f"bad link depth or parent: {link!r}")
@@ -279,18 +308,18 @@ class Frontier:
         raw = await self._run(self._scripts.release, _worker_id(worker), *lease_ids)
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
-    async def requeue_expired(self, limit: int = 10_000) -> int:
-        """Return expired leases to their queues (attempt counted); returns how many moved.
+    async def requeue_expired(self, limit: int = 10_000) -> Requeued:
+        """Return expired leases to their queues (attempt counted).
 
-        URLs past ``taskAttempts`` go to the dead-letter set instead and are counted too.
+        URLs past ``taskAttempts`` go to the dead-letter set instead, counted apart.
         """
-        requeued, dead = await self._run(self._scripts.requeue, "expired", limit)
-        return int(requeued) + int(dead)
+        requeued, dead, at_ms = await self._run(self._scripts.requeue, "expired", limit)
+        return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 
-    async def requeue_owner(self, worker: str) -> int:
-        """Return every lease of a worker known to be gone; returns how many moved."""
-        requeued, dead = await self._run(self._scripts.requeue, "owner", _worker_id(worker))
-        return int(requeued) + int(dead)
+    async def requeue_owner(self, worker: str) -> Requeued:
+        """Return every lease of a worker known to be gone (attempt counted)."""
+        requeued, dead, at_ms = await self._run(self._scripts.requeue, "owner", _worker_id(worker))
+        return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 
     async def set_host_delay(self, host: str, delay_seconds: float | None) -> None:
         """A host's own delay between fetches (robots Crawl-delay); None forgets it."""
@@ -329,8 +358,12 @@ class Frontier:
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
             pipe.hget(self.keys.key("meta"), "seeded_ms")
-            values, seeded = await _call(pipe.execute())
+            if self.backend == "native":
+                pipe.execute_command("BF.CARD", self.keys.native_bloom)
+            values, seeded, *card = await _call(pipe.execute())
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
+        if card:  # the native filter counts what BF.MADD added outside our scripts too
+            counts["seen"] = int(card[0])
         return FrontierStats(
             **counts,
             seeded=seeded is not None,

@@ -5,8 +5,8 @@ one Redis Cluster slot and every Lua script may touch any of them. Sharding a jo
 (DESIGN §7) means one tag per partition: only this module changes.
 
 Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and the prefix as
-``ARGV[1]``; the per-host queue (``q:<host>``) and per-worker lease set (``owned:<worker>``) are
-the only keys a script derives from the prefix, since their names depend on data.
+``ARGV[1]``; the per-host queues (``q:<host>``) are the only keys a script derives from the
+prefix, since their names depend on data.
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "meta",
     "stats",
     "ready",
-    "inflight",
-    "hostlast",
-    "hostdelay",
+    "hosts",
     "delayed",
     "leases",
     "leasedata",
@@ -79,9 +77,6 @@ class JobKeys:
 
     def queue(self, host: str) -> str:
         return f"{self.prefix}q:{host}"
-
-    def owned(self, worker: str) -> str:
-        return f"{self.prefix}owned:{worker}"
 
     @property
     def robots(self) -> str:

@@ -24,6 +24,7 @@ __all__ = [
     "Lease",
     "Link",
     "Outcomes",
+    "Requeued",
     "WorkerHeartbeat",
 ]
 
@@ -54,6 +55,18 @@ class Outcomes(list[_T]):
         result = cls(items)
         result.at = at_ms / 1000.0
         return result
+
+
+class Requeued(NamedTuple):
+    """What a requeue did: URLs back in their queues, URLs dead-lettered, server time."""
+
+    requeued: int
+    dead: int
+    at: float
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.dead
 
 
 class Link(NamedTuple):

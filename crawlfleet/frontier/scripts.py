@@ -20,6 +20,7 @@ SCRIPT_NAMES = (
     "init",
     "enqueue",
     "add_if_new",
+    "contains",
     "claim",
     "ack",
     "fail",
@@ -45,6 +46,7 @@ class Scripts:
     init: AsyncScript
     enqueue: AsyncScript
     add_if_new: AsyncScript
+    contains: AsyncScript
     claim: AsyncScript
     ack: AsyncScript
     fail: AsyncScript

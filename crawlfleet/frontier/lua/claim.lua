@@ -13,62 +13,58 @@ local expires = now + cfg.lease_ttl_ms
 local due = redis.call('ZRANGEBYSCORE', K.delayed, '-inf', now, 'LIMIT', 0, 1000)
 if #due > 0 then
   local seq = redis.call('HINCRBY', K.stats, 'seq', #due) - #due
-  local promoted_hosts = {}
+  local promoted = {}
   for i, task in ipairs(due) do
-    redis.call('ZREM', K.delayed, task)
     local _, depth, url = split_task(task)
     push_task(task, depth, url, seq + i)
-    promoted_hosts[host_of(url)] = true
+    promoted[host_of(url)] = true
   end
-  for host in pairs(promoted_hosts) do refresh_host(host, cfg, now) end
+  chunked('ZREM', K.delayed, due)
+  for host in pairs(promoted) do place_host(host, load_host(host), cfg, now) end
   redis.call('HINCRBY', K.stats, 'delayed', -#due)
   redis.call('HINCRBY', K.stats, 'queued', #due)
 end
 
--- 2. Lease from ready hosts, earliest-ready first.
+-- 2. Lease from ready hosts, earliest-ready first. Lease ids are reserved up front.
 local out = {now, expires}
 local remaining = n
-local taken = 0
-local owned = owned_key(worker)
-if remaining > 0 then
-  local hosts = redis.call('ZRANGEBYSCORE', K.ready, '-inf', now, 'LIMIT', 0, remaining)
-  for _, host in ipairs(hosts) do
-    if remaining <= 0 then break end
-    local inflight = tonumber(redis.call('HGET', K.inflight, host)) or 0
-    local delay = host_delay(host, cfg)
-    local room = cfg.per_host - inflight
-    if delay > 0 and room > 1 then room = 1 end
-    if room > remaining then room = remaining end
-    local q = qkey(host)
-    local popped = {}
-    if room > 0 then popped = redis.call('ZPOPMIN', q, room) end
-    local got = #popped / 2
-    local first_id = 0
-    if got > 0 then first_id = redis.call('HINCRBY', K.stats, 'lease_seq', got) - got end
-    for i = 1, #popped, 2 do
-      local task = popped[i]
-      local id = tostring(first_id + (i + 1) / 2)
-      redis.call('HSET', K.leasedata, id, worker .. '\t' .. task)
-      redis.call('ZADD', K.leases, expires, id)
-      redis.call('SADD', owned, id)
-      out[#out + 1] = id
-      out[#out + 1] = task
-    end
-    inflight = inflight + got
-    if got > 0 then
-      redis.call('HSET', K.inflight, host, inflight)
-      redis.call('HSET', K.hostlast, host, now)
-    end
-    remaining = remaining - got
-    taken = taken + got
-    if inflight >= cfg.per_host or redis.call('EXISTS', q) == 0 then
-      redis.call('ZREM', K.ready, host)
-    else
-      redis.call('ZADD', K.ready, now + delay, host)
-    end
+local next_id = redis.call('HINCRBY', K.stats, 'lease_seq', n) - n
+local records, expiries = {}, {}
+local hosts = redis.call('ZRANGEBYSCORE', K.ready, '-inf', now, 'LIMIT', 0, n)
+for _, host in ipairs(hosts) do
+  if remaining <= 0 then break end
+  local st = load_host(host)
+  local room = cfg.per_host - st.inflight
+  if effective_delay(st, cfg) > 0 and room > 1 then room = 1 end
+  if room > remaining then room = remaining end
+  local popped = {}
+  if room > 0 then popped = redis.call('ZPOPMIN', qkey(host), room) end
+  for i = 1, #popped, 2 do
+    next_id = next_id + 1
+    local id = tostring(next_id)
+    records[#records + 1] = id
+    records[#records + 1] = worker .. '\t' .. popped[i]
+    expiries[#expiries + 1] = expires
+    expiries[#expiries + 1] = id
+    out[#out + 1] = id
+    out[#out + 1] = popped[i]
+  end
+  local got = #popped / 2
+  remaining = remaining - got
+  if got > 0 then
+    st.inflight = st.inflight + got
+    st.last = now
+    settle_host(host, st, cfg, now)
+  elseif room > 0 then
+    redis.call('ZREM', K.ready, host) -- its queue ran dry (see place_host)
+  else
+    place_host(host, st, cfg, now)
   end
 end
-if taken > 0 then
+if #records > 0 then
+  chunked('HSET', K.leasedata, records)
+  chunked('ZADD', K.leases, expiries)
+  local taken = #records / 2
   redis.call('HINCRBY', K.stats, 'queued', -taken)
   redis.call('HINCRBY', K.stats, 'leased', taken)
 end

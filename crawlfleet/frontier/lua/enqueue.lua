@@ -55,7 +55,7 @@ for i = 0, count - 1 do
   result[i + 1] = code
 end
 
-for host in pairs(touched) do refresh_host(host, cfg, now) end
+for host in pairs(touched) do place_host(host, load_host(host), cfg, now) end
 if new > 0 then
   redis.call('HINCRBY', K.stats, 'queued', new)
   redis.call('HINCRBY', K.stats, 'seen', new)

@@ -1,20 +1,21 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..12] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[13..] are the Bloom
--- segments. ARGV[1] is the job's key prefix, from which the per-host queue ("q:<host>") and
--- the per-worker lease set ("owned:<worker>") are derived; both carry the job's hash tag.
+-- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[11..] are the Bloom
+-- segments. ARGV[1] is the job's key prefix, from which the per-host queues ("q:<host>") are
+-- derived; they carry the job's hash tag too.
 --
 -- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease record is
--- "<owner>\t<task>". Queue scores are depth * 2^40 + sequence: breadth-first, FIFO per depth.
+-- "<owner>\t<task>" in K.leasedata, its expiry in K.leases. Queue scores are depth * 2^40 + sequence: breadth-first, FIFO per depth.
 -- Time is the server's (TIME), so workers and the operator never disagree about expiry.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local K = {
-  meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], inflight = KEYS[4],
-  hostlast = KEYS[5], hostdelay = KEYS[6], delayed = KEYS[7], leases = KEYS[8],
-  leasedata = KEYS[9], dead = KEYS[10], workers = KEYS[11], heartbeats = KEYS[12],
+  meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
+  leases = KEYS[6], leasedata = KEYS[7], dead = KEYS[8], workers = KEYS[9],
+  heartbeats = KEYS[10],
 }
+local BLOOM_KEY0 = 10 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
 local PREFIX = ARGV[1]
 local DEPTH_SCALE = 1099511627776 -- 2^40
 
@@ -24,7 +25,6 @@ local function now_ms()
 end
 
 local function qkey(host) return PREFIX .. 'q:' .. host end
-local function owned_key(worker) return PREFIX .. 'owned:' .. worker end
 local function host_of(url) return string.match(url, '^%a+://([^/?#]+)') or '' end
 
 local function split_task(task)
@@ -47,53 +47,103 @@ local function settings()
   }
 end
 
+-- Run a variadic command over a long list in chunks (unpack() is bounded by the C stack).
+local function chunked(cmd, key, items)
+  for first = 1, #items, 1000 do
+    redis.call(cmd, key, unpack(items, first, math.min(first + 999, #items)))
+  end
+end
+
 -- Queue a task for its host at the given sequence (nil: the front of its depth).
 local function push_task(task, depth, url, seq)
   redis.call('ZADD', qkey(host_of(url)), depth * DEPTH_SCALE + (seq or 0), task)
 end
 
--- The delay between two fetches of a host: its own (robots Crawl-delay) or the job's.
-local function host_delay(host, cfg)
-  return tonumber(redis.call('HGET', K.hostdelay, host)) or cfg.host_delay_ms
+-- Per-host politeness state, one field of K.hosts: "<inflight>:<last fetch ms>:<delay ms>"
+-- (last -1: never fetched; delay -1: the job's hostDelaySeconds). One HGET reads it all.
+local function load_host(host)
+  local v = redis.call('HGET', K.hosts, host)
+  if not v then return {inflight = 0, last = -1, delay = -1} end
+  local a, b, c = string.match(v, '^(-?%d+):(-?%d+):(-?%d+)$')
+  return {inflight = tonumber(a), last = tonumber(b), delay = tonumber(c)}
 end
 
--- Put a host in the ready index when it has queued work and room under perHost, at its next
--- allowed time (last fetch + delay); take it out otherwise. Called for every host whose
--- state a script changed.
-local function refresh_host(host, cfg, now)
-  local inflight = tonumber(redis.call('HGET', K.inflight, host)) or 0
-  if inflight < cfg.per_host and redis.call('EXISTS', qkey(host)) == 1 then
-    local last = tonumber(redis.call('HGET', K.hostlast, host))
+local function effective_delay(st, cfg)
+  if st.delay >= 0 then return st.delay end
+  return cfg.host_delay_ms
+end
+
+local function save_host(host, st)
+  if st.inflight < 0 then st.inflight = 0 end
+  redis.call('HSET', K.hosts, host, st.inflight .. ':' .. st.last .. ':' .. st.delay)
+end
+
+-- Place a host in the ready index at its next allowed time (last fetch + delay) when it has
+-- room under perHost; take it out at its cap. A host whose queue ran dry may stay in the
+-- index: claim drops it when it pops nothing, which saves an EXISTS on every change.
+local function place_host(host, st, cfg, now)
+  if st.inflight < cfg.per_host then
     local next_at = now
-    if last and last + host_delay(host, cfg) > now then next_at = last + host_delay(host, cfg) end
+    local delay = effective_delay(st, cfg)
+    if st.last >= 0 and st.last + delay > now then next_at = st.last + delay end
     redis.call('ZADD', K.ready, next_at, host)
   else
     redis.call('ZREM', K.ready, host)
   end
 end
 
--- Drop one lease: returns its task and host, or nil when `owner` does not hold it (fencing).
--- `owner` false skips the owner check (requeue of expired leases).
-local function take_lease(id, owner)
-  local rec = redis.call('HGET', K.leasedata, id)
-  if not rec then return nil end
-  local tab = string.find(rec, '\t', 1, true)
-  local holder = string.sub(rec, 1, tab - 1)
-  if owner and holder ~= owner then return nil end
-  local task = string.sub(rec, tab + 1)
-  redis.call('HDEL', K.leasedata, id)
-  redis.call('ZREM', K.leases, id)
-  redis.call('SREM', owned_key(holder), id)
-  local _, _, url = split_task(task)
-  local host = host_of(url)
-  if redis.call('HINCRBY', K.inflight, host, -1) <= 0 then
-    redis.call('HDEL', K.inflight, host)
+local function settle_host(host, st, cfg, now)
+  save_host(host, st)
+  place_host(host, st, cfg, now)
+end
+
+-- Remove leases `owner` holds (any owner when owner is false): one HMGET, one HDEL, one ZREM
+-- for the batch. Returns the removed tasks ({id=, task=, host=} in input order, nil where
+-- the caller was not the holder: fencing) and the in-flight decrement per host.
+local function take_leases(ids, owner)
+  local taken, per_host, gone = {}, {}, {}
+  if #ids == 0 then return taken, per_host end
+  local recs = {}
+  for first = 1, #ids, 1000 do
+    local part = redis.call('HMGET', K.leasedata, unpack(ids, first, math.min(first + 999, #ids)))
+    for i = 1, #part do recs[#recs + 1] = part[i] end
   end
-  return task, host
+  for i, rec in ipairs(recs) do
+    if rec then
+      local tab = string.find(rec, '\t', 1, true)
+      if (not owner) or string.sub(rec, 1, tab - 1) == owner then
+        local task = string.sub(rec, tab + 1)
+        local _, _, url = split_task(task)
+        local host = host_of(url)
+        taken[i] = {id = ids[i], task = task, host = host}
+        per_host[host] = (per_host[host] or 0) + 1
+        gone[#gone + 1] = ids[i]
+      end
+    end
+  end
+  if #gone > 0 then
+    chunked('HDEL', K.leasedata, gone)
+    chunked('ZREM', K.leases, gone)
+  end
+  return taken, per_host
+end
+
+-- Give back in-flight slots of hosts whose leases ended. A host that was below its cap is
+-- in the index already at the right time; one that was at its cap goes back in.
+-- `requeued` names hosts that got work back, which must be (re)placed in any case.
+local function release_slots(per_host, cfg, now, requeued)
+  for host, count in pairs(per_host) do
+    local st = load_host(host)
+    local was_capped = st.inflight >= cfg.per_host
+    st.inflight = st.inflight - count
+    save_host(host, st)
+    if was_capped or (requeued and requeued[host]) then place_host(host, st, cfg, now) end
+  end
 end
 
 -- Send a failed task to the dead-letter hash (never dropped) or back to work.
--- delay_ms > 0: the delayed set; otherwise the host queue. Returns 'dead' or 'retry'.
+-- delay_ms > 0: the delayed set; otherwise the host queue. Returns 'dead', 'delayed', 'retry'.
+-- The caller passes requeued hosts to release_slots, so they are placed in the index.
 local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, now)
   local attempts, depth, url, parent = split_task(task)
   attempts = attempts + 1
@@ -114,12 +164,12 @@ local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, no
   return 'retry'
 end
 
--- Bitmap Bloom filter: set the k bits of one digest inside its segment (KEYS[13 + segment]).
+-- Bitmap Bloom filter: set the k bits of one digest inside its segment.
 -- Returns true when any bit was clear, i.e. the URL was not in the filter. Atomic because
 -- the whole script is.
 local function bitmap_add(digest, hashes, seg_bits, segments)
   local s, h1, h2 = struct.unpack('<I4I4I4', digest)
-  local key = KEYS[13 + (s % segments)]
+  local key = KEYS[BLOOM_KEY0 + 1 + (s % segments)]
   h2 = (h2 % (seg_bits - 1)) + 1
   local new = false
   for i = 0, hashes - 1 do

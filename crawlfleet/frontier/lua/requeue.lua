@@ -2,36 +2,39 @@
 -- ARGV: [1] prefix, [2] mode 'expired'|'owner', [3] owner id (mode owner) or limit (expired).
 -- Each requeue counts an attempt (a page that kills its worker must not kill the fleet
 -- forever); past taskAttempts the URL is dead-lettered with class lease_expired/worker_lost.
--- Returns {requeued, dead}.
+-- Owner mode reads every lease (HGETALL): in-flight leases are few (workers x perWorker).
+-- Returns {requeued, dead, server time ms}.
 local cfg = settings()
 local now = now_ms()
-local ids, fclass, message
+local ids, fclass, message = {}, nil, nil
 if ARGV[2] == 'owner' then
-  ids = redis.call('SMEMBERS', owned_key(ARGV[3]))
+  local prefix = ARGV[3] .. '\t'
+  local all = redis.call('HGETALL', K.leasedata)
+  for i = 1, #all, 2 do
+    if string.sub(all[i + 1], 1, #prefix) == prefix then ids[#ids + 1] = all[i] end
+  end
   fclass, message = 'worker_lost', 'worker ' .. ARGV[3] .. ' stopped while holding the lease'
 else
   ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
   fclass, message = 'lease_expired', 'lease expired without ack'
 end
-local touched = {}
-local requeued, dead = 0, 0
-for _, id in ipairs(ids) do
-  local task, host = take_lease(id, false)
-  if task then
-    touched[host] = true
-    if retry_or_bury(task, fclass, message, 0, true, cfg, now) == 'dead' then
+local taken, per_host = take_leases(ids, false)
+local requeued, dead, back = 0, 0, {}
+for i = 1, #ids do
+  if taken[i] then
+    if retry_or_bury(taken[i].task, fclass, message, 0, true, cfg, now) == 'dead' then
       dead = dead + 1
     else
       requeued = requeued + 1
+      back[taken[i].host] = true
     end
   end
 end
-if ARGV[2] == 'owner' then redis.call('DEL', owned_key(ARGV[3])) end
-for host in pairs(touched) do refresh_host(host, cfg, now) end
+release_slots(per_host, cfg, now, back)
 if requeued + dead > 0 then
   redis.call('HINCRBY', K.stats, 'leased', -(requeued + dead))
   redis.call('HINCRBY', K.stats, 'requeued', requeued)
   redis.call('HINCRBY', K.stats, 'queued', requeued)
   if dead > 0 then redis.call('HINCRBY', K.stats, 'dead', dead) end
 end
-return {requeued, dead}
+return {requeued, dead, now}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from crawlfleet.frontier import (
     Admission,
-    Failure,
     FailOutcome,
+    Failure,
     Link,
     canonicalize,
 )
@@ -98,7 +99,7 @@ async def test_host_delay_spaces_claims(open_frontier: OpenFrontier) -> None:
         assert len(got) <= 1  # a delayed host hands out one URL per interval
         times += [loop.time()] * len(got)
         await asyncio.sleep(0.01)
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert all(gap >= 0.28 for gap in gaps), gaps
 
 
@@ -134,9 +135,10 @@ async def test_requeued_lease_cannot_be_acked_by_old_owner(open_frontier: OpenFr
     frontier = await open_frontier()
     await frontier.seed(["http://a.com/"])
     (old,) = await frontier.claim("w1", 1)
-    assert await frontier.requeue_owner("w1") == 1
+    assert (await frontier.requeue_owner("w1")).total == 1
     (new,) = await frontier.claim("w2", 1)
-    assert new.url == old.url and new.lease_id != old.lease_id
+    assert new.url == old.url
+    assert new.lease_id != old.lease_id
     assert new.attempts == 1
     assert await frontier.ack("w1", [old.lease_id]) == [False]
     assert await frontier.ack("w2", [new.lease_id]) == [True]
@@ -149,7 +151,9 @@ async def test_fail_retries_then_dead_letters(open_frontier: OpenFrontier) -> No
     for attempt in range(3):
         (lease,) = await frontier.claim("w", 1)
         assert lease.attempts == attempt
-        outcome = await frontier.fail("w", [Failure(lease.lease_id, "http_5xx", f"500 #{attempt}", True)])
+        outcome = await frontier.fail(
+            "w", [Failure(lease.lease_id, "http_5xx", f"500 #{attempt}", True)]
+        )
         assert outcome == [FailOutcome.RETRY if attempt < 2 else FailOutcome.DEAD]
     stats = await frontier.stats()
     assert (stats.failed, stats.dead, stats.queued, stats.leased) == (3, 1, 0, 0)
@@ -206,7 +210,7 @@ async def test_extend_keeps_lease_alive(open_frontier: OpenFrontier) -> None:
     await asyncio.sleep(0.6)
     assert await frontier.extend("w", [leases[0].lease_id]) == [True]
     await asyncio.sleep(0.6)
-    assert await frontier.requeue_expired() == 1  # only the one not extended
+    assert (await frontier.requeue_expired()).total == 1  # only the one not extended
     assert await frontier.ack("w", [leases[0].lease_id, leases[1].lease_id]) == [True, False]
 
 
@@ -215,7 +219,7 @@ async def test_requeue_expired_dead_letters_past_attempts(open_frontier: OpenFro
     await frontier.seed(["http://a.com/x"])
     await frontier.claim("w", 1)
     await asyncio.sleep(1.05)
-    assert await frontier.requeue_expired() == 1
+    assert (await frontier.requeue_expired()).total == 1
     (dead,) = [d async for d in frontier.dead_letters()]
     assert dead.failure_class == "lease_expired"
     assert (await frontier.stats()).complete

@@ -1,0 +1,358 @@
+"""Link extraction: one fetched HTML page in, its title and crawlable absolute links out.
+
+This runs once for every page the fleet fetches, so it is written for speed and for hostile
+input. It must never raise on what a server sends: binary junk, unclosed tags, megabyte-long
+attributes and malformed URLs all end as "no link", never as an exception that would cost the
+worker its task.
+
+Parser: ``selectolax.lexbor.LexborHTMLParser``, the faster one. Measured with
+``extract_links`` itself on 30 KB pages with 100 ``<a href>`` each, CPU time on one core,
+best of 30 interleaved runs, CPython 3.11: with selectolax 0.4.13 (the last release shipping
+both engines) lexbor gave ~2,200-2,350 pages/s and Modest (``selectolax.parser.HTMLParser``)
+~1,100-1,250; with selectolax 1.0.2 lexbor gives ~3,400 pages/s (100 distinct links) to
+~3,800 pages/s (a realistic mix of repeated navigation, relative, absolute, fragment and
+``mailto:`` links). selectolax 1.0 removed Modest; it stays only as an import fallback for an
+old selectolax without lexbor, where ``<area>`` links may come out after ``<a>`` links.
+
+What makes it fast: elements are fetched with ``tags()`` (CSS queries compile their selector
+for every document: ~70 µs a page, half a parse); each href is deduplicated as a raw string *before*
+resolution (navigation links repeat a lot); the common relative shapes are resolved by string
+concatenation instead of ``urljoin`` (~12 µs a call); absolute URLs are split once and their
+host validated once per distinct host; no per-link regular expression. The rare href with
+spaces or non-ASCII characters is percent-encoded (and its host IDNA-encoded) with w3lib, so
+every URL handed to the frontier is ASCII.
+
+Bytes are parsed as UTF-8 (lexbor's rule); a caller that knows another charset from the
+``Content-Type`` header should decode first and pass ``str``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+from urllib.parse import SplitResult, urljoin, urlsplit
+
+from w3lib.url import safe_url_string
+
+__all__ = ["PARSER_NAME", "PageLinks", "extract_links"]
+
+
+class _Node(Protocol):
+    """The part of a selectolax node (lexbor or Modest) this module uses."""
+
+    @property
+    def attributes(self) -> dict[str, str | None]: ...
+
+    def text(self, deep: bool = True, separator: str = "", strip: bool = False) -> str: ...
+
+
+class _Document(Protocol):
+    """The part of a selectolax parser (lexbor or Modest) this module uses."""
+
+    def css(self, query: str) -> list[_Node]: ...
+
+    def tags(self, name: str) -> list[_Node]: ...
+
+
+_ParserFactory = Callable[[str | bytes], _Document]
+
+
+def _load_parser() -> tuple[_ParserFactory, str, tuple[type[Exception], ...]]:
+    """Pick lexbor when the installed selectolax has it, else the old Modest parser.
+
+    Imported by name so that the same code type-checks against selectolax 1.x (no Modest)
+    and 0.3/0.4 (both). The error tuple names what a parser may raise on input it cannot
+    handle; selectolax's own ``SelectolaxError`` derives from ``Exception`` directly.
+    """
+    errors: tuple[type[Exception], ...] = (ValueError, RuntimeError, TypeError)
+    try:
+        module = importlib.import_module("selectolax.lexbor")
+        factory = module.LexborHTMLParser
+        name = "lexbor"
+    except ImportError:  # pragma: no cover - only with an old selectolax built without lexbor
+        module = importlib.import_module("selectolax.parser")
+        factory = module.HTMLParser
+        name = "modest"
+    selectolax_error = getattr(module, "SelectolaxError", None)
+    if isinstance(selectolax_error, type) and issubclass(selectolax_error, Exception):
+        errors = (*errors, selectolax_error)
+    return cast(_ParserFactory, factory), name, errors
+
+
+_parse, PARSER_NAME, _PARSE_ERRORS = _load_parser()
+
+_LINK_SELECTOR = "a[href], area[href]"
+_HTTP_SCHEMES = frozenset({"http", "https"})
+# Leading/trailing characters browsers strip from an href (C0 controls and space).
+_STRIP_CHARS = "".join(chr(code) for code in range(0x21))
+# The URL standard's forbidden domain code points, plus '"`{}' that no DNS name holds either.
+_FORBIDDEN_HOST_CHARS = frozenset(
+    ' #%/:<>?@[\\]^|"`{}' + "".join(chr(code) for code in range(0x20)) + "\x7f"
+)
+# Longest URL we hand on; longer ones are nearly always junk or traps, and the frontier stores them.
+_MAX_URL_LENGTH = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PageLinks:
+    """What a page offers the crawl: its ``<title>`` (whitespace collapsed) and its links.
+
+    ``links`` are absolute http(s) URLs without fragments, deduplicated in first-seen order.
+    """
+
+    title: str | None
+    links: list[str] = field(default_factory=list)
+
+
+def extract_links(html: bytes | str, page_url: str, *, respect_nofollow: bool = True) -> PageLinks:
+    """Return the title and crawlable links of ``html`` fetched from ``page_url``.
+
+    ``<base href>`` (the first one, resolved against ``page_url``) sets the base for relative
+    links, as in a browser. With ``respect_nofollow``, links with ``rel="nofollow"`` are skipped,
+    and a ``<meta name="robots">`` saying ``nofollow`` or ``none`` drops every link. Never raises
+    on malformed input: what cannot be parsed or resolved is left out.
+    """
+    try:
+        document = _parse(html)
+        # tags() rather than css(): see the module docstring. Only a page with an image map
+        # pays for one CSS query, to keep <a> and <area> links in document order.
+        titles = document.tags("title")
+        bases = document.tags("base")
+        areas = document.tags("area")
+        nodes = document.css(_LINK_SELECTOR) if areas else document.tags("a")
+        meta_nodes = document.tags("meta") if respect_nofollow else []
+    except _PARSE_ERRORS:
+        return PageLinks(title=None, links=[])
+
+    title = _title_text(titles[0] if titles else None)
+    if respect_nofollow and _meta_says_nofollow(meta_nodes):
+        return PageLinks(title=title, links=[])
+
+    resolver = _Resolver(_base_url(bases, page_url))
+    links: list[str] = []
+    seen_links: set[str] = set()
+    seen_hrefs: set[str] = set()
+    for node in nodes:
+        try:
+            attributes = node.attributes
+        except _PARSE_ERRORS:  # older selectolax raises on attribute bytes that are not UTF-8
+            continue
+        href = attributes.get("href")
+        if not href:
+            continue
+        if respect_nofollow:
+            rel = attributes.get("rel")
+            if rel and "nofollow" in rel.lower().split():
+                continue
+        # Dedupe the raw string first: repeated navigation links then cost one set lookup.
+        if href in seen_hrefs:
+            continue
+        seen_hrefs.add(href)
+        url = resolver.resolve(href)
+        if url is not None and url not in seen_links:
+            seen_links.add(url)
+            links.append(url)
+    return PageLinks(title=title, links=links)
+
+
+def _title_text(node: _Node | None) -> str | None:
+    """The title with runs of whitespace collapsed, or None when missing or blank."""
+    if node is None:
+        return None
+    try:
+        title = " ".join(node.text().split())
+    except _PARSE_ERRORS:
+        return None
+    return title or None
+
+
+def _meta_says_nofollow(nodes: list[_Node]) -> bool:
+    """True when a ``<meta name="robots">`` forbids following links (``nofollow`` or ``none``)."""
+    for node in nodes:
+        try:
+            attributes = node.attributes
+        except _PARSE_ERRORS:
+            continue
+        name = attributes.get("name")
+        if name is None or name.strip().lower() != "robots":
+            continue
+        content = attributes.get("content") or ""
+        directives = {part.strip() for part in content.lower().split(",")}
+        if "nofollow" in directives or "none" in directives:
+            return True
+    return False
+
+
+def _base_url(bases: list[_Node], page_url: str) -> str:
+    """The document's base URL: the first ``<base href>`` if it resolves to http(s), else the page.
+
+    A ``<base>`` pointing at another scheme (``javascript:``, ``data:``) or not parsing at all is
+    ignored, as the HTML standard falls back to the document URL when the base URL fails.
+    """
+    href: str | None = None
+    for node in bases:
+        try:
+            href = node.attributes.get("href")
+        except _PARSE_ERRORS:
+            return page_url
+        if href is not None:
+            break
+    href = (href or "").strip(_STRIP_CHARS)
+    if not href:
+        return page_url
+    try:
+        candidate = urljoin(page_url, href)
+        parts = urlsplit(candidate)
+        if parts.scheme in _HTTP_SCHEMES and parts.hostname:
+            _ = parts.port  # a base with a broken port would break every relative link
+            return candidate
+    except ValueError:
+        pass
+    return page_url
+
+
+class _Resolver:
+    """Resolves hrefs against one base URL, as ``urljoin`` would, but mostly without it.
+
+    ``urljoin`` costs ~12 µs a call on CPython 3.11, more than the parse costs per link. The
+    common shapes (``/path``, ``path``, ``?query`` without dot segments) are resolved by
+    concatenation with parts of the base, which was validated once; absolute and
+    scheme-relative URLs are split and their host checked once per distinct netloc; the rest
+    (dot segments, ``http:path``, a base that is not a clean http(s) URL) goes to ``urljoin``.
+    The unit tests check agreement with ``urljoin`` on a table of shapes. One deliberate
+    difference: empty path segments (``a//b``) are kept, as RFC 3986 and browsers do, where
+    ``urljoin`` collapses them.
+    """
+
+    __slots__ = (
+        "_base",
+        "_directory",
+        "_fast",
+        "_netloc_ok",
+        "_origin",
+        "_scheme",
+        "_without_query",
+    )
+
+    def __init__(self, base_url: str) -> None:
+        self._base = base_url
+        self._netloc_ok: dict[str, bool] = {}
+        self._fast = False
+        self._scheme = self._origin = self._directory = self._without_query = ""
+        try:
+            parts = urlsplit(base_url)
+        except ValueError:
+            return
+        if (
+            parts.scheme in _HTTP_SCHEMES
+            and base_url.startswith(parts.scheme)  # lower-case scheme: no re-normalising needed
+            and self._netloc_valid(parts)
+        ):
+            path = parts.path or "/"
+            # A base path with dot segments needs urljoin's merging and removal.
+            self._fast = "/." not in path and not path.startswith(".")
+            self._scheme = parts.scheme
+            self._origin = f"{parts.scheme}://{parts.netloc}"
+            self._directory = self._origin + path[: path.rfind("/") + 1]
+            self._without_query = self._origin + parts.path
+
+    def resolve(self, href: str) -> str | None:
+        """``href`` as an absolute http(s) URL without fragment, or None if it is not one."""
+        href = href.strip(_STRIP_CHARS)
+        # Everything from the first '#' is the fragment: cut it before parsing (cheaper than
+        # urldefrag); in-page links ('#top') and empty hrefs end here.
+        hash_at = href.find("#")
+        if hash_at >= 0:
+            href = href[:hash_at]
+        if not href or len(href) > _MAX_URL_LENGTH:
+            return None
+        if not href.isprintable():  # browsers drop tabs and newlines anywhere in a URL
+            href = href.replace("\t", "").replace("\n", "").replace("\r", "")
+        colon = href.find(":")
+        if colon > 0:
+            scheme = href[:colon]
+            if _is_scheme(scheme):
+                scheme = scheme.lower()
+                if scheme not in _HTTP_SCHEMES:
+                    return None  # mailto:, javascript:, tel:, data:, ftp:, ...
+                if href.startswith("//", colon + 1):
+                    return self._absolute(href)
+                return self._joined(href)  # 'http:path' is relative to an http base
+        first = href[0]
+        if self._fast and "/." not in href and first != ".":
+            if first == "/":
+                if not href.startswith("//"):
+                    return _finish(self._origin + href)
+                # Scheme-relative: take the base's scheme. An empty authority ('//') is no URL,
+                # although urljoin would quietly return the base for it.
+                return self._absolute(self._scheme + ":" + href)
+            elif first == "?":
+                return _finish(self._without_query + href)
+            else:
+                return _finish(self._directory + href)
+        return self._joined(href)
+
+    def _joined(self, href: str) -> str | None:
+        try:
+            joined = urljoin(self._base, href)
+        except ValueError:
+            return None
+        return self._absolute(joined)
+
+    def _absolute(self, url: str) -> str | None:
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # e.g. 'http://[::1'
+            return None
+        if parts.scheme not in _HTTP_SCHEMES:
+            return None
+        valid = self._netloc_ok.get(parts.netloc)
+        if valid is None:
+            valid = self._netloc_ok[parts.netloc] = self._netloc_valid(parts)
+        if not valid:
+            return None
+        if not url.startswith(parts.scheme):  # 'HTTP://...': let urlunsplit lower-case it
+            url = parts.geturl()
+        return _finish(url)
+
+    @staticmethod
+    def _netloc_valid(parts: SplitResult) -> bool:
+        """A usable host is present and the port, if any, is a number in 0..65535.
+
+        Bracketed IPv6 hosts were validated by ``urlsplit``; other hosts must not hold the
+        WHATWG URL standard's forbidden host code points (space, '<', '%', controls, ...).
+        """
+        try:
+            host = parts.hostname
+            if not host or (parts.port is not None and parts.port < 0):
+                return False
+        except ValueError:
+            return False
+        return "[" in parts.netloc or _FORBIDDEN_HOST_CHARS.isdisjoint(host)
+
+
+def _is_scheme(candidate: str) -> bool:
+    """RFC 3986 scheme syntax (``ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )``), as urlsplit."""
+    return (
+        candidate.isascii()
+        and candidate[0].isalpha()
+        and (
+            candidate.isalnum()
+            or candidate.replace("+", "").replace("-", "").replace(".", "").isalnum()
+        )
+    )
+
+
+def _finish(url: str) -> str | None:
+    """Return ``url`` percent-encoded when it holds spaces, controls or non-ASCII characters."""
+    if url.isascii() and url.isprintable() and " " not in url:
+        return url if len(url) <= _MAX_URL_LENGTH else None
+    try:
+        encoded = str(safe_url_string(url))
+    except ValueError:  # includes UnicodeError from IDNA-encoding a malformed host
+        return None
+    if len(encoded) > _MAX_URL_LENGTH or not encoded.isascii():
+        return None
+    return encoded

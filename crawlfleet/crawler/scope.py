@@ -1,0 +1,304 @@
+"""Crawl scope: which discovered URLs a job may enqueue.
+
+A worker extracts ~100 links per page and must drop the out-of-scope ones before they cost a
+Bloom-filter round trip, so ``Scope`` is a frozen value built once per job from plain values
+(the CrawlJob's ``scope``) with everything precompiled: domains in a dict looked up by host
+suffix, ``include`` and ``exclude`` each compiled into one alternation, so a URL costs one split
+and at most two regex searches whatever the number of patterns.
+
+Domain rule: an entry ``example.com`` allows ``example.com`` and every subdomain
+(``www.example.com``) but not ``badexample.com``; an IP entry allows exactly that address. An
+entry with a port (``127.0.0.2:8080``, ``[::1]:8080``) allows only that port (the scheme's
+default port counts: ``example.com:443`` allows ``https://example.com/``); an entry without a
+port allows any port.
+
+Checks run in a fixed order and the first failing one is the verdict: URL syntax, scheme,
+depth, domain, ``exclude``, ``include``. Regexes are searched (``re.search``) in the whole URL,
+as Scrapy's link extractor does. ``max_pages`` is carried for the worker, not checked here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from urllib.parse import SplitResult, urlsplit
+
+from crawlfleet.errors import ConfigError
+
+__all__ = ["Scope", "ScopeVerdict"]
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# A leading global inline flag group such as '(?i)'; it must become a scoped group '(?i:...)'
+# once the pattern is placed inside an alternation.
+_LEADING_FLAGS = re.compile(r"\A\(\?([aiLmsux]+)\)")
+
+# Ports allowed for one host: None means any port.
+_Ports = frozenset[int] | None
+# What an absent host maps to: no port at all is allowed.
+_NO_PORTS: frozenset[int] = frozenset()
+
+
+class ScopeVerdict(StrEnum):
+    """Why a URL is out of scope. Values are stable strings, fit for metrics and logs."""
+
+    INVALID_URL = "invalid_url"
+    BAD_SCHEME = "bad_scheme"
+    TOO_DEEP = "too_deep"
+    OUT_OF_DOMAIN = "out_of_domain"
+    EXCLUDED = "excluded"
+    NOT_INCLUDED = "not_included"
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Which URLs a crawl may follow; see the module docstring for the rules.
+
+    ``max_depth`` counts links from a seed (seeds are depth 0); ``None`` means no limit.
+    ``max_pages`` 0 means no limit. An empty ``allowed_domains`` allows every host.
+    Invalid entries or patterns raise ``ConfigError`` naming the field.
+    """
+
+    allowed_domains: tuple[str, ...]
+    max_depth: int | None = 3
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_pages: int = 0
+    _domains: dict[str, _Ports] = field(init=False, repr=False, compare=False)
+    _addresses: dict[str, _Ports] = field(init=False, repr=False, compare=False)
+    _include: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _exclude: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Accept any iterable of strings, store tuples so the value stays hashable and frozen.
+        for name, spec_name in (
+            ("allowed_domains", "allowedDomains"),
+            ("include", "include"),
+            ("exclude", "exclude"),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ConfigError(f"scope.{spec_name}: expected a list of strings, got a string")
+            object.__setattr__(self, name, tuple(value))
+        if self.max_depth is not None and self.max_depth < 0:
+            raise ConfigError(f"scope.maxDepth: must be >= 0, got {self.max_depth}")
+        if self.max_pages < 0:
+            raise ConfigError(f"scope.maxPages: must be >= 0, got {self.max_pages}")
+        domains: dict[str, _Ports] = {}
+        addresses: dict[str, _Ports] = {}
+        for index, entry in enumerate(self.allowed_domains):
+            host, port = _parse_domain_entry(entry, f"scope.allowedDomains[{index}]")
+            target = addresses if _ip_text(host) is not None else domains
+            target[host] = _merge_ports(target.get(host, _NO_PORTS), port)
+        object.__setattr__(self, "_domains", domains)
+        object.__setattr__(self, "_addresses", addresses)
+        object.__setattr__(self, "_include", _compile_alternation(self.include, "scope.include"))
+        object.__setattr__(self, "_exclude", _compile_alternation(self.exclude, "scope.exclude"))
+
+    def check(self, url: str, depth: int) -> ScopeVerdict | None:
+        """Return None when ``url`` found at ``depth`` is in scope, else the reason it is not."""
+        if self.max_depth is not None and depth > self.max_depth:
+            # Depth needs no parsing, but a malformed URL is reported as such first.
+            return self._url_verdict(url) or ScopeVerdict.TOO_DEEP
+        return self._check_url(url)
+
+    def filter(self, urls: Iterable[str], depth: int) -> tuple[list[str], int]:
+        """Keep the in-scope URLs of one page's batch; return them and how many were refused.
+
+        All links of a page share a depth, so a batch past ``max_depth`` is refused without
+        looking at a single URL; and most share a few hosts, so the host verdict is computed
+        once per (scheme, netloc) of the batch.
+        """
+        if self.max_depth is not None and depth > self.max_depth:
+            return [], sum(1 for _ in urls)
+        kept: list[str] = []
+        refused = 0
+        check = self._check_url
+        host_verdicts: dict[tuple[str, str], ScopeVerdict | None] = {}
+        for url in urls:
+            if check(url, host_verdicts) is None:
+                kept.append(url)
+            else:
+                refused += 1
+        return kept, refused
+
+    def allows_host(self, host: str, port: int) -> bool:
+        """True when ``host`` (no brackets) on ``port`` is in ``allowed_domains``.
+
+        For the worker's redirect and robots checks, where host and port are already known.
+        """
+        if not self._domains and not self._addresses:
+            return True
+        host = host.rstrip(".").lower()
+        if not host:
+            return False
+        if _looks_like_ip(host):
+            address = _ip_text(host)
+            if address is not None:
+                return _port_allowed(self._addresses.get(address, _NO_PORTS), port)
+        if not host.isascii():
+            try:
+                host = host.encode("idna").decode("ascii")
+            except UnicodeError:
+                return False
+        domains = self._domains
+        # Walk the suffixes at label boundaries: a.b.example.com, b.example.com, example.com, com.
+        candidate = host
+        while True:
+            if _port_allowed(domains.get(candidate, _NO_PORTS), port):
+                return True
+            dot = candidate.find(".")
+            if dot < 0:
+                return False
+            candidate = candidate[dot + 1 :]
+
+    def _url_verdict(self, url: str) -> ScopeVerdict | None:
+        """INVALID_URL or BAD_SCHEME when the URL itself is unusable, else None."""
+        try:
+            parts = urlsplit(url)
+            if parts.scheme not in _DEFAULT_PORTS:
+                return ScopeVerdict.BAD_SCHEME
+            if not parts.hostname:
+                return ScopeVerdict.INVALID_URL
+            _ = parts.port
+        except ValueError:
+            return ScopeVerdict.INVALID_URL
+        return None
+
+    def _check_url(
+        self,
+        url: str,
+        host_verdicts: dict[tuple[str, str], ScopeVerdict | None] | None = None,
+    ) -> ScopeVerdict | None:
+        """Every check except depth, in the documented order; ``host_verdicts`` memoises hosts."""
+        try:
+            parts = urlsplit(url)
+        except ValueError:  # unbalanced brackets
+            return ScopeVerdict.INVALID_URL
+        scheme = parts.scheme
+        if scheme not in _DEFAULT_PORTS:
+            return ScopeVerdict.BAD_SCHEME
+        key = (scheme, parts.netloc)
+        if host_verdicts is not None and key in host_verdicts:
+            verdict = host_verdicts[key]
+        else:
+            verdict = self._host_verdict(parts.hostname, parts, scheme)
+            if host_verdicts is not None:
+                host_verdicts[key] = verdict
+        if verdict is not None:
+            return verdict
+        if self._exclude is not None and self._exclude.search(url):
+            return ScopeVerdict.EXCLUDED
+        if self._include is not None and not self._include.search(url):
+            return ScopeVerdict.NOT_INCLUDED
+        return None
+
+    def _host_verdict(
+        self, host: str | None, parts: SplitResult, scheme: str
+    ) -> ScopeVerdict | None:
+        """INVALID_URL, OUT_OF_DOMAIN or None for the host and port of a split URL."""
+        if not host:
+            return ScopeVerdict.INVALID_URL
+        try:
+            port = parts.port
+        except ValueError:  # port out of range or not a number
+            return ScopeVerdict.INVALID_URL
+        if not self.allows_host(host, _DEFAULT_PORTS[scheme] if port is None else port):
+            return ScopeVerdict.OUT_OF_DOMAIN
+        return None
+
+
+def _parse_domain_entry(entry: str, field_name: str) -> tuple[str, int | None]:
+    """Split an ``allowedDomains`` entry into a normalised host and an optional port.
+
+    Accepts ``host``, ``host:port``, a bare IPv6 address and ``[ipv6]:port``. Hosts are
+    lower-cased, IDNA-encoded and stripped of a trailing dot; IP addresses are normalised
+    (``::0001`` is ``::1``) so that they compare equal to what ``urlsplit`` yields.
+    """
+    text = entry.strip().lower()
+    port_text: str | None = None
+    if text.startswith("["):
+        close = text.find("]")
+        if close < 0:
+            raise ConfigError(f"{field_name}: unbalanced '[' in {entry!r}")
+        host, rest = text[1:close], text[close + 1 :]
+        if rest:
+            if not rest.startswith(":"):
+                raise ConfigError(f"{field_name}: unexpected {rest!r} after ']' in {entry!r}")
+            port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host = text  # a plain name, or a bare IPv6 address (several colons)
+    host = host.rstrip(".")
+    if not host or "/" in host or "@" in host:
+        raise ConfigError(f"{field_name}: {entry!r} is not a host name or address")
+    port: int | None = None
+    if port_text is not None:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(f"{field_name}: bad port in {entry!r}")
+        port = int(port_text)
+    address = _ip_text(host)
+    if address is not None:
+        return address, port
+    if ":" in host:
+        raise ConfigError(f"{field_name}: {entry!r} is not a host name or address")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError as error:
+            raise ConfigError(f"{field_name}: {entry!r} is not a valid host name") from error
+    return host, port
+
+
+def _merge_ports(existing: _Ports, port: int | None) -> _Ports:
+    """Union of allowed ports for one host; any entry without a port allows every port."""
+    if existing is None or port is None:
+        return None
+    return existing | {port}
+
+
+def _port_allowed(ports: _Ports, port: int) -> bool:
+    return ports is None or port in ports
+
+
+def _looks_like_ip(host: str) -> bool:
+    """Cheap pre-test: IPv6 has a colon; IPv4 (and nothing valid as a domain) ends in a digit."""
+    return ":" in host or host[-1:].isdigit()
+
+
+def _ip_text(host: str) -> str | None:
+    """The canonical text of ``host`` when it is an IP address, else None."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
+
+
+def _compile_alternation(patterns: tuple[str, ...], field_name: str) -> re.Pattern[str] | None:
+    """Compile patterns into one ``(?:p1)|(?:p2)|...`` so a URL costs one search, not N.
+
+    Each pattern is compiled alone first so that an error names the bad one; a leading global
+    flag group ``(?i)`` becomes a scoped one ``(?i:...)``, which is legal inside an alternation.
+    """
+    if not patterns:
+        return None
+    parts: list[str] = []
+    for index, pattern in enumerate(patterns):
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ConfigError(
+                f"{field_name}[{index}]: invalid regex {pattern!r}: {error}"
+            ) from error
+        flags = _LEADING_FLAGS.match(pattern)
+        if flags is not None:
+            parts.append(f"(?{flags.group(1)}:{pattern[flags.end() :]})")
+        else:
+            parts.append(f"(?:{pattern})")
+    try:
+        return re.compile("|".join(parts))
+    except re.error as error:  # e.g. a global flag not at the start of its pattern
+        raise ConfigError(f"{field_name}: patterns cannot be combined: {error}") from error

@@ -1,0 +1,881 @@
+"""The CrawlJob resource: spec and status models, their defaults and their validation.
+
+This module is the one source of truth for what a CrawlJob may say: the CLI (``crawlfleet run
+job.yaml``), the operator, the workers (which receive ``spec.to_mapping()``) and the CRD all take
+their defaults and rules from here, so a job that ``crawlfleet run`` accepts is a job the cluster
+accepts, and the other way round.
+
+Field names are the contract of DESIGN.md §2: camelCase on the wire (the aliases), snake_case in
+Python. Every invalid document becomes one ``ConfigError`` listing every problem, one per line,
+each with its path from the document root (``spec.dedup.errorRate: ...``), because a user fixing a
+YAML file wants all the mistakes at once and in the words of the file.
+
+Rules, and where a CRD generator finds them:
+
+* per-field rules (type, range, pattern, regex compiles, URL shape) sit on the fields, as
+  ``_Range``/``_Pattern`` markers (which also write ``minimum``/``maximum``/``pattern`` into the
+  JSON schema) or as validators of single values;
+* cross-field rules are ``Rule`` objects in each section's ``cross_field_rules``, each with its
+  message and the same rule in CEL (for ``x-kubernetes-validations``). They are:
+  workers ``minReplicas <= maxReplicas``; lease ``heartbeatSeconds < deadAfterSeconds`` and
+  ``heartbeatSeconds < ttlSeconds``; retry ``backoffMaxSeconds >= backoffBaseSeconds``; redis
+  "at most one of url, secretRef, managed".
+* two defaults depend on other fields and so cannot be CRD defaults: ``scope.allowedDomains``
+  (the seed hosts) and ``redis.managed`` (when neither url nor secretRef is given). The models fill
+  them, so every consumer sees them filled.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Final, Generic, Literal, Self, TypeVar, get_args
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    JsonValue,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
+
+from crawlfleet.errors import ConfigError
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_USER_AGENT",
+    "KIND",
+    "ConcurrencySpec",
+    "Condition",
+    "CrawlJob",
+    "CrawlJobSpec",
+    "CrawlJobStatus",
+    "DedupSpec",
+    "FetchSpec",
+    "LeaseSpec",
+    "ManagedRedis",
+    "ObjectMeta",
+    "OutputSpec",
+    "Persistence",
+    "Phase",
+    "RedisSpec",
+    "RetrySpec",
+    "RobotsSpec",
+    "Rule",
+    "ScopeSpec",
+    "SecretRef",
+    "WorkersSpec",
+    "load_crawljob",
+    "parse_crawljob",
+]
+
+API_VERSION: Final = "crawlfleet.io/v1alpha1"
+KIND: Final = "CrawlJob"
+DEFAULT_USER_AGENT: Final = "crawlfleet/0.1 (+https://github.com/crawlfleet/crawlfleet)"
+_MIB: Final = 1024 * 1024
+
+Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+
+_SectionT = TypeVar("_SectionT", bound=BaseModel)
+_NumberT = TypeVar("_NumberT", int, float)
+
+# RFC 1123 as Kubernetes uses it: a label for namespaces, a subdomain for object names.
+_DNS_LABEL: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN: Final = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+_HOST_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_OBJECT_META_FIELDS: Final = frozenset(
+    {
+        "annotations",
+        "creationTimestamp",
+        "deletionGracePeriodSeconds",
+        "deletionTimestamp",
+        "finalizers",
+        "generateName",
+        "generation",
+        "labels",
+        "managedFields",
+        "name",
+        "namespace",
+        "ownerReferences",
+        "resourceVersion",
+        "selfLink",
+        "uid",
+    }
+)
+
+
+# --- single-value rules -----------------------------------------------------------------------
+
+
+def _problem(message: str) -> PydanticCustomError:
+    """A validation failure whose message is already in the user's words (no pydantic prose)."""
+    return PydanticCustomError("crawljob", message)
+
+
+def _show(value: object) -> str:
+    """Render an offending value the way the user wrote it in YAML/JSON, kept short."""
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class _Range:
+    """A numeric range that explains itself in full and shows up in the JSON schema.
+
+    Pydantic's own bounds report one side at a time ("less than 0.5"); a user deserves the whole
+    range ("greater than 0 and less than 0.5"), and the CRD generator still finds
+    minimum/maximum in the schema.
+    """
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def describe(self) -> str:
+        if self.ge is not None and self.le is not None:
+            return f"between {self.ge} and {self.le}"
+        lower = (
+            f"greater than {self.gt}"
+            if self.gt is not None
+            else f"at least {self.ge}"
+            if self.ge is not None
+            else None
+        )
+        upper = (
+            f"less than {self.lt}"
+            if self.lt is not None
+            else f"at most {self.le}"
+            if self.le is not None
+            else None
+        )
+        return " and ".join(part for part in (lower, upper) if part)
+
+    def check(self, value: _NumberT) -> _NumberT:
+        # Written as "fails unless inside" so that nothing unexpected slips through.
+        inside = (
+            (self.gt is None or value > self.gt)
+            and (self.ge is None or value >= self.ge)
+            and (self.lt is None or value < self.lt)
+            and (self.le is None or value <= self.le)
+        )
+        if not inside:
+            raise _problem(f"must be {self.describe()} (got {_show(value)})")
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        bounds = {
+            "exclusiveMinimum": self.gt,
+            "minimum": self.ge,
+            "exclusiveMaximum": self.lt,
+            "maximum": self.le,
+        }
+        json_schema.update({key: value for key, value in bounds.items() if value is not None})
+        return json_schema
+
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    """A string shape with a human description; RE2-compatible so the CRD can reuse it."""
+
+    pattern: str
+    meaning: str
+    max_length: int | None = None
+
+    def check(self, value: str) -> str:
+        too_long = self.max_length is not None and len(value) > self.max_length
+        if too_long or not re.fullmatch(self.pattern, value):
+            raise _problem(f"must be {self.meaning} (got {_show(value)})")
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = f"^{self.pattern}$"
+        if self.max_length is not None:
+            json_schema["maxLength"] = self.max_length
+        return json_schema
+
+
+_OBJECT_NAME: Final = _Pattern(
+    _DNS_SUBDOMAIN,
+    "a lowercase RFC 1123 name (letters, digits, '-' and '.', starting and ending with a letter"
+    " or digit, at most 253 characters)",
+    max_length=253,
+)
+_NAMESPACE: Final = _Pattern(
+    _DNS_LABEL,
+    "a lowercase RFC 1123 label (letters, digits and '-', starting and ending with a letter"
+    " or digit, at most 63 characters)",
+    max_length=63,
+)
+_SECRET_KEY: Final = _Pattern(
+    r"[-._a-zA-Z0-9]+", "a Secret key (letters, digits, '-', '_' and '.')", max_length=253
+)
+_QUANTITY: Final = _Pattern(
+    r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?", "a Kubernetes quantity such as 1Gi or 500Mi"
+)
+
+
+def _normalize_host(host: str) -> str:
+    """Lower-case a host name (IDNA-encoded) or IP literal, so scope checks compare like with like.
+
+    Raises ValueError when ``host`` is neither.
+    """
+    host = host.lower().removesuffix(".")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        encoded = host.encode("idna").decode("ascii")
+    except UnicodeError as exc:
+        raise ValueError(host) from exc
+    if len(encoded) > 253 or not all(_HOST_LABEL.fullmatch(part) for part in encoded.split(".")):
+        raise ValueError(host)
+    return encoded
+
+
+def _allowed_domain(entry: str) -> str:
+    """Normalise one allowedDomains entry: a host name or IP, optionally with ``:port``."""
+    try:
+        if entry.startswith("["):  # [IPv6] or [IPv6]:port
+            host, bracket, rest = entry[1:].partition("]")
+            if not bracket or ":" not in host or (rest and not rest.startswith(":")):
+                raise ValueError(entry)
+            port = rest.removeprefix(":") if rest else None
+        elif entry.count(":") == 1:  # host:port; more colons make a bare IPv6 address
+            host, port = entry.split(":")
+        else:
+            host, port = entry, None
+        normalized = _normalize_host(host)
+        if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(port)
+    except ValueError:
+        raise _problem(
+            f"must be a host name or IP address, optionally with :port (got {_show(entry)})"
+        ) from None
+    if port is None:
+        return normalized
+    return f"[{normalized}]:{port}" if ":" in normalized else f"{normalized}:{port}"
+
+
+def _non_empty(values: tuple[str, ...]) -> tuple[str, ...]:
+    if not values:
+        raise _problem("must not be empty")
+    return values
+
+
+def _unique(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(values))
+
+
+def _seed_url(url: str) -> str:
+    """Refuse what the frontier would refuse later, while the user still has the file open."""
+    try:
+        parts = urlsplit(url)
+        valid = (
+            parts.scheme.lower() in ("http", "https")
+            and bool(parts.hostname)
+            and not any(char.isspace() for char in url)
+        )
+        if valid and parts.hostname is not None:
+            _normalize_host(parts.hostname)
+            _ = parts.port  # raises ValueError on a bad port
+    except ValueError:
+        valid = False
+    if not valid:
+        raise _problem(f"must be an absolute http(s) URL with a host (got {_show(url)})")
+    return url
+
+
+def _regex(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise _problem(f"is not a valid regular expression: {exc} (got {_show(pattern)})") from None
+    return pattern
+
+
+def _header_value(value: str) -> str:
+    """A User-Agent goes into every request header; a control character would split it."""
+    if not value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise _problem("must be a non-empty header value without control characters or newlines")
+    return value
+
+
+def _redis_url(url: str) -> str:
+    # The URL may carry a password: never echo it back.
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError:
+        scheme = ""
+    if scheme not in ("redis", "rediss", "unix"):
+        raise _problem("must be a redis://, rediss:// or unix:// URL")
+    return url
+
+
+_Seed = Annotated[str, AfterValidator(_seed_url)]
+_Regex = Annotated[str, AfterValidator(_regex)]
+_Domain = Annotated[str, AfterValidator(_allowed_domain)]
+_Positive = Annotated[float, _Range(gt=0)]
+_NonNegative = Annotated[float, _Range(ge=0)]
+_Count = Annotated[int, _Range(ge=1)]
+# YAML hands us lists; tuples keep the frozen models immutable all the way down.
+_LIST_FROM_YAML: Final = Field(strict=False)
+
+
+# --- cross-field rules ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule(Generic[_SectionT]):
+    """A rule over several fields of one section: what a per-field schema cannot say.
+
+    ``cel`` states the same rule over ``self`` (the section) for the CRD's
+    ``x-kubernetes-validations``, with ``message`` and ``field`` (its fieldPath), so the cluster
+    refuses exactly what ``crawlfleet run`` refuses. Locally the message also quotes the values of
+    ``shows``.
+    """
+
+    field: str | None
+    message: str
+    cel: str
+    holds: Callable[[_SectionT], bool]
+    shows: tuple[str, ...] = ()
+
+    def explain(self, section: _SectionT) -> str:
+        if not self.shows:
+            return self.message
+        values = section.model_dump(by_alias=True)
+        got = ", ".join(f"{name}={_show(values[name])}" for name in self.shows)
+        return f"{self.message} (got {got})"
+
+
+def _problems(found: list[tuple[str | None, str]]) -> PydanticCustomError:
+    """Several problems at once from one model validator, each at its own field.
+
+    Pydantic allows one error per validator call; the list rides in the context and
+    ``_config_error`` spreads it back into one line per field.
+    """
+    summary = "; ".join(message for _, message in found)
+    return PydanticCustomError(
+        "crawljob_problems", "{summary}", {"summary": summary, "found": found}
+    )
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    """Spec models: camelCase aliases, typos refused, no coercion the API server would not do.
+
+    ``strict`` keeps ``crawlfleet run`` as picky as the CRD schema ("3" is not an integer).
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        allow_inf_nan=False,
+    )
+
+
+class _Section(_Model):
+    """A spec section; checks its ``cross_field_rules`` and reports every broken one."""
+
+    cross_field_rules: ClassVar[tuple[Rule[Any], ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_cross_field_rules(self) -> Self:
+        found = [
+            (rule.field, rule.explain(self))
+            for rule in self.cross_field_rules
+            if not rule.holds(self)
+        ]
+        if found:
+            raise _problems(found)
+        return self
+
+
+class ScopeSpec(_Section):
+    """Which links the crawl follows. Empty ``allowedDomains`` means the seed hosts."""
+
+    allowed_domains: Annotated[tuple[_Domain, ...], _LIST_FROM_YAML, AfterValidator(_unique)] = ()
+    max_depth: Annotated[int, _Range(ge=0)] = 3
+    max_pages: Annotated[int, _Range(ge=0)] = 0  # 0 = no limit
+    include: Annotated[tuple[_Regex, ...], _LIST_FROM_YAML] = ()
+    exclude: Annotated[tuple[_Regex, ...], _LIST_FROM_YAML] = ()
+    allow_private_networks: bool = False
+    respect_nofollow: bool = True
+
+
+class DedupSpec(_Section):
+    """Sizes the Bloom filter; capacity is capped because memory grows with it."""
+
+    capacity: Annotated[int, _Range(ge=1, le=10_000_000_000)] = 1_000_000
+    error_rate: Annotated[float, _Range(gt=0, lt=0.5)] = 0.01
+
+
+class ConcurrencySpec(_Section):
+    per_worker: Annotated[int, _Range(ge=1, le=1024)] = 16
+    per_host: Annotated[int, _Range(ge=1, le=256)] = 2
+    host_delay_seconds: Annotated[float, _Range(ge=0, le=3600)] = 1.0
+
+
+class WorkersSpec(_Section):
+    """Replica bounds for the autoscaler; ``autoscale: external`` hands scaling to HPA/KEDA."""
+
+    min_replicas: Annotated[int, _Range(ge=0, le=1000)] = 1
+    max_replicas: Annotated[int, _Range(ge=1, le=1000)] = 10
+    target_backlog_per_replica: _Count = 500
+    scale_down_delay_seconds: _NonNegative = 60.0
+    image: str | None = None
+    resources: dict[str, JsonValue] | None = None
+    autoscale: Literal["internal", "external"] = "internal"
+
+    cross_field_rules: ClassVar[tuple[Rule[WorkersSpec], ...]] = (
+        Rule(
+            field="minReplicas",
+            message="must not be greater than maxReplicas",
+            cel="self.minReplicas <= self.maxReplicas",
+            holds=lambda workers: workers.min_replicas <= workers.max_replicas,
+            shows=("minReplicas", "maxReplicas"),
+        ),
+    )
+
+
+class RetrySpec(_Section):
+    request_attempts: _Count = 3
+    task_attempts: _Count = 5
+    backoff_base_seconds: _NonNegative = 1.0
+    backoff_factor: Annotated[float, _Range(ge=1)] = 1.8
+    backoff_max_seconds: _NonNegative = 30.0
+
+    cross_field_rules: ClassVar[tuple[Rule[RetrySpec], ...]] = (
+        Rule(
+            field="backoffMaxSeconds",
+            message="must be at least backoffBaseSeconds",
+            cel="self.backoffMaxSeconds >= self.backoffBaseSeconds",
+            holds=lambda retry: retry.backoff_max_seconds >= retry.backoff_base_seconds,
+            shows=("backoffMaxSeconds", "backoffBaseSeconds"),
+        ),
+    )
+
+
+class LeaseSpec(_Section):
+    """A worker must heartbeat several times before it can be declared dead or lose a lease."""
+
+    ttl_seconds: _Positive = 60.0
+    heartbeat_seconds: _Positive = 5.0
+    dead_after_seconds: _Positive = 20.0
+
+    cross_field_rules: ClassVar[tuple[Rule[LeaseSpec], ...]] = (
+        Rule(
+            field="heartbeatSeconds",
+            message="must be less than deadAfterSeconds",
+            cel="self.heartbeatSeconds < self.deadAfterSeconds",
+            holds=lambda lease: lease.heartbeat_seconds < lease.dead_after_seconds,
+            shows=("heartbeatSeconds", "deadAfterSeconds"),
+        ),
+        Rule(
+            field="heartbeatSeconds",
+            message="must be less than ttlSeconds",
+            cel="self.heartbeatSeconds < self.ttlSeconds",
+            holds=lambda lease: lease.heartbeat_seconds < lease.ttl_seconds,
+            shows=("heartbeatSeconds", "ttlSeconds"),
+        ),
+    )
+
+
+class SecretRef(_Section):
+    name: Annotated[str, _OBJECT_NAME]
+    key: Annotated[str, _SECRET_KEY] = "url"
+
+
+class Persistence(_Section):
+    enabled: bool = False
+    size: Annotated[str, _QUANTITY] = "1Gi"
+    storage_class_name: Annotated[str, _OBJECT_NAME] | None = None
+
+
+class ManagedRedis(_Section):
+    image: str = "redis:7.4-alpine"
+    persistence: Persistence = Persistence()
+
+
+class RedisSpec(_Section):
+    """Where the frontier lives: a URL, a Secret holding one, or a Redis the operator runs."""
+
+    url: Annotated[str, AfterValidator(_redis_url)] | None = Field(default=None, repr=False)
+    secret_ref: SecretRef | None = None
+    managed: ManagedRedis | None = None
+
+    cross_field_rules: ClassVar[tuple[Rule[RedisSpec], ...]] = (
+        Rule(
+            field=None,
+            message="url, secretRef and managed are alternatives: set at most one",
+            cel="[has(self.url), has(self.secretRef), has(self.managed)].filter(x, x).size() <= 1",
+            holds=lambda redis: (
+                sum(part is not None for part in (redis.url, redis.secret_ref, redis.managed)) <= 1
+            ),
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_to_managed(cls, data: object) -> object:
+        # A CRD default cannot depend on sibling fields, so "managed unless told otherwise" is here.
+        if isinstance(data, Mapping) and all(
+            data.get(key) is None for key in ("url", "secretRef", "secret_ref", "managed")
+        ):
+            return {**data, "managed": {}}
+        return data
+
+
+class OutputSpec(_Section):
+    format: Literal["jsonl", "warc", "none"] = "jsonl"
+    max_file_bytes: _Count = 256 * _MIB  # rotate output files at this size
+    volume: dict[str, JsonValue] | None = None
+
+
+class RobotsSpec(_Section):
+    obey: bool = True
+
+
+class FetchSpec(_Section):
+    """Per-request limits: the crawler's first line of defence against hostile servers."""
+
+    connect_timeout_seconds: _Positive = 5.0
+    read_timeout_seconds: _Positive = 20.0
+    total_timeout_seconds: _Positive = 60.0
+    max_body_bytes: _Count = 10 * _MIB
+    max_redirects: Annotated[int, _Range(ge=0)] = 5
+    max_decompressed_bytes: _Count = 50 * _MIB
+
+
+class CrawlJobSpec(_Model):
+    """What the user asks for; every default of a crawl lives here."""
+
+    # Not Field(min_length=1): pydantic would count only the valid seeds and add a bogus
+    # "must not be empty" beside the real per-seed problem.
+    seeds: Annotated[
+        tuple[_Seed, ...],
+        _LIST_FROM_YAML,
+        Field(json_schema_extra={"minItems": 1}),
+        AfterValidator(_non_empty),
+    ]
+    scope: ScopeSpec = ScopeSpec()
+    dedup: DedupSpec = DedupSpec()
+    concurrency: ConcurrencySpec = ConcurrencySpec()
+    workers: WorkersSpec = WorkersSpec()
+    retry: RetrySpec = RetrySpec()
+    lease: LeaseSpec = LeaseSpec()
+    redis: RedisSpec = RedisSpec()
+    output: OutputSpec = OutputSpec()
+    robots: RobotsSpec = RobotsSpec()
+    user_agent: Annotated[str, AfterValidator(_header_value)] = DEFAULT_USER_AGENT
+    fetch: FetchSpec = FetchSpec()
+    suspend: bool = False
+    ttl_seconds_after_finished: Annotated[int, _Range(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _default_allowed_domains_to_seed_hosts(self) -> Self:
+        # Filled here rather than left to a helper: a consumer that read an empty list as
+        # "anything goes" would crawl the whole web.
+        if not self.scope.allowed_domains:
+            hosts = (urlsplit(seed).hostname for seed in self.seeds)
+            seed_hosts = _unique(tuple(_normalize_host(host) for host in hosts if host))
+            scope = self.scope.model_copy(update={"allowed_domains": seed_hosts})
+            object.__setattr__(self, "scope", scope)  # still inside validation
+        return self
+
+    @classmethod
+    def from_mapping(cls, spec: Mapping[str, object]) -> CrawlJobSpec:
+        """Validate a camelCase spec (as kopf or a ConfigMap hands it over); paths start at spec."""
+        return _validate(cls, spec, prefix=("spec",), what="CrawlJob spec")
+
+    def to_mapping(self) -> dict[str, JsonValue]:
+        """The camelCase spec with every default filled, for workers (ConfigMap/JSON)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ObjectMeta(_Model):
+    """The metadata crawlfleet reads; the API server's own fields pass, typos do not."""
+
+    model_config = ConfigDict(extra="allow", strict=False)
+
+    name: Annotated[str, _OBJECT_NAME]
+    namespace: Annotated[str, _NAMESPACE] = "default"
+    generation: int | None = None
+
+    @model_validator(mode="after")
+    def _refuse_unknown_fields(self) -> Self:
+        unknown = [key for key in self.model_extra or {} if key not in _OBJECT_META_FIELDS]
+        if unknown:
+            raise _problems([(key, _unknown_field(key, _OBJECT_META_FIELDS)) for key in unknown])
+        return self
+
+
+class _Observed(BaseModel):
+    """Status models: written by the operator, so tolerant of fields from other versions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+
+class Condition(_Observed):
+    """One metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"] = "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = None
+
+
+class CrawlJobStatus(_Observed):
+    """What the operator observed; counters default to 0 so printer columns never show blanks."""
+
+    phase: Phase = "Pending"
+    conditions: tuple[Condition, ...] = ()
+    observed_generation: int | None = None
+    replicas: int = 0
+    ready_replicas: int = 0
+    desired_replicas: int = 0
+    selector: str | None = None
+    queued: int = 0
+    in_flight: int = 0
+    seen: int = 0
+    crawled: int = 0
+    failed: int = 0
+    pages_per_second: float = 0.0
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    last_scale_time: datetime | None = None
+    message: str | None = None
+
+    def to_mapping(self) -> dict[str, JsonValue]:
+        """The camelCase status, ready for a status patch."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class CrawlJob(_Model):
+    """The whole resource, as ``kubectl apply`` and ``crawlfleet run`` both read it."""
+
+    api_version: Literal["crawlfleet.io/v1alpha1"]
+    kind: Literal["CrawlJob"]
+    metadata: ObjectMeta
+    spec: CrawlJobSpec
+    status: CrawlJobStatus | None = None
+
+    @property
+    def job_id(self) -> str:
+        """``namespace.name``: unique per cluster (namespaces hold no dots), the Redis hash tag."""
+        return f"{self.metadata.namespace}.{self.metadata.name}"
+
+
+# --- loading and error translation ------------------------------------------------------------
+
+
+def parse_crawljob(doc: Mapping[str, object]) -> CrawlJob:
+    """Validate a whole CrawlJob document (apiVersion, kind, metadata, spec, status)."""
+    return _validate(CrawlJob, doc, prefix=(), what="CrawlJob")
+
+
+def load_crawljob(path: str | Path) -> CrawlJob:
+    """Read one CrawlJob from a YAML file; every problem is a ConfigError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read CrawlJob file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: is not UTF-8 text") from exc
+    try:
+        documents = [doc for doc in yaml.load_all(text, Loader=_YamlLoader) if doc is not None]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if len(documents) != 1:
+        count = "no" if not documents else str(len(documents))
+        raise ConfigError(
+            f"{path}: holds {count} YAML documents; a CrawlJob file holds exactly one"
+        )
+    return _validate(CrawlJob, documents[0], prefix=(), what=f"CrawlJob in {path}")
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: PyYAML keeps the last one silently, the API
+    server refuses the document, and a silently dropped ``scope:`` would widen a crawl."""
+
+
+def _construct_mapping(loader: _YamlLoader, node: yaml.MappingNode) -> dict[object, object]:
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+            key = loader.construct_scalar(key_node)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+    return loader.construct_mapping(node, deep=True)
+
+
+_YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+def _validate(model: type[_ModelT], doc: object, *, prefix: tuple[str, ...], what: str) -> _ModelT:
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"invalid {what}: expected a mapping, got {type(doc).__name__}")
+    try:
+        # by_name=False: YAML must use the camelCase names the CRD knows.
+        return model.model_validate(doc, by_alias=True, by_name=False)
+    except ValidationError as exc:
+        # The message carries every problem; chaining pydantic's report would repeat it with
+        # links to pydantic's docs, which mean nothing to someone editing a CrawlJob.
+        raise _config_error(exc, model, prefix, what) from None
+
+
+_TYPE_MESSAGES: Final = {
+    "missing": "is required",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+}
+
+
+def _config_error(
+    exc: ValidationError, model: type[BaseModel], prefix: tuple[str, ...], what: str
+) -> ConfigError:
+    lines: list[str] = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        if error["type"] == "crawljob_problems":
+            found: list[tuple[str | None, str]] = error.get("ctx", {})["found"]
+            lines += [
+                f"{_path(prefix + loc + ((field,) if field else ()))}: {message}"
+                for field, message in found
+            ]
+        else:
+            lines.append(f"{_path(prefix + loc)}: {_describe(error, model, loc)}")
+    count = f"{len(lines)} problem" + ("" if len(lines) == 1 else "s")
+    return ConfigError("\n  ".join([f"invalid {what} ({count}):", *lines]))
+
+
+def _describe(error: ErrorDetails, model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    kind, ctx = error["type"], error.get("ctx", {})
+    if kind == "crawljob":
+        return error["msg"]
+    if kind == "extra_forbidden":
+        return _unknown_field(str(loc[-1]), _field_names(model, loc[:-1]))
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", ""))
+        one_of = "one of " if " or " in expected else ""
+        return f"must be {one_of}{expected} (got {_show(error['input'])})"
+    if kind in _TYPE_MESSAGES:
+        got = "" if kind == "missing" else f" (got {_show(error['input'])})"
+        return _TYPE_MESSAGES[kind] + got
+    message = error["msg"]
+    return message[:1].lower() + message[1:]
+
+
+def _unknown_field(key: str, known: frozenset[str] | list[str]) -> str:
+    by_lower = {name.lower().replace("_", ""): name for name in known}
+    close = by_lower.get(key.lower().replace("_", "")) or next(
+        iter(difflib.get_close_matches(key, sorted(known), n=1)), None
+    )
+    if close:
+        return f"unknown field; did you mean {close}?"
+    return f"unknown field (known: {', '.join(sorted(known))})" if known else "unknown field"
+
+
+def _field_names(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The camelCase field names of the model found at ``loc``, for "did you mean" hints."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if current is None:
+            return []
+        info = next(
+            (f for name, f in current.model_fields.items() if part in (name, f.alias)), None
+        )
+        current = _model_in(info.annotation) if info else None
+    if current is None:
+        return []
+    return [info.alias or name for name, info in current.model_fields.items()]
+
+
+def _model_in(annotation: object) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else part
+    return path

@@ -1,0 +1,197 @@
+"""Unit tests for crawlfleet.crawler.scope: domains, ports, depth, include/exclude, batches."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlfleet.crawler.scope import Scope, ScopeVerdict
+from crawlfleet.errors import ConfigError
+
+V = ScopeVerdict
+
+
+def scope(*domains: str, **kwargs: object) -> Scope:
+    return Scope(allowed_domains=domains, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("domains", "url", "verdict"),
+    [
+        # a domain allows itself and its subdomains, at label boundaries only
+        (("example.com",), "https://example.com/", None),
+        (("example.com",), "https://www.example.com/a", None),
+        (("example.com",), "https://a.b.example.com/a", None),
+        (("example.com",), "https://EXAMPLE.COM./", None),
+        (("example.com",), "https://badexample.com/", V.OUT_OF_DOMAIN),
+        (("example.com",), "https://example.com.evil.net/", V.OUT_OF_DOMAIN),
+        (("example.com",), "https://com/", V.OUT_OF_DOMAIN),
+        (("www.example.com",), "https://example.com/", V.OUT_OF_DOMAIN),
+        (("Example.COM.",), "http://www.example.com/", None),
+        (("b\u00fccher.example",), "http://xn--bcher-kva.example/", None),
+        (("b\u00fccher.example",), "http://shop.b\u00fccher.example/", None),
+        # ports: an entry with a port allows only that port; without, any port
+        (("127.0.0.2:8080",), "http://127.0.0.2:8080/", None),
+        (("127.0.0.2:8080",), "http://127.0.0.2:8081/", V.OUT_OF_DOMAIN),
+        (("127.0.0.2:8080",), "http://127.0.0.2/", V.OUT_OF_DOMAIN),
+        (("127.0.0.2",), "http://127.0.0.2:9999/", None),
+        (("example.com:443",), "https://example.com/", None),
+        (("example.com:443",), "http://example.com/", V.OUT_OF_DOMAIN),
+        (("example.com:8443",), "https://www.example.com:8443/", None),
+        (("example.com:8443", "example.com:9443"), "https://example.com:9443/", None),
+        (("example.com:8443", "example.com"), "https://example.com:1/", None),
+        # IP hosts match exactly, never as a "parent domain"
+        (("127.0.0.2",), "http://127.0.0.2/", None),
+        (("127.0.0.2",), "http://127.0.0.3/", V.OUT_OF_DOMAIN),
+        (("0.0.2",), "http://127.0.0.2/", V.OUT_OF_DOMAIN),
+        (("::1",), "http://[::1]/", None),
+        (("[::1]:8080",), "http://[::1]:8080/", None),
+        (("[::1]:8080",), "http://[::1]:8081/", V.OUT_OF_DOMAIN),
+        (("[0:0::0001]",), "http://[::1]/", None),
+        (("2001:db8::1",), "http://[2001:db8:0::1]/x", None),
+        # an empty list allows every host
+        ((), "https://anything.example/", None),
+    ],
+)
+def test_domains_and_ports(domains: tuple[str, ...], url: str, verdict: V | None) -> None:
+    assert scope(*domains).check(url, 0) is verdict
+
+
+@pytest.mark.parametrize(
+    ("url", "verdict"),
+    [
+        ("ftp://example.com/", V.BAD_SCHEME),
+        ("mailto:a@example.com", V.BAD_SCHEME),
+        ("example.com/path", V.BAD_SCHEME),
+        ("", V.BAD_SCHEME),
+        ("http://[::1", V.INVALID_URL),
+        ("http://example.com:99999/", V.INVALID_URL),
+        ("http:///path", V.INVALID_URL),
+    ],
+)
+def test_unusable_urls(url: str, verdict: V) -> None:
+    assert scope("example.com").check(url, 0) is verdict
+
+
+@pytest.mark.parametrize(
+    ("max_depth", "depth", "verdict"),
+    [
+        (3, 0, None),
+        (3, 3, None),
+        (3, 4, V.TOO_DEEP),
+        (0, 0, None),
+        (0, 1, V.TOO_DEEP),
+        (None, 99, None),
+    ],
+)
+def test_depth(max_depth: int | None, depth: int, verdict: V | None) -> None:
+    assert scope("example.com", max_depth=max_depth).check("https://example.com/", depth) is verdict
+
+
+def test_syntax_and_scheme_come_before_depth() -> None:
+    assert scope("example.com", max_depth=1).check("ftp://example.com/", 5) is V.BAD_SCHEME
+    assert scope("example.com", max_depth=1).check("https://other.example/", 5) is V.TOO_DEEP
+
+
+@pytest.mark.parametrize(
+    ("include", "exclude", "url", "verdict"),
+    [
+        ((), (), "https://example.com/a", None),
+        ((r"/blog/",), (), "https://example.com/blog/post", None),
+        ((r"/blog/",), (), "https://example.com/shop/item", V.NOT_INCLUDED),
+        ((r"/blog/", r"/news/"), (), "https://example.com/news/1", None),
+        ((), (r"\.pdf$",), "https://example.com/doc.pdf", V.EXCLUDED),
+        ((), (r"\.pdf$", r"[?&]sessionid="), "https://example.com/a?x=1&sessionid=2", V.EXCLUDED),
+        ((), (r"\.pdf$",), "https://example.com/doc.html", None),
+        ((r"/blog/",), (r"/blog/drafts/",), "https://example.com/blog/drafts/x", V.EXCLUDED),
+        ((r"(?i)/BLOG/",), (), "https://example.com/blog/x", None),
+        ((r"(?i)/BLOG/", r"/News/"), (), "https://example.com/news/x", V.NOT_INCLUDED),
+        ((r"a|b",), (), "https://example.com/b", None),
+        ((), (), "https://other.example/blog/", V.OUT_OF_DOMAIN),
+    ],
+)
+def test_include_exclude(
+    include: tuple[str, ...], exclude: tuple[str, ...], url: str, verdict: V | None
+) -> None:
+    assert scope("example.com", include=include, exclude=exclude).check(url, 1) is verdict
+
+
+def test_domain_is_checked_before_patterns() -> None:
+    checked = scope("example.com", exclude=(r"evil",))
+    assert checked.check("https://evil.example/", 0) is V.OUT_OF_DOMAIN
+
+
+def test_filter_batch() -> None:
+    checked = scope("example.com", exclude=(r"\.pdf$",), max_depth=2)
+    urls = [
+        "https://example.com/a",
+        "https://other.example/b",
+        "https://www.example.com/c",
+        "https://example.com/d.pdf",
+        "ftp://example.com/e",
+        "https://example.com/a",
+    ]
+    assert checked.filter(urls, 2) == (
+        ["https://example.com/a", "https://www.example.com/c", "https://example.com/a"],
+        3,
+    )
+    assert checked.filter(urls, 3) == ([], 6)
+    assert checked.filter(iter(urls), 3) == ([], 6)
+    assert checked.filter([], 0) == ([], 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field_name"),
+    [
+        ({"allowed_domains": ("example.com:0",)}, "scope.allowedDomains[0]"),
+        ({"allowed_domains": ("ok.example", "host:port")}, "scope.allowedDomains[1]"),
+        ({"allowed_domains": ("",)}, "scope.allowedDomains[0]"),
+        ({"allowed_domains": ("[::1",)}, "scope.allowedDomains[0]"),
+        ({"allowed_domains": ("[::1]x",)}, "scope.allowedDomains[0]"),
+        ({"allowed_domains": ("a/b",)}, "scope.allowedDomains[0]"),
+        ({"allowed_domains": "example.com"}, "scope.allowedDomains"),
+        ({"allowed_domains": (), "include": ("(",)}, "scope.include[0]"),
+        ({"allowed_domains": (), "exclude": ("ok", "[")}, "scope.exclude[1]"),
+        ({"allowed_domains": (), "max_depth": -1}, "scope.maxDepth"),
+        ({"allowed_domains": (), "max_pages": -1}, "scope.maxPages"),
+    ],
+)
+def test_invalid_configuration(kwargs: dict[str, object], field_name: str) -> None:
+    with pytest.raises(ConfigError, match=field_name.replace("[", r"\[").replace("]", r"\]")):
+        Scope(**kwargs)  # type: ignore[arg-type]
+
+
+def test_is_a_frozen_hashable_value() -> None:
+    first = Scope(allowed_domains=["example.com"], include=["/a/"])  # type: ignore[arg-type]
+    second = Scope(allowed_domains=("example.com",), include=("/a/",))
+    assert first == second
+    assert hash(first) == hash(second)
+    assert first.allowed_domains == ("example.com",)
+    assert first.max_depth == 3
+    assert first.max_pages == 0
+    with pytest.raises(AttributeError):
+        first.max_depth = 5  # type: ignore[misc]
+
+
+def test_allows_host_directly() -> None:
+    checked = scope("example.com", "10.0.0.1:80")
+    assert checked.allows_host("www.example.com", 443)
+    assert checked.allows_host("10.0.0.1", 80)
+    assert not checked.allows_host("10.0.0.1", 81)
+    assert not checked.allows_host("", 80)
+
+
+def test_filter_agrees_with_check() -> None:
+    checked = scope("example.com", "10.0.0.1:8080", include=(r"/in/",), exclude=(r"/in/no",))
+    hosts = ["example.com", "www.example.com", "evil.com", "10.0.0.1:8080", "10.0.0.1", "[::1"]
+    paths = ["/in/yes", "/in/no", "/out"]
+    urls = [
+        f"{scheme}://{host}{path}" for scheme in ("http", "ftp") for host in hosts for path in paths
+    ]
+    kept, refused = checked.filter(urls, 1)
+    assert kept == [url for url in urls if checked.check(url, 1) is None]
+    assert refused == len(urls) - len(kept)
+    assert kept == [
+        "http://example.com/in/yes",
+        "http://www.example.com/in/yes",
+        "http://10.0.0.1:8080/in/yes",
+    ]
