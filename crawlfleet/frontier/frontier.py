@@ -7,6 +7,7 @@ so progress and completion are O(1) reads. See docs/frontier.md for the model.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -261,10 +262,10 @@ class Frontier:
         raw = await self._run(self._scripts.claim, _worker_id(worker), count)
         claimed_at, expires_at = int(raw[0]) / 1000.0, int(raw[1]) / 1000.0
         leases = []
-        for i in range(2, len(raw), 2):
-            attempts, depth, url, parent = raw[i + 1].split("\t", 3)
+        for token in raw[2:]:
+            _, _, attempts, depth, url, parent = token.split("\t", 5)
             leases.append(
-                Lease(raw[i], url, int(depth), int(attempts), parent, claimed_at, expires_at)
+                Lease(token, url, int(depth), int(attempts), parent, claimed_at, expires_at)
             )
         return leases
 
@@ -325,6 +326,20 @@ class Frontier:
         """A host's own delay between fetches (robots Crawl-delay); None forgets it."""
         delay_ms = -1 if delay_seconds is None else max(0, round(delay_seconds * 1000))
         await self._run(self._scripts.set_host_delay, host, delay_ms)
+
+    async def pace(self, host: str, *, max_wait_seconds: float = 3600.0) -> None:
+        """Wait for, and take, a host's next fetch slot (for redirect hops and retries).
+
+        Claims space the first request to a host; any further request a fetch makes to a
+        host goes through here, so the server sees every request ``hostDelaySeconds`` apart.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_seconds
+        while True:
+            wait_ms = int(await self._run(self._scripts.pace, host))
+            if wait_ms <= 0 or loop.time() >= deadline:
+                return
+            await asyncio.sleep(min(wait_ms / 1000.0, max(0.0, deadline - loop.time())))
 
     # -- workers and progress -------------------------------------------------------------
 

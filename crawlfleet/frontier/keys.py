@@ -26,7 +26,6 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "hosts",
     "delayed",
     "leases",
-    "leasedata",
     "dead",
     "workers",
     "heartbeats",
@@ -81,6 +80,10 @@ class JobKeys:
     @property
     def robots(self) -> str:
         return self.prefix + "robots"
+
+    def robots_lock(self, origin: str) -> str:
+        """Fleet-wide "fetching now" lock of one origin's robots.txt (``scheme://host[:port]``)."""
+        return f"{self.prefix}robots-lock:{origin}"
 
     @property
     def pattern(self) -> str:

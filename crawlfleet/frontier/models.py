@@ -6,11 +6,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from crawlfleet.errors import ConfigError
 from crawlfleet.frontier.bloom import BloomBackend, BloomParams
 from crawlfleet.frontier.urls import CanonicalURL
+
+if TYPE_CHECKING:
+    from crawlfleet.crawljob import CrawlJobSpec
 
 _T = TypeVar("_T")
 
@@ -79,7 +82,11 @@ class Link(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """One URL handed to one worker until ``expires_at`` (server time, seconds)."""
+    """One URL handed to one worker until ``expires_at`` (server time, seconds).
+
+    ``lease_id`` is the lease's token, opaque to callers: completing a lease removes exactly
+    that token, so a lease that was requeued and handed out again cannot be completed twice.
+    """
 
     lease_id: str
     url: str
@@ -88,6 +95,11 @@ class Lease:
     parent: str
     claimed_at: float
     expires_at: float
+
+    @property
+    def number(self) -> str:
+        """The lease's sequence number: short, unique per job, for logs and fetch ids."""
+        return self.lease_id.split("\t", 1)[0]
 
     @property
     def host(self) -> str:
@@ -142,6 +154,20 @@ class FrontierSettings:
     task_attempts: int = 5
     max_pages: int = 0
     bloom_backend: BloomBackend | None = None  # None: native when the server has it
+
+    @classmethod
+    def from_spec(cls, job_id: str, spec: CrawlJobSpec) -> FrontierSettings:
+        """The frontier's share of a CrawlJob spec."""
+        return cls(
+            job_id=job_id,
+            capacity=spec.dedup.capacity,
+            error_rate=spec.dedup.error_rate,
+            per_host=spec.concurrency.per_host,
+            host_delay_seconds=spec.concurrency.host_delay_seconds,
+            lease_ttl_seconds=spec.lease.ttl_seconds,
+            task_attempts=spec.retry.task_attempts,
+            max_pages=spec.scope.max_pages,
+        )
 
     def validate(self) -> None:
         problems = []

@@ -29,6 +29,7 @@ SCRIPT_NAMES = (
     "requeue",
     "heartbeat",
     "set_host_delay",
+    "pace",
 )
 
 
@@ -55,6 +56,7 @@ class Scripts:
     requeue: AsyncScript
     heartbeat: AsyncScript
     set_host_delay: AsyncScript
+    pace: AsyncScript
 
     @classmethod
     def register(cls, client: aioredis.Redis) -> Scripts:

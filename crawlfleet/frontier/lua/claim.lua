@@ -1,6 +1,6 @@
 -- claim.lua: lease up to n URLs to a worker from hosts whose next allowed time has come.
 -- ARGV: [1] prefix, [2] worker id, [3] n.
--- Returns {now_ms, expires_ms, id1, task1, id2, task2, ...}.
+-- Returns {now_ms, expires_ms, token1, token2, ...}; a token is "<number>\t<worker>\t<task>".
 -- Politeness: a host gives at most perHost - inFlight URLs, and only one when it has a delay
 -- between fetches (hostDelaySeconds or its robots Crawl-delay); its next allowed time moves
 -- by that delay. Due delayed retries are moved to their host queues first.
@@ -29,7 +29,7 @@ end
 local out = {now, expires}
 local remaining = n
 local next_id = redis.call('HINCRBY', K.stats, 'lease_seq', n) - n
-local records, expiries = {}, {}
+local expiries = {}
 local hosts = redis.call('ZRANGEBYSCORE', K.ready, '-inf', now, 'LIMIT', 0, n)
 for _, host in ipairs(hosts) do
   if remaining <= 0 then break end
@@ -41,13 +41,10 @@ for _, host in ipairs(hosts) do
   if room > 0 then popped = redis.call('ZPOPMIN', qkey(host), room) end
   for i = 1, #popped, 2 do
     next_id = next_id + 1
-    local id = tostring(next_id)
-    records[#records + 1] = id
-    records[#records + 1] = worker .. '\t' .. popped[i]
+    local token = next_id .. '\t' .. worker .. '\t' .. popped[i]
     expiries[#expiries + 1] = expires
-    expiries[#expiries + 1] = id
-    out[#out + 1] = id
-    out[#out + 1] = popped[i]
+    expiries[#expiries + 1] = token
+    out[#out + 1] = token
   end
   local got = #popped / 2
   remaining = remaining - got
@@ -61,10 +58,9 @@ for _, host in ipairs(hosts) do
     place_host(host, st, cfg, now)
   end
 end
-if #records > 0 then
-  chunked('HSET', K.leasedata, records)
+if #expiries > 0 then
   chunked('ZADD', K.leases, expiries)
-  local taken = #records / 2
+  local taken = #expiries / 2
   redis.call('HINCRBY', K.stats, 'queued', -taken)
   redis.call('HINCRBY', K.stats, 'leased', taken)
 end

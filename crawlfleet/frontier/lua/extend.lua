@@ -1,5 +1,5 @@
 -- extend.lua: heartbeat long fetches: push the expiry of leases the worker still owns.
--- ARGV: [1] prefix, [2] worker id, [3] ttl ms (0: the job's lease ttl), then lease ids.
+-- ARGV: [1] prefix, [2] worker id, [3] ttl ms (0: the job's lease ttl), then lease tokens.
 -- Returns {expires_ms, code per id: 1 extended / 0 not the owner's}.
 local worker = ARGV[2]
 local ttl = tonumber(ARGV[3])
@@ -7,8 +7,8 @@ if ttl <= 0 then ttl = settings().lease_ttl_ms end
 local expires = now_ms() + ttl
 local out = {expires}
 for i = 4, #ARGV do
-  local rec = redis.call('HGET', K.leasedata, ARGV[i])
-  if rec and string.sub(rec, 1, #worker + 1) == worker .. '\t' then
+  local holder = split_lease(ARGV[i])
+  if holder == worker and redis.call('ZSCORE', K.leases, ARGV[i]) then
     redis.call('ZADD', K.leases, 'XX', expires, ARGV[i])
     out[#out + 1] = 1
   else

@@ -1,18 +1,18 @@
 -- fail.lua: record failed attempts of leases the worker still owns.
 -- ARGV: [1] prefix, [2] worker id, then 5 values per lease:
---       id, retryable '1'|'0', retry delay ms, failure class, message.
+--       lease token, retryable '1'|'0', retry delay ms, failure class, message.
 -- A retryable failure under taskAttempts goes to the delayed set (or straight back to its
 -- host queue when the delay is 0); anything else goes to the dead-letter hash with its class
 -- and message. Returns the server time (ms), then per lease: 0 not the owner's,
 -- 1 will be retried, 2 dead.
 local cfg = settings()
 local now = now_ms()
-local ids = {}
-for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
-local taken, per_host = take_leases(ids, ARGV[2])
+local tokens = {}
+for i = 3, #ARGV, 5 do tokens[#tokens + 1] = ARGV[i] end
+local taken, per_host = take_leases(tokens, ARGV[2])
 local result, back = {now}, {}
 local failed, dead, delayed, queued = 0, 0, 0, 0
-for i = 1, #ids do
+for i = 1, #tokens do
   local lease = taken[i]
   if lease then
     local a = 3 + (i - 1) * 5

@@ -1,21 +1,23 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[11..] are the Bloom
+-- KEYS[1..9] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[10..] are the Bloom
 -- segments. ARGV[1] is the job's key prefix, from which the per-host queues ("q:<host>") are
 -- derived; they carry the job's hash tag too.
 --
--- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease record is
--- "<owner>\t<task>" in K.leasedata, its expiry in K.leases. Queue scores are depth * 2^40 + sequence: breadth-first, FIFO per depth.
--- Time is the server's (TIME), so workers and the operator never disagree about expiry.
+-- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease is one member of
+-- K.leases, "<lease number>\t<owner>\t<task>", scored by its expiry: the member is the lease
+-- token the worker holds, so completing it is one ZREM that succeeds only while that exact
+-- lease exists (fencing for free). Queue scores are depth * 2^40 + sequence: breadth-first,
+-- FIFO per depth. Time is the server's (TIME), so workers and the operator never disagree
+-- about expiry.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
-  leases = KEYS[6], leasedata = KEYS[7], dead = KEYS[8], workers = KEYS[9],
-  heartbeats = KEYS[10],
+  leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9],
 }
-local BLOOM_KEY0 = 10 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
+local BLOOM_KEY0 = 9 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
 local PREFIX = ARGV[1]
 local DEPTH_SCALE = 1099511627776 -- 2^40
 
@@ -97,33 +99,27 @@ local function settle_host(host, st, cfg, now)
   place_host(host, st, cfg, now)
 end
 
--- Remove leases `owner` holds (any owner when owner is false): one HMGET, one HDEL, one ZREM
--- for the batch. Returns the removed tasks ({id=, task=, host=} in input order, nil where
--- the caller was not the holder: fencing) and the in-flight decrement per host.
-local function take_leases(ids, owner)
-  local taken, per_host, gone = {}, {}, {}
-  if #ids == 0 then return taken, per_host end
-  local recs = {}
-  for first = 1, #ids, 1000 do
-    local part = redis.call('HMGET', K.leasedata, unpack(ids, first, math.min(first + 999, #ids)))
-    for i = 1, #part do recs[#recs + 1] = part[i] end
-  end
-  for i, rec in ipairs(recs) do
-    if rec then
-      local tab = string.find(rec, '\t', 1, true)
-      if (not owner) or string.sub(rec, 1, tab - 1) == owner then
-        local task = string.sub(rec, tab + 1)
-        local _, _, url = split_task(task)
-        local host = host_of(url)
-        taken[i] = {id = ids[i], task = task, host = host}
-        per_host[host] = (per_host[host] or 0) + 1
-        gone[#gone + 1] = ids[i]
-      end
+-- Split a lease token into its owner and task.
+local function split_lease(token)
+  local owner, task = string.match(token, '^%d+\t([^\t]*)\t(.*)$')
+  return owner, task
+end
+
+-- Remove leases by token, only those `owner` holds (any owner when owner is false): one
+-- ZREM each, which answers whether that exact lease still existed. Returns the removed ones
+-- ({task=, host=} at the token's index, nil where the caller did not hold it) and the
+-- in-flight decrement per host.
+local function take_leases(tokens, owner)
+  local taken, per_host = {}, {}
+  for i, token in ipairs(tokens) do
+    local holder, task = split_lease(token)
+    if task and ((not owner) or holder == owner)
+        and redis.call('ZREM', K.leases, token) == 1 then
+      local _, _, url = split_task(task)
+      local host = host_of(url)
+      taken[i] = {task = task, host = host}
+      per_host[host] = (per_host[host] or 0) + 1
     end
-  end
-  if #gone > 0 then
-    chunked('HDEL', K.leasedata, gone)
-    chunked('ZREM', K.leases, gone)
   end
   return taken, per_host
 end

@@ -2,16 +2,14 @@
 -- ARGV: [1] prefix, [2] mode 'expired'|'owner', [3] owner id (mode owner) or limit (expired).
 -- Each requeue counts an attempt (a page that kills its worker must not kill the fleet
 -- forever); past taskAttempts the URL is dead-lettered with class lease_expired/worker_lost.
--- Owner mode reads every lease (HGETALL): in-flight leases are few (workers x perWorker).
+-- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
 -- Returns {requeued, dead, server time ms}.
 local cfg = settings()
 local now = now_ms()
 local ids, fclass, message = {}, nil, nil
 if ARGV[2] == 'owner' then
-  local prefix = ARGV[3] .. '\t'
-  local all = redis.call('HGETALL', K.leasedata)
-  for i = 1, #all, 2 do
-    if string.sub(all[i + 1], 1, #prefix) == prefix then ids[#ids + 1] = all[i] end
+  for _, token in ipairs(redis.call('ZRANGE', K.leases, 0, -1)) do
+    if split_lease(token) == ARGV[3] then ids[#ids + 1] = token end
   end
   fclass, message = 'worker_lost', 'worker ' .. ARGV[3] .. ' stopped while holding the lease'
 else

@@ -1,0 +1,7 @@
+"""``python -m crawlfleet``: the same as the ``crawlfleet`` console script."""
+
+import sys
+
+from crawlfleet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,203 @@
+"""Every Prometheus metric of a crawler worker, defined here and nowhere else.
+
+Names follow ``crawlfleet_worker_<name>_<unit>`` in base units (seconds, bytes), counters end in
+``_total``. Labels are closed sets (status class, failure class, Bloom result), never a URL or
+a host: one series per label value and a crawl meets millions of URLs, so an open label would
+exhaust Prometheus long before the crawl ends. Unknown failure classes are refused with
+``ValueError`` rather than exported, for the same reason.
+
+Metrics live in an explicit :class:`~prometheus_client.CollectorRegistry` owned by
+:class:`WorkerMetrics`, not in the process-global one, so tests and several workers in one
+process (local mode) never collide; every label value is created at zero up front so that
+``rate()`` and alerts see a series before its first event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, Literal
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from crawlfleet.crawler.failures import FailureClass
+
+__all__ = [
+    "FETCH_SECONDS_BUCKETS",
+    "BloomResult",
+    "StatusClass",
+    "WorkerMetrics",
+    "status_class",
+]
+
+_PREFIX: Final = "crawlfleet_worker_"
+
+#: Fetch latency buckets: 10 ms (a cached page on a LAN) up to 60 s (the total timeout).
+FETCH_SECONDS_BUCKETS: Final = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+)
+
+StatusClass = Literal["2xx", "3xx", "4xx", "5xx", "none", "other"]
+BloomResult = Literal["new", "duplicate"]
+
+_STATUS_CLASSES: Final[tuple[StatusClass, ...]] = ("2xx", "3xx", "4xx", "5xx", "none", "other")
+_BY_HUNDREDS: Final[dict[int, StatusClass]] = {2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
+
+
+def status_class(status: int | None) -> StatusClass:
+    """The label of an HTTP status: ``none`` when no response came, ``other`` outside 200..599."""
+    if status is None:
+        return "none"
+    return _BY_HUNDREDS.get(status // 100, "other") if status >= 0 else "other"
+
+
+class WorkerMetrics:
+    """A worker's metrics and the small verbs the fetch loop reports through."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._server: WSGIServer | None = None
+        reg = self.registry
+        self.pages_fetched = Counter(
+            _PREFIX + "pages_fetched_total",
+            "Fetches that completed, by HTTP status class (none: no response).",
+            ["status_class"],
+            registry=reg,
+        )
+        self.fetch_duration = Histogram(
+            _PREFIX + "fetch_duration_seconds",
+            "Time from sending a request to reading the whole body.",
+            buckets=FETCH_SECONDS_BUCKETS,
+            registry=reg,
+        )
+        self.in_flight = Gauge(
+            _PREFIX + "fetches_in_flight",
+            "Fetches running now.",
+            registry=reg,
+        )
+        self.concurrency_limit = Gauge(
+            _PREFIX + "concurrency_limit",
+            "Fetches the worker allows at once (adaptive: AIMD on failures).",
+            registry=reg,
+        )
+        self.retries = Counter(
+            _PREFIX + "retries_total",
+            "Attempts that failed and will be tried again, by failure class.",
+            ["failure_class"],
+            registry=reg,
+        )
+        self.failures = Counter(
+            _PREFIX + "failures_total",
+            "Attempts that failed, by failure class (retried or not).",
+            ["failure_class"],
+            registry=reg,
+        )
+        self.bloom = Counter(
+            _PREFIX + "bloom_results_total",
+            "Discovered links checked against the job's Bloom filter, by result.",
+            ["result"],
+            registry=reg,
+        )
+        self.response_bytes = Counter(
+            _PREFIX + "response_bytes_total",
+            "Body bytes read from responses (after decompression).",
+            registry=reg,
+        )
+        self.leases_lost = Counter(
+            _PREFIX + "leases_lost_total",
+            "Leases the worker no longer owned when it tried to complete them.",
+            registry=reg,
+        )
+        self.claims = Counter(
+            _PREFIX + "claims_total",
+            "URLs leased from the frontier.",
+            registry=reg,
+        )
+        for label in _STATUS_CLASSES:
+            self.pages_fetched.labels(status_class=label)
+        for failure in FailureClass:
+            self.retries.labels(failure_class=failure.value)
+            self.failures.labels(failure_class=failure.value)
+        for result in ("new", "duplicate"):
+            self.bloom.labels(result=result)
+
+    # -- reporting verbs ------------------------------------------------------------------
+
+    def observe_fetch(self, status: int | None, seconds: float, response_bytes: int) -> None:
+        """A fetch finished (with or without a response)."""
+        self.pages_fetched.labels(status_class=status_class(status)).inc()
+        self.fetch_duration.observe(max(0.0, seconds))
+        if response_bytes > 0:
+            self.response_bytes.inc(response_bytes)
+
+    def set_in_flight(self, count: int) -> None:
+        self.in_flight.set(count)
+
+    def set_concurrency_limit(self, limit: int) -> None:
+        self.concurrency_limit.set(limit)
+
+    def observe_failure(self, failure_class: FailureClass | str, *, retried: bool) -> None:
+        """A failed attempt; ``retried`` when it will be tried again (then also a retry)."""
+        label = FailureClass(failure_class).value  # ValueError for an unknown class
+        self.failures.labels(failure_class=label).inc()
+        if retried:
+            self.retries.labels(failure_class=label).inc()
+
+    def observe_bloom(self, results: Iterable[bool]) -> None:
+        """Results of a Bloom "add if new" batch (True = new), as the frontier returns them."""
+        new = duplicate = 0
+        for is_new in results:
+            if is_new:
+                new += 1
+            else:
+                duplicate += 1
+        if new:
+            self.bloom.labels(result="new").inc(new)
+        if duplicate:
+            self.bloom.labels(result="duplicate").inc(duplicate)
+
+    def observe_leases_lost(self, count: int = 1) -> None:
+        if count > 0:
+            self.leases_lost.inc(count)
+
+    def observe_claims(self, count: int) -> None:
+        if count > 0:
+            self.claims.inc(count)
+
+    # -- exposition -----------------------------------------------------------------------
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Expose ``/metrics`` on ``host:port`` in a daemon thread; port 0 disables it.
+
+        ``0.0.0.0`` by default because Prometheus scrapes pods from outside; local mode passes
+        ``127.0.0.1``. Calling it again while serving is refused: one endpoint per worker.
+        """
+        if port == 0:
+            return
+        if self._server is not None:
+            raise RuntimeError("metrics are already being served")
+        self._server, _ = start_http_server(port, host, registry=self.registry)
+
+    @property
+    def serving_port(self) -> int | None:
+        """The port ``/metrics`` listens on, or None when not serving."""
+        return None if self._server is None else int(self._server.server_port)
+
+    def close(self) -> None:
+        """Stop serving ``/metrics`` (idempotent)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

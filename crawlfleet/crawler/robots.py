@@ -1,0 +1,506 @@
+"""robots.txt per origin, fetched once for the whole fleet and cached in Redis.
+
+A fleet of N workers that each fetched every host's robots.txt would hit each site N times
+before its first page and again on every worker restart. So the raw answer (status and body)
+lives in one Redis hash of the job (``JobKeys.robots``; field ``scheme://host[:port]``, value
+JSON ``{"status", "body", "fetched_at"}``), written by whichever worker fetched it first, and
+every worker keeps the *parsed* rules (Protego objects) in a small local LRU, because parsing
+is the costly part and the same hosts come back on every claim.
+
+Semantics follow RFC 9309 as Google reads it:
+
+* 2xx: the body is parsed; only its first 500 KiB count (the rest is cut at the last line
+  break before the cap, so a rule is never read half-way);
+* 3xx left over after the fetcher's own redirect handling, and 4xx except 429: no robots.txt,
+  everything is allowed;
+* 5xx, 429, a network failure, a timeout, or any other status: the site is unreachable and
+  *everything* is disallowed, but only for ``error_ttl_seconds`` (10 min), after which it is
+  asked again; a 2xx/4xx answer is kept for ``ttl_seconds`` (24 h);
+* ``obey=False``: every URL is allowed and robots.txt is never fetched.
+
+Rules are matched with the *product token* of the user agent: the part of ``user_agent`` before
+its first ``/`` (``crawlfleet/0.1 (+https://...)`` → ``crawlfleet``).
+
+Only one worker of the fleet fetches an origin at a time: a short ``SET NX PX`` lock (redis-py's
+:class:`~redis.asyncio.lock.Lock`, key ``JobKeys.robots_lock(origin)``) is taken first, and
+workers that lose the race poll the hash until the winner has written it (or the lock is gone,
+when they fetch themselves). Within one worker, concurrent callers of the same origin share one
+fetch. Redis errors become :class:`~crawlfleet.errors.FrontierUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, TypeVar
+from urllib.parse import urlsplit
+from uuid import uuid4
+
+import redis.asyncio as aioredis
+from protego import Protego
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockError, RedisError
+
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.errors import ConfigError, FetchError, FrontierUnavailable, InvalidURL
+from crawlfleet.frontier.keys import JobKeys
+
+__all__ = [
+    "DEFAULT_ERROR_TTL_SECONDS",
+    "DEFAULT_TTL_SECONDS",
+    "MAX_ROBOTS_BYTES",
+    "RobotsFetch",
+    "RobotsPolicy",
+    "product_token",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``robots URL -> (HTTP status, or None on a network failure; body)``. The fetcher follows
+#: redirects itself (RFC 9309 asks for at least five) and applies the usual safety checks.
+RobotsFetch = Callable[[str], Awaitable[tuple[int | None, bytes]]]
+
+#: Google (and RFC 9309's minimum) read the first 500 KiB of a robots.txt.
+MAX_ROBOTS_BYTES: Final = 500 * 1024
+#: How long a definite answer (2xx or 4xx) is kept before it is fetched again.
+DEFAULT_TTL_SECONDS: Final = 86_400.0
+#: How long "unreachable" (5xx, 429, network failure) blocks a site before robots is re-asked.
+DEFAULT_ERROR_TTL_SECONDS: Final = 600.0
+#: Upper bound for one robots.txt fetch; a hung server must not stall the host for long.
+DEFAULT_FETCH_TIMEOUT_SECONDS: Final = 30.0
+
+# Bodies above this are parsed in a thread so a huge robots.txt does not stall the event loop.
+_PARSE_IN_THREAD_BYTES: Final = 64 * 1024
+# How often a worker that lost the fetch lock looks for the winner's answer.
+_POLL_SECONDS: Final = (0.05, 0.1, 0.2, 0.25)
+# Times a worker competes for the fetch lock before it fetches without one.
+_LOCK_ROUNDS: Final = 3
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_UTF8_BOM: Final = "\ufeff"
+
+
+class _Verdict(StrEnum):
+    RULES = "rules"  # 2xx: obey the parsed body
+    ALLOW_ALL = "allow_all"  # 3xx/4xx: no robots.txt
+    DISALLOW_ALL = "disallow_all"  # 5xx, 429, network failure: site unreachable
+
+
+def _verdict(status: int | None) -> _Verdict:
+    if status is None or status == 429:
+        return _Verdict.DISALLOW_ALL
+    if 200 <= status < 300:
+        return _Verdict.RULES
+    if 300 <= status < 500:
+        return _Verdict.ALLOW_ALL
+    return _Verdict.DISALLOW_ALL  # 5xx, and anything outside HTTP's range
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """The raw answer as stored in Redis: what every worker of the fleet shares."""
+
+    status: int | None
+    body: str
+    fetched_at: float
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"status": self.status, "body": self.body, "fetched_at": self.fetched_at},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, origin: str, value: str) -> _Entry | None:
+        """None (and a warning) for a value this version cannot read: it is fetched again."""
+        try:
+            data = json.loads(value)
+            status, body, fetched_at = data["status"], data["body"], data["fetched_at"]
+            if status is not None and not isinstance(status, int):
+                raise TypeError("status")
+            if not isinstance(body, str) or not isinstance(fetched_at, int | float):
+                raise TypeError("body or fetched_at")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("robots: unreadable cache entry for %s (%s); fetching again", origin, exc)
+            return None
+        return cls(status, body, float(fetched_at))
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """Parsed rules of one origin, valid until ``expires_at`` (the policy's clock)."""
+
+    verdict: _Verdict
+    parser: Protego | None
+    expires_at: float
+
+    def allows(self, url: str, agent: str) -> bool:
+        if self.verdict is _Verdict.RULES and self.parser is not None:
+            return bool(self.parser.can_fetch(url, agent))
+        return self.verdict is _Verdict.ALLOW_ALL
+
+    def delay_seconds(self, agent: str) -> float | None:
+        if self.parser is None:
+            return None
+        delay = self.parser.crawl_delay(agent)
+        if delay is None:
+            rate = self.parser.request_rate(agent)
+            if rate is not None and rate.requests > 0:
+                delay = rate.seconds / rate.requests
+        if delay is None or math.isnan(delay):
+            return None
+        return float(delay)
+
+
+def product_token(user_agent: str) -> str:
+    """The token robots.txt groups are matched against: ``user_agent`` up to its first ``/``."""
+    token = user_agent.split("/", 1)[0].strip().lower()
+    if not token or any(c.isspace() for c in token):
+        raise ConfigError(f"userAgent {user_agent!r} must start with a product token ('name/…')")
+    return token
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of a URL, default port dropped (canonical URLs already are)."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise InvalidURL(f"malformed URL {url[:200]!r}: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not host:
+        raise InvalidURL(f"not an absolute http(s) URL: {url[:200]!r}")
+    if ":" in host:
+        host = f"[{host}]"
+    return (
+        f"{scheme}://{host}"
+        if port in (None, _DEFAULT_PORTS[scheme])
+        else f"{scheme}://{host}:{port}"
+    )
+
+
+def _decode_body(body: bytes) -> str:
+    """The first 500 KiB as text, cut at the last line break so no rule is read half-way."""
+    if len(body) > MAX_ROBOTS_BYTES:
+        cut = body.rfind(b"\n", 0, MAX_ROBOTS_BYTES)
+        body = body[: cut + 1 if cut != -1 else MAX_ROBOTS_BYTES]
+    # RFC 9309: UTF-8; undecodable bytes are replaced, as every real parser tolerates them.
+    return body.decode("utf-8", errors="replace").removeprefix(_UTF8_BOM)
+
+
+_T = TypeVar("_T")
+
+
+async def _redis(call: Awaitable[_T]) -> _T:
+    """Await one Redis command, translating redis-py's errors at this boundary."""
+    try:
+        return await call
+    except RedisError as exc:
+        raise FrontierUnavailable(f"Redis unavailable (robots cache): {exc}") from exc
+
+
+class RobotsPolicy:
+    """Answers "may this URL be fetched?" and "how slowly?" for one job, fleet-wide cached.
+
+    ``clock`` (seconds since the epoch) stamps and ages entries; it is shared with other
+    workers through Redis, so it must be wall-clock time in production (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        keys: JobKeys,
+        fetch_robots: RobotsFetch,
+        *,
+        user_agent: str,
+        obey: bool = True,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        error_ttl_seconds: float = DEFAULT_ERROR_TTL_SECONDS,
+        max_crawl_delay_seconds: float = 60.0,
+        fetch_timeout_seconds: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
+        local_cache_size: int = 4096,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if ttl_seconds <= 0 or error_ttl_seconds <= 0 or fetch_timeout_seconds <= 0:
+            raise ConfigError("robots TTLs and fetch timeout must be positive")
+        if max_crawl_delay_seconds < 0 or local_cache_size < 1:
+            raise ConfigError("max_crawl_delay_seconds must be >= 0, local_cache_size >= 1")
+        self._client = client
+        self._keys = keys
+        self._fetch_robots = fetch_robots
+        self._agent = product_token(user_agent)
+        self._obey = obey
+        self._ttl_seconds = ttl_seconds
+        self._error_ttl_seconds = error_ttl_seconds
+        self._max_crawl_delay_seconds = max_crawl_delay_seconds
+        self._fetch_timeout_seconds = fetch_timeout_seconds
+        # The lock outlives a fetch that hits its timeout, plus the Redis writes after it.
+        self._lock_seconds = fetch_timeout_seconds + 10.0
+        self._cache_size = local_cache_size
+        self._clock = clock
+        self._local: OrderedDict[str, _Rules] = OrderedDict()
+        self._inflight: dict[str, asyncio.Task[_Rules]] = {}
+
+    @classmethod
+    def from_spec(
+        cls,
+        client: aioredis.Redis,
+        keys: JobKeys,
+        fetch_robots: RobotsFetch,
+        spec: CrawlJobSpec,
+    ) -> RobotsPolicy:
+        """The policy a CrawlJob asks for (``robots.obey``, ``userAgent``)."""
+        return cls(client, keys, fetch_robots, user_agent=spec.user_agent, obey=spec.robots.obey)
+
+    @property
+    def agent(self) -> str:
+        """The product token matched against ``User-agent`` lines."""
+        return self._agent
+
+    # -- public API -----------------------------------------------------------------------
+
+    async def allowed(self, url: str) -> bool:
+        """May ``url`` (absolute http(s), canonical) be fetched? Fetches robots.txt if needed."""
+        if not self._obey:
+            return True
+        origin = _origin(url)
+        rules = self._local_get(origin, self._clock())
+        if rules is None:
+            rules = (await self._rules_for([origin]))[origin]
+        return rules.allows(url, self._agent)
+
+    async def allowed_many(self, urls: Sequence[str]) -> list[bool]:
+        """:meth:`allowed` for a batch: one HMGET for every origin not cached locally.
+
+        Origins missing from Redis (or stale there) are fetched concurrently, once each.
+        """
+        if not self._obey or not urls:
+            return [True] * len(urls)
+        origins = [_origin(url) for url in urls]
+        rules = await self._rules_for(origins)
+        return [rules[o].allows(url, self._agent) for url, o in zip(urls, origins, strict=True)]
+
+    async def crawl_delay(self, host: str) -> float | None:
+        """Crawl-delay (or Request-rate as seconds per request) for our agent, at most the max.
+
+        ``host`` is an origin (``https://example.com``), fetched if not yet known, or a bare
+        frontier host key (``example.com[:port]``), which is only looked up (https first): call
+        :meth:`allowed` for one of its URLs first. None when robots sets no delay, when it is
+        unknown, or when robots is not obeyed.
+        """
+        if not self._obey:
+            return None
+        now = self._clock()
+        rules: _Rules | None
+        if "://" in host:
+            origin = _origin(host)
+            rules = self._local_get(origin, now) or (await self._rules_for([origin]))[origin]
+        else:
+            rules = await self._known_rules((f"https://{host}", f"http://{host}"), now)
+        if rules is None:
+            return None
+        delay = rules.delay_seconds(self._agent)
+        if delay is None:
+            return None
+        return min(self._max_crawl_delay_seconds, max(0.0, delay))
+
+    # -- cache layers ---------------------------------------------------------------------
+
+    def _local_get(self, origin: str, now: float) -> _Rules | None:
+        rules = self._local.get(origin)
+        if rules is None:
+            return None
+        if rules.expires_at <= now:
+            del self._local[origin]
+            return None
+        self._local.move_to_end(origin)
+        return rules
+
+    def _local_put(self, origin: str, rules: _Rules) -> None:
+        self._local[origin] = rules
+        self._local.move_to_end(origin)
+        while len(self._local) > self._cache_size:
+            self._local.popitem(last=False)
+
+    async def _known_rules(self, origins: Iterable[str], now: float) -> _Rules | None:
+        """The first origin with fresh rules, locally or in Redis; never fetches."""
+        origins = list(origins)
+        for origin in origins:
+            rules = self._local_get(origin, now)
+            if rules is not None:
+                return rules
+        values = await _redis(self._client.hmget(self._keys.robots, origins))
+        for origin, value in zip(origins, values, strict=True):
+            rules = await self._from_value(origin, value, now)
+            if rules is not None:
+                return rules
+        return None
+
+    async def _rules_for(self, origins: Sequence[str]) -> dict[str, _Rules]:
+        """Fresh rules for every origin: local cache, then one HMGET, then fetches."""
+        now = self._clock()
+        found: dict[str, _Rules] = {}
+        missing: list[str] = []
+        for origin in dict.fromkeys(origins):
+            rules = self._local_get(origin, now)
+            if rules is None:
+                missing.append(origin)
+            else:
+                found[origin] = rules
+        if not missing:
+            return found
+        values = await _redis(self._client.hmget(self._keys.robots, missing))
+        stale: list[str] = []
+        for origin, value in zip(missing, values, strict=True):
+            rules = await self._from_value(origin, value, now)
+            if rules is None:
+                stale.append(origin)
+            else:
+                found[origin] = rules
+        if stale:
+            # gather, not a TaskGroup: callers want the first FrontierUnavailable itself, not an
+            # ExceptionGroup, and the other fetches are shared tasks that should finish anyway.
+            fetched = await asyncio.gather(*(self._fetch_once(origin) for origin in stale))
+            found.update(zip(stale, fetched, strict=True))
+        return found
+
+    async def _from_value(
+        self, origin: str, value: str | bytes | None, now: float
+    ) -> _Rules | None:
+        """Rules from a Redis value if it is present and fresh (and cached locally)."""
+        if isinstance(value, bytes):  # a client without decode_responses
+            value = value.decode("utf-8", errors="replace")
+        entry = None if value is None else _Entry.from_json(origin, value)
+        if entry is None or self._expires_at(entry) <= now:
+            return None  # checked before parsing: a stale 500 KiB body is not worth parsing
+        rules = await self._parse(entry)
+        self._local_put(origin, rules)
+        return rules
+
+    def _expires_at(self, entry: _Entry) -> float:
+        if _verdict(entry.status) is _Verdict.DISALLOW_ALL:
+            return entry.fetched_at + self._error_ttl_seconds
+        return entry.fetched_at + self._ttl_seconds
+
+    async def _parse(self, entry: _Entry) -> _Rules:
+        verdict = _verdict(entry.status)
+        expires_at = self._expires_at(entry)
+        if verdict is not _Verdict.RULES:
+            return _Rules(verdict, None, expires_at)
+        if len(entry.body) > _PARSE_IN_THREAD_BYTES:
+            parser = await asyncio.to_thread(Protego.parse, entry.body)
+        else:
+            parser = Protego.parse(entry.body)
+        return _Rules(verdict, parser, expires_at)
+
+    # -- fetching -------------------------------------------------------------------------
+
+    async def _fetch_once(self, origin: str) -> _Rules:
+        """Join this worker's fetch of ``origin`` if one is running, else start one.
+
+        The shared task is shielded: a caller that is cancelled must not cancel the fetch
+        other callers wait for.
+        """
+        task = self._inflight.get(origin)
+        if task is None:
+            task = asyncio.create_task(self._refresh(origin), name=f"robots {origin}")
+            self._inflight[origin] = task
+            task.add_done_callback(lambda done: self._fetch_done(origin, done))
+        return await asyncio.shield(task)
+
+    def _fetch_done(self, origin: str, task: asyncio.Task[_Rules]) -> None:
+        if self._inflight.get(origin) is task:
+            del self._inflight[origin]
+        if not task.cancelled() and task.exception() is not None:
+            # Also raised to every caller still waiting; logged in case all were cancelled.
+            log.debug("robots: fetch of %s failed", origin, exc_info=task.exception())
+
+    async def _refresh(self, origin: str) -> _Rules:
+        """Fetch and store an origin's robots.txt, unless another worker is doing it now.
+
+        A worker that finds the lock taken waits for the holder's answer; when the lock goes
+        away without one (its holder died), it competes for the lock again, so a crashed
+        worker does not turn into a stampede. After a few rounds it fetches unlocked.
+        """
+        for _ in range(_LOCK_ROUNDS):
+            lock = self._client.lock(
+                self._keys.robots_lock(origin),
+                timeout=self._lock_seconds,
+                blocking=False,
+                thread_local=False,
+            )
+            if await _redis(lock.acquire(blocking=False, token=uuid4().hex)):
+                try:
+                    # Another worker may have stored it between our read and our lock.
+                    value = await _redis(self._client.hget(self._keys.robots, origin))
+                    rules = await self._from_value(origin, value, self._clock())
+                    return rules if rules is not None else await self._fetch_and_store(origin)
+                finally:
+                    await self._release(lock, origin)
+            rules = await self._wait_for_other_worker(origin)
+            if rules is not None:
+                return rules
+        log.info("robots: no answer from the workers fetching %s; fetching it here", origin)
+        return await self._fetch_and_store(origin)
+
+    async def _release(self, lock: Lock, origin: str) -> None:
+        try:
+            await lock.release()
+        except LockError:
+            # It expired during a slow fetch; the entry is written anyway, nothing is lost.
+            log.debug("robots: lock of %s expired before release", origin)
+        except RedisError as exc:
+            # It expires by itself within the lock TTL; the rules we return are still valid.
+            log.warning("robots: could not release lock of %s: %s", origin, exc)
+
+    async def _wait_for_other_worker(self, origin: str) -> _Rules | None:
+        """Poll for the fresh entry another worker is fetching; None if it never comes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._lock_seconds
+        attempt = 0
+        while loop.time() < deadline:
+            await asyncio.sleep(_POLL_SECONDS[min(attempt, len(_POLL_SECONDS) - 1)])
+            attempt += 1
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.hget(self._keys.robots, origin)
+                pipe.exists(self._keys.robots_lock(origin))
+                value, locked = await _redis(pipe.execute())
+            rules = await self._from_value(origin, value, self._clock())
+            if rules is not None:
+                return rules
+            if not locked:
+                break  # the holder gave up or died without writing
+        return None
+
+    async def _fetch_and_store(self, origin: str) -> _Rules:
+        status, body = await self._fetch(origin)
+        verdict = _verdict(status)
+        text = _decode_body(body) if verdict is _Verdict.RULES else ""
+        entry = _Entry(status, text, self._clock())
+        await _redis(self._client.hset(self._keys.robots, origin, entry.to_json()))
+        rules = await self._parse(entry)
+        self._local_put(origin, rules)
+        if verdict is _Verdict.DISALLOW_ALL:
+            log.info(
+                "robots: %s/robots.txt unreachable (status %s); host disallowed for %.0f s",
+                origin,
+                status,
+                self._error_ttl_seconds,
+            )
+        return rules
+
+    async def _fetch(self, origin: str) -> tuple[int | None, bytes]:
+        """The fetcher's answer; a timeout or a failed fetch is "unreachable" (status None)."""
+        url = origin + "/robots.txt"
+        try:
+            async with asyncio.timeout(self._fetch_timeout_seconds):
+                return await self._fetch_robots(url)
+        except (TimeoutError, OSError, FetchError) as exc:
+            log.info("robots: fetching %s failed: %s", url, exc)
+            return None, b""

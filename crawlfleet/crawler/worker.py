@@ -1,0 +1,455 @@
+"""The crawl worker: claim a batch → fetch concurrently → classify → extract links → admit
+them → ack/fail, batching every Redis round trip it can.
+
+Three layers of fault tolerance (DESIGN §4): the request layer (``fetch.Fetcher``) retries
+transient errors with backoff; this task layer decides a URL's fate from its failure class
+(permanent → dead letter, retryable → delayed retry with a longer wait for push-back) and
+adapts concurrency (AIMD); the flow layer keeps leases alive while fetches run, heartbeats
+for the fleet brain, and on SIGTERM stops claiming, finishes or releases what it holds, and
+exits 0. A SIGKILL costs only the leases in flight, which expire back into the queue.
+
+Completed fetches wait in a small buffer and are flushed together: one ``enqueue`` of all
+new links, one ``ack`` and one ``fail`` per flush, however many pages it holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from hashlib import sha256
+from pathlib import Path
+
+from crawlfleet.crawler.concurrency import AdaptiveLimit
+from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
+from crawlfleet.crawler.fetch import Fetcher, FetchResult
+from crawlfleet.crawler.links import extract_links
+from crawlfleet.crawler.metrics import WorkerMetrics
+from crawlfleet.crawler.robots import RobotsPolicy
+from crawlfleet.crawler.safety import AddressGuard
+from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.sinks import OutputWriter, PageOutput, PageRecord
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.errors import FetchError, FrontierUnavailable
+from crawlfleet.frontier import (
+    FailOutcome,
+    Failure,
+    Frontier,
+    Lease,
+    Link,
+    host_of,
+    try_canonicalize,
+)
+
+__all__ = ["Worker", "WorkerOptions"]
+
+log = logging.getLogger(__name__)
+
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How this process runs, as opposed to what the job asks (the spec)."""
+
+    worker_id: str
+    output_dir: Path
+    grace_seconds: float = 25.0
+    exit_when_done: bool = True
+    flush_interval_seconds: float = 0.05
+    flush_batch: int = 64
+    idle_poll_seconds: float = 0.05
+    max_buffered: int = 512
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What became of one lease, waiting to be flushed."""
+
+    lease: Lease
+    record: PageRecord
+    failure: Failure | None = None
+    links: list[str] = field(default_factory=list)
+    result: FetchResult | None = None
+
+
+class Worker:
+    """One crawl worker process's loop over a shared frontier."""
+
+    def __init__(
+        self,
+        *,
+        spec: CrawlJobSpec,
+        frontier: Frontier,
+        fetcher: Fetcher,
+        robots: RobotsPolicy,
+        writer: OutputWriter,
+        metrics: WorkerMetrics,
+        options: WorkerOptions,
+        guard: AddressGuard | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.spec = spec
+        self.frontier = frontier
+        self.fetcher = fetcher
+        self.robots = robots
+        self.writer = writer
+        self.metrics = metrics
+        self.options = options
+        self.guard = None if spec.scope.allow_private_networks else guard
+        self.worker_id = options.worker_id
+        self.scope = Scope(
+            allowed_domains=tuple(spec.scope.allowed_domains),
+            max_depth=spec.scope.max_depth,
+            include=tuple(spec.scope.include),
+            exclude=tuple(spec.scope.exclude),
+            max_pages=spec.scope.max_pages,
+        )
+        self.limit = AdaptiveLimit(maximum=spec.concurrency.per_worker)
+        self._rng = rng or random.Random()
+        self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
+        self._done: list[_Outcome] = []
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._closed = asyncio.Event()
+        self._fetches = 0
+        self._hosts_with_delay: set[str] = set()
+        self.counters: dict[str, float] = {
+            "fetched": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "links_new": 0,
+            "leases_lost": 0,
+            "released": 0,
+        }
+
+    # -- control ------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """SIGTERM: stop claiming; in-flight URLs finish or are released within the grace."""
+        if not self._stopping:
+            log.info("stop requested", extra={"layer": "flow", "worker": self.worker_id})
+        self._stopping = True
+        self._wake.set()
+
+    async def run(self) -> int:
+        """Crawl until the job is complete (or stop is requested); returns the exit code."""
+        background = [
+            asyncio.create_task(
+                self._every(self.spec.lease.heartbeat_seconds, self._heartbeat_once)
+            ),
+            asyncio.create_task(self._every(self.options.flush_interval_seconds, self._flush)),
+        ]
+        try:
+            await self._heartbeat_once()
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            # Loops end on this event, not on cancel(): a cancellation that lands inside a
+            # Redis call can surface as a connection error and be lost.
+            self._closed.set()
+            _, stuck = await asyncio.wait(background, timeout=10)
+            for task in stuck:
+                task.cancel()
+            await self._flush()
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.frontier.forget_worker(self.worker_id)
+        return 0
+
+    # -- claiming -----------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        outage = 0.0
+        while not self._stopping:
+            room = self.limit.limit - len(self._inflight)
+            if room <= 0 or len(self._done) >= self.options.max_buffered:
+                await self._wait(self.options.idle_poll_seconds)  # backpressure
+                continue
+            try:
+                leases = await self.frontier.claim(self.worker_id, room)
+            except FrontierUnavailable as exc:
+                # Redis restarting or failing over: wait it out; leases we hold stay ours
+                # until their ttl, and heartbeats extend them once Redis is back.
+                outage = min(30.0, 2 * outage) if outage else 0.5
+                log.warning(
+                    "claim failed, retrying in %.1f s: %s", outage, exc, extra={"layer": "flow"}
+                )
+                await self._wait(outage)
+                continue
+            outage = 0.0
+            self.metrics.observe_claims(len(leases))
+            if not leases:
+                if not self._inflight and not self._done and self.options.exit_when_done:
+                    stats = await self.frontier.stats()
+                    if stats.complete:
+                        log.info("job complete", extra={"layer": "flow"})
+                        return
+                await self._wait(self.options.idle_poll_seconds)
+                continue
+            for lease in leases:
+                task = asyncio.create_task(self._process(lease))
+                self._inflight[lease.lease_id] = (lease, task)
+            self.metrics.set_in_flight(len(self._inflight))
+
+    async def _wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+        self._wake.clear()
+
+    # -- one URL ------------------------------------------------------------------------
+
+    async def _process(self, lease: Lease) -> None:
+        try:
+            outcome = await self._fetch_and_classify(lease)
+        except Exception as exc:  # a bug or a hostile input we did not foresee: one URL
+            log.exception("processing %s failed", lease.url, extra={"layer": "task"})
+            outcome = self._failed(lease, None, FailureClass.PROTOCOL_ERROR, repr(exc)[:500])
+        finally:
+            self._inflight.pop(lease.lease_id, None)
+            self.metrics.set_in_flight(len(self._inflight))
+        self._done.append(outcome)
+        self._wake.set()
+
+    async def _pace(self, url: str) -> None:
+        """Keep a fetch's extra requests (retries, redirect hops) in the host's schedule."""
+        canonical = try_canonicalize(url)
+        if canonical is not None and self.spec.concurrency.host_delay_seconds > 0:
+            await self.frontier.pace(host_of(canonical))
+
+    async def _fetch_and_classify(self, lease: Lease) -> _Outcome:
+        if self.guard is not None:
+            try:  # before robots.txt too: no request at all to a forbidden address
+                await self.guard.check_url(lease.url)
+            except FetchError as exc:
+                return self._failed(lease, None, FailureClass(exc.failure_class), exc.message)
+        if self.spec.robots.obey:
+            if not await self.robots.allowed(lease.url):
+                return self._failed(lease, None, FailureClass.ROBOTS_DISALLOWED, "robots.txt")
+            await self._apply_crawl_delay(lease)
+        depth = lease.depth
+        result = await self.fetcher.fetch(
+            lease.url,
+            allow_url=lambda url: self.scope.check(url, depth) is None,
+            min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
+            pace=self._pace,
+        )
+        self._fetches += 1
+        self.metrics.observe_fetch(result.status, result.elapsed_seconds, result.wire_bytes)
+        if result.failure is not None:
+            self.limit.record(False)
+            return self._failed(lease, result, result.failure, result.message)
+        self.limit.record(True)
+        self.metrics.set_concurrency_limit(self.limit.limit)
+        title, links = None, []
+        if _is_html(result.content_type):
+            page = extract_links(
+                result.body, result.final_url, respect_nofollow=self.spec.scope.respect_nofollow
+            )
+            title, links = page.title, page.links
+        return _Outcome(
+            lease=lease,
+            record=self._record(lease, result, None, title, len(links)),
+            links=links,
+            result=result,
+        )
+
+    async def _apply_crawl_delay(self, lease: Lease) -> None:
+        """A host's robots Crawl-delay, when larger than the job's, paces every worker."""
+        host = lease.host
+        if host in self._hosts_with_delay:
+            return
+        self._hosts_with_delay.add(host)
+        delay = await self.robots.crawl_delay(lease.url)
+        if delay is not None and delay > self.spec.concurrency.host_delay_seconds:
+            await self.frontier.set_host_delay(host, delay)
+
+    def _failed(
+        self,
+        lease: Lease,
+        result: FetchResult | None,
+        failure_class: FailureClass,
+        message: str,
+    ) -> _Outcome:
+        verdict = fate(failure_class)
+        delay = 0.0
+        if verdict.retryable:
+            retry = self.spec.retry
+            delay = backoff_seconds(
+                lease.attempts + 1,
+                retry.backoff_base_seconds,
+                retry.backoff_factor,
+                retry.backoff_max_seconds,
+                verdict.backoff_multiplier,
+                self._rng,
+            )
+            if result is not None and result.retry_after_seconds is not None:
+                delay = max(delay, min(result.retry_after_seconds, retry.backoff_max_seconds))
+        self.metrics.observe_failure(failure_class, retried=verdict.retryable)
+        self.metrics.set_concurrency_limit(self.limit.limit)
+        return _Outcome(
+            lease=lease,
+            record=self._record(lease, result, failure_class, None, 0),
+            failure=Failure(lease.lease_id, str(failure_class), message, verdict.retryable, delay),
+            result=result,
+        )
+
+    def _record(
+        self,
+        lease: Lease,
+        result: FetchResult | None,
+        failure_class: FailureClass | None,
+        title: str | None,
+        outlinks: int,
+    ) -> PageRecord:
+        body = result.body if result is not None else b""
+        return PageRecord(
+            url=lease.url,
+            final_url=result.final_url if result is not None else lease.url,
+            status=result.status if result is not None else None,
+            depth=lease.depth,
+            parent=lease.parent,
+            fetched_at=result.fetched_at if result is not None else time.time(),
+            content_type=result.content_type if result is not None else None,
+            length=len(body),
+            sha256=sha256(body).hexdigest() if body else None,
+            title=title,
+            outlinks=outlinks,
+            failure_class=str(failure_class) if failure_class else None,
+            attempt=lease.attempts + 1,
+            worker=self.worker_id,
+            fetch_id=f"{self.worker_id}-{lease.number}",
+        )
+
+    # -- flushing -----------------------------------------------------------------------
+
+    async def _every(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
+        """Run ``action`` every ``seconds`` until the worker closes; log, never die, on errors."""
+        while not self._closed.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self._closed.wait()
+            if self._closed.is_set():
+                return
+            try:
+                await action()
+            except Exception:
+                log.exception("%s failed", action.__name__, extra={"layer": "flow"})
+
+    async def _flush(self) -> None:
+        """Admit new links, then ack and fail, then write outputs: one batch, three trips.
+
+        Links go in before the page is acked: a crash in between re-fetches the page, and
+        the Bloom filter makes its links a no-op the second time.
+        """
+        batch, self._done = self._done, []
+        if not batch:
+            return
+        try:
+            await self._complete(batch)
+        except Exception:
+            self._done[:0] = batch  # try again next flush; the leases are still ours
+            raise
+
+    async def _complete(self, batch: list[_Outcome]) -> None:
+        links = self._admissible_links(batch)
+        if links:
+            admitted = await self.frontier.enqueue(links)
+            new = sum(1 for code in admitted if code == 1)
+            self.counters["links_new"] += new
+            self.metrics.observe_bloom(code == 1 for code in admitted)
+        succeeded = [o for o in batch if o.failure is None]
+        failed = [o for o in batch if o.failure is not None]
+        acked = await self.frontier.ack(self.worker_id, [o.lease.lease_id for o in succeeded])
+        fail_codes = await self.frontier.fail(
+            self.worker_id, [o.failure for o in failed if o.failure is not None]
+        )
+        lost = acked.count(False) + sum(1 for c in fail_codes if c is FailOutcome.NOT_OWNER)
+        if lost:
+            self.counters["leases_lost"] += lost
+            self.metrics.observe_leases_lost(lost)
+            log.warning("%d leases were lost before completion", lost, extra={"layer": "flow"})
+        self.counters["fetched"] += len(batch)
+        self.counters["succeeded"] += len(succeeded)
+        self.counters["failed"] += len(failed)
+        self.writer.write_pages(
+            [
+                PageOutput(
+                    outcome.record,
+                    response_headers=outcome.result.headers if outcome.result else None,
+                    body=outcome.result.body if outcome.result else None,
+                )
+                for outcome in batch
+            ]
+        )
+        for outcome, code in zip(failed, fail_codes, strict=True):
+            if code is FailOutcome.DEAD and outcome.failure is not None:
+                self.writer.write_dead_letter(
+                    outcome.lease.url,
+                    outcome.failure.failure_class,
+                    outcome.failure.message,
+                    outcome.lease.attempts + 1,
+                    outcome.lease.depth,
+                    outcome.lease.parent,
+                )
+        self.writer.flush()
+
+    def _admissible_links(self, batch: list[_Outcome]) -> list[Link]:
+        """Canonical, in-scope, not already in this batch: what goes to the Bloom filter."""
+        seen: set[str] = set()
+        links: list[Link] = []
+        for outcome in batch:
+            if not outcome.links:
+                continue
+            depth = outcome.lease.depth + 1
+            canonical = [c for c in map(try_canonicalize, outcome.links) if c is not None]
+            kept, _ = self.scope.filter(canonical, depth)
+            parent = outcome.record.final_url
+            for url in kept:
+                if url not in seen:
+                    seen.add(url)
+                    links.append(Link(url, depth, parent))  # type: ignore[arg-type]
+        return links
+
+    # -- flow: heartbeats, lease extension, shutdown ------------------------------------
+
+    async def _heartbeat_once(self) -> None:
+        counters = {**self.counters, "in_flight": len(self._inflight), "limit": self.limit.limit}
+        await self.frontier.heartbeat(self.worker_id, counters)
+        ids = list(self._inflight)
+        if ids:
+            extended = await self.frontier.extend(self.worker_id, ids)
+            lost = extended.count(False)
+            if lost:
+                log.warning("%d leases could not be extended", lost, extra={"layer": "flow"})
+        # Any worker returns expired leases of crashed peers, so a crawl needs no operator.
+        await self.frontier.requeue_expired()
+
+    async def _drain(self) -> None:
+        """Give in-flight fetches the grace period, then release what is left."""
+        if not self._inflight:
+            return
+        tasks = [task for _, task in self._inflight.values()]
+        _, pending = await asyncio.wait(tasks, timeout=self.options.grace_seconds)
+        if not pending:
+            return
+        unfinished = [lease for lease, task in self._inflight.values() if task in pending]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        released = await self.frontier.release(
+            self.worker_id, [lease.lease_id for lease in unfinished]
+        )
+        self.counters["released"] += sum(released)
+        log.info("released %d leases at shutdown", sum(released), extra={"layer": "flow"})
+
+
+def _is_html(content_type: str | None) -> bool:
+    if not content_type:
+        return True
+    return content_type.split(";", 1)[0].strip().lower() in _HTML_TYPES

@@ -1,0 +1,745 @@
+"""The request layer against the real test site (and a raw hostile server) over loopback.
+
+Outcomes are checked from both ends: the ``FetchResult`` and the site's own request log, which
+is how "retried exactly twice", "waited for Retry-After" and "never contacted that host" are
+proven rather than assumed.
+
+No test may send traffic outside loopback, not even by mistake: ``connections`` (autouse)
+wraps the event loop's connect calls, records every destination and fails any that is not a
+loopback address, and every guard here resolves names through ``FakeDNS`` instead of the
+system resolver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gzip
+import ipaddress
+import itertools
+import json
+import random
+import socket
+import subprocess
+import sys
+import time
+import zlib
+from asyncio.base_events import BaseEventLoop
+from asyncio.selector_events import BaseSelectorEventLoop
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from crawlfleet.crawler.failures import FailureClass
+from crawlfleet.crawler.fetch import (
+    ACCEPT_ENCODING,
+    ERROR_BODY_MAX_BYTES,
+    Fetcher,
+    FetchResult,
+    FetchSettings,
+)
+from crawlfleet.crawler.safety import AddressGuard
+from crawlfleet.crawljob import CrawlJobSpec
+from tests.site import SiteConfig, TestSite
+
+USER_AGENT = "crawlfleet-test/1.0 (+fetch)"
+#: Fast settings: tiny backoff, but room for the site's Retry-After of 1 s.
+FAST = FetchSettings(
+    user_agent=USER_AGENT,
+    connect_timeout_seconds=2.0,
+    read_timeout_seconds=2.0,
+    total_timeout_seconds=15.0,
+    backoff_base_seconds=0.01,
+    backoff_factor=2.0,
+    backoff_max_seconds=2.0,
+    allow_private_networks=True,
+)
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def connections(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Every (address, port) the test's code connected to; non-loopback fails the test."""
+    seen: list[tuple[str, int]] = []
+
+    def check(host: str, port: int) -> None:
+        seen.append((host, port))
+        if not ipaddress.ip_address(host).is_loopback:
+            raise AssertionError(f"a test tried to connect outside loopback: {host}:{port}")
+
+    sock_connect = BaseSelectorEventLoop.sock_connect
+    create_connection = BaseEventLoop.create_connection
+
+    async def checked_sock_connect(self: Any, sock: socket.socket, address: Any) -> None:
+        check(address[0], address[1])
+        await sock_connect(self, sock, address)
+
+    async def checked_create_connection(
+        self: Any, protocol_factory: Any, host: Any = None, port: Any = None, **kwargs: Any
+    ) -> Any:
+        if host is not None:
+            check(host, port)
+        return await create_connection(self, protocol_factory, host, port, **kwargs)
+
+    monkeypatch.setattr(BaseSelectorEventLoop, "sock_connect", checked_sock_connect)
+    monkeypatch.setattr(BaseEventLoop, "create_connection", checked_create_connection)
+    return seen
+
+
+class FakeDNS:
+    """A resolver for ``AddressGuard`` that knows a few names and never asks real DNS.
+
+    ``answers[name]`` is a list of answers handed out in turn (the last one repeats), so a
+    test can make a name change its address between two lookups (DNS rebinding).
+    """
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[list[str]]] = {}
+        self.lookups: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.lookups.append(host)
+        answers = self.answers.get(host)
+        if not answers:
+            raise socket.gaierror(socket.EAI_NONAME, f"{host} is unknown to the test resolver")
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+
+@pytest.fixture
+def dns() -> FakeDNS:
+    return FakeDNS()
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[TestSite]:
+    with TestSite(SiteConfig(hosts=2)) as test_site:
+        yield test_site
+
+
+@pytest.fixture
+def fresh_site(site: TestSite) -> TestSite:
+    """The module's site with an empty log and fresh flaky/ratelimit counters."""
+    site.reset()
+    return site
+
+
+MakeFetcher = Callable[..., Fetcher]
+
+
+@pytest.fixture
+async def make_fetcher(dns: FakeDNS) -> AsyncIterator[MakeFetcher]:
+    """Build Fetchers from FAST with overrides; every guard resolves through ``dns``."""
+    made: list[Fetcher] = []
+
+    def make(*, guard: AddressGuard | None = None, **overrides: Any) -> Fetcher:
+        settings = dataclasses.replace(FAST, **overrides)
+        if guard is None:
+            guard = AddressGuard(allow_private=settings.allow_private_networks, resolver=dns)
+        fetcher = Fetcher(settings, guard=guard, rng=random.Random(7))
+        made.append(fetcher)
+        return fetcher
+
+    yield make
+    for fetcher in made:
+        await fetcher.aclose()
+
+
+@pytest.fixture
+def fetcher(make_fetcher: MakeFetcher) -> Fetcher:
+    return make_fetcher()
+
+
+class RawServer:
+    """A loopback TCP server answering each path with fixed bytes: hostile responses on demand.
+
+    The test site speaks correct HTTP; this one can send anything (garbage, truncated bodies,
+    odd encodings, redirects anywhere). Each answer is written and the connection closed.
+    """
+
+    def __init__(self) -> None:
+        self.routes: dict[str, bytes] = {}
+        self.paths: list[str] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b" ", 2)[1].decode()
+            self.paths.append(path)
+            writer.write(self.routes.get(path, response(404, body=b"not here")))
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def response(status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
+    """One HTTP/1.1 response with Content-Length and Connection: close unless overridden."""
+    fields = {"Content-Length": str(len(body)), "Connection": "close", **(headers or {})}
+    head = f"HTTP/1.1 {status} X\r\n" + "".join(f"{k}: {v}\r\n" for k, v in fields.items())
+    return head.encode("latin-1") + b"\r\n" + body
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[RawServer]:
+    server = RawServer()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+PAGE = b"<!DOCTYPE html><html><head><title>ok</title></head><body>" + b"x" * 200 + b"</body></html>"
+HTML = {"Content-Type": "text/html; charset=utf-8"}
+
+
+def requests_to(site: TestSite, path: str) -> list[float]:
+    """Arrival times (monotonic) of the site's requests for ``path`` on host 0."""
+    return [r.start for r in site.requests_for(0) if r.path == path]
+
+
+# -- the normal cases -------------------------------------------------------------------------
+
+
+async def test_normal_page(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    url = fresh_site.url(0, "/")
+    before = time.time()
+    result = await fetcher.fetch(url)
+
+    assert result.failure is None, result.message
+    assert (result.status, result.url, result.final_url) == (200, url, url)
+    assert result.content_type is not None
+    assert result.content_type.startswith("text/html")
+    assert result.body.startswith(b"<!DOCTYPE html>")
+    assert len(result.body) > 512
+    assert result.headers["content-type"] == result.content_type  # lower-case names
+    assert (result.attempts, result.redirects, result.retry_after_seconds) == (1, [], None)
+    assert result.wire_bytes == len(result.body)
+    assert before <= result.fetched_at <= time.time()
+    assert 0 < result.elapsed_seconds < 2
+    [record] = fresh_site.requests_for(0)
+    assert (record.method, record.path, record.user_agent) == ("GET", "/", USER_AGENT)
+
+
+async def test_gzip_body_is_decoded(fetcher: Fetcher, raw: RawServer) -> None:
+    raw.routes["/gz"] = response(200, {**HTML, "Content-Encoding": "gzip"}, gzip.compress(PAGE))
+    result = await fetcher.fetch(raw.url("/gz"))
+    assert result.failure is None, result.message
+    assert result.body == PAGE
+    assert result.wire_bytes == len(gzip.compress(PAGE))
+    assert "br" not in ACCEPT_ENCODING  # no bounded brotli decoder is installed
+
+
+@pytest.mark.parametrize(
+    ("coding", "encoded"),
+    [
+        ("deflate", zlib.compress(PAGE)),
+        ("deflate", zlib.compress(PAGE, wbits=-15)),  # raw deflate, as some servers send
+        ("gzip", gzip.compress(PAGE[:100]) + gzip.compress(PAGE[100:])),  # two members
+        ("gzip, gzip", gzip.compress(gzip.compress(PAGE))),
+        ("identity", PAGE),
+    ],
+    ids=["zlib", "raw-deflate", "gzip-members", "gzip-twice", "identity"],
+)
+async def test_other_encodings(
+    fetcher: Fetcher, raw: RawServer, coding: str, encoded: bytes
+) -> None:
+    raw.routes["/enc"] = response(200, {**HTML, "Content-Encoding": coding}, encoded)
+    result = await fetcher.fetch(raw.url("/enc"))
+    assert result.failure is None, result.message
+    assert result.body == PAGE
+
+
+async def test_pdf_is_a_success_with_its_content_type(
+    fetcher: Fetcher, fresh_site: TestSite
+) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/file.pdf"))
+    assert result.failure is None, result.message
+    assert result.content_type == "application/pdf"
+    assert result.body.startswith(b"%PDF-")
+
+
+async def test_empty_html_is_a_soft_block(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/empty"))
+    assert (result.status, result.failure, result.body, result.attempts) == (
+        200,
+        FailureClass.SOFT_BLOCK,
+        b"",
+        1,  # a soft block is the task layer's call (slow retry), not retried here
+    )
+
+
+# -- permanent failures and retries -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "failure"), [(404, FailureClass.HTTP_404), (410, FailureClass.HTTP_410)]
+)
+async def test_permanent_status_is_not_retried(
+    fetcher: Fetcher, fresh_site: TestSite, code: int, failure: FailureClass
+) -> None:
+    url = fresh_site.url(0, f"/status/{code}")
+    result = await fetcher.fetch(url)
+    assert (result.status, result.failure, result.attempts, result.body) == (
+        code,
+        failure,
+        1,
+        b"",
+    )
+    assert str(code) in result.message
+    assert fresh_site.count(url) == 1
+
+
+async def test_flaky_page_heals_within_request_attempts(
+    fetcher: Fetcher, fresh_site: TestSite
+) -> None:
+    url = fresh_site.url(0, "/flaky/0")
+    result = await fetcher.fetch(url)
+    assert result.failure is None, result.message
+    assert (result.status, result.attempts) == (200, 3)
+    assert fresh_site.count(url) == 3  # two 500s, then the page
+    assert all(r.user_agent == USER_AGENT for r in fresh_site.requests_for(0))
+
+
+async def test_retries_stop_at_request_attempts(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    url = fresh_site.url(0, "/flaky/1")
+    result = await make_fetcher(request_attempts=2).fetch(url)
+    assert (result.status, result.failure, result.attempts) == (500, FailureClass.HTTP_5XX, 2)
+    assert fresh_site.count(url) == 2
+
+
+async def test_ratelimited_waits_for_retry_after(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/ratelimited"))
+    assert result.failure is None, result.message
+    assert (result.status, result.attempts) == (200, 3)
+    arrivals = requests_to(fresh_site, "/ratelimited")
+    assert len(arrivals) == 3
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert min(gaps) >= 1.0, gaps  # Retry-After: 1 beats the 10 ms backoff
+
+
+async def test_min_retry_delay_paces_retries(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    result = await make_fetcher().fetch(fresh_site.url(0, "/flaky/0"), min_retry_delay_seconds=0.3)
+    assert result.failure is None, result.message
+    arrivals = requests_to(fresh_site, "/flaky/0")
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) >= 0.3
+
+
+async def test_429_asking_for_a_long_pause_goes_back_at_once(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    # Retry-After: 1 is longer than backoff_max_seconds here: the frontier must decide.
+    result = await make_fetcher(backoff_max_seconds=0.5).fetch(fresh_site.url(0, "/ratelimited"))
+    assert (result.status, result.failure, result.attempts) == (429, FailureClass.HTTP_429, 1)
+    assert result.retry_after_seconds == 1.0
+    assert len(requests_to(fresh_site, "/ratelimited")) == 1
+
+
+async def test_429_without_retry_after_goes_back_at_once(fetcher: Fetcher, raw: RawServer) -> None:
+    raw.routes["/busy"] = response(429, HTML, b"slow down")
+    result = await fetcher.fetch(raw.url("/busy"))
+    assert (result.failure, result.attempts, result.retry_after_seconds) == (
+        FailureClass.HTTP_429,
+        1,
+        None,
+    )
+
+
+async def test_503_with_a_long_retry_after_goes_back_at_once(
+    fetcher: Fetcher, raw: RawServer
+) -> None:
+    raw.routes["/down"] = response(503, {**HTML, "Retry-After": "3600"}, b"maintenance")
+    result = await fetcher.fetch(raw.url("/down"))
+    assert (result.failure, result.attempts, result.retry_after_seconds) == (
+        FailureClass.HTTP_5XX,
+        1,
+        3600.0,
+    )
+    assert raw.paths == ["/down"]
+
+
+async def test_a_retry_that_would_overrun_the_deadline_is_not_made(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    started = time.monotonic()
+    result = await make_fetcher(total_timeout_seconds=0.5).fetch(fresh_site.url(0, "/ratelimited"))
+    assert (result.failure, result.attempts) == (FailureClass.HTTP_429, 1)
+    assert "deadline" in result.message
+    assert time.monotonic() - started < 0.4
+
+
+# -- redirects --------------------------------------------------------------------------------
+
+
+async def test_redirect_chain_is_followed(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/redirect/chain/3"))
+    assert result.failure is None, result.message
+    assert result.status == 200
+    assert result.redirects == [fresh_site.url(0, f"/redirect/chain/{n}") for n in (2, 1, 0)]
+    assert result.final_url == fresh_site.url(0, "/redirect/chain/0")
+    assert result.attempts == 4  # every request counts, redirect hops included
+
+
+async def test_redirect_loop_is_detected(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/redirect/loop/a"))
+    assert result.failure is FailureClass.REDIRECT_LOOP  # seen at the second hop already
+    assert result.redirects == [fresh_site.url(0, "/redirect/loop/b")]
+    assert len(fresh_site.requests_for(0)) == 2
+
+
+async def test_too_many_redirects(make_fetcher: MakeFetcher, fresh_site: TestSite) -> None:
+    result = await make_fetcher(max_redirects=2).fetch(fresh_site.url(0, "/redirect/chain/3"))
+    assert (result.failure, result.status, len(result.redirects)) == (
+        FailureClass.TOO_MANY_REDIRECTS,
+        302,
+        2,
+    )
+    assert [r.path for r in fresh_site.requests_for(0)] == [
+        "/redirect/chain/3",
+        "/redirect/chain/2",
+        "/redirect/chain/1",
+    ]
+
+
+async def test_redirect_out_of_scope_is_refused(
+    fetcher: Fetcher, fresh_site: TestSite, raw: RawServer
+) -> None:
+    away = fresh_site.out_of_scope_url("/")
+    raw.routes["/away"] = response(302, {"Location": away})
+
+    def in_scope(url: str) -> bool:
+        return urlsplit(url).netloc != fresh_site.out_of_scope_host
+
+    result = await fetcher.fetch(raw.url("/away"), allow_url=in_scope)
+    assert (result.failure, result.status, result.redirects) == (
+        FailureClass.OUT_OF_SCOPE,
+        302,
+        [],
+    )
+    assert away in result.message
+    assert fresh_site.requests_for(fresh_site.config.hosts) == []
+
+    # The control: without the scope check the same redirect is followed to that host.
+    followed = await fetcher.fetch(raw.url("/away"))
+    assert (followed.failure, followed.final_url) == (None, away)
+    assert len(fresh_site.requests_for(fresh_site.config.hosts)) == 1
+
+
+@pytest.mark.parametrize(
+    ("location", "failure"),
+    [
+        ("ftp://127.0.0.1/file", FailureClass.BAD_SCHEME),
+        ("javascript:alert(1)", FailureClass.BAD_SCHEME),
+        ("http://[::1/", FailureClass.INVALID_URL),
+        ("http://127.0.0.1:99999/", FailureClass.INVALID_URL),
+        ("http://no-such-host.test/", FailureClass.DNS_ERROR),
+        ("http://exa mple.test/", FailureClass.DNS_ERROR),
+    ],
+)
+async def test_unusable_redirect_targets_fail_cleanly(
+    fetcher: Fetcher, raw: RawServer, location: str, failure: FailureClass
+) -> None:
+    raw.routes["/odd"] = response(301, {"Location": location})
+    result = await fetcher.fetch(raw.url("/odd"))
+    assert result.failure is failure, result.message
+    assert raw.paths == ["/odd"]
+
+
+async def test_redirect_without_location_is_a_protocol_error(
+    fetcher: Fetcher, raw: RawServer
+) -> None:
+    raw.routes["/nowhere"] = response(302)
+    result = await fetcher.fetch(raw.url("/nowhere"))
+    assert (result.failure, result.status) == (FailureClass.PROTOCOL_ERROR, 302)
+
+
+# -- hostile bodies and servers ---------------------------------------------------------------
+
+
+async def test_big_body_is_cut_off(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/big"))
+    assert (result.status, result.failure, result.body) == (
+        200,
+        FailureClass.BODY_TOO_LARGE,
+        b"",
+    )
+    assert FAST.max_body_bytes < result.wire_bytes <= FAST.max_body_bytes + 64 * 1024
+    assert result.elapsed_seconds < 2
+
+
+async def test_declared_content_length_is_refused_before_reading(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    result = await make_fetcher(max_body_bytes=100).fetch(fresh_site.url(0, "/file.pdf"))
+    assert (result.failure, result.wire_bytes) == (FailureClass.BODY_TOO_LARGE, 0)
+    assert "Content-Length" in result.message
+
+
+async def test_error_bodies_are_read_only_a_little(fetcher: Fetcher, raw: RawServer) -> None:
+    raw.routes["/huge-404"] = response(404, HTML, b"x" * (1024 * 1024))
+    result = await fetcher.fetch(raw.url("/huge-404"))
+    assert (result.failure, result.body) == (FailureClass.HTTP_404, b"")
+    assert ERROR_BODY_MAX_BYTES <= result.wire_bytes < ERROR_BODY_MAX_BYTES + 64 * 1024
+
+
+_BOMB_PROBE = """
+import asyncio, json, resource, sys
+from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+
+async def main(bomb: str, page: str) -> None:
+    fetcher = Fetcher(FetchSettings(user_agent="bomb-probe", allow_private_networks=True))
+    warm = await fetcher.fetch(page)  # imports, pool and buffers settle before measuring
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = await fetcher.fetch(bomb)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    await fetcher.aclose()
+    print(json.dumps({"warm": warm.failure, "failure": result.failure,
+                      "growth_kib": after - before, "elapsed": result.elapsed_seconds,
+                      "wire_bytes": result.wire_bytes, "attempts": result.attempts}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_gzip_bomb_fails_fast_with_bounded_memory(fresh_site: TestSite) -> None:
+    # In a child process: ru_maxrss is a high-water mark, only meaningful in a fresh process.
+    probe = subprocess.run(
+        [sys.executable, "-c", _BOMB_PROBE, fresh_site.url(0, "/bomb"), fresh_site.url(0, "/")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    outcome = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert outcome["warm"] is None
+    assert outcome["failure"] == FailureClass.DECOMPRESSION_BOMB
+    assert outcome["attempts"] == 1
+    assert outcome["growth_kib"] < 200 * 1024, outcome  # default cap: 50 MiB decoded
+    assert outcome["wire_bytes"] < 1024 * 1024  # stopped long before the ~1 MiB body ended
+    assert outcome["elapsed"] < 5
+
+
+async def test_unsupported_encoding_is_a_protocol_error(fetcher: Fetcher, raw: RawServer) -> None:
+    raw.routes["/br"] = response(200, {**HTML, "Content-Encoding": "br"}, b"\x1b\x00")
+    result = await fetcher.fetch(raw.url("/br"))
+    assert (result.failure, result.body) == (FailureClass.PROTOCOL_ERROR, b"")
+    assert "br" in result.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"",  # hang up without a word
+        b"HELLO WORLD\r\n\r\n",  # not HTTP
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",  # truncated body
+        response(200, {"X-Long": "a" * 20_000}, PAGE),  # header line past aiohttp's limit
+        response(200, {**HTML, "Content-Encoding": "gzip"}, b"\x1f\x8b\x08\x00broken" * 20),
+    ],
+    ids=["hang-up", "garbage", "truncated", "long-header", "corrupt-gzip"],
+)
+async def test_broken_responses_are_protocol_errors_and_retried(
+    fetcher: Fetcher, raw: RawServer, answer: bytes
+) -> None:
+    raw.routes["/broken"] = answer
+    result = await fetcher.fetch(raw.url("/broken"))
+    assert result.failure is FailureClass.PROTOCOL_ERROR, result.message
+    assert result.body == b""
+    assert result.attempts == FAST.request_attempts == len(raw.paths)
+
+
+async def test_connection_refused_is_a_connect_error(make_fetcher: MakeFetcher) -> None:
+    with socket.socket() as placeholder:  # a port that nobody listens on
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    result = await make_fetcher().fetch(f"http://127.0.0.1:{port}/")
+    assert (result.failure, result.status, result.attempts) == (
+        FailureClass.CONNECT_ERROR,
+        None,
+        FAST.request_attempts,
+    )
+
+
+async def test_hanging_server_times_out(make_fetcher: MakeFetcher, fresh_site: TestSite) -> None:
+    started = time.monotonic()
+    result = await make_fetcher(read_timeout_seconds=0.5, request_attempts=1).fetch(
+        fresh_site.url(0, "/hang")
+    )
+    assert (result.failure, result.status, result.attempts) == (FailureClass.TIMEOUT, None, 1)
+    assert 0.4 < time.monotonic() - started < 2
+
+
+async def test_total_deadline_covers_everything(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    started = time.monotonic()
+    result = await make_fetcher(read_timeout_seconds=10.0, total_timeout_seconds=0.6).fetch(
+        fresh_site.url(0, "/hang")
+    )
+    assert result.failure is FailureClass.TIMEOUT
+    assert "total deadline" in result.message
+    assert 0.5 < time.monotonic() - started < 1.5
+
+
+# -- SSRF -------------------------------------------------------------------------------------
+
+
+async def test_loopback_is_refused_without_allow_private_networks(
+    make_fetcher: MakeFetcher, fresh_site: TestSite, connections: list[tuple[str, int]]
+) -> None:
+    fetcher = make_fetcher(allow_private_networks=False)
+    for url in (fresh_site.url(0, "/"), fresh_site.url(0, "/redirect/chain/3")):
+        result = await fetcher.fetch(url)
+        assert (result.failure, result.status, result.attempts) == (
+            FailureClass.FORBIDDEN_ADDRESS,
+            None,
+            0,
+        )
+    assert fresh_site.all_requests() == []
+    assert connections == []
+
+
+@pytest.mark.parametrize(
+    ("url", "allow_private"),
+    [
+        ("http://10.255.255.1:9/", False),  # private (and not routable anyway)
+        ("http://169.254.169.254/latest/meta-data/", False),
+        # allowPrivateNetworks opens private ranges, never the metadata endpoints:
+        ("http://169.254.169.254/latest/meta-data/", True),
+        ("http://[::ffff:169.254.169.254]/", True),
+        ("http://100.100.100.200/", True),
+    ],
+)
+async def test_private_and_metadata_addresses_are_refused_before_connecting(
+    make_fetcher: MakeFetcher,
+    connections: list[tuple[str, int]],
+    dns: FakeDNS,
+    url: str,
+    allow_private: bool,
+) -> None:
+    started = time.monotonic()
+    result = await make_fetcher(allow_private_networks=allow_private).fetch(url)
+    assert (result.failure, result.attempts) == (FailureClass.FORBIDDEN_ADDRESS, 0)
+    assert time.monotonic() - started < 0.5
+    assert connections == []
+    assert dns.lookups == []
+
+
+async def test_redirect_to_metadata_is_refused(
+    fetcher: Fetcher, raw: RawServer, connections: list[tuple[str, int]]
+) -> None:
+    raw.routes["/meta"] = response(302, {"Location": "http://169.254.169.254/latest/meta-data/"})
+    result = await fetcher.fetch(raw.url("/meta"))
+    assert (result.failure, result.status, result.attempts) == (
+        FailureClass.FORBIDDEN_ADDRESS,
+        302,
+        1,
+    )
+    assert result.redirects == ["http://169.254.169.254/latest/meta-data/"]
+    assert {host for host, _ in connections} == {"127.0.0.1"}
+
+
+async def test_bad_scheme_is_refused(fetcher: Fetcher, connections: list[tuple[str, int]]) -> None:
+    result = await fetcher.fetch("ftp://127.0.0.2/x")
+    assert (result.failure, result.attempts) == (FailureClass.BAD_SCHEME, 0)
+    assert connections == []
+
+
+async def test_connections_go_to_the_addresses_the_guard_approved(
+    make_fetcher: MakeFetcher, fresh_site: TestSite, dns: FakeDNS
+) -> None:
+    # Only the guard's resolver knows this name: a connection proves aiohttp asked the guard.
+    host, port = fresh_site.hosts[0].split(":")
+    dns.answers["site.test"] = [[host]]
+    result = await make_fetcher().fetch(f"http://site.test:{port}/")
+    assert result.failure is None, result.message
+    assert [r.path for r in fresh_site.requests_for(0)] == ["/"]
+    assert dns.lookups == ["site.test"]  # the check and the connect shared one cached answer
+
+
+async def test_dns_rebinding_between_check_and_connect_is_refused(
+    make_fetcher: MakeFetcher,
+    fresh_site: TestSite,
+    dns: FakeDNS,
+    connections: list[tuple[str, int]],
+) -> None:
+    host, port = fresh_site.hosts[0].split(":")
+    # Public for the check, the site's loopback address for the connect; no caching between.
+    dns.answers["rebind.test"] = [["93.184.216.34"], [host]]
+    guard = AddressGuard(allow_private=False, resolver=dns, cache_ttl_seconds=0)
+    fetcher = make_fetcher(allow_private_networks=False, guard=guard, request_attempts=1)
+    result = await fetcher.fetch(f"http://rebind.test:{port}/")
+    assert result.failure is FailureClass.FORBIDDEN_ADDRESS, result.message
+    assert dns.lookups == ["rebind.test", "rebind.test"]
+    assert connections == []
+    assert fresh_site.all_requests() == []
+
+
+# -- construction -----------------------------------------------------------------------------
+
+
+def test_settings_from_spec() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {
+            "seeds": ["https://example.com/"],
+            "userAgent": "ua/1",
+            "fetch": {"readTimeoutSeconds": 7, "maxRedirects": 2, "maxBodyBytes": 1000},
+            "retry": {"requestAttempts": 4, "backoffBaseSeconds": 0.5},
+            "scope": {"allowPrivateNetworks": True},
+        }
+    )
+    settings = FetchSettings.from_spec(spec)
+    assert settings == FetchSettings(
+        user_agent="ua/1",
+        read_timeout_seconds=7.0,
+        max_redirects=2,
+        max_body_bytes=1000,
+        request_attempts=4,
+        backoff_base_seconds=0.5,
+        allow_private_networks=True,
+    )
+
+
+def test_a_guard_contradicting_the_settings_is_refused() -> None:
+    with pytest.raises(ValueError, match="allow_private"):
+        Fetcher(FAST, guard=AddressGuard(allow_private=False))
+
+
+def test_result_type_is_what_the_worker_reads() -> None:
+    names = [f.name for f in dataclasses.fields(FetchResult)]
+    assert names == [
+        "url",
+        "final_url",
+        "status",
+        "content_type",
+        "body",
+        "headers",
+        "redirects",
+        "attempts",
+        "elapsed_seconds",
+        "fetched_at",
+        "failure",
+        "message",
+        "retry_after_seconds",
+        "wire_bytes",
+    ]

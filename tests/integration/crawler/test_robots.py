@@ -1,0 +1,336 @@
+"""RobotsPolicy against a real redis-server: semantics, fleet-wide cache, TTLs, delays, batches.
+
+The robots.txt fetcher is an injected callable, so these tests use a small honest fake that
+answers canned bodies and counts calls; everything else (hash, lock, HMGET) is real Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+
+import pytest
+import redis.asyncio as aioredis
+
+from crawlfleet.crawler.robots import MAX_ROBOTS_BYTES, RobotsPolicy, product_token
+from crawlfleet.errors import ConfigError, InvalidURL
+from crawlfleet.frontier import JobKeys, connect
+from crawlfleet.local.redis_server import RedisServer
+
+UA = "crawlfleet/0.1 (+https://example.invalid/bot)"
+A, B, C = "http://a.test", "http://b.test", "https://c.test:8443"
+
+_jobs = itertools.count()
+
+
+class FakeRobots:
+    """Canned answers per robots URL (404 when unknown); records every call."""
+
+    def __init__(
+        self,
+        answers: Mapping[str, tuple[int | None, bytes] | BaseException],
+        *,
+        delay_seconds: float = 0.0,
+    ) -> None:
+        self.answers = dict(answers)
+        self.delay_seconds = delay_seconds
+        self.calls: list[str] = []
+
+    async def __call__(self, url: str) -> tuple[int | None, bytes]:
+        self.calls.append(url)
+        if self.delay_seconds:
+            await asyncio.sleep(self.delay_seconds)
+        answer = self.answers.get(url, (404, b"not found"))
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+class Clock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = connect(redis_server.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def keys() -> JobKeys:
+    return JobKeys(f"test.robots-{next(_jobs)}")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+PolicyFactory = Callable[..., RobotsPolicy]
+
+
+@pytest.fixture
+def make_policy(client: aioredis.Redis, keys: JobKeys, clock: Clock) -> PolicyFactory:
+    """A new policy (one "worker") on the test's job; every call shares Redis and the clock."""
+
+    def _make(fetch: FakeRobots, **options: object) -> RobotsPolicy:
+        settings: dict[str, object] = {"user_agent": UA, "clock": clock, **options}
+        return RobotsPolicy(client, keys, fetch, **settings)  # type: ignore[arg-type]
+
+    return _make
+
+
+def robots(text: str) -> tuple[int, bytes]:
+    return 200, text.encode()
+
+
+# -- semantics --------------------------------------------------------------------------------
+
+
+async def test_disallow_rule_is_honoured(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /private\n")})
+    policy = make_policy(fetch)
+    assert await policy.allowed(A + "/private/page") is False
+    assert await policy.allowed(A + "/public") is True
+    assert await policy.allowed(A + "/robots.txt") is True
+    assert fetch.calls == [A + "/robots.txt"]
+
+
+async def test_group_for_our_product_token_wins_over_star(make_policy: PolicyFactory) -> None:
+    text = "User-agent: crawlfleet\nDisallow: /\n\nUser-agent: *\nAllow: /\n"
+    fetch = FakeRobots({A + "/robots.txt": robots(text)})
+    assert await make_policy(fetch).allowed(A + "/x") is False
+    assert await make_policy(fetch, user_agent="otherbot/2.0").allowed(A + "/x") is True
+
+
+def test_product_token_is_the_part_before_the_slash() -> None:
+    assert product_token(UA) == "crawlfleet"
+    assert product_token("MyBot") == "mybot"
+    with pytest.raises(ConfigError):
+        product_token("/1.0")
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ((404, b"<html>nope</html>"), True),
+        ((410, b""), True),
+        ((401, b""), True),
+        ((301, b""), True),
+        ((500, b"User-agent: *\nAllow: /\n"), False),
+        ((503, b""), False),
+        ((429, b""), False),
+        ((None, b""), False),
+        (ConnectionResetError("reset"), False),
+    ],
+)
+async def test_status_semantics(
+    make_policy: PolicyFactory,
+    answer: tuple[int | None, bytes] | BaseException,
+    expected: bool,
+) -> None:
+    policy = make_policy(FakeRobots({A + "/robots.txt": answer}))
+    assert await policy.allowed(A + "/page") is expected
+
+
+async def test_hung_fetch_counts_as_unreachable(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots({}, delay_seconds=5.0)
+    policy = make_policy(fetch, fetch_timeout_seconds=0.1)
+    assert await policy.allowed(A + "/page") is False
+
+
+async def test_obey_false_never_fetches(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /\n")})
+    policy = make_policy(fetch, obey=False)
+    assert await policy.allowed(A + "/x") is True
+    assert await policy.allowed_many([A + "/x", B + "/y"]) == [True, True]
+    assert await policy.crawl_delay(A) is None
+    assert fetch.calls == []
+
+
+async def test_invalid_url_is_refused(make_policy: PolicyFactory) -> None:
+    with pytest.raises(InvalidURL):
+        await make_policy(FakeRobots({})).allowed("ftp://a.test/file")
+
+
+async def test_body_is_capped_at_500_kib(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys
+) -> None:
+    head = "User-agent: *\nDisallow: /early\n"
+    filler = "# " + "x" * 97 + "\n"  # 100-byte comment lines
+    body = head + filler * (MAX_ROBOTS_BYTES // 100) + "Disallow: /late\n"
+    assert len(body.encode()) > MAX_ROBOTS_BYTES
+    policy = make_policy(FakeRobots({A + "/robots.txt": robots(body)}))
+    assert await policy.allowed(A + "/early") is False
+    assert await policy.allowed(A + "/late") is True  # past the cap: ignored
+    stored = json.loads(await client.hget(keys.robots, A) or "{}")
+    assert len(stored["body"].encode()) <= MAX_ROBOTS_BYTES
+    assert stored["body"].endswith("\n")  # cut at a line break
+
+
+# -- fleet-wide cache -------------------------------------------------------------------------
+
+
+async def test_answer_is_shared_through_redis(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys, clock: Clock
+) -> None:
+    fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /a\n")})
+    first, second = make_policy(fetch), make_policy(fetch)
+    assert await first.allowed(A + "/a") is False
+    assert await second.allowed(A + "/a") is False  # another worker: reads Redis
+    assert await second.allowed(A + "/b") is True
+    assert len(fetch.calls) == 1
+    stored = json.loads(await client.hget(keys.robots, A) or "{}")
+    assert stored == {
+        "status": 200,
+        "body": "User-agent: *\nDisallow: /a\n",
+        "fetched_at": clock.now,
+    }
+
+
+async def test_ttl_expiry_refetches(make_policy: PolicyFactory, clock: Clock) -> None:
+    url = A + "/robots.txt"
+    fetch = FakeRobots({url: robots("User-agent: *\nDisallow: /\n")})
+    policy = make_policy(fetch, ttl_seconds=3600.0)
+    assert await policy.allowed(A + "/x") is False
+    clock.now += 3599
+    assert await policy.allowed(A + "/x") is False
+    assert len(fetch.calls) == 1
+    fetch.answers[url] = (404, b"")
+    clock.now += 2
+    assert await policy.allowed(A + "/x") is True  # local and Redis entries both expired
+    assert len(fetch.calls) == 2
+    assert await make_policy(fetch).allowed(A + "/x") is True  # the fresh answer is shared
+    assert len(fetch.calls) == 2
+
+
+async def test_server_error_is_retried_after_the_short_ttl(
+    make_policy: PolicyFactory, clock: Clock
+) -> None:
+    url = A + "/robots.txt"
+    fetch = FakeRobots({url: (503, b"")})
+    policy = make_policy(fetch, error_ttl_seconds=600.0)
+    assert await policy.allowed(A + "/x") is False
+    clock.now += 599
+    assert await policy.allowed(A + "/x") is False
+    assert len(fetch.calls) == 1
+    fetch.answers[url] = robots("User-agent: *\nAllow: /\n")
+    clock.now += 2  # far below the 24 h TTL of a real answer
+    assert await policy.allowed(A + "/x") is True
+    assert len(fetch.calls) == 2
+
+
+async def test_unreadable_cache_entry_is_refetched(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys
+) -> None:
+    await client.hset(keys.robots, A, "{not json")
+    fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /\n")})
+    assert await make_policy(fetch).allowed(A + "/x") is False
+    assert len(fetch.calls) == 1
+
+
+async def test_concurrent_callers_share_one_fetch(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots(
+        {A + "/robots.txt": robots("User-agent: *\nDisallow: /no\n")}, delay_seconds=0.3
+    )
+    workers = [make_policy(fetch) for _ in range(3)]
+    checks = [w.allowed(A + f"/no/{i}") for i, w in enumerate(workers * 5)]
+    assert await asyncio.gather(*checks) == [False] * 15
+    assert len(fetch.calls) == 1  # one worker held the lock, the others waited for its answer
+
+
+async def test_lock_of_a_dead_worker_is_waited_out(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys
+) -> None:
+    await client.set(keys.robots_lock(A), "dead-worker", px=300)
+    fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /\n")})
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    workers = [make_policy(fetch) for _ in range(4)]
+    answers = await asyncio.gather(*(w.allowed(A + "/x") for w in workers))
+    assert answers == [False] * 4
+    assert loop.time() - started >= 0.25
+    assert len(fetch.calls) == 1  # after the dead lock expired, one worker took it over
+    assert await client.exists(keys.robots_lock(A)) == 0  # and released it after the fetch
+
+
+# -- crawl delay ------------------------------------------------------------------------------
+
+
+async def test_crawl_delay_is_read_and_clamped(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots(
+        {
+            A + "/robots.txt": robots("User-agent: *\nCrawl-delay: 2.5\n"),
+            B + "/robots.txt": robots("User-agent: *\nCrawl-delay: 3600\n"),
+            C + "/robots.txt": robots("User-agent: crawlfleet\nRequest-rate: 1/10s\n"),
+        }
+    )
+    policy = make_policy(fetch, max_crawl_delay_seconds=60.0)
+    assert await policy.crawl_delay(A) == 2.5
+    assert await policy.crawl_delay(B) == 60.0
+    assert await policy.crawl_delay(C) == 10.0
+    assert await policy.crawl_delay("http://d.test") is None  # 404: no robots, no delay
+    assert len(fetch.calls) == 4
+
+
+async def test_crawl_delay_by_frontier_host_key(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots({C + "/robots.txt": robots("User-agent: *\nCrawl-delay: 4\n")})
+    first = make_policy(fetch)
+    assert await first.crawl_delay("c.test:8443") is None  # never fetched by a bare host
+    assert fetch.calls == []
+    assert await first.allowed(C + "/page") is True
+    assert await first.crawl_delay("c.test:8443") == 4.0
+    assert await make_policy(fetch).crawl_delay("c.test:8443") == 4.0  # from Redis
+    assert len(fetch.calls) == 1
+
+
+# -- batches ----------------------------------------------------------------------------------
+
+
+async def _hmget_calls(client: aioredis.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
+
+
+async def test_allowed_many_fetches_each_host_once_and_reads_redis_once(
+    make_policy: PolicyFactory, client: aioredis.Redis
+) -> None:
+    fetch = FakeRobots(
+        {
+            A + "/robots.txt": robots("User-agent: *\nDisallow: /x\n"),
+            B + "/robots.txt": (500, b""),
+        }
+    )
+    policy = make_policy(fetch)
+    urls = [A + "/x", A + "/y", B + "/x", C + "/x", A + "/x/1", C + "/z"]
+    before = await _hmget_calls(client)
+    assert await policy.allowed_many(urls) == [False, True, False, True, False, True]
+    assert await _hmget_calls(client) - before == 1
+    assert sorted(fetch.calls) == sorted(o + "/robots.txt" for o in (A, B, C))
+
+    other = make_policy(fetch)  # another worker: one HMGET, no fetch
+    before = await _hmget_calls(client)
+    assert await other.allowed_many(urls) == [False, True, False, True, False, True]
+    assert await _hmget_calls(client) - before == 1
+    assert len(fetch.calls) == 3
+
+    before = await _hmget_calls(client)
+    assert await other.allowed_many(urls[:2]) == [False, True]  # local cache: no Redis at all
+    assert await _hmget_calls(client) == before
+    assert await policy.allowed_many([]) == []
+
+
+async def test_local_cache_is_bounded(make_policy: PolicyFactory) -> None:
+    fetch = FakeRobots({})
+    policy = make_policy(fetch, local_cache_size=2)
+    for origin in (A, B, C):
+        assert await policy.allowed(origin + "/") is True
+    assert await policy.allowed(A + "/") is True  # evicted locally, read back from Redis
+    assert len(fetch.calls) == 3

@@ -1,0 +1,327 @@
+"""Worker processes, started as a user would, crawl the loopback test site.
+
+Everything is asserted from the site's own request log, Redis, and the output files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize, connect
+from crawlfleet.local.redis_server import RedisServer
+from tests.site import SiteConfig, TestSite
+
+pytestmark = pytest.mark.slow
+
+MAX_DEPTH = 4
+PER_HOST = 2
+HOST_DELAY = 0.02
+PER_WORKER = 8
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[TestSite]:
+    config = SiteConfig(
+        hosts=3,
+        pages_per_host=40,
+        latency_seconds=0.01,  # lets overlapping requests show in the concurrency log
+        slow_seconds=0.5,
+        big_bytes=4 * 1024 * 1024,
+        bomb_inflated_bytes=256 * 1024 * 1024,
+    )
+    with TestSite(config) as running:
+        yield running
+
+
+@dataclass
+class Crawl:
+    name: str
+    job_file: Path
+    out: Path
+    redis_url: str
+
+    def start(self, worker: str, *extra: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "crawlfleet", "worker", str(self.job_file),
+                "--redis-url", self.redis_url, "--worker-id", worker,
+                "--out", str(self.out), *extra,
+            ],
+            stderr=open(self.out / f"{worker}.log", "ab"),
+        )  # fmt: skip
+
+    def pages(self) -> list[dict[str, Any]]:
+        records = []
+        for path in sorted(self.out.glob("pages-*.jsonl")):
+            records += [json.loads(line) for line in path.read_text().splitlines() if line]
+        return records
+
+    def dead(self) -> dict[str, dict[str, Any]]:
+        records = {}
+        for path in sorted(self.out.glob("failures-*.jsonl")):
+            for line in path.read_text().splitlines():
+                if line:
+                    record = json.loads(line)
+                    records[record["url"]] = record
+        return records
+
+    async def frontier(self) -> Frontier:
+        return await Frontier.open(
+            connect(self.redis_url), FrontierSettings(job_id=f"default.{self.name}")
+        )
+
+
+_counter = iter(range(10_000))
+
+
+def make_crawl(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path, **spec_overrides: Any
+) -> Crawl:
+    name = f"crawl-{next(_counter)}"
+    spec: dict[str, Any] = {
+        "seeds": site.seeds,
+        "scope": {
+            "allowedDomains": site.hosts,
+            "maxDepth": MAX_DEPTH,
+            "allowPrivateNetworks": True,
+        },
+        "dedup": {"capacity": 100_000},
+        "concurrency": {
+            "perWorker": PER_WORKER,
+            "perHost": PER_HOST,
+            "hostDelaySeconds": HOST_DELAY,
+        },
+        "retry": {
+            "requestAttempts": 3,
+            "taskAttempts": 2,
+            "backoffBaseSeconds": 0.05,
+            "backoffFactor": 2.0,
+            "backoffMaxSeconds": 1.5,
+        },
+        "lease": {"ttlSeconds": 4, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
+        "fetch": {
+            "connectTimeoutSeconds": 1,
+            "readTimeoutSeconds": 1,
+            "totalTimeoutSeconds": 5,
+            "maxBodyBytes": 1024 * 1024,
+            "maxDecompressedBytes": 8 * 1024 * 1024,
+        },
+        "userAgent": "crawlfleet-test/1.0",
+    }
+    for key, value in spec_overrides.items():
+        if isinstance(value, dict) and isinstance(spec.get(key), dict):
+            spec[key] = {**spec[key], **value}
+        else:
+            spec[key] = value
+    out = tmp_path / name
+    out.mkdir()
+    job_file = tmp_path / f"{name}.yaml"
+    job_file.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "crawlfleet.io/v1alpha1",
+                "kind": "CrawlJob",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": spec,
+            }
+        )
+    )
+    return Crawl(name, job_file, out, redis_server.url)
+
+
+def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> list[int]:
+    deadline = time.monotonic() + timeout
+    codes = []
+    for proc in procs:
+        codes.append(proc.wait(max(1.0, deadline - time.monotonic())))
+    return codes
+
+
+def requested_urls(site: TestSite, since: float) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for record in site.all_requests():
+        if record.start >= since and not record.path.startswith("/robots.txt"):
+            counts[canonicalize(record.url)] += 1
+    return counts
+
+
+def assert_complete_crawl(site: TestSite, crawl: Crawl, since: float) -> dict[str, int]:
+    requested = requested_urls(site, since)
+    expected = {canonicalize(u) for u in site.expected_pages(MAX_DEPTH)}
+    missing = expected - set(requested)
+    assert not missing, f"{len(missing)} reachable pages never fetched, e.g. {sorted(missing)[:3]}"
+    pages = {r["url"] for r in crawl.pages() if r["status"] == 200 and not r["failure_class"]}
+    assert expected <= pages, "fetched pages missing from the output"
+    specials = site.specials()
+    dead = crawl.dead()
+    want = {
+        "/status/404": "http_404",
+        "/status/410": "http_410",
+        "/redirect/loop/a": ("redirect_loop", "too_many_redirects"),
+        "/big": "body_too_large",
+        "/bomb": "decompression_bomb",
+        "/private/secret": "robots_disallowed",
+        "/empty": "soft_block",
+        "/hang": "timeout",
+    }
+    for path, classes in want.items():
+        url = canonicalize(site.url(0, path))
+        assert url in dead, f"{path} not dead-lettered"
+        allowed = classes if isinstance(classes, tuple) else (classes,)
+        assert dead[url]["failure_class"] in allowed, (path, dead[url])
+    for url in specials.healing:
+        assert canonicalize(url) in pages, f"{url} should have healed"
+    # Never requested: out of scope, robots-disallowed, unsafe.
+    assert site.requests_for(site.out_of_scope_host) == []
+    assert site.count(site.url(0, "/private/secret")) == 0
+    # The infinite calendar is cut at maxDepth: two new months per level at most.
+    calendar = [r for r in crawl.pages() if "/calendar/" in r["url"]]
+    assert calendar
+    assert all(r["depth"] <= MAX_DEPTH for r in calendar)
+    assert len([u for u in requested if "/calendar/" in u]) <= 2 * MAX_DEPTH + 1
+    return requested
+
+
+async def test_one_worker_crawls_the_site(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    crawl = make_crawl(site, redis_server, tmp_path)
+    since = time.monotonic()
+    assert wait_all([crawl.start("solo")]) == [0]
+    requested = assert_complete_crawl(site, crawl, since)
+    frontier = await crawl.frontier()
+    stats = await frontier.stats()
+    assert stats.complete
+    assert stats.crawled == len({r["url"] for r in crawl.pages() if not r["failure_class"]})
+    # Permanent failures are fetched once; nothing else is fetched more than its retries.
+    assert requested[canonicalize(site.url(0, "/status/404"))] == 1
+
+
+async def test_three_workers_are_polite_and_complete(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    delay = 0.05  # well above the send jitter of three workers sharing two cores
+    crawl = make_crawl(site, redis_server, tmp_path, concurrency={"hostDelaySeconds": delay})
+    since = time.monotonic()
+    procs = [crawl.start(f"w{i}") for i in range(3)]
+    assert wait_all(procs) == [0, 0, 0]
+    assert_complete_crawl(site, crawl, since)
+    workers = {r["worker"] for r in crawl.pages()}
+    assert workers == {"w0", "w1", "w2"}
+    for host in site.hosts:
+        records = sorted(
+            (r for r in site.requests_for(host) if r.start >= since), key=lambda r: r.start
+        )
+        assert site.max_concurrency(host) <= PER_HOST
+        starts = [r.start for r in records if not r.path.startswith("/robots.txt")]
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        # Claims are spaced by the delay on the server's clock; arrival adds small jitter.
+        assert min(gaps) >= HOST_DELAY * 0.5, (host, min(gaps))
+        assert sum(gaps) / len(gaps) >= HOST_DELAY
+
+
+async def test_sigkill_costs_only_in_flight_pages(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    crawl = make_crawl(site, redis_server, tmp_path)
+    since = time.monotonic()
+    procs = [crawl.start(f"k{i}") for i in range(3)]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(crawl.pages()) < 20:
+        time.sleep(0.05)
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait()
+    assert wait_all(procs[1:]) == [0, 0]
+    requested = assert_complete_crawl(site, crawl, since)
+    expected = {canonicalize(u) for u in site.expected_pages(MAX_DEPTH)}
+    twice = [u for u in expected if requested[u] > 1]
+    assert len(twice) <= PER_WORKER, twice
+
+
+async def test_sigterm_releases_leases_and_exits_zero(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Only slow pages, so the worker surely holds leases when told to stop.
+    slow = [site.url(0, "/slow") + f"?n={i}" for i in range(6)]
+    crawl = make_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        seeds=slow,
+        scope={"maxDepth": 0},
+        concurrency={"perHost": 6, "hostDelaySeconds": 0},
+        robots={"obey": False},
+    )
+    proc = crawl.start("term", "--grace-seconds", "0.1")
+    frontier = await crawl.frontier()
+    deadline = time.monotonic() + 20
+    while (await frontier.stats()).leased == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    stats = await frontier.stats()
+    assert stats.leased == 0
+    assert stats.released >= 1
+    assert stats.failed == 0  # released, not failed: no attempt counted
+    leases = await frontier.claim("checker", 10)
+    assert leases
+    assert all(lease.attempts == 0 for lease in leases)
+
+
+async def test_ssrf_refused_without_connecting(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    crawl = make_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        seeds=[site.url(0, "/"), "http://169.254.169.254/latest/meta-data/"],
+        scope={"allowPrivateNetworks": False, "allowedDomains": [*site.hosts, "169.254.169.254"]},
+    )
+    since = time.monotonic()
+    assert wait_all([crawl.start("ssrf")]) == [0]
+    assert [r for r in site.all_requests() if r.start >= since] == []
+    dead = crawl.dead()
+    assert dead[canonicalize(site.url(0, "/"))]["failure_class"] == "forbidden_address"
+    assert dead["http://169.254.169.254/latest/meta-data/"]["failure_class"] == "forbidden_address"
+
+
+async def test_hostile_pages_keep_worker_memory_bounded(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    crawl = make_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        seeds=[site.url(0, p) for p in ("/big", "/bomb", "/redirect/loop/a", "/hang", "/")],
+        scope={"maxDepth": 0},
+    )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = crawl.start("hostile")
+    assert proc.wait(60) == 0
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert max(peak_kib, before) < 300 * 1024, f"worker peaked at {peak_kib} KiB"
+    dead = crawl.dead()
+    assert {d["failure_class"] for d in dead.values()} >= {
+        "body_too_large",
+        "decompression_bomb",
+        "timeout",
+    }
+    assert canonicalize(site.url(0, "/")) in {
+        r["url"] for r in crawl.pages() if not r["failure_class"]
+    }

@@ -1,0 +1,107 @@
+"""WorkerMetrics: names, labels, verbs, and the /metrics endpoint on loopback."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client import REGISTRY
+
+from crawlfleet.crawler.failures import FailureClass
+from crawlfleet.crawler.metrics import WorkerMetrics, status_class
+from crawlfleet.local.redis_server import free_port
+
+P = "crawlfleet_worker_"
+
+
+def value(metrics: WorkerMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(P + name, labels or None)
+
+
+@pytest.mark.parametrize(
+    ("status", "label"),
+    [(200, "2xx"), (204, "2xx"), (301, "3xx"), (404, "4xx"), (503, "5xx"), (None, "none"),
+     (101, "other"), (999, "other"), (-1, "other")],
+)  # fmt: skip
+def test_status_class(status: int | None, label: str) -> None:
+    assert status_class(status) == label
+
+
+def test_observations_land_in_the_right_series() -> None:
+    metrics = WorkerMetrics()
+    metrics.observe_fetch(200, 0.2, 1000)
+    metrics.observe_fetch(200, 0.02, 500)
+    metrics.observe_fetch(503, 3.0, 0)
+    metrics.observe_fetch(None, 30.0, 0)
+    assert value(metrics, "pages_fetched_total", status_class="2xx") == 2
+    assert value(metrics, "pages_fetched_total", status_class="5xx") == 1
+    assert value(metrics, "pages_fetched_total", status_class="none") == 1
+    assert value(metrics, "pages_fetched_total", status_class="4xx") == 0  # created at zero
+    assert value(metrics, "fetch_duration_seconds_count") == 4
+    assert value(metrics, "fetch_duration_seconds_sum") == pytest.approx(33.22)
+    assert value(metrics, "fetch_duration_seconds_bucket", le="0.025") == 1
+    assert value(metrics, "fetch_duration_seconds_bucket", le="60.0") == 4
+    assert value(metrics, "response_bytes_total") == 1500
+
+    metrics.set_in_flight(7)
+    metrics.set_concurrency_limit(16)
+    assert value(metrics, "fetches_in_flight") == 7
+    assert value(metrics, "concurrency_limit") == 16
+
+    metrics.observe_failure(FailureClass.TIMEOUT, retried=True)
+    metrics.observe_failure("http_404", retried=False)
+    assert value(metrics, "failures_total", failure_class="timeout") == 1
+    assert value(metrics, "retries_total", failure_class="timeout") == 1
+    assert value(metrics, "failures_total", failure_class="http_404") == 1
+    assert value(metrics, "retries_total", failure_class="http_404") == 0
+    with pytest.raises(ValueError, match="https://"):  # never a free-form (URL) label
+        metrics.observe_failure("https://example.com/", retried=False)
+
+    metrics.observe_bloom([True, False, True, True])
+    assert value(metrics, "bloom_results_total", result="new") == 3
+    assert value(metrics, "bloom_results_total", result="duplicate") == 1
+
+    metrics.observe_claims(10)
+    metrics.observe_leases_lost()
+    metrics.observe_leases_lost(2)
+    assert value(metrics, "claims_total") == 10
+    assert value(metrics, "leases_lost_total") == 3
+
+
+def test_registries_are_private() -> None:
+    first, second = WorkerMetrics(), WorkerMetrics()  # no "Duplicated timeseries" error
+    first.observe_claims(5)
+    assert value(second, "claims_total") == 0
+    assert REGISTRY.get_sample_value(P + "claims_total") is None
+
+
+def test_every_metric_follows_the_naming_rule() -> None:
+    for family in WorkerMetrics().registry.collect():
+        assert family.name.startswith(P)
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
+
+
+def test_serve_exposes_metrics_on_loopback() -> None:
+    metrics = WorkerMetrics()
+    metrics.observe_fetch(200, 0.1, 42)
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    try:
+        assert metrics.serving_port == port
+        with pytest.raises(RuntimeError):
+            metrics.serve(port, "127.0.0.1")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        assert 'crawlfleet_worker_pages_fetched_total{status_class="2xx"} 1.0' in text
+        assert "crawlfleet_worker_response_bytes_total 42.0" in text
+    finally:
+        metrics.close()
+    metrics.close()
+    assert metrics.serving_port is None
+
+
+def test_port_zero_disables_serving() -> None:
+    metrics = WorkerMetrics()
+    metrics.serve(0)
+    assert metrics.serving_port is None
