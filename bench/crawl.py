@@ -1,0 +1,209 @@
+"""Crawl benchmark: one crawlfleet worker against Scrapy on the same site, same machine, one run.
+
+    python -m bench.crawl [--quick] [--json]
+
+Starts the test site (``python -m tests.site --no-hostile``, its own process) and crawls it
+to the end with:
+
+- ``crawlfleet``: one ``crawlfleet worker`` process, private redis-server, leases, Bloom
+  dedup, robots, SSRF checks and JSONL output all on;
+- ``scrapy``: Scrapy (installed for the benchmark only: ``pip install scrapy``) with the same
+  concurrency (64 in all, 16 per host), robots obeyed, a JSONL feed of every page;
+- ``two_workers``: two crawlfleet worker processes sharing the frontier;
+- ``raw_loop``: a bare fetch + parse loop with the same HTTP client and link parser and a
+  Python set for dedup, no Redis: the ceiling we measure the worker against.
+
+Rates are pages per second of wall time, process start-up included for both crawlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from httpx_aiohttp import AiohttpTransport
+
+from crawlfleet.crawler.links import extract_links
+from crawlfleet.frontier import Frontier, FrontierSettings, connect
+from crawlfleet.local.redis_server import RedisServer
+
+CONCURRENCY = 64
+HOSTS = 4
+PER_HOST = CONCURRENCY // HOSTS
+
+
+def start_site(pages_per_host: int) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    site = subprocess.Popen(
+        [
+            sys.executable, "-m", "tests.site", "--hosts", str(HOSTS),
+            "--pages-per-host", str(pages_per_host), "--no-hostile",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert site.stdout is not None
+    return site, json.loads(site.stdout.readline())
+
+
+def job_document(name: str, setup: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "crawlfleet.io/v1alpha1",
+        "kind": "CrawlJob",
+        "metadata": {"name": name, "namespace": "bench"},
+        "spec": {
+            "seeds": setup["seeds"],
+            "scope": {
+                "allowedDomains": setup["hosts"],
+                "maxDepth": 1000,
+                "allowPrivateNetworks": True,
+            },
+            "dedup": {"capacity": max(100_000, setup["pages"] * 4)},
+            "concurrency": {"perWorker": CONCURRENCY, "perHost": PER_HOST, "hostDelaySeconds": 0},
+            "output": {"format": "jsonl"},
+        },
+    }
+
+
+async def crawlfleet_rate(
+    setup: dict[str, Any], redis_url: str, workers: int, name: str, tmp: Path
+) -> tuple[float, int]:
+    job_file = tmp / f"{name}.yaml"
+    job_file.write_text(yaml.safe_dump(job_document(name, setup)))
+    out = tmp / name
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "crawlfleet",
+                "--log-level",
+                "warning",
+                "worker",
+                str(job_file),
+                "--redis-url",
+                redis_url,
+                "--worker-id",
+                f"{name}-{i}",
+                "--out",
+                str(out),
+            ]
+        )
+        for i in range(workers)
+    ]
+    for proc in procs:
+        if proc.wait(600) != 0:
+            raise RuntimeError(f"worker exited with {proc.returncode}")
+    elapsed = time.perf_counter() - started
+    client = connect(redis_url)
+    frontier = await Frontier.open(client, FrontierSettings(job_id=f"bench.{name}"))
+    stats = await frontier.stats()
+    await client.aclose()
+    if not stats.complete:
+        raise RuntimeError(f"crawl {name} did not complete: {stats}")
+    return stats.crawled / elapsed, stats.crawled
+
+
+def scrapy_rate(setup: dict[str, Any], tmp: Path) -> tuple[float, int]:
+    seeds_file, stats_file = tmp / "scrapy-setup.json", tmp / "scrapy-stats.json"
+    seeds_file.write_text(json.dumps(setup))
+    env = {**os.environ, "BENCH_SEEDS_FILE": str(seeds_file), "BENCH_STATS_FILE": str(stats_file)}
+    spider = Path(__file__).with_name("scrapy_spider.py")
+    started = time.perf_counter()
+    subprocess.run(
+        [
+            sys.executable, "-m", "scrapy", "runspider", str(spider),
+            "-s", f"CONCURRENT_REQUESTS={CONCURRENCY}",
+            "-s", f"CONCURRENT_REQUESTS_PER_DOMAIN={PER_HOST}",
+            "-s", "ROBOTSTXT_OBEY=True", "-s", "DOWNLOAD_DELAY=0", "-s", "LOG_LEVEL=WARNING",
+            "-s", "TELNETCONSOLE_ENABLED=False", "-s", "DEPTH_LIMIT=0",
+            "-o", str(tmp / "scrapy-items.jsonl:jsonl"),
+        ],
+        env=env,
+        check=True,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    responses = int(json.loads(stats_file.read_text())["responses"]) - HOSTS  # robots.txt
+    return responses / elapsed, responses
+
+
+async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int]:
+    """Fetch + parse + set, 64 at a time: what the same client and parser reach alone."""
+    transport = AiohttpTransport()
+    seen: set[str] = set(setup["seeds"])
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for seed in setup["seeds"]:
+        queue.put_nowait(seed)
+    done = 0
+    allowed = tuple(f"http://{h}/" for h in setup["hosts"])
+
+    async def run(client: httpx.AsyncClient) -> None:
+        nonlocal done
+        while True:
+            url = await queue.get()
+            try:
+                response = await client.get(url)
+                done += 1
+                for link in extract_links(response.content, url).links:
+                    if link not in seen and link.startswith(allowed):
+                        seen.add(link)
+                        queue.put_nowait(link)
+            finally:
+                queue.task_done()
+
+    started = time.perf_counter()
+    async with httpx.AsyncClient(transport=transport) as client:
+        tasks = [asyncio.create_task(run(client)) for _ in range(CONCURRENCY)]
+        await queue.join()
+        for task in tasks:
+            task.cancel()
+    return done / (time.perf_counter() - started), done
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller site; under 90 s")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = parser.parse_args()
+    pages_per_host = 1500 if args.quick else 5000
+    site, setup = start_site(pages_per_host)
+    results: dict[str, Any] = {"pages": setup["pages"], "quick": args.quick}
+    try:
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            with RedisServer(tmp / "redis") as redis:
+                rate, pages = await crawlfleet_rate(setup, redis.url, 1, "one", tmp)
+                print(f"crawlfleet, 1 worker:   {rate:8.0f} pages/s ({pages} pages)")
+                results["crawlfleet_pages_per_s"] = rate
+                rate, pages = scrapy_rate(setup, tmp)
+                print(f"scrapy:                 {rate:8.0f} pages/s ({pages} pages)")
+                results["scrapy_pages_per_s"] = rate
+                rate, pages = await crawlfleet_rate(setup, redis.url, 2, "two", tmp)
+                print(f"crawlfleet, 2 workers:  {rate:8.0f} pages/s ({pages} pages)")
+                results["two_workers_pages_per_s"] = rate
+            rate, pages = await raw_loop_rate(setup)
+            print(f"raw fetch+parse loop:   {rate:8.0f} pages/s ({pages} pages)")
+            results["raw_loop_pages_per_s"] = rate
+    finally:
+        site.terminate()
+        site.wait(10)
+    results["ratio"] = results["crawlfleet_pages_per_s"] / results["scrapy_pages_per_s"]
+    results["python"] = platform.python_version()
+    print(f"ratio crawlfleet/scrapy: {results['ratio']:.2f} (target ≥ 6.0)")
+    if args.json:
+        print(json.dumps(results, sort_keys=True))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
