@@ -2,7 +2,7 @@
 
     python -m bench.crawl [--quick] [--json]
 
-Starts the test site (``python -m tests.site --no-hostile``, its own process) and crawls it
+Starts the test site (``python -m crawlfleet.testsite --no-hostile``, its own process) and crawls it
 to the end with:
 
 - ``crawlfleet``: one ``crawlfleet worker`` process, private redis-server, leases, Bloom
@@ -46,7 +46,7 @@ PER_HOST = CONCURRENCY // HOSTS
 def start_site(pages_per_host: int) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     site = subprocess.Popen(
         [
-            sys.executable, "-m", "tests.site", "--hosts", str(HOSTS),
+            sys.executable, "-m", "crawlfleet.testsite", "--hosts", str(HOSTS),
             "--pages-per-host", str(pages_per_host), "--no-hostile",
         ],
         stdout=subprocess.PIPE,

@@ -2,9 +2,9 @@
 
     python -m bench.transports [--quick] [--json] [--pages N] [--rounds R]
 
-Starts the test site in a subprocess (``python -m tests.site --hosts 2 --pages-per-host 3000
---no-hostile``: a separate process, so the server does not share our GIL) and fetches the same
-N normal pages with 64 concurrent tasks through each candidate, printing pages/s:
+Starts the test site in a subprocess (``python -m crawlfleet.testsite --hosts 2 --pages-per-
+host 3000 --no-hostile``: a separate process, so the server does not share our GIL) and fetches
+the same N normal pages with 64 concurrent tasks through each candidate, printing pages/s:
 
 - ``httpx``: httpx's default transport (httpcore over anyio);
 - ``httpx-aiohttp``: httpx's API over ``httpx_aiohttp.AiohttpTransport`` and an
@@ -37,7 +37,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
-from tests.site.graph import page_path
+from crawlfleet.testsite.graph import page_path
 
 CONCURRENCY = 64
 MAX_CONNECTIONS = 100
@@ -157,7 +157,7 @@ def start_site(pages_per_host: int) -> tuple[subprocess.Popen[str], dict[str, An
     command = [
         sys.executable,
         "-m",
-        "tests.site",
+        "crawlfleet.testsite",
         "--hosts",
         str(HOSTS),
         "--pages-per-host",

@@ -1,4 +1,4 @@
-"""Tests for the loopback test site (tests/site).
+"""Tests for the loopback test site (crawlfleet/testsite).
 
 The crawler's integration tests trust this site's graph, special paths and request log as
 ground truth, so the site itself is checked here with plain stdlib clients (urllib /
@@ -28,7 +28,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 
 import pytest
 
-from tests.site import SiteConfig, SiteGraph, TestSite, build_gzip_bomb, page_path
+from crawlfleet.testsite import SiteConfig, SiteGraph, TestSite, build_gzip_bomb, page_path
 
 UA = "crawlfleet-site-test/1.0"
 REPO = Path(__file__).resolve().parents[2]
@@ -431,7 +431,7 @@ def test_cli_prints_one_ready_line_and_stops_on_sigterm() -> None:
         [
             sys.executable,
             "-m",
-            "tests.site",
+            "crawlfleet.testsite",
             "--hosts",
             "2",
             "--pages-per-host",

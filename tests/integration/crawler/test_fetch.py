@@ -42,7 +42,7 @@ from crawlfleet.crawler.fetch import (
 )
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawljob import CrawlJobSpec
-from tests.site import SiteConfig, TestSite
+from crawlfleet.testsite import SiteConfig, TestSite
 
 USER_AGENT = "crawlfleet-test/1.0 (+fetch)"
 #: Fast settings: tiny backoff, but room for the site's Retry-After of 1 s.

@@ -23,7 +23,7 @@ import yaml
 
 from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize, connect
 from crawlfleet.local.redis_server import RedisServer
-from tests.site import SiteConfig, TestSite
+from crawlfleet.testsite import SiteConfig, TestSite
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,7 @@
-"""Serve the test site in the foreground: ``python -m tests.site --hosts 4 --pages-per-host 5000``.
+"""Serve the test site in the foreground.
+
+    python -m crawlfleet.testsite --hosts 4 --pages-per-host 5000
+
 
 Why a CLI: a benchmark must not share a process (or a GIL) with the crawler it measures, so it
 starts the site as a subprocess, reads the single JSON readiness line from stdout
@@ -18,13 +21,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from tests.site.graph import SiteConfig
-from tests.site.server import SiteServer
+from crawlfleet.testsite.graph import SiteConfig
+from crawlfleet.testsite.server import SiteServer
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     defaults = SiteConfig()
-    p = argparse.ArgumentParser(prog="python -m tests.site", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m crawlfleet.testsite", description=__doc__)
     p.add_argument("--hosts", type=int, default=defaults.hosts)
     p.add_argument("--pages-per-host", type=int, default=defaults.pages_per_host)
     p.add_argument("--links-per-page", type=int, default=defaults.links_per_page)

@@ -3,7 +3,7 @@
 Why a real server: the crawler's politeness, retry, redirect, robots and size-limit logic is
 only trustworthy if it is exercised over real sockets, against real timing, and verified from
 the *server's* point of view.  :class:`TestSite` therefore serves a deterministic page graph
-(:mod:`tests.site.graph`) over several virtual hosts and records every request it receives
+(:mod:`crawlfleet.testsite.graph`) over several virtual hosts and records every request it receives
 in a :class:`RequestLog` that tests assert against.
 
 Hosts
@@ -74,7 +74,7 @@ the unsafe links below.
 Links that must never be fetched (hostile mode, on a host-0 page):
 ``http://169.254.169.254/latest/meta-data/``, ``http://10.0.0.1/``, ``ftp://127.0.0.2/x``,
 plus ``mailto:`` and ``javascript:`` links on every page, plus links to the out-of-scope host.
-:meth:`tests.site.graph.SiteGraph.specials` lists every linked special URL by category.
+:meth:`crawlfleet.testsite.graph.SiteGraph.specials` lists every linked special URL by category.
 
 Normal pages are ``text/html; charset=utf-8``, > 512 bytes, rendered once and cached.
 Routing ignores the query string (``/d1/p1.html?x=1`` is page 1) but the log keeps it.
@@ -103,7 +103,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from tests.site.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
+from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
 
 __all__ = [
     "RequestLog",

@@ -1,12 +1,14 @@
 """Loopback HTTP test site for crawler integration tests and benchmarks.
 
 ``TestSite`` serves a deterministic, seeded multi-host page graph plus hostile paths and logs
-every request server-side; see :mod:`tests.site.server` for the table of special paths and
-:mod:`tests.site.graph` for the graph shape.  ``python -m tests.site`` runs it standalone.
+every request server-side; see :mod:`crawlfleet.testsite.server` for the table of special
+paths and :mod:`crawlfleet.testsite.graph` for the graph shape. ``python -m
+crawlfleet.testsite`` runs it standalone; ``crawlfleet demo`` crawls it. It ships in the
+package so that the demo works offline on a fresh machine.
 """
 
-from tests.site.graph import PageRef, SiteConfig, SiteGraph, SpecialUrls, page_path
-from tests.site.server import (
+from crawlfleet.testsite.graph import PageRef, SiteConfig, SiteGraph, SpecialUrls, page_path
+from crawlfleet.testsite.server import (
     RequestLog,
     RequestRecord,
     SiteServer,
