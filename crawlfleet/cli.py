@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
 from collections.abc import Sequence
@@ -81,9 +82,24 @@ def _parser() -> argparse.ArgumentParser:
         help="do not exit when the job is complete (the operator scales workers to zero)",
     )
 
+    run = commands.add_parser("run", help="run a CrawlJob on this machine (private Redis)")
+    run.add_argument("job", help="CrawlJob YAML file")
+    _run_flags(run)
+
+    demo = commands.add_parser("demo", help="crawl the bundled loopback demo site")
+    _run_flags(demo)
+
     validate = commands.add_parser("validate", help="check a CrawlJob as the CRD will")
     validate.add_argument("job", help="CrawlJob YAML file")
     return parser
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, help="output folder [./crawl-output/<name>]")
+    parser.add_argument("--redis-url", default=_env("REDIS_URL"), help="use this Redis")
+    parser.add_argument("--workers", type=int, help="a fixed number of workers")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON last")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _worker(args)
         if args.command == "validate":
             return _validate(args)
+        if args.command == "run":
+            return _run(args, Path(args.job))
+        if args.command == "demo":
+            return _demo(args)
     except CrawlfleetError as exc:
         print(f"crawlfleet: {exc}", file=sys.stderr)
         return 2
@@ -106,6 +126,49 @@ def _validate(args: argparse.Namespace) -> int:
     job = load_crawljob(args.job)
     print(f"{args.job}: CrawlJob {job.metadata.namespace}/{job.metadata.name} is valid")
     return 0
+
+
+def _run(args: argparse.Namespace, job_file: Path) -> int:
+    from crawlfleet.crawljob import load_crawljob
+    from crawlfleet.errors import ConfigError
+    from crawlfleet.local.runner import RunOptions, run_local
+
+    job = load_crawljob(job_file)
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
+    options = RunOptions(
+        job_file=job_file,
+        output_dir=args.out or Path("crawl-output") / job.metadata.name,
+        redis_url=args.redis_url,
+        workers=args.workers,
+        resume=args.resume,
+        json_summary=args.json,
+    )
+    return asyncio.run(run_local(job, options))
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Serve the bundled site on loopback and run the demo CrawlJob against it."""
+    from importlib.resources import files
+
+    import yaml
+
+    from crawlfleet.testsite import SiteConfig, TestSite
+
+    template = yaml.safe_load(files("crawlfleet.local").joinpath("demo.yaml").read_text())
+    config = SiteConfig(hosts=3, pages_per_host=100, hostile_heavy=False, hostile_slow=False)
+    with TestSite(config) as site:
+        template["spec"]["seeds"] = site.seeds
+        template["spec"]["scope"]["allowedDomains"] = site.hosts
+        out = args.out or Path("crawl-output") / "demo"
+        if (out / "demo-job.yaml").exists():
+            shutil.rmtree(out)  # an earlier demo: its site had other ports, start afresh
+        out.mkdir(parents=True, exist_ok=True)
+        job_file = out / "demo-job.yaml"
+        job_file.write_text(yaml.safe_dump(template, sort_keys=False))
+        print(f"crawlfleet demo: serving {len(site.hosts)} loopback hosts", file=sys.stderr)
+        args.out = out
+        return _run(args, job_file)
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -49,7 +49,7 @@ class RedisServer:
         password: str | None = None,
         executable: str | None = None,
     ) -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.appendonly = appendonly
         self.modules = modules

@@ -1,0 +1,230 @@
+"""``crawlfleet run``: a whole CrawlJob on one machine, steered by the operator's own brain.
+
+A private redis-server (AOF on, data under the output folder, so an interrupted run
+resumes), worker processes from :class:`LocalProcessBackend`, and once a second: observe the
+frontier and the processes, :func:`crawlfleet.fleet.decide`, apply. Ctrl-C or SIGTERM drains
+the workers (they release their leases), stops Redis cleanly and says how to resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crawlfleet.crawljob import CrawlJob
+from crawlfleet.errors import ConfigError
+from crawlfleet.fleet import FleetMemory, FleetPolicy, Observation, decide
+from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, connect
+from crawlfleet.local.processes import LocalProcessBackend
+from crawlfleet.local.redis_server import RedisServer
+
+__all__ = ["RunOptions", "run_local"]
+
+log = logging.getLogger(__name__)
+
+EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    job_file: Path
+    output_dir: Path
+    redis_url: str | None = None
+    workers: int | None = None  # pin a fixed count instead of the brain's
+    resume: bool = False
+    json_summary: bool = False
+    tick_seconds: float = 1.0
+    completion_grace_seconds: float = 2.0
+    progress_seconds: float = 5.0
+
+
+def _print(*args: Any) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+async def run_local(job: CrawlJob, options: RunOptions) -> int:
+    out = options.output_dir
+    data_dir = out / "redis"
+    if options.redis_url is None and data_dir.exists() and not options.resume:
+        raise ConfigError(
+            f"{out} holds an earlier run; continue it with --resume, or choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _log_to_file(out / "crawlfleet.log")
+    server: RedisServer | None = None
+    if options.redis_url is None:
+        server = RedisServer(data_dir, appendonly=True).start()
+    redis_url = options.redis_url or (server.url if server else "")
+    client = connect(redis_url)
+    backend = LocalProcessBackend(options.job_file.resolve(), redis_url, out.resolve())
+    stop_signal: list[signal.Signals] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop_signal.append, sig)
+    started = time.monotonic()
+    max_workers = 0
+    try:
+        frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
+        new_seeds = await frontier.seed(list(job.spec.seeds))
+        _print(
+            f"crawlfleet: {job.job_id}: {new_seeds} new seed(s); redis {redis_url.split('@')[-1]};"
+            f" output {out}"
+        )
+        policy = FleetPolicy.from_spec(job.spec, options.completion_grace_seconds)
+        memory = FleetMemory()
+        progress = _Progress(job, started, options.progress_seconds)
+        complete = False
+        while not stop_signal:
+            stats = await frontier.stats()
+            beats = {b.worker: b.age_seconds for b in await frontier.workers()}
+            views = backend.views(beats)
+            known = {v.worker_id for v in views}
+            vanished = tuple(w for w in beats if w not in known and w.startswith("local-"))
+            seen = Observation(
+                now=time.time(),
+                queued=stats.queued,
+                delayed=stats.delayed,
+                in_flight=stats.leased,
+                seeded=stats.seeded,
+                suspended=job.spec.suspend,
+                workers=tuple(views),
+                vanished=vanished,
+            )
+            decision, memory = decide(policy, seen, memory)
+            for worker_id in decision.replace:
+                backend.stop(worker_id, graceful=False)
+            for worker_id in decision.requeue_owners:
+                moved = await frontier.requeue_owner(worker_id)
+                await frontier.forget_worker(worker_id)
+                backend.forget(worker_id)
+                if moved.total:
+                    log.warning("worker %s is gone: %d leases requeued", worker_id, moved.total)
+            await frontier.requeue_expired()
+            backend.reap()
+            if decision.complete:
+                complete = True
+                break
+            desired = decision.desired_replicas
+            if options.workers is not None and desired > 0:
+                desired = options.workers
+            active = backend.active()
+            for _ in range(desired - len(active)):
+                backend.start()
+            for worker_id in reversed(active[desired:]):
+                backend.stop(worker_id)
+            max_workers = max(max_workers, len(backend.active()))
+            progress.show(stats, len(backend.active()))
+            await asyncio.sleep(options.tick_seconds)
+        backend.stop_all(timeout_seconds=30)
+        stats = await frontier.stats()
+        elapsed = time.monotonic() - started
+        if not complete:
+            sig = stop_signal[0] if stop_signal else signal.SIGTERM
+            _print(
+                f"crawlfleet: interrupted after {stats.crawled} pages; resume with:\n"
+                f"  crawlfleet run {options.job_file} --resume --out {out}"
+            )
+            return EXIT_INTERRUPTED.get(sig, 1)
+        summary = await _summary(frontier, stats, elapsed, max_workers, out)
+        progress.done(stats, elapsed)
+        if options.json_summary:
+            print(json.dumps(summary, sort_keys=True), flush=True)
+        return 0
+    finally:
+        backend.stop_all(timeout_seconds=30)
+        await client.aclose()
+        if server is not None:
+            server.stop()
+
+
+async def _summary(
+    frontier: Frontier, stats: FrontierStats, elapsed: float, max_workers: int, out: Path
+) -> dict[str, Any]:
+    dead = []
+    async for letter in frontier.dead_letters():
+        dead.append(
+            {
+                "url": letter.url,
+                "failure_class": letter.failure_class,
+                "message": letter.message,
+                "attempts": letter.attempts,
+                "depth": letter.depth,
+                "parent": letter.parent,
+            }
+        )
+    summary = {
+        "phase": "Succeeded",
+        "crawled": stats.crawled,
+        "failed": stats.failed,
+        "dead_lettered": stats.dead,
+        "seen": stats.seen,
+        "duplicates_skipped": stats.duplicates,
+        "requeued": stats.requeued,
+        "elapsed_s": round(elapsed, 3),
+        "pages_per_s": round(stats.crawled / elapsed, 1) if elapsed > 0 else 0.0,
+        "max_workers": max_workers,
+    }
+    _write_results(out, dead, summary)
+    return summary
+
+
+def _write_results(out: Path, dead: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """The run's last files: every dead letter (also those a requeue made) and the summary."""
+    with open(out / "dead-letters.jsonl", "w") as f:
+        f.writelines(json.dumps(d) + "\n" for d in dead)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def _log_to_file(path: Path) -> None:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.getLogger("crawlfleet").addHandler(handler)
+
+
+class _Progress:
+    """A progress line: rich on a terminal, a plain line every few seconds otherwise."""
+
+    def __init__(self, job: CrawlJob, started: float, every_seconds: float) -> None:
+        self.job = job
+        self.started = started
+        self.every = every_seconds
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+        self._console: Any = None
+        if self.tty:
+            from rich.console import Console
+
+            self._console = Console(stderr=True)
+
+    def line(self, stats: FrontierStats, workers: int) -> str:
+        elapsed = max(1e-6, time.monotonic() - self.started)
+        rate = stats.crawled / elapsed
+        text = (
+            f"crawled {stats.crawled}  {rate:.0f}/s  queued {stats.queued}  "
+            f"in-flight {stats.leased}  workers {workers}  failed {stats.dead}"
+        )
+        max_pages = self.job.spec.scope.max_pages
+        if max_pages and rate > 0:
+            text += f"  ETA {max(0, max_pages - stats.crawled) / rate:.0f}s"
+        return text
+
+    def show(self, stats: FrontierStats, workers: int) -> None:
+        now = time.monotonic()
+        if self.tty and self._console is not None:
+            self._console.print(self.line(stats, workers), end="\r", highlight=False)
+        elif now - self.last >= self.every:
+            self.last = now
+            _print(self.line(stats, workers))
+
+    def done(self, stats: FrontierStats, elapsed: float) -> None:
+        _print(
+            f"crawlfleet: complete: {stats.crawled} pages crawled, {stats.dead} dead-lettered,"
+            f" in {elapsed:.1f} s"
+        )
