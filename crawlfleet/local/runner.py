@@ -77,6 +77,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             f"crawlfleet: {job.job_id}: {new_seeds} new seed(s); redis {redis_url.split('@')[-1]};"
             f" output {out}"
         )
+        events = _Events(out / "events.jsonl")
         policy = FleetPolicy.from_spec(job.spec, options.completion_grace_seconds)
         memory = FleetMemory()
         progress = _Progress(job, started, options.progress_seconds)
@@ -100,21 +101,30 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             decision, memory = decide(policy, seen, memory)
             for worker_id in decision.replace:
                 backend.stop(worker_id, graceful=False)
+                events.emit("replace", worker=worker_id, reason="no heartbeat")
             for worker_id in decision.requeue_owners:
                 moved = await frontier.requeue_owner(worker_id)
                 await frontier.forget_worker(worker_id)
                 backend.forget(worker_id)
-                if moved.total:
-                    log.warning("worker %s is gone: %d leases requeued", worker_id, moved.total)
+                events.emit("requeue", worker=worker_id, requeued=moved.requeued, dead=moved.dead)
             await frontier.requeue_expired()
             backend.reap()
             if decision.complete:
+                events.emit("complete", crawled=stats.crawled, dead=stats.dead)
                 complete = True
                 break
             desired = decision.desired_replicas
             if options.workers is not None and desired > 0:
                 desired = options.workers
             active = backend.active()
+            if desired != len(active):
+                events.emit(
+                    "scale",
+                    **{"from": len(active), "to": desired},
+                    queued=stats.queued,
+                    in_flight=stats.leased,
+                    reason=decision.reason or "replace exited workers",
+                )
             for _ in range(desired - len(active)):
                 backend.start()
             for worker_id in reversed(active[desired:]):
@@ -180,6 +190,19 @@ def _write_results(out: Path, dead: list[dict[str, Any]], summary: dict[str, Any
     with open(out / "dead-letters.jsonl", "w") as f:
         f.writelines(json.dumps(d) + "\n" for d in dead)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+class _Events:
+    """The run's decisions, one JSON line each (the local stand-in for Kubernetes Events)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        entry = {"ts": round(time.time(), 3), "kind": kind, **fields}
+        log.info("%s %s", kind, fields)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
 
 
 def _log_to_file(path: Path) -> None:

@@ -169,3 +169,166 @@ def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> 
         assert summary["elapsed_s"] < 50
         logs = sorted(p.name for p in (tmp_path / "out" / "logs").iterdir())
         assert "local-3.log" in logs  # a replacement was started
+
+
+def _job(site: TestSite, name: str, **spec: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "seeds": site.seeds,
+        "scope": {"allowedDomains": site.hosts, "maxDepth": 10, "allowPrivateNetworks": True},
+        "concurrency": {"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.01},
+        "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "crawlfleet.io/v1alpha1",
+        "kind": "CrawlJob",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -> None:
+    config = SiteConfig(hosts=3, pages_per_host=60, hostile=False, latency_seconds=0.02)
+    with TestSite(config) as site:
+        job = _job(
+            site,
+            "autoscaled",
+            seeds=sorted(site.expected_pages()),
+            workers={
+                "minReplicas": 1,
+                "maxReplicas": 3,
+                "targetBacklogPerReplica": 20,
+                "scaleDownDelaySeconds": 1,
+            },
+        )
+        job_file = tmp_path / "job.yaml"
+        job_file.write_text(yaml.safe_dump(job))
+        proc = crawlfleet(
+            "run", str(job_file), "--out", str(tmp_path / "out"), "--json", cwd=tmp_path
+        )
+        stdout, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        summary = json.loads(stdout.strip().splitlines()[-1])
+        events = [
+            json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()
+        ]
+        scales = [e for e in events if e["kind"] == "scale"]
+        assert scales[0]["to"] == 3, scales  # 180 seeds / 20 per replica, capped at 3
+        assert any(e["to"] < e["from"] for e in scales), scales  # and down as the queue drained
+        assert summary["max_workers"] == 3
+        served = {
+            canonicalize(r.url)
+            for r in site.all_requests()
+            if r.status == 200 and r.path != "/robots.txt"
+        }
+        assert summary["crawled"] == len(served) == len(site.expected_pages())
+
+
+def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
+    config = SiteConfig(hosts=2, pages_per_host=1000, hostile=False, latency_seconds=0.005)
+    with TestSite(config) as site:
+        job_file = tmp_path / "job.yaml"
+        job_file.write_text(
+            yaml.safe_dump(
+                _job(
+                    site, "chaos", concurrency={"perWorker": 8, "perHost": 4, "hostDelaySeconds": 0}
+                )
+            )
+        )
+        run = crawlfleet(
+            "run",
+            str(job_file),
+            "--out",
+            str(tmp_path / "out"),
+            "--workers",
+            "3",
+            "--json",
+            cwd=tmp_path,
+        )
+        kills = 0
+        deadline = time.monotonic() + 120
+        next_kill = time.monotonic() + 2
+        while run.poll() is None and kills < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+            if time.monotonic() < next_kill:
+                continue
+            victims = [
+                pid
+                for n in range(1, 20)
+                if (pid := _pid_of_worker(f"local-{n}", job_file)) is not None
+            ]
+            if victims:
+                os.kill(victims[kills % len(victims)], signal.SIGKILL)
+                kills += 1
+            next_kill = time.monotonic() + 1.5
+        stdout, err = run.communicate(timeout=180)
+        assert run.returncode == 0, err[-3000:]
+        assert kills >= 2, "the crawl ended before the chaos began"
+        summary = json.loads(stdout.strip().splitlines()[-1])
+        expected = {canonicalize(u) for u in site.expected_pages()}
+        assert len(expected) >= 2000
+        assert summary["crawled"] == len(expected)
+        fetched = Counter(
+            canonicalize(r.url) for r in site.all_requests() if r.path != "/robots.txt"
+        )
+        assert set(fetched) == expected
+        duplicates = sum(n - 1 for n in fetched.values())
+        assert duplicates <= summary["requeued"], (duplicates, summary)
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n", "kind"),
+        ("- just\n- a list\n", "mapping"),
+        (
+            "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: x}\n"
+            "spec: {seeds: ['https://a.example/'], scope: {maxDepht: 2}}\n",
+            "spec.scope.maxDepht",
+        ),
+        (
+            "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: x}\n"
+            "spec: {seeds: ['ftp://a.example/']}\n",
+            "spec.seeds",
+        ),
+    ],
+)
+def test_bad_crawljobs_are_refused_before_anything_starts(
+    tmp_path: Path, document: str, message: str
+) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(document)
+    proc = crawlfleet("run", str(job_file), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreachable_redis_and_missing_redis_server_are_clear(tmp_path: Path) -> None:
+    example = Path(__file__).parents[3] / "examples" / "crawljob.yaml"
+    proc = crawlfleet(
+        "run",
+        str(example),
+        "--out",
+        str(tmp_path / "a"),
+        "--redis-url",
+        "redis://127.0.0.1:1/0",
+        cwd=tmp_path,
+    )
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "Redis" in err
+    assert "Traceback" not in err
+    missing = subprocess.run(
+        [sys.executable, "-m", "crawlfleet", "run", str(example), "--out", str(tmp_path / "b")],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2
+    assert "redis-server was not found" in missing.stderr
+    assert "apt-get install redis-server" in missing.stderr
