@@ -20,9 +20,10 @@ import json
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from crawlfleet.testsite.graph import SiteConfig
-from crawlfleet.testsite.server import SiteServer
+from crawlfleet.testsite.server import RequestRecord, SiteServer
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -42,6 +43,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every response")
     p.add_argument("--base-address", default="127.0.0.2", help="address of host 0")
     p.add_argument("--keep-records", action="store_true", help="keep every request record")
+    p.add_argument(
+        "--record-file",
+        type=Path,
+        help="on exit, write every request (url, status) as JSON lines here (keeps records)",
+    )
     return p.parse_args(argv)
 
 
@@ -56,7 +62,8 @@ async def _serve(args: argparse.Namespace) -> int:
         crawl_delay_seconds=args.crawl_delay,
         latency_seconds=args.latency,
     )
-    server = SiteServer(config, base_address=args.base_address, keep_records=args.keep_records)
+    keep = args.keep_records or args.record_file is not None
+    server = SiteServer(config, base_address=args.base_address, keep_records=keep)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -74,10 +81,18 @@ async def _serve(args: argparse.Namespace) -> int:
     finally:
         await server.stop()
     log = server.log
+    if args.record_file is not None:
+        _write_records(args.record_file, log.all_requests())
     concurrency = {h: log.max_concurrency(h) for h in server.hosts}
     summary = {"requests": log.total(), "max_concurrency": concurrency}
     print(json.dumps(summary), file=sys.stderr, flush=True)
     return 0
+
+
+def _write_records(path: Path, records: Sequence[RequestRecord]) -> None:
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps({"url": record.url, "status": record.status}) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,6 +47,20 @@ def site() -> Iterator[TestSite]:
         yield running
 
 
+_started: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_workers() -> Iterator[None]:
+    """A test that fails mid-crawl must not leave worker processes behind."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @dataclass
 class Crawl:
     name: str
@@ -55,7 +69,7 @@ class Crawl:
     redis_url: str
 
     def start(self, worker: str, *extra: str) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [
                 sys.executable, "-m", "crawlfleet", "worker", str(self.job_file),
                 "--redis-url", self.redis_url, "--worker-id", worker,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +21,34 @@ from crawlfleet.testsite import SiteConfig, TestSite
 pytestmark = pytest.mark.slow
 
 
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_runs() -> Iterator[None]:
+    """A failed test must not leave a run (and its workers) behind: SIGTERM drains them."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def crawlfleet(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "crawlfleet", *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    _started.append(proc)
+    return proc
 
 
 def test_demo_completes_and_summarises(tmp_path: Path) -> None:
