@@ -69,14 +69,17 @@ class Crawl:
     redis_url: str
 
     def start(self, worker: str, *extra: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "crawlfleet", "worker", str(self.job_file),
-                "--redis-url", self.redis_url, "--worker-id", worker,
-                "--out", str(self.out), *extra,
-            ],
-            stderr=open(self.out / f"{worker}.log", "ab"),
-        )  # fmt: skip
+        with open(self.out / f"{worker}.log", "ab") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(
+                [
+                    sys.executable, "-m", "crawlfleet", "worker", str(self.job_file),
+                    "--redis-url", self.redis_url, "--worker-id", worker,
+                    "--out", str(self.out), *extra,
+                ],
+                stderr=log,
+            )  # fmt: skip
+        _started.append(proc)
+        return proc
 
     def pages(self) -> list[dict[str, Any]]:
         records = []
