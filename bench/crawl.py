@@ -2,8 +2,8 @@
 
     python -m bench.crawl [--quick] [--json]
 
-Starts the test site (``python -m crawlfleet.testsite --no-hostile``, its own process) and crawls it
-to the end with:
+Serves the test site's pages as static files with nginx (bench/static_site.py; the Python
+test site when nginx is missing) and crawls it to the end with:
 
 - ``crawlfleet``: one ``crawlfleet worker`` process, private redis-server, leases, Bloom
   dedup, robots, SSRF checks and JSONL output all on;
@@ -34,6 +34,7 @@ import httpx
 import yaml
 from httpx_aiohttp import AiohttpTransport
 
+from bench.static_site import StaticSite
 from crawlfleet.crawler.links import extract_links
 from crawlfleet.frontier import Frontier, FrontierSettings, connect
 from crawlfleet.local.redis_server import RedisServer
@@ -41,19 +42,6 @@ from crawlfleet.local.redis_server import RedisServer
 CONCURRENCY = 64
 HOSTS = 4
 PER_HOST = CONCURRENCY // HOSTS
-
-
-def start_site(pages_per_host: int) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    site = subprocess.Popen(
-        [
-            sys.executable, "-m", "crawlfleet.testsite", "--hosts", str(HOSTS),
-            "--pages-per-host", str(pages_per_host), "--no-hostile",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    assert site.stdout is not None
-    return site, json.loads(site.stdout.readline())
 
 
 def job_document(name: str, setup: dict[str, Any]) -> dict[str, Any]:
@@ -177,11 +165,14 @@ async def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     args = parser.parse_args()
     pages_per_host = 1500 if args.quick else 5000
-    site, setup = start_site(pages_per_host)
-    results: dict[str, Any] = {"pages": setup["pages"], "quick": args.quick}
-    try:
-        with tempfile.TemporaryDirectory() as tmp_name:
-            tmp = Path(tmp_name)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        with StaticSite(HOSTS, pages_per_host, tmp / "site") as setup:
+            results: dict[str, Any] = {
+                "pages": setup["pages"],
+                "quick": args.quick,
+                "site_server": setup["server"],
+            }
             with RedisServer(tmp / "redis") as redis:
                 rate, pages = await crawlfleet_rate(setup, redis.url, 1, "one", tmp)
                 print(f"crawlfleet, 1 worker:   {rate:8.0f} pages/s ({pages} pages)")
@@ -195,9 +186,6 @@ async def main() -> None:
             rate, pages = await raw_loop_rate(setup)
             print(f"raw fetch+parse loop:   {rate:8.0f} pages/s ({pages} pages)")
             results["raw_loop_pages_per_s"] = rate
-    finally:
-        site.terminate()
-        site.wait(10)
     results["ratio"] = results["crawlfleet_pages_per_s"] / results["scrapy_pages_per_s"]
     results["python"] = platform.python_version()
     print(f"ratio crawlfleet/scrapy: {results['ratio']:.2f} (target ≥ 6.0)")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -11,6 +13,13 @@ import redis.asyncio as aioredis
 from crawlfleet.frontier import connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.redis import redisbloom_module
+
+# Processes the tests start (workers, `crawlfleet run`) import this checkout, whatever the
+# environment has installed: a shared virtualenv may point at another clone.
+_REPO = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(_REPO), os.environ.get("PYTHONPATH", "")) if p
+)
 
 
 @pytest.fixture(scope="session")
