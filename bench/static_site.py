@@ -9,6 +9,7 @@ installed (``apt-get install nginx-light``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -53,8 +54,10 @@ class StaticSite:
                 f"default_type text/html; charset utf-8; }}"
             )
         conf = self.root / "nginx.conf"
+        # Our temporary folders are private to us: nginx's workers must run as us to read them.
+        user = "user root root; " if os.geteuid() == 0 else ""
         conf.write_text(
-            f"worker_processes 1; pid {self.root}/nginx.pid; error_log {self.root}/error.log;"
+            f"{user}worker_processes 1; pid {self.root}/nginx.pid; error_log {self.root}/error.log;"
             " daemon off; events { worker_connections 4096; } http { access_log off;"
             " keepalive_requests 100000; sendfile on; " + " ".join(servers) + " }\n"
         )

@@ -60,10 +60,10 @@ class WorkerOptions:
     output_dir: Path
     grace_seconds: float = 25.0
     exit_when_done: bool = True
-    flush_interval_seconds: float = 0.05
+    flush_linger_seconds: float = 0.005
     flush_batch: int = 64
     idle_poll_seconds: float = 0.05
-    claim_batch_wait_seconds: float = 0.01
+    claim_batch_wait_seconds: float = 0.005
     max_buffered: int = 512
 
 
@@ -117,6 +117,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._closed = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
         self._fetches = 0
         self._hosts_with_delay: set[str] = set()
         self.counters: dict[str, float] = {
@@ -143,7 +144,7 @@ class Worker:
             asyncio.create_task(
                 self._every(self.spec.lease.heartbeat_seconds, self._heartbeat_once)
             ),
-            asyncio.create_task(self._every(self.options.flush_interval_seconds, self._flush)),
+            asyncio.create_task(self._flush_loop()),
         ]
         try:
             await self._heartbeat_once()
@@ -221,6 +222,7 @@ class Worker:
             self.metrics.set_in_flight(len(self._inflight))
         self._done.append(outcome)
         self._wake.set()
+        self._flush_wanted.set()
 
     async def _pace(self, url: str) -> None:
         """Keep a fetch's extra requests (retries, redirect hops) in the host's schedule."""
@@ -333,6 +335,22 @@ class Worker:
         )
 
     # -- flushing -----------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        """Flush soon after pages finish: a page holds its host's slot until it is acked."""
+        while not self._closed.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            if self._closed.is_set():
+                return
+            await asyncio.sleep(self.options.flush_linger_seconds)  # let a batch gather
+            try:
+                await self._flush()
+            except Exception:
+                log.exception("flush failed", extra={"layer": "flow"})
+                await asyncio.sleep(0.5)
 
     async def _every(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
         """Run ``action`` every ``seconds`` until the worker closes; log, never die, on errors."""
