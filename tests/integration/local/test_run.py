@@ -77,21 +77,12 @@ def test_demo_completes_and_summarises(tmp_path: Path) -> None:
 def test_interrupted_run_resumes_without_recrawling(tmp_path: Path) -> None:
     config = SiteConfig(hosts=2, pages_per_host=60, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
-        job = {
-            "apiVersion": "crawlfleet.io/v1alpha1",
-            "kind": "CrawlJob",
-            "metadata": {"name": "resumable"},
-            "spec": {
-                "seeds": site.seeds,
-                "scope": {
-                    "allowedDomains": site.hosts,
-                    "maxDepth": 10,
-                    "allowPrivateNetworks": True,
-                },
-                "concurrency": {"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.02},
-                "lease": {"ttlSeconds": 10, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
-            },
-        }
+        job = _job(
+            site,
+            "resumable",
+            concurrency={"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.02},
+            lease={"ttlSeconds": 10, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
+        )
         job_file = tmp_path / "job.yaml"
         job_file.write_text(yaml.safe_dump(job))
         out = tmp_path / "out"
@@ -148,21 +139,9 @@ def _pid_of_worker(worker_id: str, job_file: Path) -> int | None:
 def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> None:
     config = SiteConfig(hosts=2, pages_per_host=80, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
-        job = {
-            "apiVersion": "crawlfleet.io/v1alpha1",
-            "kind": "CrawlJob",
-            "metadata": {"name": "killed"},
-            "spec": {
-                "seeds": site.seeds,
-                "scope": {
-                    "allowedDomains": site.hosts,
-                    "maxDepth": 10,
-                    "allowPrivateNetworks": True,
-                },
-                "concurrency": {"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.02},
-                "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
-            },
-        }
+        job = _job(
+            site, "killed", concurrency={"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.02}
+        )
         job_file = tmp_path / "job.yaml"
         job_file.write_text(yaml.safe_dump(job))
         run = crawlfleet(
