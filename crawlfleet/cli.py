@@ -45,9 +45,16 @@ class _JsonFormatter(logging.Formatter):
 
 
 def _setup_logging(level: str) -> None:
+    """JSON lines on stderr at ``level``; crawlfleet's own INFO still reaches file handlers."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
+    handler.setLevel(level.upper())
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.getLogger("crawlfleet").setLevel(min(logging.INFO, handler.level))
+    # httpx logs every request at INFO: a JSON line per page is noise and CPU. Our own
+    # request layer logs what matters (retries, failures) with its layer field.
+    if handler.level > logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -64,7 +71,11 @@ def _default_worker_id() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="crawlfleet", description=__doc__.split("\n")[0])
-    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    parser.add_argument(
+        "--log-level",
+        default=_env("LOG_LEVEL"),
+        help="stderr log level [info; warning for run and demo, whose full log is a file]",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     worker = commands.add_parser("worker", help="run one crawl worker against a job's Redis")
@@ -104,7 +115,8 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _setup_logging(args.log_level)
+    quiet = args.command in ("run", "demo")
+    _setup_logging(args.log_level or ("warning" if quiet else "info"))
     try:
         if args.command == "worker":
             return _worker(args)
