@@ -35,6 +35,7 @@ import yaml
 
 from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
+from tests.support.processes import worker_pid
 
 PER_PROCESS = 16
 PER_HOST = 8
@@ -77,18 +78,6 @@ class Site:
                 netloc, _, path = url.split("://", 1)[1].partition("/")
                 served.add((index[netloc], "/" + path))
         return served
-
-
-def worker_pid(job_file: Path, worker_id: str) -> int | None:
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if str(job_file).encode() in cmdline and worker_id.encode() in cmdline:
-                return int(proc.name)
-    return None
 
 
 def run_crawlfleet(site: Site, tmp: Path, name: str, kill_after: float | None) -> float:

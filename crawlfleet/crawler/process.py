@@ -65,7 +65,6 @@ async def run_worker(
             guard=guard,
             options=WorkerOptions(
                 worker_id=worker_id,
-                output_dir=output_dir,
                 grace_seconds=grace_seconds,
                 exit_when_done=exit_when_done,
             ),

@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from hashlib import sha256
-from pathlib import Path
 
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
@@ -57,11 +56,9 @@ class WorkerOptions:
     """How this process runs, as opposed to what the job asks (the spec)."""
 
     worker_id: str
-    output_dir: Path
     grace_seconds: float = 25.0
     exit_when_done: bool = True
     flush_linger_seconds: float = 0.005
-    flush_batch: int = 64
     idle_poll_seconds: float = 0.05
     claim_batch_wait_seconds: float = 0.005
     max_buffered: int = 512
@@ -118,7 +115,6 @@ class Worker:
         self._stopping = False
         self._closed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
-        self._fetches = 0
         self._hosts_with_delay: set[str] = set()
         self.counters: dict[str, float] = {
             "fetched": 0,
@@ -247,7 +243,6 @@ class Worker:
             min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
             pace=self._pace,
         )
-        self._fetches += 1
         self.metrics.observe_fetch(result.status, result.elapsed_seconds, result.wire_bytes)
         if result.failure is not None:
             self.limit.record(False)

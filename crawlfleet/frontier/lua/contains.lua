@@ -4,22 +4,11 @@
 --       (bitmap) or the URL itself (native).
 -- Returns one 1 (probably seen) / 0 (certainly not seen) per item.
 local hashes, seg_bits, segments = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local items = {}
+for i = 7, #ARGV do items[#items + 1] = ARGV[i] end
+if ARGV[2] == 'native' then return native_multi('BF.MEXISTS', ARGV[6], items) end
 local result = {}
-if ARGV[2] == 'native' then
-  for first = 7, #ARGV, 1000 do
-    local r = redis.call('BF.MEXISTS', ARGV[6], unpack(ARGV, first, math.min(first + 999, #ARGV)))
-    for i = 1, #r do result[#result + 1] = r[i] end
-  end
-else
-  for i = 7, #ARGV do
-    local s, h1, h2 = struct.unpack('<I4I4I4', ARGV[i])
-    local key = KEYS[BLOOM_KEY0 + 1 + (s % segments)]
-    h2 = (h2 % (seg_bits - 1)) + 1
-    local seen = 1
-    for j = 0, hashes - 1 do
-      if redis.call('GETBIT', key, (h1 + j * h2) % seg_bits) == 0 then seen = 0; break end
-    end
-    result[#result + 1] = seen
-  end
+for i, digest in ipairs(items) do
+  result[i] = bitmap_has(digest, hashes, seg_bits, segments) and 1 or 0
 end
 return result

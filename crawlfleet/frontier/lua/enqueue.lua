@@ -18,7 +18,7 @@ local bulk = nil
 if backend == 'native' and not limited then
   local urls = {}
   for i = 0, count - 1 do urls[#urls + 1] = ARGV[8 + i * 4] end
-  bulk = native_madd(native_key, urls)
+  bulk = native_multi('BF.MADD', native_key, urls)
 end
 
 local result, touched = {}, {}

@@ -160,13 +160,17 @@ local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, no
   return 'retry'
 end
 
--- Bitmap Bloom filter: set the k bits of one digest inside its segment.
--- Returns true when any bit was clear, i.e. the URL was not in the filter. Atomic because
--- the whole script is.
-local function bitmap_add(digest, hashes, seg_bits, segments)
+-- Bitmap Bloom filter: a digest's segment key and the two hashes its k bit positions come
+-- from ((h1 + i * h2) mod segment bits), all inside that one segment (KEYS[BLOOM_KEY0+1+s]).
+local function bitmap_slot(digest, seg_bits, segments)
   local s, h1, h2 = struct.unpack('<I4I4I4', digest)
-  local key = KEYS[BLOOM_KEY0 + 1 + (s % segments)]
-  h2 = (h2 % (seg_bits - 1)) + 1
+  return KEYS[BLOOM_KEY0 + 1 + (s % segments)], h1, (h2 % (seg_bits - 1)) + 1
+end
+
+-- Set the k bits of one digest. Returns true when any bit was clear, i.e. the URL was not in
+-- the filter. Atomic because the whole script is.
+local function bitmap_add(digest, hashes, seg_bits, segments)
+  local key, h1, h2 = bitmap_slot(digest, seg_bits, segments)
   local new = false
   for i = 0, hashes - 1 do
     if redis.call('SETBIT', key, (h1 + i * h2) % seg_bits, 1) == 0 then new = true end
@@ -174,12 +178,22 @@ local function bitmap_add(digest, hashes, seg_bits, segments)
   return new
 end
 
--- Native Bloom filter (BF.MADD), in chunks: unpack() is bounded by the Lua C stack.
-local function native_madd(key, items)
+-- Read-only: true when all k bits of one digest are set (probably seen).
+local function bitmap_has(digest, hashes, seg_bits, segments)
+  local key, h1, h2 = bitmap_slot(digest, seg_bits, segments)
+  for i = 0, hashes - 1 do
+    if redis.call('GETBIT', key, (h1 + i * h2) % seg_bits) == 0 then return false end
+  end
+  return true
+end
+
+-- A native multi-item Bloom command (BF.MADD, BF.MEXISTS) over a long list, in chunks:
+-- unpack() is bounded by the Lua C stack. Returns the concatenated replies.
+local function native_multi(cmd, key, items)
   local out = {}
   for first = 1, #items, 1000 do
     local last = math.min(first + 999, #items)
-    local r = redis.call('BF.MADD', key, unpack(items, first, last))
+    local r = redis.call(cmd, key, unpack(items, first, last))
     for i = 1, #r do out[#out + 1] = r[i] end
   end
   return out

@@ -17,6 +17,7 @@ import yaml
 
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
+from tests.support.processes import worker_pid
 
 pytestmark = pytest.mark.slow
 
@@ -123,19 +124,6 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:
     assert "--resume" in err
 
 
-def _pid_of_worker(worker_id: str, job_file: Path) -> int | None:
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if str(job_file).encode() in cmdline and worker_id.encode() in cmdline:
-            return int(proc.name)
-    return None
-
-
 def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> None:
     config = SiteConfig(hosts=2, pages_per_host=80, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
@@ -158,7 +146,7 @@ def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> 
         pid = None
         while pid is None or len(site.all_requests()) < 20:
             assert time.monotonic() < deadline, "the crawl did not start"
-            pid = _pid_of_worker("local-1", job_file)
+            pid = worker_pid(job_file, "local-1")
             time.sleep(0.05)
         os.kill(pid, signal.SIGKILL)
         stdout, err = run.communicate(timeout=180)
@@ -253,9 +241,7 @@ def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
             if time.monotonic() < next_kill:
                 continue
             victims = [
-                pid
-                for n in range(1, 20)
-                if (pid := _pid_of_worker(f"local-{n}", job_file)) is not None
+                pid for n in range(1, 20) if (pid := worker_pid(job_file, f"local-{n}")) is not None
             ]
             if victims:
                 os.kill(victims[kills % len(victims)], signal.SIGKILL)

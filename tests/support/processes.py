@@ -1,0 +1,19 @@
+"""Finding a worker process the way an operator's kill would: by its command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def worker_pid(job_file: Path, worker_id: str) -> int | None:
+    """PID of the ``crawlfleet worker`` running ``job_file`` as ``worker_id``, if any."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(job_file).encode() in cmdline and worker_id.encode() in cmdline:
+            return int(proc.name)
+    return None
