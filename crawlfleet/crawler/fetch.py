@@ -40,8 +40,10 @@ hops alike (so retries = ``attempts - 1 - len(redirects)`` when the chain did no
 ``wire_bytes`` counts body bytes as received (after chunked framing, before content decoding)
 over all those requests.
 
-Transport: one ``httpx.AsyncClient`` per ``Fetcher`` over ``httpx_aiohttp.AiohttpTransport``
-and an ``aiohttp.ClientSession``. Measured with ``python -m bench.transports`` (test site in a
+Transport: one ``httpx_aiohttp.AiohttpTransport`` per ``Fetcher`` over one pooled
+``aiohttp.ClientSession``; requests and responses are httpx's ``Request`` and ``Response``,
+handed to the transport without ``AsyncClient.send``'s auth, cookie and redirect layers (see
+``_exchange``). Measured with ``python -m bench.transports`` (test site in a
 subprocess, 2 hosts, 6000 normal pages per round, 64 concurrent tasks, best of 3 rounds, over
 loopback on 2 shared CPUs; CPython 3.11.7, httpx 0.28.1, aiohttp 3.14.5, httpx-aiohttp 0.2.0;
 rounds vary by ±20 %):
@@ -68,7 +70,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.cookiejar
 import logging
 import random
 import socket
@@ -76,7 +77,7 @@ import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 import aiohttp
@@ -138,7 +139,6 @@ _NETWORK_ERRORS: Final = (
     UnicodeError,
 )
 _SCHEMES: Final = frozenset({"http", "https"})
-_LOCATION_EXTENSION: Final = "crawlfleet.location"
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
 #: More stacked codings than this is not a real server.
 _MAX_CODINGS: Final = 2
@@ -267,7 +267,8 @@ class Fetcher:
         self._settings = settings
         self._guard = guard
         self._rng = rng if rng is not None else random.Random()
-        self._client = _build_client(settings, guard)
+        self._transport = _build_transport(settings, guard)
+        self._timeouts = _timeouts(settings)
 
     @property
     def settings(self) -> FetchSettings:
@@ -326,7 +327,7 @@ class Fetcher:
 
     async def aclose(self) -> None:
         """Close the pooled connections; the Fetcher cannot be used afterwards."""
-        await self._client.aclose()
+        await self._transport.aclose()
 
     # -- redirects -----------------------------------------------------------------------
 
@@ -452,19 +453,21 @@ class Fetcher:
         exchange = _Exchange()
         try:
             await self._guard.check_url(url)  # before any connection (also for IP literals)
-            # Built directly rather than with client.build_request: no base URL, default
-            # headers or cookies to merge, and the merging cost a fifth of a page's CPU time.
-            request = httpx.Request("GET", url, headers=self._request_headers())
+            request = httpx.Request(
+                "GET", url, headers=self._request_headers(), extensions=dict(self._timeouts)
+            )
             result.attempts += 1
-            response = await self._client.send(request, stream=True)
+            # Straight to the transport: AsyncClient.send adds auth, cookie and redirect
+            # handling, which a crawler refuses (one client serves every site, so cookies must
+            # not persist) or does itself (each hop is judged in _next_hop), and cost a third
+            # of the request layer's CPU time per page. httpx would also parse a redirect's
+            # Location, and a malformed one would throw the response away.
+            response = await self._transport.handle_async_request(request)
             try:
                 exchange.fetched_at = time.time()
                 exchange.status = response.status_code
                 # One plain dict: httpx.Headers decodes on every lookup.
                 headers = {name.lower(): value for name, value in response.headers.items()}
-                location = response.extensions.get(_LOCATION_EXTENSION)
-                if isinstance(location, str):
-                    headers["location"] = location
                 exchange.retry_after_seconds = parse_retry_after(
                     headers.get("retry-after"), exchange.fetched_at
                 )
@@ -608,8 +611,8 @@ class _GuardResolver(AbstractResolver):
         """Nothing to release: the guard belongs to the Fetcher's owner."""
 
 
-def _build_client(settings: FetchSettings, guard: AddressGuard) -> httpx.AsyncClient:
-    """The one pooled client: httpx's API over an aiohttp session resolving through the guard."""
+def _build_transport(settings: FetchSettings, guard: AddressGuard) -> AiohttpTransport:
+    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard."""
 
     def make_session() -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -630,6 +633,12 @@ def _build_client(settings: FetchSettings, guard: AddressGuard) -> httpx.AsyncCl
             session._retry_connection = False
         return session
 
+    # Called on the first request, inside the loop that will own the session.
+    return AiohttpTransport(client=make_session)
+
+
+def _timeouts(settings: FetchSettings) -> dict[str, Any]:
+    """The request extension httpx transports read their timeouts from."""
     timeout = httpx.Timeout(
         connect=settings.connect_timeout_seconds,
         read=settings.read_timeout_seconds,
@@ -638,34 +647,7 @@ def _build_client(settings: FetchSettings, guard: AddressGuard) -> httpx.AsyncCl
         # deadline bounds it anyway.
         pool=settings.total_timeout_seconds,
     )
-    return httpx.AsyncClient(
-        # Called on the first request, inside the loop that will own the session.
-        transport=AiohttpTransport(client=make_session),
-        timeout=timeout,
-        follow_redirects=False,
-        trust_env=False,
-        cookies=_refusing_cookie_jar(),
-        event_hooks={"response": [_hide_location_from_httpx]},
-    )
-
-
-async def _hide_location_from_httpx(response: httpx.Response) -> None:
-    """Move ``Location`` into the response's extensions, out of httpx's reach.
-
-    Even with ``follow_redirects=False`` httpx parses a redirect's ``Location`` to offer
-    ``next_request``, and a malformed one (``javascript:...``, a bad host) raises and throws the
-    response away. We follow redirects ourselves and judge the target in ``_next_hop``, so
-    httpx must not see it; response hooks run just before that parsing.
-    """
-    location = response.headers.get("location")
-    if location is not None:
-        del response.headers["location"]
-        response.extensions[_LOCATION_EXTENSION] = location
-
-
-def _refusing_cookie_jar() -> http.cookiejar.CookieJar:
-    """A jar that stores nothing: one client serves every site, so cookies must not persist."""
-    return http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return {"timeout": timeout.as_dict()}
 
 
 # -- bodies -------------------------------------------------------------------------------

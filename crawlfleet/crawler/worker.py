@@ -111,6 +111,7 @@ class Worker:
         self._rng = rng or random.Random()
         self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
         self._done: list[_Outcome] = []
+        self._fetched: list[str] = []  # responses arrived: host slots to free at next claim
         self._wake = asyncio.Event()
         self._stopping = False
         self._closed = asyncio.Event()
@@ -173,9 +174,11 @@ class Worker:
                 # time than the fetches save. A little more room comes within milliseconds.
                 await self._wait(self.options.claim_batch_wait_seconds)
                 room = self.limit.limit - len(self._inflight)
+            fetched, self._fetched = self._fetched, []
             try:
-                leases = await self.frontier.claim(self.worker_id, room)
+                leases = await self.frontier.claim(self.worker_id, room, fetched)
             except FrontierUnavailable as exc:
+                self._fetched[:0] = fetched  # marking twice is harmless
                 # Redis restarting or failing over: wait it out; leases we hold stay ours
                 # until their ttl, and heartbeats extend them once Redis is back.
                 outage = min(30.0, 2 * outage) if outage else 0.5
@@ -243,6 +246,7 @@ class Worker:
             min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
             pace=self._pace,
         )
+        self._fetched.append(lease.lease_id)
         self.metrics.observe_fetch(result.status, result.elapsed_seconds, result.wire_bytes)
         if result.failure is not None:
             self.limit.record(False)
@@ -332,7 +336,7 @@ class Worker:
     # -- flushing -----------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
-        """Flush soon after pages finish: a page holds its host's slot until it is acked."""
+        """Flush soon after pages finish: outputs and new links should not wait for a tick."""
         while not self._closed.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.5):

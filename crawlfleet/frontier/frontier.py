@@ -255,11 +255,17 @@ class Frontier:
 
     # -- leases ---------------------------------------------------------------------------
 
-    async def claim(self, worker: str, count: int) -> list[Lease]:
-        """Lease up to ``count`` URLs from hosts that may be fetched now."""
-        if count <= 0:
+    async def claim(self, worker: str, count: int, fetched: Sequence[str] = ()) -> list[Lease]:
+        """Lease up to ``count`` URLs from hosts that may be fetched now.
+
+        ``fetched`` names leases of this worker whose responses have arrived: their host
+        slots are freed in the same round trip, before the new leases are chosen, while the
+        leases themselves stay the worker's until ack or fail. perHost thus bounds requests
+        in progress, not pages waiting to be parsed and flushed.
+        """
+        if count <= 0 and not fetched:
             return []
-        raw = await self._run(self._scripts.claim, _worker_id(worker), count)
+        raw = await self._run(self._scripts.claim, _worker_id(worker), max(0, count), *fetched)
         claimed_at, expires_at = int(raw[0]) / 1000.0, int(raw[1]) / 1000.0
         leases = []
         for token in raw[2:]:

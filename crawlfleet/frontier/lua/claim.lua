@@ -1,5 +1,6 @@
 -- claim.lua: lease up to n URLs to a worker from hosts whose next allowed time has come.
--- ARGV: [1] prefix, [2] worker id, [3] n.
+-- ARGV: [1] prefix, [2] worker id, [3] n, then tokens of the worker's leases whose responses
+-- have arrived since its last claim: their host slots are freed first (see mark_fetched).
 -- Returns {now_ms, expires_ms, token1, token2, ...}; a token is "<number>\t<worker>\t<task>".
 -- Politeness: a host gives at most perHost - inFlight URLs, and only one when it has a delay
 -- between fetches (hostDelaySeconds or its robots Crawl-delay); its next allowed time moves
@@ -8,6 +9,13 @@ local worker, n = ARGV[2], tonumber(ARGV[3])
 local cfg = settings()
 local now = now_ms()
 local expires = now + cfg.lease_ttl_ms
+
+-- 0. Free the host slots of leases the worker has finished fetching.
+if #ARGV > 3 then
+  local fetched = {}
+  for i = 4, #ARGV do fetched[#fetched + 1] = ARGV[i] end
+  release_slots(mark_fetched(fetched, worker), cfg, now)
+end
 
 -- 1. Promote due retries (bounded per call; the rest are promoted by the next claims).
 local due = redis.call('ZRANGEBYSCORE', K.delayed, '-inf', now, 'LIMIT', 0, 1000)

@@ -8,8 +8,12 @@ local expires = now_ms() + ttl
 local out = {expires}
 for i = 4, #ARGV do
   local holder = split_lease(ARGV[i])
-  if holder == worker and redis.call('ZSCORE', K.leases, ARGV[i]) then
-    redis.call('ZADD', K.leases, 'XX', expires, ARGV[i])
+  local member = ARGV[i]
+  if holder == worker and not redis.call('ZSCORE', K.leases, member) then
+    member = FETCHED .. member
+  end
+  if holder == worker and redis.call('ZSCORE', K.leases, member) then
+    redis.call('ZADD', K.leases, 'XX', expires, member)
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

@@ -99,29 +99,67 @@ local function settle_host(host, st, cfg, now)
   place_host(host, st, cfg, now)
 end
 
--- Split a lease token into its owner and task.
+-- A lease whose response has arrived gives its host slot back before it is acked (perHost
+-- counts requests in progress, as Scrapy's per-domain limit does): claim renames its member
+-- to FETCHED .. token. Workers always send the plain token; scripts try both forms.
+local FETCHED = 'f'
+
+-- Split a lease token (plain or fetched form) into its owner and task.
 local function split_lease(token)
-  local owner, task = string.match(token, '^%d+\t([^\t]*)\t(.*)$')
+  local owner, task = string.match(token, '^f?%d+\t([^\t]*)\t(.*)$')
   return owner, task
 end
 
--- Remove leases by token, only those `owner` holds (any owner when owner is false): one
--- ZREM each, which answers whether that exact lease still existed. Returns the removed ones
--- ({task=, host=} at the token's index, nil where the caller did not hold it) and the
--- in-flight decrement per host.
+-- Remove one lease in whichever form exists. Returns removed, and whether it still held its
+-- host slot (the plain form).
+local function remove_lease(token)
+  if string.sub(token, 1, 1) == FETCHED then
+    return redis.call('ZREM', K.leases, token) == 1, false
+  end
+  if redis.call('ZREM', K.leases, FETCHED .. token) == 1 then return true, false end
+  return redis.call('ZREM', K.leases, token) == 1, true
+end
+
+-- Remove leases by token, only those `owner` holds (any owner when owner is false): a ZREM
+-- answers whether that exact lease still existed. Returns the removed ones ({task=, host=}
+-- at the token's index, nil where the caller did not hold it) and the in-flight decrement
+-- per host (only leases that still held their slot).
 local function take_leases(tokens, owner)
   local taken, per_host = {}, {}
   for i, token in ipairs(tokens) do
     local holder, task = split_lease(token)
-    if task and ((not owner) or holder == owner)
-        and redis.call('ZREM', K.leases, token) == 1 then
-      local _, _, url = split_task(task)
-      local host = host_of(url)
-      taken[i] = {task = task, host = host}
-      per_host[host] = (per_host[host] or 0) + 1
+    if task and ((not owner) or holder == owner) then
+      local removed, held_slot = remove_lease(token)
+      if removed then
+        local _, _, url = split_task(task)
+        local host = host_of(url)
+        taken[i] = {task = task, host = host}
+        if held_slot then per_host[host] = (per_host[host] or 0) + 1 end
+      end
     end
   end
   return taken, per_host
+end
+
+-- The worker's responses for these leases have arrived: free their host slots now, keep the
+-- leases (renamed to the fetched form, same expiry) until ack or fail. Returns the in-flight
+-- decrement per host for release_slots.
+local function mark_fetched(tokens, owner)
+  local per_host = {}
+  for _, token in ipairs(tokens) do
+    local holder, task = split_lease(token)
+    if task and holder == owner and string.sub(token, 1, 1) ~= FETCHED then
+      local expiry = redis.call('ZSCORE', K.leases, token)
+      if expiry then
+        redis.call('ZREM', K.leases, token)
+        redis.call('ZADD', K.leases, expiry, FETCHED .. token)
+        local _, _, url = split_task(task)
+        local host = host_of(url)
+        per_host[host] = (per_host[host] or 0) + 1
+      end
+    end
+  end
+  return per_host
 end
 
 -- Give back in-flight slots of hosts whose leases ended. A host that was below its cap is

@@ -89,6 +89,53 @@ async def test_per_host_cap(open_frontier: OpenFrontier) -> None:
     assert [lease.host for lease in more] == [first[0].host]
 
 
+async def test_fetched_leases_free_their_host_slot_but_stay_leased(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier(per_host=2)
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(6)]))
+    first = await frontier.claim("w", 100)
+    assert len(first) == 2
+    assert await frontier.claim("w", 100) == []  # at the cap
+    # Another worker cannot free slots it does not hold.
+    assert await frontier.claim("w2", 100, fetched=[first[0].lease_id]) == []
+    # The responses arrived: both slots are free in the same round trip as the next claim.
+    second = await frontier.claim("w", 100, fetched=[lease.lease_id for lease in first])
+    assert len(second) == 2
+    assert (await frontier.stats()).leased == 4  # fetched leases are still leases
+    # Marking twice frees nothing more; acking a fetched lease frees no slot a second time.
+    assert await frontier.claim("w", 100, fetched=[first[0].lease_id]) == []
+    assert await frontier.ack("w", [lease.lease_id for lease in first]) == [True, True]
+    assert await frontier.claim("w", 100) == []  # the two of `second` still hold the cap
+    assert await frontier.ack("w2", [second[0].lease_id]) == [False]  # fencing unchanged
+    assert await frontier.extend("w", [second[0].lease_id]) == [True]
+    await frontier.claim("w", 0, fetched=[second[0].lease_id])
+    assert await frontier.extend("w", [second[0].lease_id]) == [True]  # either form
+    assert len(await frontier.claim("w", 100)) == 1  # the slot second[0] freed
+    # Fail and release of a fetched lease keep the count right: the cap stays 2.
+    assert await frontier.fail("w", [Failure(second[0].lease_id, "x", "y", True)]) == [
+        FailOutcome.RETRY
+    ]
+    assert await frontier.release("w", [second[1].lease_id]) == [True]
+    assert len(await frontier.claim("w", 100)) == 1  # the last claim holds one slot of two
+    stats = await frontier.stats()
+    assert (stats.crawled, stats.leased) == (2, 2)
+
+
+async def test_requeue_of_fetched_leases_frees_no_slot_twice(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier(per_host=2)
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(4)]))
+    first = await frontier.claim("dead", 100)
+    await frontier.claim("dead", 0, fetched=[first[0].lease_id])
+    other = await frontier.claim("live", 100)
+    assert len(other) == 1  # one slot freed by the fetched mark
+    requeued = await frontier.requeue_owner("dead")
+    assert requeued.requeued == 2
+    # Slots: `other` holds one; the dead worker's unfetched lease gave its slot back once.
+    assert len(await frontier.claim("live", 100)) == 1
+    assert await frontier.ack("dead", [first[0].lease_id]) == [False]
+
+
 async def test_host_delay_spaces_claims(open_frontier: OpenFrontier) -> None:
     frontier = await open_frontier(per_host=4, host_delay_seconds=0.3)
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(3)]))
