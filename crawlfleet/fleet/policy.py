@@ -36,6 +36,10 @@ class FleetPolicy:
     target_backlog_per_replica: int = 500
     scale_down_delay_seconds: float = 60.0
     dead_after_seconds: float = 20.0
+    #: How long a started worker may take to send its first heartbeat (imports, a pulled
+    #: image, a loaded node) before it counts as dead: a startup probe's budget. It claims
+    #: nothing before that heartbeat, so waiting costs no leases.
+    startup_grace_seconds: float = 60.0
     completion_grace_seconds: float = 5.0
 
     @classmethod
@@ -102,12 +106,13 @@ class Decision:
         return "; ".join(self.reasons)
 
 
-def _is_dead(worker: WorkerView, now: float, dead_after: float) -> bool:
+def _is_dead(worker: WorkerView, now: float, policy: FleetPolicy) -> bool:
     if not worker.running:
         return True
     if worker.heartbeat_age_seconds is None:
-        return now - worker.started_at > dead_after
-    return worker.heartbeat_age_seconds > dead_after
+        startup = max(policy.dead_after_seconds, policy.startup_grace_seconds)
+        return now - worker.started_at > startup
+    return worker.heartbeat_age_seconds > policy.dead_after_seconds
 
 
 def demand(policy: FleetPolicy, queued: int, in_flight: int) -> int:
@@ -120,7 +125,7 @@ def decide(
     policy: FleetPolicy, seen: Observation, memory: FleetMemory
 ) -> tuple[Decision, FleetMemory]:
     """One tick of the brain."""
-    dead = [w for w in seen.workers if _is_dead(w, seen.now, policy.dead_after_seconds)]
+    dead = [w for w in seen.workers if _is_dead(w, seen.now, policy)]
     stale_running = tuple(w.worker_id for w in dead if w.running)
     requeue = tuple(sorted({w.worker_id for w in dead} | set(seen.vanished)))
     reasons: list[str] = []

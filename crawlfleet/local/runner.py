@@ -40,8 +40,11 @@ class RunOptions:
     workers: int | None = None  # pin a fixed count instead of the brain's
     resume: bool = False
     json_summary: bool = False
-    tick_seconds: float = 1.0
-    completion_grace_seconds: float = 2.0
+    # The frontier's counters are exact (a page's links are enqueued before it is acked, each
+    # in one script), so "nothing queued, delayed or leased" cannot be undone by a worker;
+    # the grace only waits out a tick's worth of doubt, and a short tick ends a run promptly.
+    tick_seconds: float = 0.25
+    completion_grace_seconds: float = 0.5
     progress_seconds: float = 5.0
 
 

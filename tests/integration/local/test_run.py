@@ -176,7 +176,7 @@ def _job(site: TestSite, name: str, **spec: object) -> dict[str, object]:
 
 
 def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -> None:
-    config = SiteConfig(hosts=3, pages_per_host=60, hostile=False, latency_seconds=0.02)
+    config = SiteConfig(hosts=3, pages_per_host=60, hostile=False, latency_seconds=0.1)
     with TestSite(config) as site:
         job = _job(
             site,

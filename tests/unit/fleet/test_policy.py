@@ -69,7 +69,8 @@ def test_dead_workers_are_requeued_and_stale_ones_replaced() -> None:
         WorkerView("stale", running=True, started_at=900, heartbeat_age_seconds=25),
         WorkerView("exited", running=False, started_at=900, heartbeat_age_seconds=1),
         WorkerView("starting", running=True, started_at=995, heartbeat_age_seconds=None),
-        WorkerView("never-beat", running=True, started_at=970, heartbeat_age_seconds=None),
+        WorkerView("slow-start", running=True, started_at=970, heartbeat_age_seconds=None),
+        WorkerView("never-beat", running=True, started_at=930, heartbeat_age_seconds=None),
     )
     decision, _ = decide(
         POLICY, seen(queued=100, workers=workers, vanished=("gone-pod",)), FleetMemory(1)
