@@ -36,6 +36,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from bench.static_site import StaticSite
 from crawlfleet.crawler.links import extract_links
+from crawlfleet.crawljob import parse_crawljob
 from crawlfleet.frontier import Frontier, FrontierSettings, connect
 from crawlfleet.local.redis_server import RedisServer
 
@@ -66,8 +67,9 @@ def job_document(name: str, setup: dict[str, Any]) -> dict[str, Any]:
 async def crawlfleet_rate(
     setup: dict[str, Any], redis_url: str, workers: int, name: str, tmp: Path
 ) -> tuple[float, int]:
+    document = job_document(name, setup)
     job_file = tmp / f"{name}.yaml"
-    job_file.write_text(yaml.safe_dump(job_document(name, setup)))
+    job_file.write_text(yaml.safe_dump(document))
     out = tmp / name
     started = time.perf_counter()
     procs = [
@@ -95,7 +97,8 @@ async def crawlfleet_rate(
             raise RuntimeError(f"worker exited with {proc.returncode}")
     elapsed = time.perf_counter() - started
     client = connect(redis_url)
-    frontier = await Frontier.open(client, FrontierSettings(job_id=f"bench.{name}"))
+    job = parse_crawljob(document)
+    frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
     stats = await frontier.stats()
     await client.aclose()
     if not stats.complete:
@@ -127,7 +130,10 @@ def scrapy_rate(setup: dict[str, Any], tmp: Path) -> tuple[float, int]:
 
 
 async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int]:
-    """Fetch + parse + set, 64 at a time: what the same client and parser reach alone."""
+    """Fetch + parse + set, 64 at a time: what the same transport and parser reach alone.
+
+    Requests go to the transport as the worker's do (no AsyncClient.send layers).
+    """
     transport = AiohttpTransport()
     seen: set[str] = set(setup["seeds"])
     queue: asyncio.Queue[str] = asyncio.Queue()
@@ -136,14 +142,16 @@ async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int]:
     done = 0
     allowed = tuple(f"http://{h}/" for h in setup["hosts"])
 
-    async def run(client: httpx.AsyncClient) -> None:
+    async def run() -> None:
         nonlocal done
         while True:
             url = await queue.get()
             try:
-                response = await client.get(url)
+                response = await transport.handle_async_request(httpx.Request("GET", url))
+                body = await response.aread()
+                await response.aclose()
                 done += 1
-                for link in extract_links(response.content, url).links:
+                for link in extract_links(body, url).links:
                     if link not in seen and link.startswith(allowed):
                         seen.add(link)
                         queue.put_nowait(link)
@@ -151,11 +159,11 @@ async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int]:
                 queue.task_done()
 
     started = time.perf_counter()
-    async with httpx.AsyncClient(transport=transport) as client:
-        tasks = [asyncio.create_task(run(client)) for _ in range(CONCURRENCY)]
-        await queue.join()
-        for task in tasks:
-            task.cancel()
+    tasks = [asyncio.create_task(run()) for _ in range(CONCURRENCY)]
+    await queue.join()
+    for task in tasks:
+        task.cancel()
+    await transport.aclose()
     return done / (time.perf_counter() - started), done
 
 
