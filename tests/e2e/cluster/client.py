@@ -1,0 +1,59 @@
+"""What an e2e test holds: a cluster to talk to (built or external) and a polling wait."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from kubernetes import client
+
+T = TypeVar("T")
+
+
+@dataclass
+class Cluster:
+    """A kubeconfig, a kubectl and an API client: the same whether the cluster is ours or kind.
+
+    ``built`` is True for the control plane the fixtures started (with the kubelet double);
+    tests that need the double's internals (PIDs, Service addresses) ask for the ``kubelet``
+    fixture, which skips on an external cluster.
+    """
+
+    kubeconfig: Path
+    kubectl_binary: str
+    api: client.ApiClient
+    built: bool
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.kubectl_binary, f"--kubeconfig={self.kubeconfig}", *args],
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+def wait_until(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout``.
+
+    Every e2e wait goes through here, so no test can hang: the slowest is bounded.
+    """
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")

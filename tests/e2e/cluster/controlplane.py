@@ -1,0 +1,359 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager.
+
+The e2e tests talk to the genuine API server -- admission, validation, RBAC, the garbage
+collector, the Deployment and ReplicaSet controllers all run their real code -- so a test that
+passes here passes for the reasons it would in a cluster. Only the node agent is missing (no
+container runtime on this machine); ``kubelet.py`` stands in for it.
+
+The binaries come from ``build.sh`` (built from source at pinned versions, cached outside the
+repository). The flags follow controller-runtime's envtest, which is what operator authors test
+against: a throwaway CA signs the serving certificate and an admin client certificate
+(``O=system:masters``), the ServiceAccount admission plugin is off (pods need no token), and
+RBAC is on so that the operator's Role can be tested for real later.
+
+Every process runs in its own session with ``setpriv --pdeathsig KILL`` where available, so
+even a pytest killed with SIGKILL leaves nothing behind; ``stop()`` sends SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
+
+# The controllers a Deployment needs to become pods, and to be cleaned up again. Left out on
+# purpose: node-lifecycle (it taints nodes that send no heartbeats and evicts their pods),
+# pod-garbage-collector (it deletes pods on nodes it does not know), the scheduler (the kubelet
+# double binds pods itself), and the endpoint controllers (EndpointSlices may not hold the
+# loopback pod IPs the double hands out; the double routes Services itself).
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+)
+
+STOP_GRACE_SECONDS = 5.0
+START_TIMEOUT_SECONDS = 60.0
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built, started or reached."""
+
+
+def binary_dir() -> Path:
+    """Where build.sh puts (or has put) the binaries for the pinned versions."""
+    out = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--bin-dir"], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip())
+
+
+def missing_binaries(bin_dir: Path) -> list[str]:
+    return [name for name in BINARIES if not os.access(bin_dir / name, os.X_OK)]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel just had free on ``host`` (bound and released: racy but standard)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def random_loopback_block() -> int:
+    """A second octet for 127.N.0.0/16, random so that two sessions on one machine rarely meet."""
+    return random.randint(64, 250)
+
+
+# Run children with a parent-death signal, so nothing outlives a pytest that is killed hard.
+_ORPHAN_GUARD = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (so its whole group can be killed), output to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*_ORPHAN_GUARD, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
+def terminate(process: subprocess.Popen[bytes], grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM, wait up to ``grace_seconds``, then SIGKILL the process's whole group."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace_seconds)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Pki:
+    """Certificates and keys of one throwaway cluster, made with the openssl CLI."""
+
+    directory: Path
+
+    def __post_init__(self) -> None:
+        self.ca_cert = self.directory / "ca.crt"
+        self.ca_key = self.directory / "ca.key"
+        self.serving_cert = self.directory / "apiserver.crt"
+        self.serving_key = self.directory / "apiserver.key"
+        self.admin_cert = self.directory / "admin.crt"
+        self.admin_key = self.directory / "admin.key"
+        self.service_account_key = self.directory / "sa.key"
+        self.service_account_public_key = self.directory / "sa.pub"
+
+    def generate(self) -> None:
+        """EC P-256 everywhere: key generation takes milliseconds, unlike RSA."""
+        if shutil.which("openssl") is None:
+            raise ControlPlaneError(
+                "the e2e fixtures need the openssl CLI (apt-get install openssl)"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2"]
+        self._openssl(
+            "req", "-x509", *new_key, "-subj", "/CN=crawlfleet-e2e-ca",
+            "-keyout", self.ca_key, "-out", self.ca_cert,
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+        signed_by_ca = ["-CA", self.ca_cert, "-CAkey", self.ca_key]
+        self._openssl(
+            "req", "-x509", *new_key, *signed_by_ca, "-subj", "/CN=kube-apiserver",
+            "-keyout", self.serving_key, "-out", self.serving_cert,
+            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,"
+            "DNS:kubernetes.default,DNS:kubernetes.default.svc",
+            "-addext", "extendedKeyUsage=serverAuth",
+        )  # fmt: skip
+        self._openssl(
+            "req", "-x509", *new_key, *signed_by_ca, "-subj", "/O=system:masters/CN=admin",
+            "-keyout", self.admin_key, "-out", self.admin_cert,
+            "-addext", "extendedKeyUsage=clientAuth",
+        )  # fmt: skip
+        self._openssl(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-out", self.service_account_key,
+        )  # fmt: skip
+        self._openssl(
+            "pkey", "-in", self.service_account_key, "-pubout",
+            "-out", self.service_account_public_key,
+        )  # fmt: skip
+
+    @staticmethod
+    def _openssl(*args: str | Path) -> None:
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_cert))
+        context.load_cert_chain(str(self.admin_cert), str(self.admin_key))
+        return context
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, data under ``directory``.
+
+    ``service_block`` picks the Service cluster-IP range 127.N.0.0/16: cluster IPs are then
+    loopback addresses that the kubelet double can really listen on (see kubelet.py).
+    """
+
+    bin_dir: Path
+    directory: Path
+    service_block: int = field(default_factory=random_loopback_block)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pki = Pki(self.directory / "pki")
+        self.kubeconfig = self.directory / "kubeconfig"
+        self.etcd_url = ""
+        self.server = ""
+
+    @property
+    def service_cidr(self) -> str:
+        return f"127.{self.service_block}.0.0/16"
+
+    def log(self, name: str) -> Path:
+        return self.directory / "logs" / f"{name}.log"
+
+    def start(self) -> None:
+        missing = missing_binaries(self.bin_dir)
+        if missing:
+            raise ControlPlaneError(
+                f"control-plane binaries missing in {self.bin_dir}: {', '.join(missing)}. "
+                "Build them once with tests/e2e/cluster/build.sh (minutes on a cold machine; "
+                "./scripts/test runs it for you)."
+            )
+        started = time.monotonic()
+        self.pki.generate()
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._write_kubeconfig()
+            self._start_controller_manager()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - started
+
+    def stop(self) -> None:
+        """Stop in reverse order of start; the API server drains before etcd goes."""
+        for name in reversed(list(self.processes)):
+            terminate(self.processes.pop(name))
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        self.processes[name] = spawn([str(self.bin_dir / name), *argv], log=self.log(name))
+
+    def _start_etcd(self) -> None:
+        port = free_port()
+        self.etcd_url = f"http://127.0.0.1:{port}"
+        self._spawn(
+            "etcd",
+            [
+                f"--data-dir={self.directory / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
+                "--unsafe-no-fsync",  # a test cluster: speed over durability
+                "--log-level=warn",
+            ],
+        )
+        self._wait_http("etcd", f"{self.etcd_url}/health", None)
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        pki = self.pki
+        self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                f"--cert-dir={pki.directory}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                f"--secure-port={port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--service-cluster-ip-range={self.service_cidr}",
+                "--allow-privileged=true",
+                "--disable-admission-plugins=ServiceAccount",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={pki.service_account_public_key}",
+                f"--service-account-signing-key-file={pki.service_account_key}",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        self._wait_http("kube-apiserver", f"{self.server}/readyz", pki.ssl_context())
+
+    def _write_kubeconfig(self) -> None:
+        """A kubeconfig for the admin user; kubectl, the Python client and kopf all read it."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "e2e",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate": str(self.pki.admin_cert),
+                        "client-key": str(self.pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "admin"}}],
+            "current-context": "e2e",
+        }
+        # JSON is YAML: no YAML writer needed, and kubectl reads it as it is.
+        self.kubeconfig.write_text(json.dumps(config, indent=2))
+
+    def _start_controller_manager(self) -> None:
+        self._spawn(
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={self.pki.service_account_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                f"--service-cluster-ip-range={self.service_cidr}",
+                "--secure-port=0",
+                "--concurrent-gc-syncs=5",
+                "--v=1",
+            ],
+        )
+        time.sleep(0.2)
+        if (code := self.processes["kube-controller-manager"].poll()) is not None:
+            raise ControlPlaneError(
+                f"kube-controller-manager exited with {code}:\n"
+                f"{tail(self.log('kube-controller-manager'))}"
+            )
+
+    def _wait_http(self, name: str, url: str, context: ssl.SSLContext | None) -> None:
+        """Poll a health endpoint until it answers 200, failing fast if the process exits."""
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        process = self.processes[name]
+        last_error = ""
+        while time.monotonic() < deadline:
+            if (code := process.poll()) is not None:
+                raise ControlPlaneError(f"{name} exited with {code}:\n{tail(self.log(name))}")
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=context) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError) as error:
+                last_error = str(error)
+            time.sleep(0.1)
+        raise ControlPlaneError(
+            f"{name} not ready at {url} after {START_TIMEOUT_SECONDS:.0f} s ({last_error}):\n"
+            f"{tail(self.log(name))}"
+        )
