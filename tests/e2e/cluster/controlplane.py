@@ -107,16 +107,21 @@ def spawn(
         )
 
 
-def terminate(process: subprocess.Popen[bytes], grace_seconds: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM, wait up to ``grace_seconds``, then SIGKILL the process's whole group."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
+def terminate(
+    *processes: subprocess.Popen[bytes], grace_seconds: float = STOP_GRACE_SECONDS
+) -> None:
+    """SIGTERM each process, wait up to ``grace_seconds`` in all, then SIGKILL their groups."""
+    for process in processes:
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    for process in processes:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(grace_seconds)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+            process.wait(max(0.0, deadline - time.monotonic()))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def tail(path: Path, lines: int = 20) -> str:

@@ -73,7 +73,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster.controlplane import random_loopback_block, spawn
+from tests.e2e.cluster.controlplane import random_loopback_block, spawn, terminate
 
 log = logging.getLogger(__name__)
 
@@ -328,21 +328,14 @@ class KubeletDouble:
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(10)
-        with self._lock:
-            processes = [p for pod in self.pods.values() for p in pod.processes()]
-            for process in processes:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + KILL_GRACE_AT_STOP_SECONDS
-            for process in processes:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(max(0.0, deadline - time.monotonic()))
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-            for proxy in self._proxies.values():
-                proxy.close()
-            self._proxies.clear()
+        # the sync thread is gone: nothing else touches pods and proxies from here on
+        terminate(
+            *(p for pod in self.pods.values() for p in pod.processes()),
+            grace_seconds=KILL_GRACE_AT_STOP_SECONDS,
+        )
+        for proxy in self._proxies.values():
+            proxy.close()
+        self._proxies.clear()
 
     def _run(self) -> None:
         while not self._stopping.is_set():
