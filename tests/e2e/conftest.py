@@ -41,10 +41,13 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         yield None
         return
     plane = ControlPlane(binary_dir(), tmp_path_factory.mktemp("control-plane"))
+    failure = None
     try:
         plane.start()
     except ControlPlaneError as error:
-        pytest.fail(str(error), pytrace=False)
+        failure = str(error)
+    if failure is not None:  # outside the except block: the message alone, no chained traceback
+        pytest.fail(failure, pytrace=False)
     try:
         yield plane
     finally:
