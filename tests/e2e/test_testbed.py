@@ -21,12 +21,12 @@ from tests.e2e.cluster.kubelet import KubeletDouble
 REPO = Path(__file__).resolve().parents[2]
 
 
-def redis_deployment(name: str, replicas: int = 1, args: list[str] | None = None) -> dict[str, Any]:
+def redis_deployment(name: str, replicas: int = 1) -> dict[str, Any]:
     labels = {"app": name}
     container: dict[str, Any] = {
         "name": "redis",
         "image": "redis:7",
-        "args": args or ["--save", "", "--appendonly", "no"],
+        "args": ["--save", "", "--appendonly", "no"],
         "ports": [{"name": "redis", "containerPort": 6379}],
         "readinessProbe": {"tcpSocket": {"port": "redis"}, "periodSeconds": 1},
     }
@@ -348,3 +348,32 @@ def test_grace_period_ends_in_sigkill(
     wait_until(lambda: not alive(pid), timeout=10, what="SIGKILL after the grace period")
     assert time.monotonic() - deleted > 1.5, "killed before its 2 s grace period ran out"
     wait_until(lambda: not core.list_namespaced_pod(namespace).items, what="the pod object to go")
+
+
+def test_a_pod_reaches_a_service_by_name_and_runs_the_worker_entrypoint(
+    core: client.CoreV1Api, namespace: str, kubelet: KubeletDouble, deployment: str
+) -> None:
+    script = (
+        "import os, sys, redis;"
+        "print('PING', redis.Redis(host=sys.argv[1], port=6379, socket_timeout=2).ping(),"
+        " os.environ['REDIS_SERVICE_HOST'], os.environ['REDIS_SERVICE_PORT'])"
+    )
+    client_container = {
+        "name": "client",
+        "image": "crawlfleet:dev",
+        "command": ["python", "-c", script],
+        "args": [f"{deployment}.{namespace}.svc.cluster.local"],
+    }
+    worker = {"name": "worker", "image": "crawlfleet:dev", "args": ["--help"]}
+    core.create_namespaced_pod(
+        namespace, bare_pod("client", client_container, worker, restartPolicy="Never")
+    )
+    read = wait_until(
+        lambda: in_phase(core, namespace, "client", "Succeeded", "Failed"),
+        what="the pod to finish",
+    )
+    logs = kubelet.logs(namespace, "client", "client")
+    assert read.status.phase == "Succeeded", logs
+    cluster_ip = core.read_namespaced_service(deployment, namespace).spec.cluster_ip
+    assert f"PING True {cluster_ip} 6379" in logs
+    assert "usage: crawlfleet worker" in kubelet.logs(namespace, "client", "worker")
