@@ -1,0 +1,100 @@
+{{/*
+Names. The full name is truncated to 63 characters: it becomes a label value and a DNS name.
+*/}}
+{{- define "crawlfleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "crawlfleet.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "crawlfleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "crawlfleet.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels. The selector labels are immutable on a Deployment, so they hold only what never
+changes for a release. The name is fixed, not nameOverride's: each CrawlJob's NetworkPolicy
+admits pods labelled app.kubernetes.io/name=crawlfleet-operator to the job's Redis (the
+operator's OperatorConfig.operator_labels), and the workers it starts are
+app.kubernetes.io/name=crawlfleet.
+*/}}
+{{- define "crawlfleet.selectorLabels" -}}
+app.kubernetes.io/name: crawlfleet-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "crawlfleet.labels" -}}
+helm.sh/chart: {{ include "crawlfleet.chart" . }}
+{{ include "crawlfleet.selectorLabels" . }}
+app.kubernetes.io/part-of: crawlfleet
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+An image reference from {repository, tag, digest}: the digest wins, the tag defaults to the
+chart's appVersion.
+*/}}
+{{- define "crawlfleet.image" -}}
+{{- $image := index . 0 }}
+{{- $root := index . 1 }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespaces the operator serves, as a JSON list (empty when it watches all of them):
+watchNamespaces, else the release namespace. One source for the --namespace arguments, the
+Roles and the KopfPeerings, so the three cannot disagree.
+*/}}
+{{- define "crawlfleet.watchNamespaces" -}}
+{{- if .Values.watchAllNamespaces }}
+{{- list | toJson }}
+{{- else if .Values.watchNamespaces }}
+{{- .Values.watchNamespaces | uniq | toJson }}
+{{- else }}
+{{- list .Release.Namespace | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+Combinations of values that the schema cannot rule out; included by the Deployment so that
+`helm lint`, `helm template` and `helm install` all refuse them with the reason.
+*/}}
+{{- define "crawlfleet.validate" -}}
+{{- if and .Values.watchAllNamespaces .Values.watchNamespaces }}
+{{- fail "set watchNamespaces or watchAllNamespaces, not both: watchAllNamespaces already serves every namespace" }}
+{{- end }}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.peering.enabled) }}
+{{- fail "replicas > 1 needs peering.enabled: without kopf peering every replica would reconcile the same CrawlJobs at once" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The prometheus-operator kinds are only rendered where their CRDs are served; asking for them
+elsewhere is an error with the remedy, not a silently missing scrape.
+*/}}
+{{- define "crawlfleet.requireMonitoringAPI" -}}
+{{- if not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1") }}
+{{- fail "metrics.serviceMonitor and metrics.workerPodMonitor need the prometheus-operator CRDs (monitoring.coreos.com/v1), which this cluster does not serve; install them or turn these off (with helm template, pass --api-versions monitoring.coreos.com/v1)" }}
+{{- end }}
+{{- end }}
