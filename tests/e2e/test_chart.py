@@ -1,0 +1,325 @@
+"""The Helm chart against real tools: `helm lint`, and the real API server of the e2e test bed.
+
+- `helm lint` is clean for the default values and each mode, and refuses bad values with the
+  message of values.schema.json (helm validates values against it);
+- `helm template` output passes `kubectl apply --dry-run=server`: the API server's own schema
+  validation, admission and RBAC checks, with the chart's CRDs installed for real first;
+- `helm install` (with the operator scaled to 0, so no pod runs) creates everything, CRDs
+  included, and the ServiceAccount's RBAC allows what the operator does and nothing more,
+  checked by SubjectAccessReviews that the API server's RBAC authorizer answers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.e2e.cluster.client import Cluster
+from tests.e2e.cluster.controlplane import binary_dir
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "crawlfleet"
+RELEASE = "crawlfleet"
+SERVICE_ACCOUNT = "crawlfleet"  # the release is named like the chart, so the full name is short
+PROMETHEUS_OPERATOR_API = "monitoring.coreos.com/v1"
+
+# Modes of the chart, as --set arguments; {namespace} and {other} are filled in per test.
+MODES: dict[str, list[str]] = {
+    "default": [],
+    "cluster-wide": ["watchAllNamespaces=true"],
+    "two-namespaces": ["watchNamespaces={{{namespace},{other}}}"],
+    "ha": ["replicas=2"],
+    "no-peering": ["peering.enabled=false"],
+}
+
+
+@dataclass(frozen=True)
+class Helm:
+    """The helm binary, with its cache and config kept in a directory of the test session."""
+
+    binary: str
+    home: Path
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(self.home / "cache"),
+            "HELM_CONFIG_HOME": str(self.home / "config"),
+            "HELM_DATA_HOME": str(self.home / "data"),
+        }
+        result = subprocess.run(
+            [self.binary, *args], capture_output=True, text=True, timeout=120, env=env
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        return result
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    """The helm the test bed built, else one on PATH."""
+    built = binary_dir() / "helm"
+    binary = str(built) if os.access(built, os.X_OK) else shutil.which("helm")
+    if binary is None:
+        pytest.fail(f"no helm: run {REPO / 'tests/e2e/cluster/build.sh'}", pytrace=False)
+    return Helm(binary, tmp_path_factory.mktemp("helm"))
+
+
+def set_args(mode: str, **names: str) -> list[str]:
+    arguments: list[str] = []
+    for assignment in MODES[mode]:
+        arguments += ["--set", assignment.format(**names)]
+    return arguments
+
+
+def kinds(manifest: str) -> list[str]:
+    return [doc["kind"] for doc in yaml.safe_load_all(manifest) if doc]
+
+
+@pytest.fixture(scope="session")
+def chart_crds(cluster: Cluster) -> list[str]:
+    """The chart's CRDs, installed for real (as `helm install` does first) and Established."""
+    names = []
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        names += [doc["metadata"]["name"] for doc in yaml.safe_load_all(path.read_text()) if doc]
+    # Server-side: client-side apply keeps a copy of the object in an annotation, which a CRD
+    # with a full schema can outgrow (256 KiB).
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=chart-test",
+        "-f", str(CHART / "crds"),
+    )  # fmt: skip
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=30s", *[f"crd/{n}" for n in names]
+    )
+    return names
+
+
+@pytest.fixture
+def other_namespace(core: client.CoreV1Api, namespace: str) -> Iterator[str]:
+    """A second namespace for the operator to serve, next to the test's own."""
+    name = f"{namespace}-b"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+# -- helm lint --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_helm_lint_is_clean(helm: Helm, mode: str) -> None:
+    result = helm("lint", "--strict", str(CHART), *set_args(mode, namespace="a", other="b"))
+    problems = [
+        line for line in result.stdout.splitlines() if line.startswith(("[WARNING]", "[ERROR]"))
+    ]
+    assert problems == []
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "assignment", "message"),
+    [
+        ("--set", "replicas=two", "at '/replicas': got string, want integer"),
+        ("--set", "replica=2", "additional properties 'replica' not allowed"),
+        ("--set-string", "watchAllNamespaces=yes", "at '/watchAllNamespaces': got string"),
+        ("--set", "image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("--set-string", "metrics.serviceMonitor.interval=30", "/serviceMonitor/interval"),
+        ("--set", "replicas=2,peering.enabled=false", "at '/peering/enabled': value must be true"),
+        ("--set", "watchAllNamespaces=true,watchNamespaces={a}", "at '/watchNamespaces'"),
+    ],
+)
+def test_helm_lint_refuses_a_bad_value_with_the_schema_message(
+    helm: Helm, flag: str, assignment: str, message: str
+) -> None:
+    result = helm("lint", str(CHART), flag, assignment, check=False)
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout
+
+
+# -- prometheus-operator objects -------------------------------------------------------------
+
+
+def test_monitors_render_only_where_the_prometheus_operator_api_is_served(helm: Helm) -> None:
+    monitors = [
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--set", "metrics.workerPodMonitor.enabled=true",
+    ]  # fmt: skip
+    rendered = helm(
+        "template", RELEASE, str(CHART), *monitors, "--api-versions", PROMETHEUS_OPERATOR_API
+    )
+    assert {"ServiceMonitor", "PodMonitor"} <= set(kinds(rendered.stdout))
+
+    refused = helm("template", RELEASE, str(CHART), *monitors, check=False)
+    assert refused.returncode != 0
+    assert "need the prometheus-operator CRDs (monitoring.coreos.com/v1)" in refused.stderr
+
+
+# -- the real API server ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_rendered_chart_passes_a_server_side_dry_run(
+    helm: Helm,
+    cluster: Cluster,
+    chart_crds: list[str],
+    namespace: str,
+    other_namespace: str,
+    tmp_path: Path,
+    mode: str,
+) -> None:
+    # A peering name of the test's own: a ClusterKopfPeering is cluster-scoped.
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", namespace,
+        "--set", f"peering.name={namespace}",
+        *set_args(mode, namespace=namespace, other=other_namespace),
+    )  # fmt: skip
+    manifest = tmp_path / "chart.yaml"
+    manifest.write_text(rendered.stdout)
+    expected = kinds(rendered.stdout)
+    assert {"ServiceAccount", "Deployment", "Service", "ConfigMap"} <= set(expected)
+
+    # No --namespace: every namespaced object must name its own (the Roles of the other watched
+    # namespaces included), as `helm install` would put them.
+    applied = cluster.kubectl("apply", "--dry-run=server", "-f", str(manifest), check=False)
+    assert applied.returncode == 0, applied.stderr
+    lines = [line for line in applied.stdout.splitlines() if line.endswith("(server dry run)")]
+    assert len(lines) == len(expected), applied.stdout
+
+
+# -- helm install, and what the ServiceAccount may do ----------------------------------------
+
+Call = tuple[str, str, str, str]  # verb, API group, resource, subresource
+
+# What the operator calls in every namespace it serves.
+OPERATOR_CALLS: list[Call] = [
+    *[(verb, "crawlfleet.io", "crawljobs", "") for verb in ("get", "list", "watch", "patch")],
+    ("patch", "crawlfleet.io", "crawljobs", "status"),
+    ("get", "crawlfleet.io", "crawljobs", "scale"),
+    ("create", "", "events", ""),
+    ("create", "events.k8s.io", "events", ""),
+    *[
+        (verb, "apps", "deployments", "")
+        for verb in ("get", "list", "watch", "create", "patch", "delete")
+    ],
+    *[
+        (verb, "", resource, "")
+        for resource in ("services", "secrets", "configmaps", "persistentvolumeclaims")
+        for verb in ("get", "watch", "create", "patch", "delete")
+    ],
+    ("create", "networking.k8s.io", "networkpolicies", ""),
+    ("delete", "networking.k8s.io", "networkpolicies", ""),
+    *[(verb, "", "pods", "") for verb in ("get", "list", "watch", "delete")],
+]
+# What it never does, in any namespace.
+NEVER: list[Call] = [
+    ("create", "crawlfleet.io", "crawljobs", ""),
+    ("delete", "crawlfleet.io", "crawljobs", ""),
+    ("create", "", "pods", ""),
+    ("create", "", "pods", "exec"),
+    ("create", "", "serviceaccounts", "token"),
+    ("create", "rbac.authorization.k8s.io", "roles", ""),
+    ("create", "rbac.authorization.k8s.io", "rolebindings", ""),
+    ("create", "apps", "statefulsets", ""),
+    ("create", "batch", "jobs", ""),
+]
+# Cluster-scoped: only an operator serving every namespace makes these calls.
+CLUSTER_WIDE_CALLS: list[Call] = [
+    ("list", "", "namespaces", ""),
+    ("watch", "", "namespaces", ""),
+    ("patch", "kopf.dev", "clusterkopfpeerings", ""),
+]
+CLUSTER_NEVER: list[Call] = [
+    ("create", "", "namespaces", ""),
+    ("list", "", "nodes", ""),
+    ("create", "apiextensions.k8s.io", "customresourcedefinitions", ""),
+    ("create", "rbac.authorization.k8s.io", "clusterroles", ""),
+    ("create", "rbac.authorization.k8s.io", "clusterrolebindings", ""),
+]
+
+
+def allowed(
+    cluster: Cluster, release_namespace: str, calls: list[Call], where: str | None
+) -> set[Call]:
+    """The calls the API server's authorizer allows the release's ServiceAccount in ``where``
+    (None: cluster-scoped)."""
+    authorization = client.AuthorizationV1Api(cluster.api)
+    granted = set()
+    for verb, group, resource, subresource in calls:
+        review = client.V1SubjectAccessReview(
+            spec=client.V1SubjectAccessReviewSpec(
+                user=f"system:serviceaccount:{release_namespace}:{SERVICE_ACCOUNT}",
+                groups=[
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{release_namespace}",
+                    "system:authenticated",
+                ],
+                resource_attributes=client.V1ResourceAttributes(
+                    verb=verb,
+                    group=group,
+                    resource=resource,
+                    subresource=subresource or None,
+                    namespace=where,
+                ),
+            )
+        )
+        if authorization.create_subject_access_review(review).status.allowed:
+            granted.add((verb, group, resource, subresource))
+    return granted
+
+
+@pytest.fixture
+def install(
+    helm: Helm, cluster: Cluster, chart_crds: list[str], namespace: str
+) -> Iterator[list[str]]:
+    """The arguments of `helm install` into the test's namespace; `helm uninstall` afterwards
+    (cluster-scoped objects outlive the namespace). The operator is scaled to 0: no pod of it
+    runs on the test bed."""
+    where = ["--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace]
+    yield [
+        *where, "install", RELEASE, str(CHART), "--set", "replicas=0",
+        "--set", f"peering.name={namespace}",
+    ]  # fmt: skip
+    helm(*where, "uninstall", RELEASE, "--wait", "--timeout=60s", check=False)
+
+
+def test_helm_install_in_one_namespace_grants_exactly_the_operators_calls(
+    helm: Helm, install: list[str], cluster: Cluster, namespace: str, other_namespace: str
+) -> None:
+    installed = helm(*install)
+    assert f"serves CrawlJobs in: {namespace}." in installed.stdout  # NOTES.txt
+    client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
+        "kopf.dev", "v1", namespace, "kopfpeerings", namespace
+    )
+
+    peering: Call = ("patch", "kopf.dev", "kopfpeerings", "")
+    assert allowed(cluster, namespace, [*OPERATOR_CALLS, peering], namespace) == {
+        *OPERATOR_CALLS,
+        peering,
+    }
+    assert allowed(cluster, namespace, [*OPERATOR_CALLS, peering], other_namespace) == set()
+    assert allowed(cluster, namespace, NEVER, namespace) == set()
+    assert allowed(cluster, namespace, CLUSTER_WIDE_CALLS + CLUSTER_NEVER, None) == set()
+
+
+def test_helm_install_cluster_wide_grants_the_operators_calls_everywhere(
+    helm: Helm, install: list[str], cluster: Cluster, namespace: str, other_namespace: str
+) -> None:
+    installed = helm(*install, "--set", "watchAllNamespaces=true")
+    assert "serves CrawlJobs in every namespace" in installed.stdout  # NOTES.txt
+    client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
+        "kopf.dev", "v1", "clusterkopfpeerings", namespace
+    )
+
+    for where in (namespace, other_namespace):
+        assert allowed(cluster, namespace, OPERATOR_CALLS, where) == set(OPERATOR_CALLS)
+        assert allowed(cluster, namespace, NEVER, where) == set()
+    assert allowed(cluster, namespace, CLUSTER_WIDE_CALLS, None) == set(CLUSTER_WIDE_CALLS)
+    assert allowed(cluster, namespace, CLUSTER_NEVER, None) == set()
