@@ -14,7 +14,8 @@ Rules, and where a CRD generator finds them:
 
 * per-field rules (type, range, pattern, regex compiles, URL shape) sit on the fields, as
   ``_Range``/``_Pattern`` markers (which also write ``minimum``/``maximum``/``pattern`` into the
-  JSON schema) or as validators of single values;
+  JSON schema) or as validators of single values, beside a ``_Cel`` marker where CEL can say
+  the same (the seed URL shape);
 * cross-field rules are ``Rule`` objects in each section's ``cross_field_rules``, each with its
   message and the same rule in CEL (for ``x-kubernetes-validations``). They are:
   workers ``minReplicas <= maxReplicas``; lease ``heartbeatSeconds < deadAfterSeconds`` and
@@ -23,6 +24,10 @@ Rules, and where a CRD generator finds them:
 * two defaults depend on other fields and so cannot be CRD defaults: ``scope.allowedDomains``
   (the seed hosts) and ``redis.managed`` (when neither url nor secretRef is given). The models fill
   them, so every consumer sees them filled.
+
+The docstring under each field is its description for users: ``crawlfleet/operator/crd.py``
+turns these models into the CRD (``kubectl explain``) and the field tables of docs/crawljob.md,
+so a field, default, bound, rule or description changes here and nowhere else.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     JsonValue,
     ValidationError,
+    computed_field,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -88,6 +94,12 @@ API_VERSION: Final = "crawlfleet.io/v1alpha1"
 KIND: Final = "CrawlJob"
 DEFAULT_USER_AGENT: Final = "crawlfleet/0.1 (+https://github.com/crawlfleet/crawlfleet)"
 _MIB: Final = 1024 * 1024
+# Seed limits. The API server accepts CEL rules over every seed only when their estimated cost
+# (rules x items x characters) fits its budget, so both bounds are needed; these are the largest
+# round pair that fits (measured on kube-apiserver 1.34). 10,000 URLs fill most of the 1.5 MB a
+# Kubernetes object may hold, and 2,048 characters is the sitemaps protocol's URL limit.
+_MAX_SEEDS: Final = 10_000
+_MAX_SEED_LENGTH: Final = 2048
 
 Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
 
@@ -230,6 +242,27 @@ class _Pattern:
         return json_schema
 
 
+@dataclass(frozen=True, slots=True)
+class _Cel:
+    """A single-value rule restated in CEL, for the CRD's ``x-kubernetes-validations``.
+
+    It sits beside the Python validator it mirrors and only writes the JSON schema: the API
+    server cannot run Python, and keeping the two side by side is what stops them drifting.
+    ``message`` is the validator's own words, so both refusals read alike.
+    """
+
+    rule: str
+    message: str
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        rules = json_schema.setdefault("x-kubernetes-validations", [])
+        rules.append({"rule": self.rule, "message": self.message})
+        return json_schema
+
+
 _OBJECT_NAME: Final = _Pattern(
     _DNS_SUBDOMAIN,
     "a lowercase RFC 1123 name (letters, digits, '-' and '.', starting and ending with a letter"
@@ -303,12 +336,19 @@ def _unique(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
+_SEED_MEANING: Final = f"an absolute http(s) URL with a host, at most {_MAX_SEED_LENGTH} characters"
+
+
 def _seed_url(url: str) -> str:
-    """Refuse what the frontier would refuse later, while the user still has the file open."""
+    """Refuse what the frontier would refuse later, while the user still has the file open.
+
+    ``_SEED_CEL`` says the same for the API server, as far as CEL's URL library can.
+    """
     try:
         parts = urlsplit(url)
         valid = (
-            parts.scheme.lower() in ("http", "https")
+            len(url) <= _MAX_SEED_LENGTH
+            and parts.scheme.lower() in ("http", "https")
             and bool(parts.hostname)
             and not any(char.isspace() for char in url)
         )
@@ -318,8 +358,14 @@ def _seed_url(url: str) -> str:
     except ValueError:
         valid = False
     if not valid:
-        raise _problem(f"must be an absolute http(s) URL with a host (got {_show(url)})")
+        raise _problem(f"must be {_SEED_MEANING} (got {_show(url)})")
     return url
+
+
+def _at_most_seeds(values: tuple[str, ...]) -> tuple[str, ...]:
+    if len(values) > _MAX_SEEDS:
+        raise _problem(f"must hold at most {_MAX_SEEDS} URLs (got {len(values)})")
+    return values
 
 
 def _regex(pattern: str) -> str:
@@ -348,7 +394,22 @@ def _redis_url(url: str) -> str:
     return url
 
 
-_Seed = Annotated[str, AfterValidator(_seed_url)]
+# Go's URL parser (behind isURL and url) lower-cases the scheme as _seed_url does, refuses
+# control characters and a non-numeric port, but allows spaces in the path: that is a rule of its
+# own. A port above 65535 is left to _seed_url (so to the operator's InvalidSpec condition): one
+# more url() call would not fit the API server's cost budget. One url() call per rule, for the
+# same reason.
+_SEED_CEL: Final = (
+    _Cel("isURL(self) && url(self).getScheme() in ['http', 'https']", f"must be {_SEED_MEANING}"),
+    _Cel("!isURL(self) || url(self).getHostname() != ''", f"must be {_SEED_MEANING}"),
+    _Cel("!self.contains(' ')", f"must be {_SEED_MEANING}"),
+)
+_Seed = Annotated[
+    str,
+    AfterValidator(_seed_url),
+    *_SEED_CEL,
+    Field(json_schema_extra={"maxLength": _MAX_SEED_LENGTH}),
+]
 _Regex = Annotated[str, AfterValidator(_regex)]
 _Domain = Annotated[str, AfterValidator(_allowed_domain)]
 _Positive = Annotated[float, _Range(gt=0)]
@@ -404,6 +465,8 @@ class _Model(BaseModel):
     """Spec models: camelCase aliases, typos refused, no coercion the API server would not do.
 
     ``strict`` keeps ``crawlfleet run`` as picky as the CRD schema ("3" is not an integer).
+    The docstring under each field is its user-facing description: the CRD (``kubectl
+    explain``) and docs/crawljob.md both print it, so it says what, in which unit, and why.
     """
 
     model_config = ConfigDict(
@@ -413,6 +476,7 @@ class _Model(BaseModel):
         frozen=True,
         strict=True,
         allow_inf_nan=False,
+        use_attribute_docstrings=True,
     )
 
 
@@ -437,37 +501,83 @@ class ScopeSpec(_Section):
     """Which links the crawl follows. Empty ``allowedDomains`` means the seed hosts."""
 
     allowed_domains: Annotated[tuple[_Domain, ...], _LIST_FROM_YAML, AfterValidator(_unique)] = ()
+    """Hosts the crawl may visit. `example.com` allows it and every subdomain (`www.example.com`),
+    not `badexample.com`; an IP address allows exactly that address; `host:port` allows only
+    that port (a scheme's default port counts). Empty or unset: the hosts of the seeds."""
     max_depth: Annotated[int, _Range(ge=0)] = 3
-    max_pages: Annotated[int, _Range(ge=0)] = 0  # 0 = no limit
+    """How many links away from a seed the crawl goes: seeds are depth 0, the pages they link to
+    depth 1, and so on. Links found on a page at this depth are not followed."""
+    max_pages: Annotated[int, _Range(ge=0)] = 0
+    """The most URLs the crawl admits, seeds included; each is fetched once (plus retries).
+    0 means no limit: the crawl ends when scope runs out."""
     include: Annotated[tuple[_Regex, ...], _LIST_FROM_YAML] = ()
+    """Regular expressions (Python syntax) searched anywhere in a discovered URL: when any is
+    given, a link must match one of them to be followed. Empty: every link in scope."""
     exclude: Annotated[tuple[_Regex, ...], _LIST_FROM_YAML] = ()
+    """Regular expressions (Python syntax) searched anywhere in a discovered URL: a link that
+    matches any of them is dropped, even if it matches include."""
     allow_private_networks: bool = False
+    """Allow fetching private, loopback and link-local addresses (checked after DNS and after
+    every redirect). Off so that a crawl cannot reach services inside your network; cloud
+    metadata addresses stay refused even when on."""
     respect_nofollow: bool = True
+    """Skip links marked rel="nofollow", and every link of a page whose robots meta tag says
+    nofollow or none."""
 
 
 class DedupSpec(_Section):
     """Sizes the Bloom filter; capacity is capped because memory grows with it."""
 
     capacity: Annotated[int, _Range(ge=1, le=10_000_000_000)] = 1_000_000
+    """How many distinct URLs the Bloom filter (which remembers every URL seen, so each is
+    crawled once) is sized for. Past it, more new URLs are wrongly taken for seen and skipped.
+    Memory: about 1.2 MB per million at errorRate 0.01. Fixed once the job exists."""
     error_rate: Annotated[float, _Range(gt=0, lt=0.5)] = 0.01
+    """The Bloom filter's false-positive rate at capacity: the share of new URLs wrongly taken
+    for seen and never crawled. Each halving costs about 0.18 bytes per URL of capacity.
+    Fixed once the job exists."""
 
 
 class ConcurrencySpec(_Section):
+    """Politeness and parallelism: per worker, and per host across the whole fleet."""
+
     per_worker: Annotated[int, _Range(ge=1, le=1024)] = 16
+    """Most pages one worker fetches at once. A worker halves its own limit after failures in
+    a row and grows it back one by one on success, never above this."""
     per_host: Annotated[int, _Range(ge=1, le=256)] = 2
+    """Most requests in flight to one host at once, counted over all workers together: the
+    politeness limit a site sees, however large the fleet."""
     host_delay_seconds: Annotated[float, _Range(ge=0, le=3600)] = 1.0
+    """Least time, in seconds, between two requests to the same host, fleet-wide. A longer
+    robots.txt Crawl-delay wins (when robots.obey is on)."""
 
 
 class WorkersSpec(_Section):
     """Replica bounds for the autoscaler; ``autoscale: external`` hands scaling to HPA/KEDA."""
 
     min_replicas: Annotated[int, _Range(ge=0, le=1000)] = 1
+    """Fewest worker pods while the job runs: the autoscaler's floor."""
     max_replicas: Annotated[int, _Range(ge=1, le=1000)] = 10
+    """Most worker pods the autoscaler starts: the ceiling on cost and on load."""
     target_backlog_per_replica: _Count = 500
+    """URLs of backlog (queued plus in flight) per worker the autoscaler aims for: it runs
+    ceil(backlog / targetBacklogPerReplica) workers, kept between minReplicas and
+    maxReplicas."""
     scale_down_delay_seconds: _NonNegative = 60.0
+    """Seconds demand must stay lower before workers are removed; scaling up is immediate.
+    Keeps the fleet from shrinking and growing again while a queue drains and refills."""
     image: str | None = None
+    """Worker container image. Unset: the worker image the operator was installed with."""
     resources: dict[str, JsonValue] | None = None
+    """Compute resources of each worker container, as in a Pod (requests, limits). Unset: the
+    operator's modest defaults."""
     autoscale: Literal["internal", "external"] = "internal"
+    """Who sizes the worker fleet. internal: the operator, from the backlog (see
+    targetBacklogPerReplica). external: whatever sets replicas through the scale subresource,
+    such as kubectl scale, a HorizontalPodAutoscaler or KEDA."""
+    replicas: Annotated[int, _Range(ge=0, le=1000)] | None = None
+    """Worker pods to run when autoscale is external; kubectl scale, an HPA or KEDA set it
+    through the scale subresource. Ignored when autoscale is internal. Unset: minReplicas."""
 
     cross_field_rules: ClassVar[tuple[Rule[WorkersSpec], ...]] = (
         Rule(
@@ -481,11 +591,22 @@ class WorkersSpec(_Section):
 
 
 class RetrySpec(_Section):
+    """Retries at two layers: within one fetch (requests) and across fetches (tasks)."""
+
     request_attempts: _Count = 3
+    """HTTP requests per fetch, the first included. Connect errors, timeouts, 5xx and a 429 or
+    503 with a short Retry-After are retried within the same fetch, after a backoff."""
     task_attempts: _Count = 5
+    """Fetches of one URL before it is given up and moved to the dead-letter set. A fetch that
+    failed in a retryable way sends its URL back to the frontier for a later attempt."""
     backoff_base_seconds: _NonNegative = 1.0
+    """Delay before the first retry, in seconds. Retry n waits backoffBaseSeconds ×
+    backoffFactor^(n-1), jittered by ±30% and capped at backoffMaxSeconds."""
     backoff_factor: Annotated[float, _Range(ge=1)] = 1.8
+    """How much the retry delay grows from one retry to the next (exponential backoff)."""
     backoff_max_seconds: _NonNegative = 30.0
+    """Longest delay before one retry, in seconds. Also the longest Retry-After a fetch waits
+    for itself; a longer one sends the URL back to the frontier to wait there."""
 
     cross_field_rules: ClassVar[tuple[Rule[RetrySpec], ...]] = (
         Rule(
@@ -502,8 +623,13 @@ class LeaseSpec(_Section):
     """A worker must heartbeat several times before it can be declared dead or lose a lease."""
 
     ttl_seconds: _Positive = 60.0
+    """Seconds a worker holds a URL it claimed. A lease not completed in time goes back to the
+    queue for another worker: this bounds how long a hung worker delays a page."""
     heartbeat_seconds: _Positive = 5.0
+    """How often, in seconds, each worker tells Redis it is alive (with its counters)."""
     dead_after_seconds: _Positive = 20.0
+    """Seconds without a heartbeat after which a worker counts as dead: its leases go back to
+    the queue at once, without waiting for ttlSeconds, and its pod is replaced."""
 
     cross_field_rules: ClassVar[tuple[Rule[LeaseSpec], ...]] = (
         Rule(
@@ -524,27 +650,47 @@ class LeaseSpec(_Section):
 
 
 class SecretRef(_Section):
+    """A key of a Secret in the job's namespace."""
+
     name: Annotated[str, _OBJECT_NAME]
+    """Name of the Secret, in the CrawlJob's namespace."""
     key: Annotated[str, _SECRET_KEY] = "url"
+    """Key in the Secret whose value is the Redis URL (password included)."""
 
 
 class Persistence(_Section):
+    """Whether the managed Redis keeps its data on a PersistentVolumeClaim."""
+
     enabled: bool = False
+    """Keep the managed Redis's data (append-only file) on a PersistentVolumeClaim, so the
+    frontier survives the Redis pod being rescheduled. Off: the data lives as long as the pod."""
     size: Annotated[str, _QUANTITY] = "1Gi"
+    """Size of the claim, as a Kubernetes quantity. Roughly the Bloom filter plus the queued
+    URLs."""
     storage_class_name: Annotated[str, _OBJECT_NAME] | None = None
+    """StorageClass of the claim. Unset: the cluster's default StorageClass."""
 
 
 class ManagedRedis(_Section):
+    """A Redis the operator runs for one job."""
+
     image: str = "redis:7.4-alpine"
+    """Redis container image; any Redis 6 or newer works (the Bloom filter needs no module)."""
     persistence: Persistence = Persistence()
+    """Whether the managed Redis keeps its data on a volume."""
 
 
 class RedisSpec(_Section):
     """Where the frontier lives: a URL, a Secret holding one, or a Redis the operator runs."""
 
     url: Annotated[str, AfterValidator(_redis_url)] | None = Field(default=None, repr=False)
+    """URL of an existing Redis (redis://, rediss:// or unix://). It may carry a password, which
+    anyone who can read the CrawlJob then sees: prefer secretRef."""
     secret_ref: SecretRef | None = None
+    """A Secret holding the URL of an existing Redis, password included."""
     managed: ManagedRedis | None = None
+    """A Redis the operator runs for this job alone, with a generated password and a network
+    policy that admits only the job's pods. The default when neither url nor secretRef is set."""
 
     cross_field_rules: ClassVar[tuple[Rule[RedisSpec], ...]] = (
         Rule(
@@ -569,24 +715,45 @@ class RedisSpec(_Section):
 
 
 class OutputSpec(_Section):
+    """What the workers write about each page, and where."""
+
     format: Literal["jsonl", "warc", "none"] = "jsonl"
-    max_file_bytes: _Count = 256 * _MIB  # rotate output files at this size
+    """jsonl: one JSON line per fetched page (URL, status, headers, links found). warc: the same
+    lines plus WARC archives of every request and response. none: no files at all."""
+    max_file_bytes: _Count = 256 * _MIB
+    """Size in bytes at which a worker starts a new output file (a record is never split)."""
     volume: dict[str, JsonValue] | None = None
+    """Where the workers' files go in a cluster: a Pod volume source, for example
+    {persistentVolumeClaim: {claimName: crawl-output}}, mounted at /data. Unset: an emptyDir,
+    lost with the pod."""
 
 
 class RobotsSpec(_Section):
+    """robots.txt handling."""
+
     obey: bool = True
+    """Fetch each host's robots.txt and honour it for userAgent: Disallow rules, and a
+    Crawl-delay longer than concurrency.hostDelaySeconds."""
 
 
 class FetchSpec(_Section):
     """Per-request limits: the crawler's first line of defence against hostile servers."""
 
     connect_timeout_seconds: _Positive = 5.0
+    """Longest wait, in seconds, for one connection (TCP and TLS) to a site."""
     read_timeout_seconds: _Positive = 20.0
+    """Longest wait, in seconds, for the next bytes of a response."""
     total_timeout_seconds: _Positive = 60.0
+    """Deadline, in seconds, of one fetch: redirects, retries and their waits included."""
     max_body_bytes: _Count = 10 * _MIB
+    """Largest response body read, in bytes as sent: a larger one is cut off and the fetch
+    fails, so one huge file cannot stall a worker."""
     max_redirects: Annotated[int, _Range(ge=0)] = 5
+    """Most redirects followed in one fetch; each hop is checked against scope and the
+    private-network guard."""
     max_decompressed_bytes: _Count = 50 * _MIB
+    """Largest response body after gzip or deflate decoding, in bytes: a cap that defuses
+    compression bombs."""
 
 
 class CrawlJobSpec(_Model):
@@ -597,22 +764,42 @@ class CrawlJobSpec(_Model):
     seeds: Annotated[
         tuple[_Seed, ...],
         _LIST_FROM_YAML,
-        Field(json_schema_extra={"minItems": 1}),
+        Field(json_schema_extra={"minItems": 1, "maxItems": _MAX_SEEDS}),
         AfterValidator(_non_empty),
+        AfterValidator(_at_most_seeds),
     ]
+    """The URLs the crawl starts from: absolute http or https URLs. Their hosts are the
+    default scope.allowedDomains."""
     scope: ScopeSpec = ScopeSpec()
+    """Which discovered links the crawl follows: domains, depth, page budget, URL patterns."""
     dedup: DedupSpec = DedupSpec()
+    """The Bloom filter that makes every URL crawled once. Sized at creation and fixed after."""
     concurrency: ConcurrencySpec = ConcurrencySpec()
+    """How many fetches run at once, per worker and per host, and how often a host is asked."""
     workers: WorkersSpec = WorkersSpec()
+    """The worker pods: how many, sized by whom, with which image and resources."""
     retry: RetrySpec = RetrySpec()
+    """How failed fetches are retried: within one fetch, and across fetches of a URL."""
     lease: LeaseSpec = LeaseSpec()
+    """How a URL claimed by a worker comes back if that worker hangs or dies."""
     redis: RedisSpec = RedisSpec()
+    """Where the frontier (queues, leases, Bloom filter, counters) lives. Set at most one of url,
+    secretRef and managed; none means managed."""
     output: OutputSpec = OutputSpec()
+    """What the workers write about the pages they fetch, and where."""
     robots: RobotsSpec = RobotsSpec()
+    """Whether the crawl obeys robots.txt."""
     user_agent: Annotated[str, AfterValidator(_header_value)] = DEFAULT_USER_AGENT
+    """The User-Agent header of every request, and the name robots.txt rules are matched
+    against. Say who you are and how site owners can reach you."""
     fetch: FetchSpec = FetchSpec()
+    """Limits of one fetch: timeouts, body sizes and redirects."""
     suspend: bool = False
+    """Pause the crawl: workers scale to 0 while Redis and the frontier are kept, so setting it
+    back to false resumes where the crawl stopped."""
     ttl_seconds_after_finished: Annotated[int, _Range(ge=0)] | None = None
+    """Seconds after the job succeeds or fails before it is deleted, with everything it created.
+    Unset: kept until you delete it."""
 
     @model_validator(mode="after")
     def _default_allowed_domains_to_seed_hosts(self) -> Self:
@@ -641,8 +828,11 @@ class ObjectMeta(_Model):
     model_config = ConfigDict(extra="allow", strict=False)
 
     name: Annotated[str, _OBJECT_NAME]
+    """The job's name, unique in its namespace."""
     namespace: Annotated[str, _NAMESPACE] = "default"
+    """The job's namespace."""
     generation: int | None = None
+    """Bumped by the API server on every spec change."""
 
     @model_validator(mode="after")
     def _refuse_unknown_fields(self) -> Self:
@@ -656,7 +846,11 @@ class _Observed(BaseModel):
     """Status models: written by the operator, so tolerant of fields from other versions."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -664,33 +858,69 @@ class Condition(_Observed):
     """One metav1.Condition."""
 
     type: str
+    """What the condition is about: Ready, Progressing, Complete, Failed, Suspended or
+    InvalidSpec. At most one condition of each type."""
     status: Literal["True", "False", "Unknown"] = "Unknown"
+    """Whether the condition holds: True, False or Unknown."""
     reason: str = ""
+    """Why the condition last changed, as one CamelCase word that tools can match on."""
     message: str = ""
+    """Why the condition last changed, in words for people."""
     last_transition_time: datetime | None = None
+    """When status last changed."""
     observed_generation: int | None = None
+    """The metadata.generation of the spec the condition was set from."""
 
 
 class CrawlJobStatus(_Observed):
     """What the operator observed; counters default to 0 so printer columns never show blanks."""
 
     phase: Phase = "Pending"
+    """Where the job is in its life: Pending (setting up), Running, Suspended, Succeeded
+    (nothing left to crawl) or Failed."""
     conditions: tuple[Condition, ...] = ()
+    """The latest observations of the job's state, one per type, in the standard Kubernetes
+    shape (kubectl wait --for=condition=Complete works)."""
     observed_generation: int | None = None
+    """The metadata.generation this status describes; less than metadata.generation means the
+    operator has not acted on the latest spec change yet."""
     replicas: int = 0
+    """Worker pods that exist (the scale subresource's current replicas)."""
     ready_replicas: int = 0
+    """Worker pods that are ready."""
     desired_replicas: int = 0
+    """Worker pods wanted right now: the autoscaler's decision, or workers.replicas when
+    autoscale is external."""
     selector: str | None = None
+    """Label selector of the job's worker pods, as a string: what an HPA or KEDA read through
+    the scale subresource."""
     queued: int = 0
+    """URLs waiting to be fetched, retries waiting out their backoff included."""
     in_flight: int = 0
+    """URLs leased to workers and being fetched right now."""
     seen: int = 0
+    """Distinct URLs admitted to the crawl so far (seeds included)."""
     crawled: int = 0
+    """URLs fetched and done."""
     failed: int = 0
+    """URLs given up on: out of task attempts, or failed for good (they are in the dead-letter
+    set)."""
     pages_per_second: float = 0.0
+    """Recent crawl rate, in pages per second."""
     start_time: datetime | None = None
+    """When the crawl started."""
     completion_time: datetime | None = None
+    """When the crawl succeeded or failed."""
     last_scale_time: datetime | None = None
+    """When the number of workers last changed."""
     message: str | None = None
+    """The latest news about the job, in words for people."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def workers(self) -> str:
+        """Ready/desired worker replicas, for kubectl get."""
+        return f"{self.ready_replicas}/{self.desired_replicas}"
 
     def to_mapping(self) -> dict[str, JsonValue]:
         """The camelCase status, ready for a status patch."""
@@ -701,10 +931,17 @@ class CrawlJob(_Model):
     """The whole resource, as ``kubectl apply`` and ``crawlfleet run`` both read it."""
 
     api_version: Literal["crawlfleet.io/v1alpha1"]
+    """The API version: crawlfleet.io/v1alpha1."""
     kind: Literal["CrawlJob"]
+    """The kind: CrawlJob."""
     metadata: ObjectMeta
+    """Standard object metadata: name, namespace, labels, annotations."""
     spec: CrawlJobSpec
+    """What to crawl and how: seeds, scope, deduplication, politeness, workers, retries, and
+    where the frontier and the output live. Only seeds is required."""
     status: CrawlJobStatus | None = None
+    """What the operator observed: phase, conditions, workers and crawl progress. Written by
+    the operator only."""
 
     @property
     def job_id(self) -> str:
