@@ -358,3 +358,31 @@ def test_worker_metric_on_the_dashboard_is_one_the_worker_exports() -> None:
     exported = {metric.name for metric in WorkerMetrics().registry.collect()}
     # prometheus_client reports counters without their _total suffix.
     assert "crawlfleet_worker_pages_fetched" in exported
+
+
+# -- the README's cluster quickstart --------------------------------------------------------
+
+
+def test_readme_cluster_quickstart_names_what_the_repository_builds() -> None:
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"## Run it on a cluster\n.*?```bash\n(.*?)```", readme, re.S)
+    assert block, "README.md has no 'Run it on a cluster' command block"
+    commands = block.group(1)
+    values = load_yaml(CHART / "values.yaml")
+    kind_config = load_yaml(REPO / "kind-config.yaml")
+
+    built = dict(re.findall(r"docker build -f (\S+) -t (\S+):dev \.", commands))
+    assert built == {
+        "operator/Dockerfile": values["image"]["repository"],
+        "crawler_image/Dockerfile": values["workerImage"]["repository"],
+    }
+    assert f"--name {kind_config['name']}" in commands
+    assert "--config kind-config.yaml" in commands
+    for key in re.findall(r"--set '?([\w.]+)=", commands):
+        node: Any = values
+        for part in key.split("."):
+            assert isinstance(node, dict), key
+            assert part in node, f"README sets {key}, which values.yaml does not have"
+            node = node[part]
+    example = load_yaml(REPO / "examples" / "crawljob.yaml")
+    assert f"watchNamespaces={{{example['metadata']['namespace']}}}" in commands
