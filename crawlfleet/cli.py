@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import shutil
 import socket
 import sys
@@ -82,8 +83,20 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("job", nargs="?", default=_env("JOB_FILE"), help="CrawlJob YAML file")
     worker.add_argument("--redis-url", default=_env("REDIS_URL"))
     worker.add_argument("--worker-id", default=_env("WORKER_ID") or _default_worker_id())
+    worker.add_argument(
+        "--incarnation",
+        action="store_true",
+        default=bool(_env("INCARNATION")),
+        help="append '#<random>' to the worker id: a restarted container is a new worker, so "
+        "the leases of the one that died are not mistaken for its own (pods keep their name)",
+    )
     worker.add_argument("--out", default=_env("OUTPUT_DIR", "crawl-output"), type=Path)
     worker.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", "0") or 0))
+    worker.add_argument(
+        "--metrics-host",
+        default=_env("METRICS_HOST", "0.0.0.0"),
+        help="address /metrics listens on (a pod passes its pod IP) [0.0.0.0]",
+    )
     worker.add_argument(
         "--grace-seconds", type=float, default=float(_env("GRACE_SECONDS", "25") or 25)
     )
@@ -102,6 +115,42 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check a CrawlJob as the CRD will")
     validate.add_argument("job", help="CrawlJob YAML file")
+
+    operator = commands.add_parser(
+        "operator", help="run the Kubernetes operator (kopf) that reconciles CrawlJobs"
+    )
+    where = operator.add_mutually_exclusive_group()
+    where.add_argument(
+        "--namespace",
+        action="append",
+        default=[n for n in (_env("NAMESPACES") or "").split(",") if n],
+        help="a namespace to watch (repeatable) [CRAWLFLEET_NAMESPACES, comma-separated]",
+    )
+    where.add_argument(
+        "--all-namespaces", action="store_true", help="watch CrawlJobs in every namespace"
+    )
+    operator.add_argument(
+        "--peering", default=_env("PEERING", "crawlfleet"), help="KopfPeering name [crawlfleet]"
+    )
+    operator.add_argument(
+        "--standalone",
+        action="store_true",
+        help="no peering: for a single replica where the KopfPeering CRDs are not installed",
+    )
+    operator.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT") or 9090))
+    operator.add_argument("--health-port", type=int, default=int(_env("HEALTH_PORT") or 8080))
+    operator.add_argument("--bind-host", default=_env("BIND_HOST", "0.0.0.0"))
+    operator.add_argument(
+        "--worker-image",
+        default=_env("WORKER_IMAGE"),
+        help="image for jobs that name none [CRAWLFLEET_WORKER_IMAGE]",
+    )
+    operator.add_argument(
+        "--tick-seconds",
+        type=float,
+        default=float(_env("TICK_SECONDS") or 5),
+        help="how often each job is reconciled [5]",
+    )
     return parser
 
 
@@ -126,10 +175,40 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args, Path(args.job))
         if args.command == "demo":
             return _demo(args)
+        if args.command == "operator":
+            return _operator(args)
     except CrawlfleetError as exc:
         print(f"crawlfleet: {exc}", file=sys.stderr)
         return 2
     return 2
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from crawlfleet.errors import ConfigError
+
+    try:
+        from crawlfleet.operator.handlers import OperatorConfig
+        from crawlfleet.operator.main import OperatorOptions, run_operator
+    except ImportError as error:  # kopf and kubernetes are the `operator` extra
+        raise ConfigError(
+            f"the operator needs the operator extra (pip install 'crawlfleet[operator]'): {error}"
+        ) from error
+    if not args.all_namespaces and not args.namespace:
+        raise ConfigError("name the namespaces to watch (--namespace NS) or pass --all-namespaces")
+    config = OperatorConfig(tick_seconds=args.tick_seconds)
+    if args.worker_image:
+        config = OperatorConfig(worker_image=args.worker_image, tick_seconds=args.tick_seconds)
+    options = OperatorOptions(
+        namespaces=tuple(args.namespace),
+        all_namespaces=args.all_namespaces,
+        peering=args.peering,
+        standalone=args.standalone,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        bind_host=args.bind_host,
+        config=config,
+    )
+    return run_operator(options)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -198,9 +277,12 @@ def _worker(args: argparse.Namespace) -> int:
         return await run_worker(
             job,
             redis_url=args.redis_url,
-            worker_id=args.worker_id,
+            worker_id=f"{args.worker_id}#{secrets.token_hex(3)}"
+            if args.incarnation
+            else args.worker_id,
             output_dir=args.out,
             metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
             grace_seconds=args.grace_seconds,
             exit_when_done=not args.keep_running,
             install_signal_handlers=True,

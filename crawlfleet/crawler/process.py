@@ -25,6 +25,7 @@ async def run_worker(
     worker_id: str,
     output_dir: Path,
     metrics_port: int = 0,
+    metrics_host: str = "0.0.0.0",
     grace_seconds: float = 25.0,
     exit_when_done: bool = True,
     install_signal_handlers: bool = False,
@@ -70,7 +71,7 @@ async def run_worker(
             ),
         )
         if metrics_port:
-            metrics.serve(metrics_port)
+            metrics.serve(metrics_port, metrics_host)
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.frontier.models import FrontierStats
 
 __all__ = [
     "Decision",
@@ -79,6 +80,28 @@ class Observation:
     workers: tuple[WorkerView, ...] = ()
     #: Workers the frontier knows (heartbeat table) that the backend does not run any more.
     vanished: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        stats: FrontierStats,
+        *,
+        now: float,
+        suspended: bool,
+        workers: tuple[WorkerView, ...],
+        vanished: tuple[str, ...],
+    ) -> Observation:
+        """An observation from the frontier's counters and what the backend sees."""
+        return cls(
+            now=now,
+            queued=stats.queued,
+            delayed=stats.delayed,
+            in_flight=stats.leased,
+            seeded=stats.seeded,
+            suspended=suspended,
+            workers=workers,
+            vanished=vanished,
+        )
 
 
 @dataclass(frozen=True, slots=True)

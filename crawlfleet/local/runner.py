@@ -91,12 +91,9 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             views = backend.views(beats)
             known = {v.worker_id for v in views}
             vanished = tuple(w for w in beats if w not in known and w.startswith("local-"))
-            seen = Observation(
+            seen = Observation.of(
+                stats,
                 now=time.time(),
-                queued=stats.queued,
-                delayed=stats.delayed,
-                in_flight=stats.leased,
-                seeded=stats.seeded,
                 suspended=job.spec.suspend,
                 workers=tuple(views),
                 vanished=vanished,

@@ -1,0 +1,459 @@
+"""The objects a CrawlJob owns, as plain manifests: pure functions of the job, unit-tested.
+
+Names are fixed per job (``<job>-redis``, ``<job>-workers``, …) so every reconcile finds what
+an earlier one made, across operator restarts, without a lookup table. A CrawlJob's name may
+be a 253-character DNS subdomain while Service names and label values stop at 63, so long
+names are shortened with a hash of the full name (``child_name``), the way StatefulSet and
+Job controllers shorten theirs.
+
+The operator adopts each object (ownerReference to the CrawlJob) before it creates it, so
+deleting the job deletes its children through the garbage collector.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from crawlfleet import __version__
+from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec
+
+__all__ = [
+    "DEFAULT_WORKER_IMAGE",
+    "METRICS_PORT",
+    "REDIS_PORT",
+    "ChildNames",
+    "JobRef",
+    "config_map",
+    "external_redis_secret",
+    "metrics_service",
+    "network_policy",
+    "redis_deployment",
+    "redis_pvc",
+    "redis_secret",
+    "redis_service",
+    "selector_string",
+    "worker_deployment",
+    "worker_selector",
+]
+
+Manifest = dict[str, Any]
+
+DEFAULT_WORKER_IMAGE: Final = f"crawlfleet/worker:{__version__}"
+REDIS_PORT: Final = 6379
+METRICS_PORT: Final = 9100
+JOB_FILE: Final = "/etc/crawlfleet/job.yaml"
+OUTPUT_DIR: Final = "/data/out"
+#: The worker's own drain time (its --grace-seconds); the pod gets a little more to exit.
+WORKER_GRACE_SECONDS: Final = 25
+NONROOT_UID: Final = 65532
+
+LABEL_JOB: Final = "crawlfleet.io/job"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+ANNOTATION_SPEC_HASH: Final = "crawlfleet.io/spec-hash"
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    """The CrawlJob a child belongs to: enough to name, label and select its objects."""
+
+    namespace: str
+    name: str
+
+    @property
+    def label(self) -> str:
+        """The job's name as a label value (at most 63 characters)."""
+        return child_name(self.name, "")
+
+    @property
+    def names(self) -> ChildNames:
+        return ChildNames.of(self.name)
+
+
+def child_name(job: str, suffix: str, limit: int = 63) -> str:
+    """``<job>-<suffix>`` within ``limit`` characters, a valid DNS-1035 label.
+
+    Too long: the job part is cut and a hash of the whole name keeps it unique. A name that
+    starts with a digit (allowed for CrawlJobs, not for Services) gets a ``cj-`` prefix.
+    """
+    tail = f"-{suffix}" if suffix else ""
+    name = f"{job}{tail}"
+    if not name[0].isalpha():
+        name = f"cj-{name}"
+    if len(name) <= limit and "." not in name:
+        return name
+    digest = hashlib.sha256(job.encode()).hexdigest()[:8]
+    keep = limit - len(tail) - len(digest) - 1
+    head = name[: len(name) - len(tail)][:keep].replace(".", "-").rstrip("-")
+    return f"{head}-{digest}{tail}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChildNames:
+    redis: str
+    redis_secret: str
+    workers: str
+    config: str
+    network_policy: str
+    metrics: str
+    redis_data: str
+
+    @classmethod
+    def of(cls, job: str) -> ChildNames:
+        return cls(
+            redis=child_name(job, "redis"),
+            redis_secret=child_name(job, "redis-auth"),
+            workers=child_name(job, "workers"),
+            config=child_name(job, "config"),
+            network_policy=child_name(job, "redis-access"),
+            metrics=child_name(job, "metrics"),
+            redis_data=child_name(job, "redis-data"),
+        )
+
+
+def _labels(job: JobRef, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "crawlfleet",
+        "app.kubernetes.io/instance": job.label,
+        LABEL_COMPONENT: component,
+        "app.kubernetes.io/managed-by": "crawlfleet-operator",
+        LABEL_JOB: job.label,
+    }
+
+
+def _selector(job: JobRef, component: str) -> dict[str, str]:
+    return {LABEL_JOB: job.label, LABEL_COMPONENT: component}
+
+
+def worker_selector(job: JobRef) -> dict[str, str]:
+    """The worker pods' selector (also the scale subresource's, as a string)."""
+    return _selector(job, "worker")
+
+
+def selector_string(labels: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def _meta(job: JobRef, name: str, component: str) -> Manifest:
+    return {"name": name, "namespace": job.namespace, "labels": _labels(job, component)}
+
+
+_RESTRICTED_CONTAINER: Final[Manifest] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _restricted_pod(uid: int) -> Manifest:
+    """The Pod Security Standards' "restricted" profile, which both our pods meet."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+# -- Redis ---------------------------------------------------------------------------------
+
+
+def _redis_secret(job: JobRef, data: dict[str, str]) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(job, job.names.redis_secret, "redis"),
+        "type": "Opaque",
+        "stringData": data,
+    }
+
+
+def redis_secret(job: JobRef, password: str) -> Manifest:
+    """The managed Redis's password; generated once, never rotated by a reconcile."""
+    return _redis_secret(job, {"password": password})
+
+
+def external_redis_secret(job: JobRef, url: str) -> Manifest:
+    """``redis.url`` copied into a Secret: a URL may hold a password, a pod spec must not."""
+    return _redis_secret(job, {"url": url})
+
+
+def redis_deployment(job: JobRef, spec: CrawlJobSpec) -> Manifest:
+    """One Redis with AOF on (a restart loses at most a second of frontier state)."""
+    managed = spec.redis.managed
+    assert managed is not None, "only managed Redis gets a Deployment"
+    names = job.names
+    labels = _labels(job, "redis")
+    volume: Manifest = (
+        {"name": "data", "persistentVolumeClaim": {"claimName": names.redis_data}}
+        if managed.persistence.enabled
+        else {"name": "data", "emptyDir": {}}
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(job, names.redis, "redis"),
+        "spec": {
+            "replicas": 1,
+            # One writer to the AOF: never two pods on one volume during a rollout.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": _selector(job, "redis")},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": _restricted_pod(999),
+                    "containers": [
+                        {
+                            "name": "redis",
+                            "image": managed.image,
+                            "command": ["redis-server"],
+                            "args": [
+                                "--port",
+                                str(REDIS_PORT),
+                                "--requirepass",
+                                "$(REDIS_PASSWORD)",
+                                "--appendonly",
+                                "yes",
+                                "--appendfsync",
+                                "everysec",
+                                "--dir",
+                                "/data",
+                                "--save",
+                                "",
+                            ],
+                            "env": [_secret_env("REDIS_PASSWORD", names.redis_secret, "password")],
+                            "ports": [{"name": "redis", "containerPort": REDIS_PORT}],
+                            "readinessProbe": {
+                                "tcpSocket": {"port": "redis"},
+                                "periodSeconds": 2,
+                            },
+                            "securityContext": _RESTRICTED_CONTAINER,
+                            "resources": {
+                                "requests": {"cpu": "100m", "memory": "128Mi"},
+                            },
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                        }
+                    ],
+                    "volumes": [volume],
+                },
+            },
+        },
+    }
+
+
+def redis_pvc(job: JobRef, spec: CrawlJobSpec) -> Manifest | None:
+    managed = spec.redis.managed
+    if managed is None or not managed.persistence.enabled:
+        return None
+    pvc_spec: Manifest = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": managed.persistence.size}},
+    }
+    if managed.persistence.storage_class_name:
+        pvc_spec["storageClassName"] = managed.persistence.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _meta(job, job.names.redis_data, "redis"),
+        "spec": pvc_spec,
+    }
+
+
+def redis_service(job: JobRef) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(job, job.names.redis, "redis"),
+        "spec": {
+            "selector": _selector(job, "redis"),
+            "ports": [{"name": "redis", "port": REDIS_PORT, "targetPort": "redis"}],
+        },
+    }
+
+
+def network_policy(job: JobRef, operator_labels: dict[str, str]) -> Manifest:
+    """Only the job's own workers and the operator may open the managed Redis."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(job, job.names.network_policy, "redis"),
+        "spec": {
+            "podSelector": {"matchLabels": _selector(job, "redis")},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {"matchLabels": worker_selector(job)}},
+                        {
+                            "podSelector": {"matchLabels": operator_labels},
+                            "namespaceSelector": {},
+                        },
+                    ],
+                    "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
+                }
+            ],
+        },
+    }
+
+
+# -- workers -------------------------------------------------------------------------------
+
+
+def job_document(job: JobRef, spec: CrawlJobSpec) -> str:
+    """The CrawlJob as a worker reads it: every default filled, so all workers agree."""
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": job.name, "namespace": job.namespace},
+        "spec": spec.to_mapping(),
+    }
+    return yaml.safe_dump(document, sort_keys=True)
+
+
+def config_map(job: JobRef, spec: CrawlJobSpec) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(job, job.names.config, "worker"),
+        "data": {"job.yaml": job_document(job, spec)},
+    }
+
+
+def spec_hash(job: JobRef, spec: CrawlJobSpec) -> str:
+    """Changes when the workers' job file does, so a spec edit rolls the worker pods."""
+    return hashlib.sha256(job_document(job, spec).encode()).hexdigest()[:16]
+
+
+def _secret_env(name: str, secret: str, key: str) -> Manifest:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def _redis_env(job: JobRef, spec: CrawlJobSpec) -> list[Manifest]:
+    """``CRAWLFLEET_REDIS_URL`` for the worker, built without a secret in the pod spec."""
+    names = job.names
+    if spec.redis.secret_ref is not None:
+        ref = spec.redis.secret_ref
+        return [_secret_env("CRAWLFLEET_REDIS_URL", ref.name, ref.key)]
+    if spec.redis.url is not None:
+        return [_secret_env("CRAWLFLEET_REDIS_URL", names.redis_secret, "url")]
+    host = f"{names.redis}.{job.namespace}.svc"
+    return [
+        _secret_env("REDIS_PASSWORD", names.redis_secret, "password"),
+        {
+            "name": "CRAWLFLEET_REDIS_URL",
+            "value": f"redis://:$(REDIS_PASSWORD)@{host}:{REDIS_PORT}/0",
+        },
+    ]
+
+
+def worker_deployment(job: JobRef, spec: CrawlJobSpec, *, replicas: int, image: str) -> Manifest:
+    """The worker fleet. ``replicas`` is only the initial count: the operator's timer owns it."""
+    names = job.names
+    labels = _labels(job, "worker")
+    resources = spec.workers.resources or {
+        "requests": {"cpu": "250m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    output_volume: Manifest = {"name": "output", **(spec.output.volume or {"emptyDir": {}})}
+    env: list[Manifest] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "CRAWLFLEET_WORKER_ID", "value": "$(POD_NAME)"},
+        {"name": "CRAWLFLEET_METRICS_HOST", "value": "$(POD_IP)"},
+        *_redis_env(job, spec),
+    ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(job, names.workers, "worker"),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": worker_selector(job)},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        ANNOTATION_SPEC_HASH: spec_hash(job, spec),
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(METRICS_PORT),
+                    },
+                },
+                "spec": {
+                    # Workers talk to Redis and the web, never to the Kubernetes API.
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "terminationGracePeriodSeconds": WORKER_GRACE_SECONDS + 5,
+                    "securityContext": _restricted_pod(NONROOT_UID),
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": image,
+                            "command": ["crawlfleet"],
+                            "args": [
+                                "worker",
+                                JOB_FILE,
+                                "--out",
+                                OUTPUT_DIR,
+                                "--metrics-port",
+                                str(METRICS_PORT),
+                                "--grace-seconds",
+                                str(WORKER_GRACE_SECONDS),
+                                # The operator decides when the job is done and scales to 0;
+                                # a worker exiting on its own would only be restarted.
+                                "--keep-running",
+                                # A restarted container is a new worker (POD_NAME#random).
+                                "--incarnation",
+                            ],
+                            "env": env,
+                            "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/metrics", "port": "metrics"},
+                                "periodSeconds": 5,
+                            },
+                            "securityContext": _RESTRICTED_CONTAINER,
+                            "resources": resources,
+                            "volumeMounts": [
+                                {
+                                    "name": "job",
+                                    "mountPath": "/etc/crawlfleet",
+                                    "readOnly": True,
+                                },
+                                {"name": "output", "mountPath": "/data"},
+                                {"name": "tmp", "mountPath": "/tmp"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "job", "configMap": {"name": names.config}},
+                        output_volume,
+                        {"name": "tmp", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def metrics_service(job: JobRef) -> Manifest:
+    """A headless Service over the workers' /metrics, for a ServiceMonitor or a scrape config."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(job, job.names.metrics, "worker"),
+        "spec": {
+            "clusterIP": "None",
+            "selector": worker_selector(job),
+            "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}],
+        },
+    }

@@ -1,0 +1,92 @@
+"""``crawlfleet operator``: kopf, configured for a long-lived controller of CrawlJobs.
+
+Settings that matter in production, and why:
+
+- progress and the last-handled spec live in annotations (``crawlfleet.io/…``), not in
+  ``status.kopf``: the CRD's status schema is structural and stays ours;
+- watch requests carry a server-side timeout (and a client-side one a little longer), so a
+  stream that went silent through a load balancer is re-established instead of hanging;
+- peering (``KopfPeering`` objects) lets two replicas run while only one acts; the other
+  takes over when the first stops refreshing its peering record;
+- a liveness endpoint (``/healthz``) and a Prometheus endpoint (``/metrics``) on their own
+  ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from crawlfleet.operator.handlers import CrawlJobOperator, OperatorConfig
+from crawlfleet.operator.kube import Kube, load_api_client
+from crawlfleet.operator.metrics import OperatorMetrics
+
+__all__ = ["OperatorOptions", "run_operator"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    namespaces: Sequence[str] = ()
+    all_namespaces: bool = False
+    peering: str = "crawlfleet"
+    standalone: bool = False
+    metrics_port: int = 9090
+    health_port: int = 8080
+    bind_host: str = "0.0.0.0"
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+
+
+def _configure(options: OperatorOptions) -> Any:
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+            prefix="crawlfleet.io"
+        )
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix="crawlfleet.io", key="last-handled-configuration"
+        )
+        settings.persistence.finalizer = "crawlfleet.io/finalizer"
+        settings.watching.server_timeout = 120
+        settings.watching.client_timeout = 150
+        settings.watching.connect_timeout = 10
+        settings.posting.level = logging.INFO
+        settings.peering.name = options.peering
+        settings.peering.standalone = options.standalone
+        settings.peering.mandatory = not options.standalone
+        # A Kubernetes API hiccup: retry soon, but do not hammer (kopf's default is 60 s).
+        settings.networking.request_timeout = 30
+
+    return configure
+
+
+def run_operator(options: OperatorOptions) -> int:
+    """Run until SIGTERM/SIGINT (kopf handles both and stops the handlers gracefully)."""
+    if not options.all_namespaces and not options.namespaces:
+        raise ValueError("name the namespaces to watch, or pass --all-namespaces")
+    registry = kopf.OperatorRegistry()
+    metrics = OperatorMetrics()
+    operator = CrawlJobOperator(Kube(load_api_client()), options.config, metrics)
+    operator.register(registry)
+    kopf.on.startup(registry=registry)(_configure(options))
+    # A registry of our own starts without kopf's default login handlers: the same one the
+    # kubernetes client uses (in-cluster service account, else the kubeconfig).
+    kopf.on.login(registry=registry)(kopf.login_via_client)
+    metrics.serve(options.metrics_port, options.bind_host)
+    liveness = (
+        f"http://{options.bind_host}:{options.health_port}/healthz" if options.health_port else None
+    )
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            clusterwide=options.all_namespaces,
+            namespaces=list(options.namespaces),
+            standalone=options.standalone,
+            peering_name=options.peering,
+            liveness_endpoint=liveness,
+        )
+    )
+    return 0

@@ -1,0 +1,164 @@
+"""The children's manifests: names, labels, selectors, security and what the worker is told."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from crawlfleet.crawljob import CrawlJobSpec, parse_crawljob
+from crawlfleet.operator import children
+from crawlfleet.operator.children import JobRef, child_name
+
+JOB = JobRef(namespace="crawls", name="books")
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def spec(**overrides: object) -> CrawlJobSpec:
+    return CrawlJobSpec.from_mapping({"seeds": ["https://books.example/"], **overrides})
+
+
+def test_child_names_are_fixed_and_valid_service_names() -> None:
+    names = JOB.names
+    assert (names.redis, names.workers, names.config) == (
+        "books-redis",
+        "books-workers",
+        "books-config",
+    )
+    long_name = "a" * 120 + ".b" * 60
+    for suffix in ("redis", "workers", "redis-auth"):
+        name = child_name(long_name, suffix)
+        assert len(name) <= 63
+        assert DNS_1035.match(name), name
+        assert name.endswith(f"-{suffix}")
+    # Two long names that share a 50-character prefix still get different children.
+    assert child_name("x" * 80 + "1", "redis") != child_name("x" * 80 + "2", "redis")
+    assert child_name("9lives", "redis") == "cj-9lives-redis"
+
+
+def test_selector_matches_the_pod_template_and_the_status_string() -> None:
+    deployment = children.worker_deployment(JOB, spec(), replicas=0, image="crawlfleet/worker:x")
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= template_labels.items()
+    assert children.selector_string(selector) == (
+        "app.kubernetes.io/component=worker,crawlfleet.io/job=books"
+    )
+    redis = children.redis_deployment(JOB, spec())
+    redis_selector = redis["spec"]["selector"]["matchLabels"]
+    # The two Deployments must never select each other's pods.
+    assert not redis_selector.items() <= template_labels.items()
+
+
+def test_worker_pod_is_locked_down() -> None:
+    pod = children.worker_deployment(JOB, spec(), replicas=2, image="img")["spec"]["template"]
+    pod_spec = pod["spec"]
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod_spec["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    # Every path the worker writes is a volume: the root filesystem is read-only.
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert {"/data", "/tmp", "/etc/crawlfleet"} <= mounts
+    assert pod_spec["terminationGracePeriodSeconds"] > children.WORKER_GRACE_SECONDS
+
+
+def test_worker_env_has_no_secret_and_names_the_pod() -> None:
+    container = children.worker_deployment(JOB, spec(), replicas=0, image="img")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["CRAWLFLEET_WORKER_ID"]["value"] == "$(POD_NAME)"
+    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "books-redis-auth",
+        "key": "password",
+    }
+    assert env["CRAWLFLEET_REDIS_URL"]["value"] == (
+        "redis://:$(REDIS_PASSWORD)@books-redis.crawls.svc:6379/0"
+    )
+    # $(VAR) references resolve only to variables defined earlier in the list.
+    order = [e["name"] for e in container["env"]]
+    assert order.index("REDIS_PASSWORD") < order.index("CRAWLFLEET_REDIS_URL")
+    assert order.index("POD_NAME") < order.index("CRAWLFLEET_WORKER_ID")
+    assert "--keep-running" in container["args"]
+
+
+@pytest.mark.parametrize(
+    ("redis", "expected"),
+    [
+        ({"url": "redis://:pw@redis.example:6379/0"}, {"name": "books-redis-auth", "key": "url"}),
+        (
+            {"secretRef": {"name": "shared-redis", "key": "uri"}},
+            {"name": "shared-redis", "key": "uri"},
+        ),
+    ],
+)
+def test_external_redis_url_comes_from_a_secret(redis: dict[str, object], expected: object) -> None:
+    container = children.worker_deployment(JOB, spec(redis=redis), replicas=0, image="img")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["CRAWLFLEET_REDIS_URL"]["valueFrom"]["secretKeyRef"] == expected
+    assert "REDIS_PASSWORD" not in env
+    assert "pw@" not in yaml.safe_dump(container)
+
+
+def test_config_map_holds_a_job_file_the_worker_accepts() -> None:
+    job_spec = spec(scope={"maxDepth": 7}, concurrency={"perHost": 4})
+    data = children.config_map(JOB, job_spec)["data"]["job.yaml"]
+    job = parse_crawljob(yaml.safe_load(data))
+    assert job.job_id == "crawls.books"
+    assert job.spec == job_spec  # every default filled, nothing lost
+
+
+def test_spec_change_rolls_the_workers() -> None:
+    def template_hash(job_spec: CrawlJobSpec) -> str:
+        deployment = children.worker_deployment(JOB, job_spec, replicas=0, image="img")
+        return deployment["spec"]["template"]["metadata"]["annotations"][
+            children.ANNOTATION_SPEC_HASH
+        ]
+
+    assert template_hash(spec()) == template_hash(spec())
+    assert template_hash(spec()) != template_hash(spec(concurrency={"perHost": 5}))
+
+
+def test_redis_has_aof_a_password_and_a_readiness_probe() -> None:
+    container = children.redis_deployment(JOB, spec())["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--appendonly") + 1] == "yes"
+    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    assert container["readinessProbe"]["tcpSocket"]["port"] == "redis"
+    assert children.redis_pvc(JOB, spec()) is None
+    persistent = spec(redis={"managed": {"persistence": {"enabled": True, "size": "5Gi"}}})
+    pvc = children.redis_pvc(JOB, persistent)
+    assert pvc is not None
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    volumes = children.redis_deployment(JOB, persistent)["spec"]["template"]["spec"]["volumes"]
+    assert volumes == [{"name": "data", "persistentVolumeClaim": {"claimName": "books-redis-data"}}]
+
+
+def test_network_policy_admits_only_the_jobs_workers_and_the_operator() -> None:
+    policy = children.network_policy(JOB, {"app.kubernetes.io/name": "crawlfleet-operator"})
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "crawlfleet.io/job": "books",
+        "app.kubernetes.io/component": "redis",
+    }
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert sources[0] == {"podSelector": {"matchLabels": children.worker_selector(JOB)}}
+    assert sources[1]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "crawlfleet-operator"
+    }
+    assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 6379}]
+
+
+def test_workers_are_told_to_be_a_new_worker_after_each_restart() -> None:
+    container = children.worker_deployment(JOB, spec(), replicas=0, image="img")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    assert "--incarnation" in container["args"]

@@ -1,0 +1,111 @@
+"""Status and conditions: what `kubectl get`, `kubectl wait` and alerts read."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from crawlfleet.frontier import FrontierStats
+from crawlfleet.operator.status import (
+    CONDITION_TYPES,
+    Observed,
+    invalid_spec_status,
+    job_status,
+)
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def stats(**values: int) -> FrontierStats:
+    return FrontierStats(seeded=True, **values)  # type: ignore[arg-type]
+
+
+def observed(**overrides: object) -> Observed:
+    values: dict[str, object] = {
+        "phase": "Running",
+        "redis_ready": True,
+        "desired_replicas": 3,
+        "replicas": 3,
+        "ready_replicas": 3,
+        "stats": stats(queued=40, delayed=2, leased=5, crawled=100, dead=4, seen=150),
+        "selector": "app.kubernetes.io/component=worker,crawlfleet.io/job=books",
+        "pages_per_second": 12.345,
+        "message": "crawling",
+    }
+    values.update(overrides)
+    return Observed(**values)  # type: ignore[arg-type]
+
+
+def conditions(status: dict[str, object]) -> dict[str, dict[str, str]]:
+    return {c["type"]: c for c in status["conditions"]}  # type: ignore[attr-defined, index]
+
+
+def test_running_status_has_every_condition_and_the_counters() -> None:
+    status = job_status({}, observed(), generation=3, now=T0)
+    assert [c["type"] for c in status["conditions"]] == list(CONDITION_TYPES)
+    by_type = conditions(status)
+    assert by_type["Ready"]["status"] == "True"
+    assert by_type["Progressing"]["status"] == "True"
+    assert by_type["Complete"]["status"] == "False"
+    assert all(c["observedGeneration"] == 3 for c in status["conditions"])
+    assert (status["queued"], status["inFlight"], status["crawled"], status["failed"]) == (
+        42,
+        5,
+        100,
+        4,
+    )
+    assert status["workers"] == "3/3"
+    assert status["pagesPerSecond"] == 12.35
+    assert status["startTime"] == "2026-11-29T12:00:00Z"
+    assert "completionTime" not in status
+
+
+def test_transition_time_moves_only_when_the_status_flips() -> None:
+    first = job_status({}, observed(ready_replicas=1), generation=1, now=T0)
+    assert conditions(first)["Ready"]["status"] == "False"
+    later = T0 + timedelta(minutes=5)
+    same = job_status(first, observed(ready_replicas=2), generation=1, now=later)
+    assert conditions(same)["Ready"]["lastTransitionTime"] == "2026-11-29T12:00:00Z"
+    assert conditions(same)["Ready"]["message"] == "2 of 3 workers ready"
+    stored = {**first, **same}  # a status patch merges into what the API server holds
+    flipped = job_status(stored, observed(), generation=1, now=later)
+    assert conditions(flipped)["Ready"]["lastTransitionTime"] == "2026-11-29T12:05:00Z"
+    assert "startTime" not in flipped  # set once, on the first reconcile
+
+
+def test_completion_sets_complete_and_completion_time_once() -> None:
+    done = job_status({}, observed(phase="Succeeded", desired_replicas=0), generation=2, now=T0)
+    by_type = conditions(done)
+    assert by_type["Complete"]["status"] == "True"
+    assert by_type["Progressing"]["status"] == "False"
+    assert done["completionTime"] == "2026-11-29T12:00:00Z"
+    again = job_status(done, observed(phase="Succeeded"), generation=2, now=T0 + timedelta(1))
+    assert "completionTime" not in again
+
+
+def test_redis_down_is_not_ready_with_the_reason() -> None:
+    status = job_status(
+        {},
+        observed(redis_ready=False, stats=None, message="waiting for Redis"),
+        generation=1,
+        now=T0,
+    )
+    assert conditions(status)["Ready"]["reason"] == "RedisUnavailable"
+    assert "queued" not in status  # no counters rather than zeros that are not true
+
+
+def test_invalid_spec_says_exactly_why_and_fails_the_job() -> None:
+    message = "spec.dedup.errorRate: must be less than 0.5 (got 0.7)"
+    status = invalid_spec_status({}, message, generation=4, now=T0)
+    by_type = conditions(status)
+    assert status["phase"] == "Failed"
+    assert by_type["InvalidSpec"] == {
+        "type": "InvalidSpec",
+        "status": "True",
+        "reason": "InvalidSpec",
+        "message": message,
+        "lastTransitionTime": "2026-11-29T12:00:00Z",
+        "observedGeneration": 4,
+    }
+    fixed = job_status(status, observed(), generation=5, now=T0 + timedelta(minutes=1))
+    assert conditions(fixed)["InvalidSpec"]["status"] == "False"
+    assert conditions(fixed)["InvalidSpec"]["lastTransitionTime"] == "2026-11-29T12:01:00Z"
