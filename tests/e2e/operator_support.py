@@ -1,0 +1,168 @@
+"""What the operator's e2e tests share: the CRD applied, the operator as a subprocess, jobs.
+
+The operator runs as a user runs it (``crawlfleet operator`` in its own process, talking to
+the real API server with a kubeconfig), against the real control plane and the process
+kubelet; the crawl goes to the loopback test site.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from crawlfleet.local.redis_server import free_port
+from crawlfleet.testsite import TestSite
+from tests.e2e.cluster.client import Cluster, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = Path(os.environ.get("CRAWLFLEET_E2E_CRD") or REPO / "crds" / "crawljob.yaml")
+GROUP, VERSION, PLURAL = "crawlfleet.io", "v1alpha1", "crawljobs"
+
+
+def apply(cluster: Cluster, *documents: dict[str, Any], namespace: str | None = None) -> str:
+    """``kubectl apply`` of documents, as a user would; returns kubectl's output."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump_all(documents, f)
+    try:
+        args = ["apply", "-f", f.name]
+        if namespace:
+            args += ["-n", namespace]
+        return cluster.kubectl(*args).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def install_crd(cluster: Cluster) -> None:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=30s", "crd/crawljobs.crawlfleet.io"
+    )
+
+
+def crawljob(name: str, site: TestSite, **spec: Any) -> dict[str, Any]:
+    """A CrawlJob for the test site: private addresses allowed, quick leases, fast scale-down."""
+    base: dict[str, Any] = {
+        "seeds": site.seeds,
+        "scope": {"allowedDomains": site.hosts, "allowPrivateNetworks": True, "maxDepth": 10},
+        "dedup": {"capacity": 100_000},
+        "concurrency": {"perWorker": 8, "perHost": 4, "hostDelaySeconds": 0},
+        "workers": {
+            "minReplicas": 1,
+            "maxReplicas": 2,
+            "targetBacklogPerReplica": 50,
+            "scaleDownDelaySeconds": 2,
+            "image": "crawlfleet/worker:dev",
+        },
+        "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 4},
+        "retry": {"backoffBaseSeconds": 0.05, "backoffMaxSeconds": 0.2},
+    }
+    for key, value in spec.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CrawlJob",
+        "metadata": {"name": name},
+        "spec": base,
+    }
+
+
+def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    custom = client.CustomObjectsApi(cluster.api)
+    job: dict[str, Any] = custom.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    return job
+
+
+def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for entry in job.get("status", {}).get("conditions") or ():
+        if entry.get("type") == kind:
+            return dict(entry)
+    return None
+
+
+def wait_for_phase(
+    cluster: Cluster, namespace: str, name: str, phase: str, timeout: float = 120
+) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        job = get_job(cluster, namespace, name)
+        return job if job.get("status", {}).get("phase") == phase else None
+
+    return wait_until(probe, timeout=timeout, interval=0.5, what=f"{name} to reach {phase}")
+
+
+class OperatorProcess:
+    """``crawlfleet operator`` in a subprocess; its stderr goes to a file for failures."""
+
+    def __init__(self, cluster: Cluster, namespace: str, log_dir: Path, *extra: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log_file = log_dir / f"operator-{namespace}-{os.getpid()}-{id(self)}.log"
+        self.extra = extra
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "PYTHONPATH": str(REPO),
+        }
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "crawlfleet", "operator",
+                    "--namespace", self.namespace, "--standalone",
+                    "--bind-host", "127.0.0.1",
+                    "--metrics-port", str(self.metrics_port),
+                    "--health-port", str(self.health_port),
+                    "--tick-seconds", "1",
+                    *self.extra,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        return self
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> int | None:
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        code = self.process.returncode
+        self.process = None
+        return code
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")[-6000:]
+
+
+@contextmanager
+def running_operator(
+    cluster: Cluster, namespace: str, log_dir: Path, *extra: str
+) -> Iterator[OperatorProcess]:
+    operator = OperatorProcess(cluster, namespace, log_dir, *extra).start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
