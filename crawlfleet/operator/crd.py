@@ -531,7 +531,7 @@ def _limits(schema: Mapping[str, Any]) -> list[str]:
     they are about several fields, and their messages say so)."""
     out = []
     if "enum" in schema:
-        out.append("One of " + ", ".join(f"`{value}`" for value in schema["enum"]) + ".")
+        out.append("One of " + ", ".join(map(str, schema["enum"])) + ".")
     if "minimum" in schema or "maximum" in schema:
         out.append(f"Must be {_range_words(schema)}.")
     if "minItems" in schema:
