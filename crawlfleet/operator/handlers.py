@@ -356,7 +356,8 @@ class CrawlJobOperator:
 
         desired = decision.desired_replicas
         if spec.workers.autoscale == "external" and decision.phase in ("Running", "Pending"):
-            desired = spec.workers.replicas if spec.workers.replicas is not None else current
+            wanted = spec.workers.replicas
+            desired = wanted if wanted is not None else spec.workers.min_replicas
             state.memory = FleetMemory(replicas=desired)
         scaled = desired != current
         if scaled:

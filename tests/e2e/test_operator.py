@@ -7,6 +7,8 @@ loopback test site and the assertions read the site's own request log.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import redis
 from kubernetes import client
 
 from crawlfleet.frontier import canonicalize
+from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
@@ -117,3 +120,295 @@ def test_a_crawljob_crawls_the_site_to_completion(
         assert header == ["NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED"]
         assert events(core, namespace, "Scaled")
         assert events(core, namespace, "Completed")
+
+
+def slow_site(pages_per_host: int = 100, latency: float = 0.3) -> TestSite:
+    """A site slow enough that a crawl is still running when the test acts on it."""
+    return TestSite(
+        SiteConfig(hosts=2, pages_per_host=pages_per_host, hostile=False, latency_seconds=latency)
+    )
+
+
+def scale_events(core: client.CoreV1Api, namespace: str) -> list[tuple[int, int]]:
+    """(from, to) of every Scaled event, oldest first."""
+    found = []
+    for event in sorted(
+        events(core, namespace, "Scaled"), key=lambda e: e.metadata.creation_timestamp
+    ):
+        numbers = event.message.split(":", 1)[0].split()  # "workers 0 -> 3: ..."
+        found.append((int(numbers[1]), int(numbers[3])))
+    return found
+
+
+def worker_pid(pod: Any) -> int:
+    (status,) = pod.status.container_statuses
+    return int(status.container_id.removeprefix("process://"))
+
+
+def test_workers_climb_to_max_under_a_big_seed_list_and_fall_back_when_it_drains(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+) -> None:
+    with slow_site(latency=0.1) as site, running_operator(cluster, namespace, tmp_path) as operator:
+        seeds = sorted(site.expected_pages())
+        job = crawljob(
+            "big", site, seeds=seeds, workers={"maxReplicas": 3, "targetBacklogPerReplica": 50}
+        )
+        apply(cluster, job, namespace=namespace)
+        try:
+            wait_for_phase(cluster, namespace, "big", "Succeeded", timeout=150)
+        except AssertionError:
+            raise AssertionError(operator.log()) from None
+        scales = scale_events(core, namespace)
+        assert scales[0] == (0, 3), scales  # 200 queued / 50 per replica, capped at 3
+        assert any(to < before for before, to in scales if to > 0), scales  # down as it drained
+        assert scales[-1][1] == 0, scales  # and to zero when done
+        assert served_pages(site) == set(seeds)
+
+
+def test_a_deleted_worker_pods_leases_are_requeued_at_once(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+) -> None:
+    with slow_site() as site, running_operator(cluster, namespace, tmp_path) as operator:
+        # Leases live 5 minutes: only the pod watch can explain a requeue within seconds.
+        job = crawljob("deleted", site, lease={"ttlSeconds": 300}, workers={"minReplicas": 2})
+        apply(cluster, job, namespace=namespace)
+
+        def busy_worker() -> Any:
+            crawled = get_job(cluster, namespace, "deleted").get("status", {}).get("crawled", 0)
+            pods = [p for p in worker_pods(core, namespace) if p.status.phase == "Running"]
+            return pods[0] if crawled >= 10 and len(pods) == 2 else None
+
+        victim = wait_until(busy_worker, timeout=60, what="two workers crawling").metadata.name
+        deleted_at = time.monotonic()
+        cluster.kubectl("delete", "pod", victim, "-n", namespace, "--grace-period=0", "--force")
+
+        def requeued() -> Any:
+            return [e for e in events(core, namespace, "LeasesRequeued") if victim in e.message]
+
+        (event,) = wait_until(requeued, timeout=10, interval=0.1, what="the victim's requeue")
+        assert time.monotonic() - deleted_at < 5
+        assert "pod gone" in event.message
+        try:
+            wait_for_phase(cluster, namespace, "deleted", "Succeeded", timeout=150)
+        except AssertionError:
+            raise AssertionError(operator.log()) from None
+        assert served_pages(site) == set(site.expected_pages())
+
+
+def test_a_hung_worker_is_replaced_after_dead_after_seconds(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+) -> None:
+    with slow_site() as site, running_operator(cluster, namespace, tmp_path) as operator:
+        job = crawljob("hung", site, lease={"ttlSeconds": 300, "deadAfterSeconds": 3})
+        apply(cluster, job, namespace=namespace)
+
+        def crawling_pod() -> Any:
+            crawled = get_job(cluster, namespace, "hung").get("status", {}).get("crawled", 0)
+            pods = [p for p in worker_pods(core, namespace) if p.status.phase == "Running"]
+            return pods[0] if crawled >= 10 and pods else None
+
+        pod = wait_until(crawling_pod, timeout=60, what="a worker crawling")
+        pid = worker_pid(pod)
+        os.kill(pid, signal.SIGSTOP)  # alive, holding leases, silent: the stale-heartbeat path
+        stopped_at = time.monotonic()
+        try:
+
+            def replaced() -> Any:
+                found = events(core, namespace, "WorkerReplaced")
+                return found if any(pod.metadata.name in e.message for e in found) else None
+
+            wait_until(replaced, timeout=20, what="the hung worker replaced")
+            # After deadAfterSeconds, long before the 300 s lease would have expired.
+            assert 3 <= time.monotonic() - stopped_at < 15
+            requeues = [
+                e
+                for e in events(core, namespace, "LeasesRequeued")
+                if pod.metadata.name in e.message
+            ]
+            assert requeues, "the hung worker's leases were not requeued"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        try:
+            wait_for_phase(cluster, namespace, "hung", "Succeeded", timeout=150)
+        except AssertionError:
+            raise AssertionError(operator.log()) from None
+        assert served_pages(site) == set(site.expected_pages())
+
+
+def test_an_operator_restart_mid_crawl_duplicates_nothing(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    apps: client.AppsV1Api,
+) -> None:
+    with slow_site() as site:
+        with running_operator(cluster, namespace, tmp_path):
+            apply(cluster, crawljob("restart", site), namespace=namespace)
+
+            def crawling() -> bool:
+                status = get_job(cluster, namespace, "restart").get("status", {})
+                return status.get("crawled", 0) >= 20
+
+            wait_until(crawling, timeout=60, what="the crawl under way")
+        with running_operator(cluster, namespace, tmp_path) as operator:
+            try:
+                wait_for_phase(cluster, namespace, "restart", "Succeeded", timeout=150)
+            except AssertionError:
+                raise AssertionError(operator.log()) from None
+        assert len(events(core, namespace, "Seeded")) == 1
+        deployments = apps.list_namespaced_deployment(namespace).items
+        assert sorted(d.metadata.name for d in deployments) == ["restart-redis", "restart-workers"]
+        secrets = [s.metadata.name for s in core.list_namespaced_secret(namespace).items]
+        assert secrets.count("restart-redis-auth") == 1
+        assert served_pages(site) == set(site.expected_pages())
+
+
+def test_kubectl_scale_drives_workers_when_autoscale_is_external(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    apps: client.AppsV1Api,
+) -> None:
+    with slow_site(latency=1.0) as site, running_operator(cluster, namespace, tmp_path) as op:
+        job = crawljob("external", site, workers={"autoscale": "external", "replicas": 1})
+        apply(cluster, job, namespace=namespace)
+
+        def replicas() -> int | None:
+            found = apps.list_namespaced_deployment(
+                namespace, field_selector="metadata.name=external-workers"
+            ).items
+            return found[0].spec.replicas if found else None
+
+        wait_until(lambda: replicas() == 1, timeout=60, what="one worker, as spec.workers.replicas")
+        cluster.kubectl("scale", "crawljob/external", "--replicas", "3", "-n", namespace)
+        try:
+            wait_until(
+                lambda: replicas() == 3, timeout=30, what="three workers after kubectl scale"
+            )
+        except AssertionError:
+            raise AssertionError(op.log()) from None
+        scale = client.CustomObjectsApi(cluster.api).get_namespaced_custom_object_scale(
+            "crawlfleet.io", "v1alpha1", namespace, "crawljobs", "external"
+        )
+        assert scale["spec"]["replicas"] == 3
+        assert "crawlfleet.io/job=external" in scale["status"]["selector"]
+
+
+def test_suspend_keeps_the_frontier_and_resume_finishes(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    apps: client.AppsV1Api,
+) -> None:
+    with slow_site() as site, running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, crawljob("pause", site), namespace=namespace)
+        wait_until(
+            lambda: get_job(cluster, namespace, "pause").get("status", {}).get("crawled", 0) >= 10,
+            timeout=60,
+            what="the crawl under way",
+        )
+        cluster.kubectl(
+            "patch",
+            "crawljob/pause",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"suspend":true}}',
+        )
+        job = wait_for_phase(cluster, namespace, "pause", "Suspended", timeout=30)
+        suspended = condition(job, "Suspended")
+        assert suspended is not None
+        assert suspended["status"] == "True"
+        wait_until(lambda: not worker_pods(core, namespace), timeout=60, what="workers gone")
+        queued = get_job(cluster, namespace, "pause")["status"]["queued"]
+        assert queued > 0  # the frontier is kept, not dropped
+        time.sleep(2)
+        assert apps.read_namespaced_deployment("pause-workers", namespace).spec.replicas == 0
+        cluster.kubectl(
+            "patch",
+            "crawljob/pause",
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"suspend":false}}',
+        )
+        try:
+            wait_for_phase(cluster, namespace, "pause", "Succeeded", timeout=150)
+        except AssertionError:
+            raise AssertionError(operator.log()) from None
+        assert served_pages(site) == set(site.expected_pages())
+
+
+def test_deleting_a_job_with_external_redis_removes_its_keys(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    site: TestSite,
+    tmp_path: Path,
+    apps: client.AppsV1Api,
+) -> None:
+    with RedisServer(tmp_path / "redis") as server, running_operator(cluster, namespace, tmp_path):
+        job = crawljob("ext", site, redis={"url": server.url})
+        apply(cluster, job, namespace=namespace)
+        wait_for_phase(cluster, namespace, "ext", "Succeeded", timeout=150)
+        keys = redis.Redis.from_url(server.url)
+        assert keys.keys(f"cf:{{{namespace}.ext}}:*")
+        cluster.kubectl("delete", "crawljob/ext", "-n", namespace, "--timeout=60s")
+        assert keys.keys(f"cf:{{{namespace}.ext}}:*") == []
+        wait_until(
+            lambda: not apps.list_namespaced_deployment(namespace).items,
+            timeout=60,
+            what="children garbage-collected",
+        )
+
+
+def test_a_spec_that_passed_admission_but_is_invalid_is_marked_not_retried(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    site: TestSite,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+) -> None:
+    # A regex the schema cannot check: Python refuses it, the API server does not.
+    job = crawljob("badregex", site, scope={"include": ["(unclosed"]})
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, job, namespace=namespace)
+        found = wait_for_phase(cluster, namespace, "badregex", "Failed", timeout=30)
+        invalid = condition(found, "InvalidSpec")
+        assert invalid is not None
+        assert invalid["status"] == "True"
+        assert "spec.scope.include" in invalid["message"]
+        time.sleep(3)  # ticks keep coming: nothing may be retried or crash
+        assert len(events(core, namespace, "InvalidSpec")) == 1
+        assert operator.process is not None
+        assert operator.process.poll() is None
+        assert "Traceback" not in operator.log()
