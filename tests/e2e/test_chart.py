@@ -6,11 +6,14 @@
   validation, admission and RBAC checks, with the chart's CRDs installed for real first;
 - `helm install` (with the operator scaled to 0, so no pod runs) creates everything, CRDs
   included, and the ServiceAccount's RBAC allows what the operator does and nothing more,
-  checked by SubjectAccessReviews that the API server's RBAC authorizer answers.
+  checked by SubjectAccessReviews that the API server's RBAC authorizer answers;
+- `crawlfleet operator`, authenticated by a token of the chart's ServiceAccount, crawls a
+  CrawlJob to completion and is refused nothing on the way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -22,8 +25,11 @@ import pytest
 import yaml
 from kubernetes import client
 
+from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster
 from tests.e2e.cluster.controlplane import binary_dir
+from tests.e2e.cluster.kubelet import KubeletDouble
+from tests.e2e.operator_support import apply, crawljob, running_operator, wait_for_phase
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "crawlfleet"
@@ -198,9 +204,12 @@ def test_rendered_chart_passes_a_server_side_dry_run(
 
 Call = tuple[str, str, str, str]  # verb, API group, resource, subresource
 
-# What the operator calls in every namespace it serves.
+# What the operator calls in every namespace it serves (crawlfleet/operator/kube.py and kopf).
 OPERATOR_CALLS: list[Call] = [
-    *[(verb, "crawlfleet.io", "crawljobs", "") for verb in ("get", "list", "watch", "patch")],
+    *[
+        (verb, "crawlfleet.io", "crawljobs", "")
+        for verb in ("get", "list", "watch", "patch", "delete")
+    ],
     ("patch", "crawlfleet.io", "crawljobs", "status"),
     ("get", "crawlfleet.io", "crawljobs", "scale"),
     ("create", "", "events", ""),
@@ -209,6 +218,7 @@ OPERATOR_CALLS: list[Call] = [
         (verb, "apps", "deployments", "")
         for verb in ("get", "list", "watch", "create", "patch", "delete")
     ],
+    ("patch", "apps", "deployments", "scale"),
     *[
         (verb, "", resource, "")
         for resource in ("services", "secrets", "configmaps", "persistentvolumeclaims")
@@ -221,7 +231,7 @@ OPERATOR_CALLS: list[Call] = [
 # What it never does, in any namespace.
 NEVER: list[Call] = [
     ("create", "crawlfleet.io", "crawljobs", ""),
-    ("delete", "crawlfleet.io", "crawljobs", ""),
+    ("deletecollection", "crawlfleet.io", "crawljobs", ""),
     ("create", "", "pods", ""),
     ("create", "", "pods", "exec"),
     ("create", "", "serviceaccounts", "token"),
@@ -323,3 +333,71 @@ def test_helm_install_cluster_wide_grants_the_operators_calls_everywhere(
         assert allowed(cluster, namespace, NEVER, where) == set()
     assert allowed(cluster, namespace, CLUSTER_WIDE_CALLS, None) == set(CLUSTER_WIDE_CALLS)
     assert allowed(cluster, namespace, CLUSTER_NEVER, None) == set()
+
+
+# -- the operator itself, with nothing but the chart's RBAC ----------------------------------
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the release's ServiceAccount, by a real token from
+    the TokenRequest API: what the operator's pod would get mounted."""
+    token = cluster.kubectl(
+        "create", "token", SERVICE_ACCOUNT, "--namespace", namespace, "--duration=1h"
+    ).stdout.strip()
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    (entry,) = admin["clusters"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "e2e", "cluster": entry["cluster"]}],
+                "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+                "contexts": [
+                    {
+                        "name": "e2e",
+                        "context": {
+                            "cluster": "e2e",
+                            "user": SERVICE_ACCOUNT,
+                            "namespace": namespace,
+                        },
+                    }
+                ],
+                "current-context": "e2e",
+            }
+        )
+    )
+    return path
+
+
+def test_the_operator_crawls_to_completion_with_only_the_charts_rbac(
+    helm: Helm,
+    install: list[str],
+    cluster: Cluster,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    # The operator subprocess runs --standalone, so the chart's peering is off to match.
+    helm(*install, "--set", "peering.enabled=false")
+    identity = dataclasses.replace(
+        cluster, kubeconfig=service_account_kubeconfig(cluster, namespace, tmp_path / "sa.yaml")
+    )
+    whoami = identity.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert whoami.stdout == f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
+
+    with (
+        TestSite(SiteConfig(hosts=2, pages_per_host=20, hostile=False)) as site,
+        running_operator(identity, namespace, tmp_path) as operator,
+    ):
+        apply(cluster, crawljob("books", site), namespace=namespace)
+        try:
+            job = wait_for_phase(cluster, namespace, "books", "Succeeded", timeout=150)
+        except AssertionError:
+            raise AssertionError(operator.log()) from None
+        assert job["status"]["crawled"] == len(site.expected_pages())
+        log = operator.log_file.read_text(errors="replace")  # all of it, not the tail
+    # Enough is not all: the operator must not even try what the chart does not grant. (kopf,
+    # left to scan, lists namespaces cluster-wide; a namespaced operator turns scanning off.)
+    refused = [line for line in log.splitlines() if "forbidden" in line.lower()]
+    assert refused == [], "\n".join(refused)
