@@ -360,6 +360,29 @@ def test_worker_metric_on_the_dashboard_is_one_the_worker_exports() -> None:
     assert "crawlfleet_worker_pages_fetched" in exported
 
 
+def test_dashboard_queries_only_labels_the_operator_exports() -> None:
+    """Each operator metric on the dashboard is grouped and filtered by labels it carries."""
+    from crawlfleet.operator.metrics import OperatorMetrics
+
+    exported: dict[str, set[str]] = {}
+    for metric in vars(OperatorMetrics()).values():
+        name = getattr(metric, "_name", None)
+        if isinstance(name, str):
+            suffix = "_total" if type(metric).__name__ == "Counter" else ""
+            exported[name + suffix] = set(metric._labelnames)
+    dashboard = json.loads((CHART / "dashboards" / "crawlfleet.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            used = set(re.findall(r"by \(([^)]*)\)", expr))
+            labels = {label.strip() for group in used for label in group.split(",")}
+            labels |= set(re.findall(r"(\w+)=~?\"", expr))
+            labels -= {"le"}  # the histogram's bucket label
+            for metric, names in exported.items():
+                if re.search(rf"\b{metric}(_bucket)?\b", expr):
+                    assert labels <= names, f"{panel['title']}: {expr} uses {labels - names}"
+
+
 # -- the README's cluster quickstart --------------------------------------------------------
 
 
