@@ -14,6 +14,13 @@ from kubernetes import client
 T = TypeVar("T")
 
 
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call whose message carries kubectl's own words (its stderr)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr}"
+
+
 @dataclass
 class Cluster:
     """A kubeconfig, a kubectl and an API client: the same whether the cluster is ours or kind.
@@ -29,13 +36,12 @@ class Cluster:
     built: bool
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [self.kubectl_binary, f"--kubeconfig={self.kubeconfig}", *args],
-            check=check,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        """Run kubectl on this cluster; with ``check``, a failure raises :class:`KubectlError`."""
+        command = [self.kubectl_binary, f"--kubeconfig={self.kubeconfig}", *args]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if check and done.returncode != 0:
+            raise KubectlError(done.returncode, command, done.stdout, done.stderr)
+        return done
 
 
 def wait_until(
