@@ -41,6 +41,7 @@ from crawlfleet.fleet import (
     Observation,
     WorkerView,
     decide,
+    demand,
 )
 from crawlfleet.frontier import Frontier, FrontierSettings, connect
 from crawlfleet.operator import children
@@ -61,10 +62,14 @@ PLURAL: Final = "crawljobs"
 @dataclass(frozen=True, slots=True)
 class OperatorConfig:
     worker_image: str = children.DEFAULT_WORKER_IMAGE
+    #: A full reconcile of each job at least this often (status, heartbeats, requeues).
     tick_seconds: float = 5.0
-    #: How much a tick may be late, at random, so a thousand jobs created at once do not
+    #: In between, a one-read check of the frontier's counters (one HGETALL): a backlog
+    #: that needs more workers, or a queue that ran dry, is acted on within this time.
+    check_seconds: float = 1.0
+    #: How much a check may be late, at random, so a thousand jobs created at once do not
     #: all hit their Redis and the API server in the same instant.
-    tick_jitter_seconds: float = 0.5
+    tick_jitter_seconds: float = 0.2
     completion_grace_seconds: float = 5.0
     #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy.
     operator_labels: Mapping[str, str] = field(
@@ -83,6 +88,9 @@ class JobState:
     last_time: float = 0.0
     pages_per_second: float = 0.0
     phase: str = "Pending"
+    last_full: float = 0.0
+    #: Set by the watches when a worker pod or the Deployment changed: reconcile now.
+    dirty: bool = True
 
     async def disconnect(self) -> None:
         if self.frontier is not None:
@@ -119,6 +127,10 @@ class CrawlJobOperator:
         self.metrics = metrics
         #: By (namespace, job label): the label is what a worker pod carries.
         self.jobs: dict[tuple[str, str], JobState] = {}
+        # What the watches saw, so a reconcile reads memory instead of listing: the worker
+        # pods by job, and each worker Deployment's (replicas, ready replicas).
+        self.pods: dict[tuple[str, str], dict[str, PodInfo]] = {}
+        self.deployments: dict[tuple[str, str], tuple[int, int]] = {}
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -128,7 +140,7 @@ class CrawlJobOperator:
             *resource,
             registry=registry,
             id="tick",
-            interval=self.config.tick_seconds,
+            interval=min(self.config.check_seconds, self.config.tick_seconds),
             initial_delay=0.5,
             sharp=False,
         )(self.tick)
@@ -145,6 +157,18 @@ class CrawlJobOperator:
                 "app.kubernetes.io/managed-by": "crawlfleet-operator",
             },
         )(self.worker_pod_event)
+        kopf.on.event(
+            "apps",
+            "v1",
+            "deployments",
+            registry=registry,
+            id="worker-deployments",
+            labels={
+                children.LABEL_COMPONENT: "worker",
+                children.LABEL_JOB: kopf.PRESENT,
+                "app.kubernetes.io/managed-by": "crawlfleet-operator",
+            },
+        )(self.worker_deployment_event)
 
     def _state(self, body: Mapping[str, Any]) -> JobState:
         ref = _ref(body)
@@ -257,7 +281,13 @@ class CrawlJobOperator:
         except ConfigError:
             return  # ensure() marked it InvalidSpec; nothing to steer
         state = self._state(body)
+        try:
+            if not await self._due(state, parsed):
+                return
+        except (RedisError, FrontierError, OSError):
+            pass  # the full reconcile below reconnects and reports it
         started = time.perf_counter()
+        state.last_full, state.dirty = time.monotonic(), False
         try:
             await self._reconcile(body, ref, parsed, state, status, meta, patch)
         except (RedisError, FrontierError, OSError) as error:
@@ -271,6 +301,20 @@ class CrawlJobOperator:
             raise
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
+
+    async def _due(self, state: JobState, spec: CrawlJobSpec) -> bool:
+        """Whether this check must be a full reconcile; at most one Redis read to find out."""
+        if state.frontier is None or state.memory is None or state.dirty:
+            return True
+        if time.monotonic() - state.last_full >= self.config.tick_seconds:
+            return True
+        stats = await state.frontier.stats()
+        if stats.pending == 0:
+            return True  # done, or a moment from it: completion should not wait a tick
+        if spec.workers.autoscale == "internal":
+            policy = FleetPolicy.from_spec(spec, self.config.completion_grace_seconds)
+            return demand(policy, stats.queued, stats.leased) > state.memory.replicas
+        return False
 
     async def _reconcile(
         self,
@@ -286,15 +330,21 @@ class CrawlJobOperator:
         now = _now()
         generation = meta.get("generation")
         selector = children.selector_string(children.worker_selector(ref))
-        deployment = await self.kube.deployment(ref.namespace, names.workers)
+        deployment = self.deployments.get((ref.namespace, names.workers))
         if deployment is None:
-            return  # ensure() has not made it yet (or it is being recreated)
-        current = deployment.spec.replicas or 0
-        ready = (deployment.status.ready_replicas or 0) if deployment.status else 0
+            return  # not made yet by ensure(), or not seen by the watch yet
+        current, ready = deployment
         if status.get("phase") == "Succeeded":
             await self._finished(body, ref, spec, status, current)
-            patch.status.update(
-                replicas=current, readyReplicas=ready, desiredReplicas=0, workers=f"{ready}/0"
+            _patch_changed(
+                patch,
+                status,
+                {
+                    "replicas": current,
+                    "readyReplicas": ready,
+                    "desiredReplicas": 0,
+                    "workers": f"{ready}/0",
+                },
             )
             return
         frontier = await self._frontier(ref, spec, state)
@@ -310,7 +360,7 @@ class CrawlJobOperator:
                 pages_per_second=0.0,
                 message="waiting for Redis",
             )
-            patch.status.update(job_status(status, seen, generation=generation, now=now))
+            _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
             return
         stats = await frontier.stats()
         if not stats.seeded and not spec.suspend:
@@ -319,9 +369,9 @@ class CrawlJobOperator:
             stats = await frontier.stats()
 
         beats = {beat.worker: beat.age_seconds for beat in await frontier.workers()}
-        pods = await self.kube.pods(ref.namespace, selector)
+        pods = list(self.pods.get((ref.namespace, ref.label), {}).values())
         views, superseded = _worker_views(pods, beats)
-        pod_names = {pod.metadata.name for pod in pods}
+        pod_names = {pod.name for pod in pods}
         gone = [w for w in beats if pod_of(w) not in pod_names]
         observation = Observation.of(
             stats,
@@ -391,7 +441,7 @@ class CrawlJobOperator:
             message=message,
             scaled=scaled,
         )
-        patch.status.update(job_status(status, seen, generation=generation, now=now))
+        _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, decision.phase, stats.queued + stats.delayed, stats, desired, ready)
 
     async def _finished(
@@ -488,6 +538,32 @@ class CrawlJobOperator:
 
     # -- the fast path -----------------------------------------------------------------
 
+    async def worker_deployment_event(
+        self,
+        event: Mapping[str, Any],
+        body: kopf.Body,
+        name: str,
+        namespace: str | None,
+        labels: kopf.Labels,
+        **_: Any,
+    ) -> None:
+        if namespace is None:
+            return
+        key = (namespace, name)
+        if event.get("type") == "DELETED":
+            self.deployments.pop(key, None)
+        else:
+            replicas = body.get("spec", {}).get("replicas") or 0
+            ready = body.get("status", {}).get("readyReplicas") or 0
+            if self.deployments.get(key) != (replicas, ready):
+                self.deployments[key] = (replicas, ready)
+                self._touch(namespace, labels[children.LABEL_JOB])
+
+    def _touch(self, namespace: str, job_label: str) -> None:
+        state = self.jobs.get((namespace, job_label))
+        if state is not None:
+            state.dirty = True
+
     async def worker_pod_event(
         self,
         event: Mapping[str, Any],
@@ -499,11 +575,19 @@ class CrawlJobOperator:
     ) -> None:
         if namespace is None:
             return
+        job_label = labels[children.LABEL_JOB]
+        pods = self.pods.setdefault((namespace, job_label), {})
         gone = event.get("type") == "DELETED"
-        failed = body.get("status", {}).get("phase") in ("Failed", "Succeeded")
+        phase = body.get("status", {}).get("phase")
+        if gone:
+            pods.pop(name, None)
+        else:
+            pods[name] = PodInfo.of(name, phase, body["metadata"].get("creationTimestamp"))
+        failed = phase in ("Failed", "Succeeded")
         if not (gone or failed):
             return
-        state = self.jobs.get((namespace, labels[children.LABEL_JOB]))
+        self._touch(namespace, job_label)
+        state = self.jobs.get((namespace, job_label))
         if state is None or state.frontier is None:
             return  # the next tick sees its heartbeat without a pod and requeues then
         try:
@@ -545,8 +629,33 @@ def pod_of(worker_id: str) -> str:
     return worker_id.split("#", 1)[0]
 
 
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """A worker pod as the watch last saw it."""
+
+    name: str
+    phase: str | None
+    started_at: float
+
+    @classmethod
+    def of(cls, name: str, phase: str | None, created: str | None) -> PodInfo:
+        started = (
+            datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+            if created
+            else time.time()
+        )
+        return cls(name, phase, started)
+
+
+def _patch_changed(patch: kopf.Patch, status: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Put into the status patch only what differs: an unchanged status costs no API call."""
+    for key, value in new.items():
+        if status.get(key) != value:
+            patch.status[key] = value
+
+
 def _worker_views(
-    pods: Sequence[Any], beats: Mapping[str, float]
+    pods: Sequence[PodInfo], beats: Mapping[str, float]
 ) -> tuple[tuple[WorkerView, ...], list[str]]:
     """One view per pod, and the worker ids of earlier incarnations of live pods.
 
@@ -560,9 +669,7 @@ def _worker_views(
     views: list[WorkerView] = []
     superseded: list[str] = []
     for pod in pods:
-        name = pod.metadata.name
-        phase = pod.status.phase if pod.status else None
-        created = pod.metadata.creation_timestamp
+        name = pod.name
         incarnations = sorted(by_pod.get(name, ()))
         age: float | None = incarnations[0][0] if incarnations else None
         worker = incarnations[0][1] if incarnations else name
@@ -570,8 +677,8 @@ def _worker_views(
         views.append(
             WorkerView(
                 worker_id=worker,
-                running=phase in (None, "Pending", "Running"),
-                started_at=created.timestamp() if created else time.time(),
+                running=pod.phase in (None, "Pending", "Running"),
+                started_at=pod.started_at,
                 heartbeat_age_seconds=age,
             )
         )

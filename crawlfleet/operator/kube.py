@@ -108,14 +108,6 @@ class Kube:
         ip = service.spec.cluster_ip
         return ip if ip and ip != "None" else None
 
-    async def deployment(self, namespace: str, name: str) -> Any | None:
-        try:
-            return await self._call(self.apps.read_namespaced_deployment, name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-
     async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
         await self._call(
             self.apps.patch_namespaced_deployment_scale,
@@ -123,10 +115,6 @@ class Kube:
             namespace,
             {"spec": {"replicas": replicas}},
         )
-
-    async def pods(self, namespace: str, selector: str) -> list[Any]:
-        result = await self._call(self.core.list_namespaced_pod, namespace, label_selector=selector)
-        return list(result.items)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         try:

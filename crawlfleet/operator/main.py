@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,11 @@ def _configure(options: OperatorOptions) -> Any:
         settings.peering.name = options.peering
         settings.peering.standalone = options.standalone
         settings.peering.mandatory = not options.standalone
+        # Peers of equal priority all pause; distinct ones let exactly one (the highest) act.
+        settings.peering.priority = random.randint(1, 1_000_000)
+        # Namespaced: no cluster-wide listing of namespaces and CRDs, which the namespaced
+        # RBAC (rightly) refuses; the resources are known in advance.
+        settings.scanning.disabled = not options.all_namespaces
         # A Kubernetes API hiccup: retry soon, but do not hammer (kopf's default is 60 s).
         settings.networking.request_timeout = 30
 

@@ -1,7 +1,8 @@
 """The operator's Prometheus metrics: what an on-call engineer graphs and alerts on.
 
 One registry of its own (not the process-global default), so tests can build several.
-Per-job series carry ``namespace`` and ``job`` labels and are removed when the job goes, so a
+Per-job series carry ``namespace`` and ``crawljob`` labels (not ``job``: Prometheus puts its
+own ``job`` label on every scraped series) and are removed when the job goes, so a
 long-lived operator does not accumulate the series of every job it ever ran.
 """
 
@@ -19,7 +20,7 @@ _PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
 class OperatorMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        job = ("namespace", "job")
+        job = ("namespace", "crawljob")
         self.jobs = Gauge(
             "crawlfleet_jobs", "CrawlJobs by phase", ("phase",), registry=self.registry
         )

@@ -7,6 +7,7 @@ kubelet; the crawl goes to the loopback test site.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -17,12 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 from kubernetes import client
 
 from crawlfleet.local.redis_server import free_port
 from crawlfleet.testsite import TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.kubelet import KubeletDouble
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = Path(os.environ.get("CRAWLFLEET_E2E_CRD") or REPO / "crds" / "crawljob.yaml")
@@ -102,6 +105,20 @@ def wait_for_phase(
         return job if job.get("status", {}).get("phase") == phase else None
 
     return wait_until(probe, timeout=timeout, interval=0.5, what=f"{name} to reach {phase}")
+
+
+def job_redis(kubelet: KubeletDouble, core: client.CoreV1Api, namespace: str, job: str) -> Any:
+    """A client of a job's managed Redis, through its Service, with the generated password."""
+    host, port = kubelet.service_address(f"{job}-redis.{namespace}.svc", 6379)
+    secret = core.read_namespaced_secret(f"{job}-redis-auth", namespace).data
+    password = base64.b64decode(secret["password"]).decode()
+    return redis.Redis(host=host, port=port, password=password, decode_responses=True)
+
+
+def leases_held(r: Any, namespace: str, job: str, pod: str) -> int:
+    """Leases in the frontier whose owner is a worker of ``pod`` (any incarnation)."""
+    members = r.zrange(f"cf:{{{namespace}.{job}}}:leases", 0, -1)
+    return sum(1 for member in members if member.split("\t")[1].split("#")[0] == pod)
 
 
 class OperatorProcess:

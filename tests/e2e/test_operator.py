@@ -30,6 +30,8 @@ from tests.e2e.operator_support import (
     crawljob,
     get_job,
     install_crd,
+    job_redis,
+    leases_held,
     running_operator,
     wait_for_phase,
 )
@@ -186,9 +188,18 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
         def busy_worker() -> Any:
             crawled = get_job(cluster, namespace, "deleted").get("status", {}).get("crawled", 0)
             pods = [p for p in worker_pods(core, namespace) if p.status.phase == "Running"]
-            return pods[0] if crawled >= 10 and len(pods) == 2 else None
+            if crawled < 10 or len(pods) < 2:
+                return None
+            r = job_redis(kubelet, core, namespace, "deleted")
+            return next(
+                (p for p in pods if leases_held(r, namespace, "deleted", p.metadata.name)), None
+            )
 
-        victim = wait_until(busy_worker, timeout=60, what="two workers crawling").metadata.name
+        victim_pod = wait_until(busy_worker, timeout=60, what="two workers crawling")
+        victim = victim_pod.metadata.name
+        # Frozen first, so it cannot drain and release its leases itself on SIGTERM: what
+        # comes back quickly can only have come back through the operator's pod watch.
+        os.kill(worker_pid(victim_pod), signal.SIGSTOP)
         deleted_at = time.monotonic()
         cluster.kubectl("delete", "pod", victim, "-n", namespace, "--grace-period=0", "--force")
 

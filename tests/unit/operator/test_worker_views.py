@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from types import SimpleNamespace
-from typing import Any
-
-from crawlfleet.operator.handlers import _worker_views, pod_of
+from crawlfleet.operator.handlers import PodInfo, _worker_views, pod_of
 
 
-def pod(name: str, phase: str = "Running") -> Any:
-    return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, creation_timestamp=datetime(2026, 11, 29, tzinfo=UTC)),
-        status=SimpleNamespace(phase=phase),
-    )
+def pod(name: str, phase: str = "Running") -> PodInfo:
+    return PodInfo.of(name, phase, "2026-11-29T12:00:00Z")
 
 
 def test_pod_of_strips_the_incarnation() -> None:
@@ -34,3 +27,7 @@ def test_a_restarted_container_supersedes_its_earlier_incarnation() -> None:
 def test_failed_pods_are_not_running() -> None:
     views, _ = _worker_views([pod("w-1", "Failed")], {"w-1#x": 1.0})
     assert views[0].running is False
+
+
+def test_pod_info_reads_the_creation_timestamp() -> None:
+    assert pod("w-1").started_at == 1795953600.0
