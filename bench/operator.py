@@ -168,7 +168,8 @@ def hundred_jobs(cluster: Cluster, log_dir: Path, jobs: int) -> tuple[float, flo
                 )
                 for i in range(jobs)
             ]
-            apply(cluster, *documents, namespace=namespace)
+            if documents:
+                apply(cluster, *documents, namespace=namespace)
             custom = client.CustomObjectsApi(cluster.api)
 
             def all_running() -> bool:
