@@ -275,6 +275,8 @@ class CrawlJobOperator:
     ) -> None:
         if self.config.tick_jitter_seconds > 0:
             await asyncio.sleep(random.uniform(0, self.config.tick_jitter_seconds))
+        if meta.get("deletionTimestamp"):
+            return  # being deleted: cleanup() owns it, and a tick would recreate its keys
         ref = _ref(body)
         try:
             parsed = CrawlJobSpec.from_mapping(dict(spec))
@@ -602,15 +604,25 @@ class CrawlJobOperator:
     # -- deletion ----------------------------------------------------------------------
 
     async def cleanup(self, body: kopf.Body, spec: kopf.Spec, **_: Any) -> None:
-        """Forget the job; with an external Redis, remove its keys (a managed one is GC'd)."""
+        """Forget the job; with an external Redis, remove its keys (a managed one is GC'd).
+
+        The keys go only after the job's workers have stopped: a worker still draining
+        would write its heartbeat (and claims) into them again.
+        """
         ref = _ref(body)
-        state = self.jobs.pop((ref.namespace, ref.label), None)
-        self.metrics.set_phase(ref.namespace, ref.name, None)
         try:
-            parsed = CrawlJobSpec.from_mapping(dict(spec))
+            parsed: CrawlJobSpec | None = CrawlJobSpec.from_mapping(dict(spec))
         except ConfigError:
             parsed = None
-        if parsed is not None and parsed.redis.managed is None:
+        external = parsed is not None and parsed.redis.managed is None
+        if external and self.pods.get((ref.namespace, ref.label)):
+            await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
+            raise kopf.TemporaryError(
+                "waiting for the workers to stop before removing the job's keys", delay=2
+            )
+        state = self.jobs.pop((ref.namespace, ref.label), None)
+        self.metrics.set_phase(ref.namespace, ref.name, None)
+        if external and parsed is not None:
             frontier = state.frontier if state else None
             if frontier is None:
                 frontier = await self._frontier(ref, parsed, JobState(owner=_owner(body)))

@@ -109,12 +109,16 @@ class Kube:
         return ip if ip and ip != "None" else None
 
     async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
-        await self._call(
-            self.apps.patch_namespaced_deployment_scale,
-            name,
-            namespace,
-            {"spec": {"replicas": replicas}},
-        )
+        try:
+            await self._call(
+                self.apps.patch_namespaced_deployment_scale,
+                name,
+                namespace,
+                {"spec": {"replicas": replicas}},
+            )
+        except ApiException as error:
+            if error.status != 404:  # gone already (deleted with its job): nothing to scale
+                raise
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         try:

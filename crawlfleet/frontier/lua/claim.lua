@@ -33,12 +33,13 @@ if #due > 0 then
   redis.call('HINCRBY', K.stats, 'queued', #due)
 end
 
--- 2. Lease from ready hosts, earliest-ready first. Lease ids are reserved up front.
+-- 2. Lease from ready hosts, earliest-ready first.
 local out = {now, expires}
 local remaining = n
-local next_id = redis.call('HINCRBY', K.stats, 'lease_seq', n) - n
 local expiries = {}
 local hosts = redis.call('ZRANGEBYSCORE', K.ready, '-inf', now, 'LIMIT', 0, n)
+if #hosts == 0 then return out end -- an idle poll writes nothing
+local next_id = nil -- lease ids are reserved at the first URL popped
 for _, host in ipairs(hosts) do
   if remaining <= 0 then break end
   local st = load_host(host)
@@ -47,6 +48,9 @@ for _, host in ipairs(hosts) do
   if room > remaining then room = remaining end
   local popped = {}
   if room > 0 then popped = redis.call('ZPOPMIN', qkey(host), room) end
+  if #popped > 0 and not next_id then
+    next_id = redis.call('HINCRBY', K.stats, 'lease_seq', n) - n
+  end
   for i = 1, #popped, 2 do
     next_id = next_id + 1
     local token = next_id .. '\t' .. worker .. '\t' .. popped[i]

@@ -297,3 +297,15 @@ async def test_delete_removes_every_key(open_frontier: OpenFrontier) -> None:
     await frontier.heartbeat("w", {})
     assert await frontier.delete() > 5
     assert [k async for k in frontier.client.scan_iter(match=frontier.keys.pattern)] == []
+
+
+async def test_an_idle_claim_writes_nothing(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    await frontier.seed(["http://a.com/"])
+    (lease,) = await frontier.claim("w", 10)
+    await frontier.ack("w", [lease.lease_id])
+    stats_key = frontier.keys.key("stats")
+    before = await frontier.client.hgetall(stats_key)
+    assert await frontier.claim("w", 10) == []
+    # Idle workers poll often; a poll that finds nothing must not touch the keys (nor the AOF).
+    assert await frontier.client.hgetall(stats_key) == before

@@ -176,7 +176,8 @@ def _job(site: TestSite, name: str, **spec: object) -> dict[str, object]:
 
 
 def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -> None:
-    config = SiteConfig(hosts=3, pages_per_host=60, hostile=False, latency_seconds=0.1)
+    # Slow enough that the last 60 pages (below 3 replicas' worth) outlast the 1 s delay.
+    config = SiteConfig(hosts=3, pages_per_host=60, hostile=False, latency_seconds=0.25)
     with TestSite(config) as site:
         job = _job(
             site,
@@ -185,7 +186,7 @@ def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -
             workers={
                 "minReplicas": 1,
                 "maxReplicas": 3,
-                "targetBacklogPerReplica": 20,
+                "targetBacklogPerReplica": 30,
                 "scaleDownDelaySeconds": 1,
             },
         )
@@ -201,7 +202,7 @@ def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -
             json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()
         ]
         scales = [e for e in events if e["kind"] == "scale"]
-        assert scales[0]["to"] == 3, scales  # 180 seeds / 20 per replica, capped at 3
+        assert scales[0]["to"] == 3, scales  # 180 seeds / 30 per replica, capped at 3
         assert any(e["to"] < e["from"] for e in scales), scales  # and down as the queue drained
         assert summary["max_workers"] == 3
         served = {
