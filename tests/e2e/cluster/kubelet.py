@@ -343,7 +343,8 @@ class KubeletDouble:
                 self.sync()
             except Exception as error:  # the loop must survive an API hiccup; keep the error
                 log.exception("kubelet double: sync failed")
-                self.errors.append(repr(error))
+                detail = getattr(error, "body", None) or ""
+                self.errors.append(f"{error!r} {str(detail)[:300]}".strip())
             self._stopping.wait(SYNC_INTERVAL_SECONDS)
 
     def _register_node(self) -> None:
@@ -504,7 +505,9 @@ class KubeletDouble:
                 meta["name"], meta["namespace"], body, _preload_content=False
             )
         except ApiException as error:
-            if error.status not in (404, 409):
+            # 404/409: gone or bound already. 403: its namespace is being terminated, and
+            # the API refuses new content there; the namespace controller removes the pod.
+            if error.status not in (403, 404, 409):
                 raise
 
     def _admit(self, raw: Json) -> Pod:
