@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,9 +125,17 @@ def leases_held(r: Any, namespace: str, job: str, pod: str) -> int:
 class OperatorProcess:
     """``crawlfleet operator`` in a subprocess; its stderr goes to a file for failures."""
 
-    def __init__(self, cluster: Cluster, namespace: str, log_dir: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        namespace: str,
+        log_dir: Path,
+        *extra: str,
+        peering: str | None = None,
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
+        self.peering = peering
         self.log_file = log_dir / f"operator-{namespace}-{os.getpid()}-{id(self)}.log"
         self.extra = extra
         self.metrics_port = free_port()
@@ -143,7 +152,8 @@ class OperatorProcess:
             self.process = subprocess.Popen(
                 [
                     sys.executable, "-m", "crawlfleet", "operator",
-                    "--namespace", self.namespace, "--standalone",
+                    "--namespace", self.namespace,
+                    *(["--peering", self.peering] if self.peering else ["--standalone"]),
                     "--bind-host", "127.0.0.1",
                     "--metrics-port", str(self.metrics_port),
                     "--health-port", str(self.health_port),
@@ -172,6 +182,20 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")[-6000:]
+
+    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        """GET one of the operator's own endpoints (/metrics, /healthz)."""
+        url = f"http://127.0.0.1:{port or self.metrics_port}{path}"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+
+    def reconciles(self) -> float:
+        """How many full reconciles this operator ran (its own histogram's count)."""
+        _, text = self.get("/metrics")
+        for line in text.splitlines():
+            if line.startswith("crawlfleet_reconcile_duration_seconds_count"):
+                return float(line.split()[-1])
+        return 0.0
 
 
 @contextmanager

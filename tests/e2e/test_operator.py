@@ -25,6 +25,8 @@ from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
+    REPO,
+    OperatorProcess,
     apply,
     condition,
     crawljob,
@@ -122,6 +124,14 @@ def test_a_crawljob_crawls_the_site_to_completion(
         assert header == ["NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED"]
         assert events(core, namespace, "Scaled")
         assert events(core, namespace, "Completed")
+
+        # Its own endpoints: liveness, and metrics that agree with the status.
+        assert operator.get("/healthz", operator.health_port)[0] == 200
+        _, metrics = operator.get("/metrics")
+        assert 'crawlfleet_jobs{phase="Succeeded"} 1.0' in metrics
+        crawled = f'crawlfleet_job_crawled{{crawljob="books",namespace="{namespace}"}}'
+        assert f"{crawled} {float(len(expected))}" in metrics
+        assert operator.reconciles() > 0
 
 
 def slow_site(pages_per_host: int = 100, latency: float = 0.3) -> TestSite:
@@ -423,3 +433,44 @@ def test_a_spec_that_passed_admission_but_is_invalid_is_marked_not_retried(
         assert operator.process is not None
         assert operator.process.poll() is None
         assert "Traceback" not in operator.log()
+
+
+def test_two_peered_operators_never_both_act_and_one_takes_over(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    cluster.kubectl(
+        "apply", "-f", str(REPO / "charts" / "crawlfleet" / "crds" / "kopf-peering.yaml")
+    )
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=30s", "crd/kopfpeerings.kopf.dev"
+    )
+    peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "ha"}}
+    apply(cluster, peering, namespace=namespace)
+    first = OperatorProcess(cluster, namespace, tmp_path, peering="ha").start()
+    second = OperatorProcess(cluster, namespace, tmp_path, peering="ha").start()
+    try:
+        with slow_site() as site:
+            time.sleep(3)  # both see each other's keep-alive before there is work
+            apply(cluster, crawljob("ha", site), namespace=namespace)
+            wait_until(
+                lambda: get_job(cluster, namespace, "ha").get("status", {}).get("crawled", 0) >= 20,
+                timeout=90,
+                what="the crawl under way",
+            )
+            counts = [first.reconciles(), second.reconciles()]
+            assert sorted(count > 0 for count in counts) == [False, True], counts
+            active, standby = (first, second) if counts[0] else (second, first)
+            assert active.stop() == 0  # a clean exit withdraws from the peering at once
+            try:
+                wait_for_phase(cluster, namespace, "ha", "Succeeded", timeout=150)
+            except AssertionError:
+                raise AssertionError(standby.log()) from None
+            assert standby.reconciles() > 0
+            assert served_pages(site) == set(site.expected_pages())
+    finally:
+        first.stop()
+        second.stop()
