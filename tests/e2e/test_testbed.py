@@ -302,7 +302,7 @@ def test_env_sources_and_config_volume_reach_the_process(
         {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "GREETING", "value": "hello $(POD)"},
     ]
-    image = "ghcr.io/example/crawlfleet:dev"
+    image = "images.example/team/crawlfleet:dev"
     printer = {"name": "env", "image": image, "command": ["python", "-c", script], "env": env}
     validator = {
         "name": "validate",
