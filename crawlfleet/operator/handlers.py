@@ -87,7 +87,6 @@ class JobState:
     last_crawled: int | None = None
     last_time: float = 0.0
     pages_per_second: float = 0.0
-    phase: str = "Pending"
     last_full: float = 0.0
     #: Set by the watches when a worker pod or the Deployment changed: reconcile now.
     dirty: bool = True
