@@ -292,6 +292,8 @@ class _Resolver:
                 return _finish(self._without_query + href)
             else:
                 return _finish(self._directory + href)
+        if self._fast and href.startswith("./") and "/." not in href[1:]:
+            return _finish(self._directory + href[2:])  # './page': common, and urljoin is slow
         return self._joined(href)
 
     def _joined(self, href: str) -> str | None:
