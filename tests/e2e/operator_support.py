@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,6 @@ import redis
 import yaml
 from kubernetes import client
 
-from crawlfleet.local.redis_server import free_port
 from crawlfleet.testsite import TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
@@ -122,6 +123,25 @@ def leases_held(r: Any, namespace: str, job: str, pod: str) -> int:
     return sum(1 for member in members if member.split("\t")[1].split("#")[0] == pod)
 
 
+def listen_port() -> int:
+    """A free port below the kernel's ephemeral range (32768+ here).
+
+    A port picked by binding port 0 comes from that range, and until the operator binds it,
+    any outgoing connection of the busy e2e session (watches, kubectl) may take it as its
+    local port: the operator then fails to start its /metrics or /healthz server.
+    """
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
+
+
 class OperatorProcess:
     """``crawlfleet operator`` in a subprocess; its stderr goes to a file for failures."""
 
@@ -138,8 +158,8 @@ class OperatorProcess:
         self.peering = peering
         self.log_file = log_dir / f"operator-{namespace}-{os.getpid()}-{id(self)}.log"
         self.extra = extra
-        self.metrics_port = free_port()
-        self.health_port = free_port()
+        self.metrics_port = listen_port()
+        self.health_port = listen_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
@@ -185,6 +205,8 @@ class OperatorProcess:
 
     def get(self, path: str, port: int | None = None) -> tuple[int, str]:
         """GET one of the operator's own endpoints (/metrics, /healthz)."""
+        if self.process is not None and self.process.poll() is not None:
+            raise AssertionError(f"the operator exited ({self.process.returncode}):\n{self.log()}")
         url = f"http://127.0.0.1:{port or self.metrics_port}{path}"
         with urllib.request.urlopen(url, timeout=5) as response:
             return response.status, response.read().decode()
