@@ -315,7 +315,11 @@ class CrawlJobOperator:
         if spec.workers.autoscale == "internal":
             policy = FleetPolicy.from_spec(spec, self.config.completion_grace_seconds)
             return demand(policy, stats.queued, stats.leased) > state.memory.replicas
-        return False
+        if spec.suspend:
+            return False
+        wanted = spec.workers.replicas
+        wanted = spec.workers.min_replicas if wanted is None else wanted
+        return wanted != state.memory.replicas  # kubectl scale or an HPA changed it
 
     async def _reconcile(
         self,
