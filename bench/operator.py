@@ -43,10 +43,10 @@ from tests.e2e.operator_support import (
     OperatorProcess,
     apply,
     crawljob,
-    get_job,
     install_crd,
     job_redis,
     leases_held,
+    wait_crawled,
 )
 
 
@@ -101,11 +101,7 @@ def _one_sample(
         workers={"minReplicas": 1, "maxReplicas": 3, "targetBacklogPerReplica": 100},
     )
     apply(cluster, job, namespace=namespace)
-    wait_until(
-        lambda: get_job(cluster, namespace, name).get("status", {}).get("crawled"),
-        timeout=120,
-        what=f"{name} crawling with one worker",
-    )
+    wait_crawled(cluster, namespace, name, 1, timeout=120)  # one worker crawling
     r = job_redis(kubelet, core, namespace, name)
     kwargs = r.connection_pool.connection_kwargs
     url = f"redis://:{kwargs['password']}@{kwargs['host']}:{kwargs['port']}/0"

@@ -100,13 +100,36 @@ def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def wait_for_phase(
-    cluster: Cluster, namespace: str, name: str, phase: str, timeout: float = 120
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    phase: str,
+    timeout: float = 120,
+    operator: OperatorProcess | None = None,
 ) -> dict[str, Any]:
+    """Poll the job until its phase is ``phase``; a timeout shows ``operator``'s log."""
+
     def probe() -> dict[str, Any] | None:
         job = get_job(cluster, namespace, name)
         return job if job.get("status", {}).get("phase") == phase else None
 
-    return wait_until(probe, timeout=timeout, interval=0.5, what=f"{name} to reach {phase}")
+    try:
+        return wait_until(probe, timeout=timeout, interval=0.5, what=f"{name} to reach {phase}")
+    except AssertionError as error:
+        if operator is None:
+            raise
+        raise AssertionError(f"{error}\n{operator.log()}") from None
+
+
+def wait_crawled(
+    cluster: Cluster, namespace: str, name: str, pages: int, timeout: float = 60
+) -> None:
+    """Poll the job's status until it reports at least ``pages`` crawled: a crawl under way."""
+    wait_until(
+        lambda: get_job(cluster, namespace, name).get("status", {}).get("crawled", 0) >= pages,
+        timeout=timeout,
+        what=f"{name} to crawl {pages} pages",
+    )
 
 
 def job_redis(kubelet: KubeletDouble, core: client.CoreV1Api, namespace: str, job: str) -> Any:

@@ -35,6 +35,7 @@ from tests.e2e.operator_support import (
     job_redis,
     leases_held,
     running_operator,
+    wait_crawled,
     wait_for_phase,
 )
 
@@ -79,10 +80,9 @@ def test_a_crawljob_crawls_the_site_to_completion(
 ) -> None:
     with running_operator(cluster, namespace, tmp_path) as operator:
         apply(cluster, crawljob("books", site), namespace=namespace)
-        try:
-            job = wait_for_phase(cluster, namespace, "books", "Succeeded", timeout=150)
-        except AssertionError:
-            raise AssertionError(operator.log()) from None
+        job = wait_for_phase(
+            cluster, namespace, "books", "Succeeded", timeout=150, operator=operator
+        )
 
         # Children exist, owned by the job.
         uid = job["metadata"]["uid"]
@@ -171,10 +171,7 @@ def test_workers_climb_to_max_under_a_big_seed_list_and_fall_back_when_it_drains
             "big", site, seeds=seeds, workers={"maxReplicas": 3, "targetBacklogPerReplica": 50}
         )
         apply(cluster, job, namespace=namespace)
-        try:
-            wait_for_phase(cluster, namespace, "big", "Succeeded", timeout=150)
-        except AssertionError:
-            raise AssertionError(operator.log()) from None
+        wait_for_phase(cluster, namespace, "big", "Succeeded", timeout=150, operator=operator)
         scales = scale_events(core, namespace)
         assert scales[0] == (0, 3), scales  # 200 queued / 50 per replica, capped at 3
         assert any(to < before for before, to in scales if to > 0), scales  # down as it drained
@@ -195,10 +192,11 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
         job = crawljob("deleted", site, lease={"ttlSeconds": 300}, workers={"minReplicas": 2})
         apply(cluster, job, namespace=namespace)
 
+        wait_crawled(cluster, namespace, "deleted", 10)
+
         def busy_worker() -> Any:
-            crawled = get_job(cluster, namespace, "deleted").get("status", {}).get("crawled", 0)
             pods = [p for p in worker_pods(core, namespace) if p.status.phase == "Running"]
-            if crawled < 10 or len(pods) < 2:
+            if len(pods) < 2:
                 return None
             r = job_redis(kubelet, core, namespace, "deleted")
             return next(
@@ -219,10 +217,7 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
         (event,) = wait_until(requeued, timeout=10, interval=0.1, what="the victim's requeue")
         assert time.monotonic() - deleted_at < 5
         assert "pod gone" in event.message
-        try:
-            wait_for_phase(cluster, namespace, "deleted", "Succeeded", timeout=150)
-        except AssertionError:
-            raise AssertionError(operator.log()) from None
+        wait_for_phase(cluster, namespace, "deleted", "Succeeded", timeout=150, operator=operator)
         assert served_pages(site) == set(site.expected_pages())
 
 
@@ -238,10 +233,11 @@ def test_a_hung_worker_is_replaced_after_dead_after_seconds(
         job = crawljob("hung", site, lease={"ttlSeconds": 300, "deadAfterSeconds": 3})
         apply(cluster, job, namespace=namespace)
 
+        wait_crawled(cluster, namespace, "hung", 10)
+
         def crawling_pod() -> Any:
-            crawled = get_job(cluster, namespace, "hung").get("status", {}).get("crawled", 0)
             pods = [p for p in worker_pods(core, namespace) if p.status.phase == "Running"]
-            return pods[0] if crawled >= 10 and pods else None
+            return pods[0] if pods else None
 
         pod = wait_until(crawling_pod, timeout=60, what="a worker crawling")
         pid = worker_pid(pod)
@@ -265,10 +261,7 @@ def test_a_hung_worker_is_replaced_after_dead_after_seconds(
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        try:
-            wait_for_phase(cluster, namespace, "hung", "Succeeded", timeout=150)
-        except AssertionError:
-            raise AssertionError(operator.log()) from None
+        wait_for_phase(cluster, namespace, "hung", "Succeeded", timeout=150, operator=operator)
         assert served_pages(site) == set(site.expected_pages())
 
 
@@ -285,16 +278,11 @@ def test_an_operator_restart_mid_crawl_duplicates_nothing(
         with running_operator(cluster, namespace, tmp_path):
             apply(cluster, crawljob("restart", site), namespace=namespace)
 
-            def crawling() -> bool:
-                status = get_job(cluster, namespace, "restart").get("status", {})
-                return status.get("crawled", 0) >= 20
-
-            wait_until(crawling, timeout=60, what="the crawl under way")
+            wait_crawled(cluster, namespace, "restart", 20)
         with running_operator(cluster, namespace, tmp_path) as operator:
-            try:
-                wait_for_phase(cluster, namespace, "restart", "Succeeded", timeout=150)
-            except AssertionError:
-                raise AssertionError(operator.log()) from None
+            wait_for_phase(
+                cluster, namespace, "restart", "Succeeded", timeout=150, operator=operator
+            )
         assert len(events(core, namespace, "Seeded")) == 1
         deployments = apps.list_namespaced_deployment(namespace).items
         assert sorted(d.metadata.name for d in deployments) == ["restart-redis", "restart-workers"]
@@ -347,11 +335,7 @@ def test_suspend_keeps_the_frontier_and_resume_finishes(
 ) -> None:
     with slow_site() as site, running_operator(cluster, namespace, tmp_path) as operator:
         apply(cluster, crawljob("pause", site), namespace=namespace)
-        wait_until(
-            lambda: get_job(cluster, namespace, "pause").get("status", {}).get("crawled", 0) >= 10,
-            timeout=60,
-            what="the crawl under way",
-        )
+        wait_crawled(cluster, namespace, "pause", 10)
         cluster.kubectl(
             "patch",
             "crawljob/pause",
@@ -379,10 +363,7 @@ def test_suspend_keeps_the_frontier_and_resume_finishes(
             "-p",
             '{"spec":{"suspend":false}}',
         )
-        try:
-            wait_for_phase(cluster, namespace, "pause", "Succeeded", timeout=150)
-        except AssertionError:
-            raise AssertionError(operator.log()) from None
+        wait_for_phase(cluster, namespace, "pause", "Succeeded", timeout=150, operator=operator)
         assert served_pages(site) == set(site.expected_pages())
 
 
@@ -456,19 +437,12 @@ def test_two_peered_operators_never_both_act_and_one_takes_over(
         with slow_site() as site:
             time.sleep(3)  # both see each other's keep-alive before there is work
             apply(cluster, crawljob("ha", site), namespace=namespace)
-            wait_until(
-                lambda: get_job(cluster, namespace, "ha").get("status", {}).get("crawled", 0) >= 20,
-                timeout=90,
-                what="the crawl under way",
-            )
+            wait_crawled(cluster, namespace, "ha", 20, timeout=90)
             counts = [first.reconciles(), second.reconciles()]
             assert sorted(count > 0 for count in counts) == [False, True], counts
             active, standby = (first, second) if counts[0] else (second, first)
             assert active.stop() == 0  # a clean exit withdraws from the peering at once
-            try:
-                wait_for_phase(cluster, namespace, "ha", "Succeeded", timeout=150)
-            except AssertionError:
-                raise AssertionError(standby.log()) from None
+            wait_for_phase(cluster, namespace, "ha", "Succeeded", timeout=150, operator=standby)
             assert standby.reconciles() > 0
             assert served_pages(site) == set(site.expected_pages())
     finally:
