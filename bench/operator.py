@@ -26,7 +26,6 @@ import json
 import statistics
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,13 +179,7 @@ def hundred_jobs(cluster: Cluster, log_dir: Path, jobs: int) -> tuple[float, flo
             time.sleep(30)  # six ticks of every job
             assert operator.process is not None
             rss_kb = _rss_kb(operator.process.pid)
-            metrics = (
-                urllib.request.urlopen(
-                    f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=10
-                )
-                .read()
-                .decode()
-            )
+            _, metrics = operator.get("/metrics")
             p99 = _histogram_quantile(metrics, "crawlfleet_reconcile_duration_seconds", 0.99)
         finally:
             operator.stop()
