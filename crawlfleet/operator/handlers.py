@@ -90,6 +90,18 @@ class JobState:
     last_full: float = 0.0
     #: Set by the watches when a worker pod or the Deployment changed: reconcile now.
     dirty: bool = True
+    #: The spec validated once per generation, not at every one-second check (None: invalid).
+    spec: CrawlJobSpec | None = None
+    spec_generation: int | None = None
+
+    def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
+        if generation is None or generation != self.spec_generation:
+            try:
+                self.spec = CrawlJobSpec.from_mapping(dict(raw))
+            except ConfigError:
+                self.spec = None
+            self.spec_generation = generation
+        return self.spec
 
     async def disconnect(self) -> None:
         if self.frontier is not None:
@@ -277,11 +289,10 @@ class CrawlJobOperator:
         if meta.get("deletionTimestamp"):
             return  # being deleted: cleanup() owns it, and a tick would recreate its keys
         ref = _ref(body)
-        try:
-            parsed = CrawlJobSpec.from_mapping(dict(spec))
-        except ConfigError:
-            return  # ensure() marked it InvalidSpec; nothing to steer
         state = self._state(body)
+        parsed = state.spec_for(meta.get("generation"), spec)
+        if parsed is None:
+            return  # ensure() marked it InvalidSpec; nothing to steer
         try:
             if not await self._due(state, parsed):
                 return
