@@ -2,8 +2,9 @@
 
     python -m bench.fleet [--quick] [--json]
 
-The loopback test site (its own process, recording every request to a file it writes on
-exit) is crawled to the end by:
+The test site's pages, rendered once and served by nginx (bench/static_site.py, which
+falls back to the Python test site without nginx), recording every request in its access
+log, are crawled to the end by:
 
 - ``crawlfleet``: ``crawlfleet run --workers 2`` (private Redis, leases, Bloom, robots, JSONL);
 - ``scrapy_redis``: two Scrapy processes sharing one Redis through scrapy-redis' scheduler
@@ -11,10 +12,10 @@ exit) is crawled to the end by:
   concurrency (16 per process, 8 per host), robots obeyed, a JSONL feed each.
 
 Then each crawl again on a fresh site with one worker process killed (SIGKILL) halfway
-through (half of the clean run's time):
-reachable pages never crawled are counted from the site's own log. scrapy-redis pops a
-request without a lease, so what the killed process held is gone, and its fingerprint in
-the dupefilter stops anyone from queueing it again.
+through (half of the clean run's time), counting the reachable pages (the site graph's BFS
+from the seeds) that the site's log never shows served. scrapy-redis pops a request without
+a lease, so what the killed process held is gone, and its fingerprint in the dupefilter
+stops anyone from queueing it again.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from crawlfleet.frontier import canonicalize
+from bench.static_site import StaticSite
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.processes import worker_pid
 
@@ -42,52 +43,18 @@ PER_HOST = 8
 HOSTS = 2
 
 
-class Site:
-    """The test site in its own process; what it served is read back when it stops."""
-
-    def __init__(self, pages_per_host: int, record_file: Path) -> None:
-        self.record_file = record_file
-        self.process = subprocess.Popen(
-            [
-                sys.executable, "-m", "crawlfleet.testsite", "--hosts", str(HOSTS),
-                "--pages-per-host", str(pages_per_host), "--no-hostile",
-                "--record-file", str(record_file),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )  # fmt: skip
-        assert self.process.stdout is not None
-        ready = json.loads(self.process.stdout.readline())
-        self.hosts: list[str] = ready["hosts"]
-        self.seeds: list[str] = ready["seeds"]
-        self.pages: int = ready["pages"]
-
-    def stop(self) -> set[tuple[int, str]]:
-        """Stop serving; the pages served with 200, as (host index, path): ports differ per run."""
-        self.process.terminate()
-        self.process.wait(30)
-        index = {
-            canonicalize(f"http://{host}/").split("/")[2]: i for i, host in enumerate(self.hosts)
-        }
-        served = set()
-        for line in self.record_file.read_text().splitlines():
-            record = json.loads(line)
-            if record["status"] == 200 and not record["url"].endswith("/robots.txt"):
-                url = canonicalize(record["url"])
-                netloc, _, path = url.split("://", 1)[1].partition("/")
-                served.add((index[netloc], "/" + path))
-        return served
-
-
-def run_crawlfleet(site: Site, tmp: Path, name: str, kill_after: float | None) -> float:
+def run_crawlfleet(setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None) -> float:
     job = {
         "apiVersion": "crawlfleet.io/v1alpha1",
         "kind": "CrawlJob",
         "metadata": {"name": name, "namespace": "bench"},
         "spec": {
-            "seeds": site.seeds,
-            "scope": {"allowedDomains": site.hosts, "maxDepth": 1000, "allowPrivateNetworks": True},
+            "seeds": setup["seeds"],
+            "scope": {
+                "allowedDomains": setup["hosts"],
+                "maxDepth": 1000,
+                "allowPrivateNetworks": True,
+            },
             "dedup": {"capacity": 200_000},
             # perHost is fleet-wide here but per process in Scrapy: two processes of 8 per host
             # put 16 on a host, so the fleet gets 16 too.
@@ -120,17 +87,19 @@ def run_crawlfleet(site: Site, tmp: Path, name: str, kill_after: float | None) -
     return time.perf_counter() - started
 
 
-def run_scrapy_redis(site: Site, tmp: Path, name: str, kill_after: float | None) -> float:
+def run_scrapy_redis(
+    setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None
+) -> float:
     redis = RedisServer(tmp / f"{name}-redis").start()
-    setup = tmp / f"{name}-setup.json"
-    setup.write_text(json.dumps({"seeds": site.seeds, "hosts": site.hosts}))
+    seeds_file = tmp / f"{name}-setup.json"
+    seeds_file.write_text(json.dumps({"seeds": setup["seeds"], "hosts": setup["hosts"]}))
     spider = Path(__file__).with_name("scrapy_spider.py")
     started = time.perf_counter()
     procs = []
     for n in range(2):
         env = {
             **os.environ,
-            "BENCH_SEEDS_FILE": str(setup),
+            "BENCH_SEEDS_FILE": str(seeds_file),
             "BENCH_STATS_FILE": str(tmp / f"{name}-stats-{n}.json"),
         }
         procs.append(
@@ -186,21 +155,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for label, runner in (("crawlfleet", run_crawlfleet), ("scrapy_redis", run_scrapy_redis)):
-            site = Site(pages_per_host, tmp / f"{label}-clean.requests")
-            try:
-                elapsed = runner(site, tmp, f"{label}-clean", None)
-            finally:
-                served = site.stop()
+            site = StaticSite(HOSTS, pages_per_host, tmp / f"{label}-clean", record_requests=True)
+            with site as setup:
+                elapsed = runner(setup, tmp, f"{label}-clean", None)
+            reachable = site.reachable()
+            served = site.served() & reachable
+            results["site_server"] = setup["server"]
             results[f"{label}_pages_per_s"] = len(served) / elapsed
             results[f"{label}_pages"] = len(served)
+            results[f"{label}_missed_clean"] = len(reachable - served)
             rate = len(served) / elapsed
             print(f"{label}: {len(served)} pages in {elapsed:.1f} s = {rate:.0f} pages/s")
-            site = Site(pages_per_host, tmp / f"{label}-killed.requests")
-            try:
-                runner(site, tmp, f"{label}-killed", elapsed / 2)
-            finally:
-                served_after_kill = site.stop()
-            lost = len(served - served_after_kill)  # the clean run reached every page
+            site = StaticSite(HOSTS, pages_per_host, tmp / f"{label}-killed", record_requests=True)
+            with site as setup:
+                runner(setup, tmp, f"{label}-killed", elapsed / 2)
+            lost = len(site.reachable() - site.served())
             results[f"{label}_lost_after_kill"] = lost
             print(f"{label}: one process killed halfway: {lost} reachable pages never crawled")
     results["ratio"] = results["crawlfleet_pages_per_s"] / results["scrapy_redis_pages_per_s"]

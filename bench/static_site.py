@@ -4,6 +4,10 @@ The Python test site costs CPU on the same two cores the crawlers run on; nginx 
 same pages (rendered once by :class:`crawlfleet.testsite.SiteGraph`) costs almost none, so
 the crawlers, not the site, set the pace. Falls back to the Python site when nginx is not
 installed (``apt-get install nginx-light``).
+
+With ``record_requests`` the site also keeps a log of what it served (nginx's access log, or
+the Python site's record file), so a benchmark can count the reachable pages a crawl never
+requested from the server's side, whatever the crawler itself claims.
 """
 
 from __future__ import annotations
@@ -14,29 +18,44 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import free_port
 from crawlfleet.testsite import SiteConfig, SiteGraph
 from crawlfleet.testsite.graph import page_path
+
+#: One access-log line per request: ``127.0.0.2:40123/d1/p8.html 200`` (netloc+URI, status).
+_LOG_FORMAT = "log_format served '$server_addr:$server_port$request_uri $status';"
+
+#: A page as the site knows it, whatever port it listened on: (host index, path).
+ServedPage = tuple[int, str]
 
 
 class StaticSite:
     """``with StaticSite(hosts, pages_per_host, root) as setup:`` — setup has hosts and seeds."""
 
-    def __init__(self, hosts: int, pages_per_host: int, root: Path) -> None:
+    def __init__(
+        self, hosts: int, pages_per_host: int, root: Path, *, record_requests: bool = False
+    ) -> None:
         self.hosts, self.pages_per_host, self.root = hosts, pages_per_host, root
+        self.record_requests = record_requests
         self.process: subprocess.Popen[Any] | None = None
+        self.config = SiteConfig(hosts=hosts, pages_per_host=pages_per_host, hostile=False)
+        self.graph: SiteGraph | None = None
+        self._requests_file = root / "requests.log"
+        self._python = False
 
     def __enter__(self) -> dict[str, Any]:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        self.root.mkdir(parents=True, exist_ok=True)
         if not Path(nginx).exists():
             return self._python_site()
         addresses = [f"127.0.0.{2 + h}" for h in range(self.hosts + 1)]
         netlocs = [f"{a}:{free_port(a)}" for a in addresses]
-        config = SiteConfig(hosts=self.hosts, pages_per_host=self.pages_per_host, hostile=False)
-        graph = SiteGraph(config, netlocs[:-1], netlocs[-1])
+        graph = self.graph = SiteGraph(self.config, netlocs[:-1], netlocs[-1])
         servers = []
         for h, netloc in enumerate(netlocs[:-1]):
             docroot = self.root / f"host{h}"
@@ -56,9 +75,16 @@ class StaticSite:
         conf = self.root / "nginx.conf"
         # Our temporary folders are private to us: nginx's workers must run as us to read them.
         user = "user root root; " if os.geteuid() == 0 else ""
+        # Unbuffered: a line per request, written before nginx answers the next one, so the
+        # log is complete however nginx is stopped. A write(2) per page is noise next to a fetch.
+        access_log = (
+            f"{_LOG_FORMAT} access_log {self._requests_file} served;"
+            if self.record_requests
+            else "access_log off;"
+        )
         conf.write_text(
             f"{user}worker_processes 1; pid {self.root}/nginx.pid; error_log {self.root}/error.log;"
-            " daemon off; events { worker_connections 4096; } http { access_log off;"
+            f" daemon off; events {{ worker_connections 4096; }} http {{ {access_log}"
             " keepalive_requests 100000; sendfile on; " + " ".join(servers) + " }\n"
         )
         self.process = subprocess.Popen([nginx, "-c", str(conf), "-p", str(self.root)])
@@ -71,18 +97,55 @@ class StaticSite:
         }
 
     def _python_site(self) -> dict[str, Any]:
+        self._python = True
+        record = ["--record-file", str(self._requests_file)] if self.record_requests else []
         self.process = subprocess.Popen(
             [
                 sys.executable, "-m", "crawlfleet.testsite", "--hosts", str(self.hosts),
-                "--pages-per-host", str(self.pages_per_host), "--no-hostile",
+                "--pages-per-host", str(self.pages_per_host), "--no-hostile", *record,
             ],
             stdout=subprocess.PIPE,
             text=True,
         )  # fmt: skip
         assert self.process.stdout is not None
-        return {**json.loads(self.process.stdout.readline()), "server": "python"}
+        ready = json.loads(self.process.stdout.readline())
+        self.graph = SiteGraph(self.config, ready["hosts"], ready["out_of_scope_host"])
+        return {**ready, "server": "python"}
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             self.process.terminate()
             self.process.wait(10)
+
+    def reachable(self) -> set[ServedPage]:
+        """Every page a complete crawl must request: the graph's BFS from the seeds."""
+        assert self.graph is not None, "the site was never started"
+        return {(h, page_path(i)) for h, i in self.graph.expected_refs()}
+
+    def served(self) -> set[ServedPage]:
+        """Pages answered with 200 (robots.txt aside); read once the site has stopped."""
+        if not self.record_requests:
+            raise RuntimeError("StaticSite(record_requests=True) keeps the log served() reads")
+        assert self.graph is not None, "the site was never started"
+        netlocs = self.graph.netlocs[: self.hosts]
+        index = {canonicalize(f"http://{n}/").split("/")[2]: h for h, n in enumerate(netlocs)}
+        served = set()
+        for url, status in self._requests():
+            netloc, _, path = canonicalize(url).split("://", 1)[1].partition("/")
+            host = index.get(netloc)
+            if status == 200 and host is not None and path != "robots.txt":
+                served.add((host, "/" + path))
+        return served
+
+    def _requests(self) -> Iterator[tuple[str, int | None]]:
+        """(absolute URL, status) of every request, from whichever server ran."""
+        if not self._requests_file.exists():
+            return
+        with open(self._requests_file) as f:
+            for line in f:
+                if self._python:
+                    record = json.loads(line)
+                    yield record["url"], record["status"]
+                else:
+                    target, _, status = line.rstrip("\n").rpartition(" ")
+                    yield f"http://{target}", int(status)
