@@ -88,6 +88,10 @@ class LocalProcessBackend:
             if not c.stopping and c.process.poll() is None
         ]
 
+    def exited(self) -> bool:
+        """Has a worker we did not ask to stop exited? Only a waitpid each: cheap to poll."""
+        return any(not c.stopping and c.process.poll() is not None for c in self._children.values())
+
     def reap(self) -> list[tuple[str, int]]:
         """Forget workers that exited after being asked to stop; their exit codes."""
         done = []

@@ -1,9 +1,12 @@
 """``crawlfleet run``: a whole CrawlJob on one machine, steered by the operator's own brain.
 
 A private redis-server (AOF on, data under the output folder, so an interrupted run
-resumes), worker processes from :class:`LocalProcessBackend`, and once a second: observe the
-frontier and the processes, :func:`crawlfleet.fleet.decide`, apply. Ctrl-C or SIGTERM drains
-the workers (they release their leases), stops Redis cleanly and says how to resume.
+resumes), worker processes from :class:`LocalProcessBackend` (the minimum fleet started
+before seeding, so their imports overlap it), and every quarter second: observe the frontier
+and the processes, :func:`crawlfleet.fleet.decide`, apply. Between ticks a cheap poll (the
+job's counters, a waitpid per worker) brings the next tick forward the moment the crawl is
+done or a worker died. Ctrl-C or SIGTERM drains the workers (they release their leases),
+stops Redis cleanly and says how to resume.
 """
 
 from __future__ import annotations
@@ -40,11 +43,17 @@ class RunOptions:
     workers: int | None = None  # pin a fixed count instead of the brain's
     resume: bool = False
     json_summary: bool = False
-    # The frontier's counters are exact (a page's links are enqueued before it is acked, each
-    # in one script), so "nothing queued, delayed or leased" cannot be undone by a worker;
-    # the grace only waits out a tick's worth of doubt, and a short tick ends a run promptly.
+    # A full tick (heartbeats, lease expiry, the brain, scaling, progress) every
+    # ``tick_seconds``; in between, one HMGET of the job's counters and a waitpid per worker
+    # every ``poll_seconds``, so that the end of the crawl or a dead worker is acted on within
+    # a poll instead of a tick.
     tick_seconds: float = 0.25
-    completion_grace_seconds: float = 0.5
+    poll_seconds: float = 0.05
+    # The frontier's counters are exact and read in one command (a page's links are enqueued
+    # before it is acked, in one script; claims, requeues and retries move counts atomically),
+    # so "seeded, nothing queued, delayed or leased" is final the moment it is seen: no worker
+    # can undo it. The worker's own exit check trusts it without a grace too.
+    completion_grace_seconds: float = 0.0
     progress_seconds: float = 5.0
 
 
@@ -72,21 +81,36 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_signal.append, sig)
     started = time.monotonic()
+    events = _Events(out / "events.jsonl")
     max_workers = 0
     try:
+        # A worker's imports take longer than opening and seeding the frontier: start the
+        # fleet's floor first, so that it loads while we seed (a worker joins the frontier
+        # with the same idempotent open and seed, whichever of us comes first).
+        first = 0 if job.spec.suspend else options.workers or job.spec.workers.min_replicas
+        if first:
+            events.emit("scale", **{"from": 0, "to": first}, reason="start-up: minimum fleet")
+        for _ in range(first):
+            backend.start()
+        max_workers = first
         frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
         new_seeds = await frontier.seed(list(job.spec.seeds))
         _print(
             f"crawlfleet: {job.job_id}: {new_seeds} new seed(s); redis {redis_url.split('@')[-1]};"
             f" output {out}"
         )
-        events = _Events(out / "events.jsonl")
         policy = FleetPolicy.from_spec(job.spec, options.completion_grace_seconds)
-        memory = FleetMemory()
+        memory = FleetMemory(replicas=first)
         progress = _Progress(job, started, options.progress_seconds)
         complete = False
+        next_tick = 0.0
         while not stop_signal:
             stats = await frontier.stats()
+            now = time.monotonic()
+            if now < next_tick and not stats.complete and not backend.exited():
+                await asyncio.sleep(options.poll_seconds)
+                continue
+            next_tick = now + options.tick_seconds
             beats = {b.worker: b.age_seconds for b in await frontier.workers()}
             views = backend.views(beats)
             known = {v.worker_id for v in views}
@@ -131,7 +155,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                 backend.stop(worker_id)
             max_workers = max(max_workers, len(backend.active()))
             progress.show(stats, len(backend.active()))
-            await asyncio.sleep(options.tick_seconds)
+            await asyncio.sleep(options.poll_seconds)
         backend.stop_all(timeout_seconds=30)
         stats = await frontier.stats()
         elapsed = time.monotonic() - started
