@@ -43,7 +43,10 @@ PER_HOST = 8
 HOSTS = 2
 
 
-def run_crawlfleet(setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None) -> float:
+def run_crawlfleet(
+    setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None
+) -> tuple[float, float]:
+    """One ``crawlfleet run`` to its end: wall-clock (started, ended)."""
     job = {
         "apiVersion": "crawlfleet.io/v1alpha1",
         "kind": "CrawlJob",
@@ -68,7 +71,7 @@ def run_crawlfleet(setup: dict[str, Any], tmp: Path, name: str, kill_after: floa
     }
     job_file = tmp / f"{name}.yaml"
     job_file.write_text(yaml.safe_dump(job))
-    started = time.perf_counter()
+    started = time.time()  # wall clock: nginx logs its times in it
     run = subprocess.Popen(
         [
             sys.executable, "-m", "crawlfleet", "--log-level", "warning", "run", str(job_file),
@@ -84,17 +87,18 @@ def run_crawlfleet(setup: dict[str, Any], tmp: Path, name: str, kill_after: floa
         os.kill(pid, signal.SIGKILL)
     if run.wait(600) != 0:
         raise RuntimeError(f"crawlfleet run exited with {run.returncode}")
-    return time.perf_counter() - started
+    return started, time.time()
 
 
 def run_scrapy_redis(
     setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None
-) -> float:
+) -> tuple[float, float]:
+    """Two Scrapy processes on one Redis, both to their end: wall-clock (started, ended)."""
     redis = RedisServer(tmp / f"{name}-redis").start()
     seeds_file = tmp / f"{name}-setup.json"
     seeds_file.write_text(json.dumps({"seeds": setup["seeds"], "hosts": setup["hosts"]}))
     spider = Path(__file__).with_name("scrapy_spider.py")
-    started = time.perf_counter()
+    started = time.time()
     procs = []
     for n in range(2):
         env = {
@@ -136,13 +140,13 @@ def run_scrapy_redis(
         )
         time.sleep(0.5)  # the second joins a crawl in progress, as a scaled-out fleet does
     if kill_after is not None:
-        time.sleep(max(0.0, kill_after - (time.perf_counter() - started)))
+        time.sleep(max(0.0, kill_after - (time.time() - started)))
         procs[0].send_signal(signal.SIGKILL)
     for proc in procs:
         proc.wait(600)
-    elapsed = time.perf_counter() - started
+    ended = time.time()
     redis.stop()
-    return elapsed
+    return started, ended
 
 
 def main() -> None:
@@ -157,15 +161,27 @@ def main() -> None:
         for label, runner in (("crawlfleet", run_crawlfleet), ("scrapy_redis", run_scrapy_redis)):
             site = StaticSite(HOSTS, pages_per_host, tmp / f"{label}-clean", record_requests=True)
             with site as setup:
-                elapsed = runner(setup, tmp, f"{label}-clean", None)
+                started, ended = runner(setup, tmp, f"{label}-clean", None)
+            elapsed = ended - started
             reachable = site.reachable()
             served = site.served() & reachable
+            rate = len(served) / elapsed
             results["site_server"] = setup["server"]
-            results[f"{label}_pages_per_s"] = len(served) / elapsed
+            results[f"{label}_pages_per_s"] = rate
             results[f"{label}_pages"] = len(served)
             results[f"{label}_missed_clean"] = len(reachable - served)
-            rate = len(served) / elapsed
             print(f"{label}: {len(served)} pages in {elapsed:.1f} s = {rate:.0f} pages/s")
+            span = site.served_span()
+            if span is not None:  # nginx's log has times: start-up, crawl and tail apart
+                first, last = span
+                results[f"{label}_startup_s"] = first - started
+                results[f"{label}_crawl_pages_per_s"] = len(served) / max(1e-3, last - first)
+                results[f"{label}_tail_s"] = ended - last
+                print(
+                    f"{label}:   start-up {first - started:.2f} s, crawl "
+                    f"{results[f'{label}_crawl_pages_per_s']:.0f} pages/s between the first "
+                    f"and the last page served, tail {ended - last:.2f} s"
+                )
             site = StaticSite(HOSTS, pages_per_host, tmp / f"{label}-killed", record_requests=True)
             with site as setup:
                 runner(setup, tmp, f"{label}-killed", elapsed / 2)

@@ -27,8 +27,9 @@ from crawlfleet.local.redis_server import free_port
 from crawlfleet.testsite import SiteConfig, SiteGraph
 from crawlfleet.testsite.graph import page_path
 
-#: One access-log line per request: ``127.0.0.2:40123/d1/p8.html 200`` (netloc+URI, status).
-_LOG_FORMAT = "log_format served '$server_addr:$server_port$request_uri $status';"
+#: One access-log line per request: ``127.0.0.2:40123/d1/p8.html 200 1796094000.123``
+#: (netloc+URI, status, the time the response was logged).
+_LOG_FORMAT = "log_format served '$server_addr:$server_port$request_uri $status $msec';"
 
 #: A page as the site knows it, whatever port it listened on: (host index, path).
 ServedPage = tuple[int, str]
@@ -47,6 +48,7 @@ class StaticSite:
         self.graph: SiteGraph | None = None
         self._requests_file = root / "requests.log"
         self._python = False
+        self._served_at: list[float] = []
 
     def __enter__(self) -> dict[str, Any]:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -129,23 +131,35 @@ class StaticSite:
         assert self.graph is not None, "the site was never started"
         netlocs = self.graph.netlocs[: self.hosts]
         index = {canonicalize(f"http://{n}/").split("/")[2]: h for h, n in enumerate(netlocs)}
+        self._served_at = []
         served = set()
-        for url, status in self._requests():
+        for url, status, at in self._requests():
             netloc, _, path = canonicalize(url).split("://", 1)[1].partition("/")
             host = index.get(netloc)
             if status == 200 and host is not None and path != "robots.txt":
                 served.add((host, "/" + path))
+                if at is not None:
+                    self._served_at.append(at)
         return served
 
-    def _requests(self) -> Iterator[tuple[str, int | None]]:
-        """(absolute URL, status) of every request, from whichever server ran."""
+    def served_span(self) -> tuple[float, float] | None:
+        """Wall-clock times of the first and last page served (nginx only; after served()).
+
+        What lies outside the span is the crawler's start-up and its completion tail, so a
+        benchmark can state the crawl rate and the fixed costs apart.
+        """
+        at = self._served_at
+        return (min(at), max(at)) if at else None
+
+    def _requests(self) -> Iterator[tuple[str, int | None, float | None]]:
+        """(absolute URL, status, time logged) of every request, from whichever server ran."""
         if not self._requests_file.exists():
             return
         with open(self._requests_file) as f:
             for line in f:
-                if self._python:
+                if self._python:  # its record file has no wall-clock times
                     record = json.loads(line)
-                    yield record["url"], record["status"]
+                    yield record["url"], record["status"], None
                 else:
-                    target, _, status = line.rstrip("\n").rpartition(" ")
-                    yield f"http://{target}", int(status)
+                    target, status, at = line.split()
+                    yield f"http://{target}", int(status), float(at)
