@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from hashlib import sha256
 
+from crawlfleet.crawler.admission import LinkAdmission, PageLinksToAdmit
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
@@ -35,11 +36,11 @@ from crawlfleet.crawler.sinks import OutputWriter, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import FetchError, FrontierUnavailable
 from crawlfleet.frontier import (
+    Admission,
     FailOutcome,
     Failure,
     Frontier,
     Lease,
-    Link,
     host_of,
     try_canonicalize,
 )
@@ -108,6 +109,7 @@ class Worker:
             max_pages=spec.scope.max_pages,
         )
         self.limit = AdaptiveLimit(maximum=spec.concurrency.per_worker)
+        self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
         self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
         self._done: list[_Outcome] = []
@@ -151,6 +153,7 @@ class Worker:
             # Loops end on this event, not on cancel(): a cancellation that lands inside a
             # Redis call can surface as a connection error and be lost.
             self._closed.set()
+            self._flush_wanted.set()  # the flush loop may be waiting for work: let it end now
             _, stuck = await asyncio.wait(background, timeout=10)
             for task in stuck:
                 task.cancel()
@@ -346,10 +349,15 @@ class Worker:
                 return
             await asyncio.sleep(self.options.flush_linger_seconds)  # let a batch gather
             try:
-                await self._flush()
+                flushed = await self._flush()
             except Exception:
                 log.exception("flush failed", extra={"layer": "flow"})
                 await asyncio.sleep(0.5)
+                continue
+            if flushed:
+                # New links may be queued now: a claim loop idling after an empty claim (the
+                # start of a crawl, a thin frontier) claims them now, not at its next poll.
+                self._wake.set()
 
     async def _every(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
         """Run ``action`` every ``seconds`` until the worker closes; log, never die, on errors."""
@@ -364,28 +372,35 @@ class Worker:
             except Exception:
                 log.exception("%s failed", action.__name__, extra={"layer": "flow"})
 
-    async def _flush(self) -> None:
+    async def _flush(self) -> int:
         """Admit new links, then ack and fail, then write outputs: one batch, three trips.
 
         Links go in before the page is acked: a crash in between re-fetches the page, and
-        the Bloom filter makes its links a no-op the second time.
+        the Bloom filter makes its links a no-op the second time. Returns the pages flushed.
         """
         batch, self._done = self._done, []
         if not batch:
-            return
+            return 0
         try:
             await self._complete(batch)
         except Exception:
             self._done[:0] = batch  # try again next flush; the leases are still ours
             raise
+        return len(batch)
 
     async def _complete(self, batch: list[_Outcome]) -> None:
-        links = self._admissible_links(batch)
-        if links:
-            admitted = await self.frontier.enqueue(links)
+        pending = self._admission.prepare(
+            PageLinksToAdmit(outcome.links, outcome.lease.depth + 1, outcome.record.final_url)
+            for outcome in batch
+            if outcome.links
+        )
+        admitted: list[Admission] = []
+        if pending.links:
+            admitted = await self.frontier.enqueue(pending.links)
             new = sum(1 for code in admitted if code == 1)
             self.counters["links_new"] += new
             self.metrics.observe_bloom(code == 1 for code in admitted)
+        self._admission.settle(pending, admitted)
         succeeded = [o for o in batch if o.failure is None]
         failed = [o for o in batch if o.failure is not None]
         acked = await self.frontier.ack(self.worker_id, [o.lease.lease_id for o in succeeded])
@@ -421,23 +436,6 @@ class Worker:
                     outcome.lease.parent,
                 )
         self.writer.flush()
-
-    def _admissible_links(self, batch: list[_Outcome]) -> list[Link]:
-        """Canonical, in-scope, not already in this batch: what goes to the Bloom filter."""
-        seen: set[str] = set()
-        links: list[Link] = []
-        for outcome in batch:
-            if not outcome.links:
-                continue
-            depth = outcome.lease.depth + 1
-            canonical = [c for c in map(try_canonicalize, outcome.links) if c is not None]
-            kept, _ = self.scope.filter(canonical, depth)
-            parent = outcome.record.final_url
-            for url in kept:
-                if url not in seen:
-                    seen.add(url)
-                    links.append(Link(url, depth, parent))  # type: ignore[arg-type]
-        return links
 
     # -- flow: heartbeats, lease extension, shutdown ------------------------------------
 

@@ -1,0 +1,149 @@
+"""Which links of finished pages still need the Bloom filter: the worker's exact local cache.
+
+A page's navigation links come back on nearly every page of its site: on the benchmark site
+each URL is linked from about nine pages, so eight of every nine links the worker extracts
+were already settled by this very worker. Settling one again costs a canonicalisation, a scope
+check, a hash for the filter, its share of the ``enqueue`` script and of Redis's CPU, only to
+hear "seen before". DESIGN §7 plans the answer: the worker keeps a small exact cache of links
+it has settled, so repeats never leave the process.
+
+A link is *settled* once nothing it could lead to is left to do anywhere:
+
+* it cannot be canonicalised or is out of scope for reasons that do not depend on depth
+  (scheme, domain, ``include``/``exclude``): the same link is refused again anyway;
+* the filter answered for it (new and queued, or seen before): the filter never forgets, so
+  any later answer is "seen before".
+
+Not settled, so they are offered again when met again: links refused for depth (the same URL
+may turn up at a lower depth), links refused because ``maxPages`` was reached (they were not
+added to the filter), and every link of a batch whose ``enqueue`` failed. The cache is exact
+(a set, no false positives: a link is skipped only when this worker really settled it) and
+bounded: two generations of ``generation_size`` links each; when the current one fills, the
+older one is dropped, so a link forgotten that way costs one more trip to the filter, never a
+lost page. Skipped links are not counted as the filter's duplicates (``bloom_results_total``
+and the frontier's ``duplicates`` count only what the filter answered).
+
+Everything here is per batch: one set lookup per extracted link, the rest per fresh link.
+A fresh link already in canonical shape (lower-case host, no port or a non-default one, a
+path of unreserved characters without dot segments, no query) is its own canonical form and
+skips w3lib's ``canonicalize_url`` (~40 µs a URL); the unit tests check that shortcut
+against ``canonicalize`` on generated URLs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from crawlfleet.crawler.scope import Scope
+from crawlfleet.frontier import Admission, CanonicalURL, Link, try_canonicalize
+
+__all__ = [
+    "DEFAULT_GENERATION_SIZE",
+    "LinkAdmission",
+    "PageLinksToAdmit",
+    "PendingLinks",
+    "canonical_link",
+]
+
+#: Links per generation: two generations of ~100-byte URLs stay near 20 MB at most.
+DEFAULT_GENERATION_SIZE: Final = 65_536
+
+_FILTER_ANSWERED: Final = frozenset({Admission.NEW, Admission.SEEN})
+
+_LABEL: Final = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+#: URLs that canonicalisation leaves as they are, but for a default port and dot segments.
+_CANONICAL_SHAPE: Final = re.compile(
+    rf"https?://(?:{_LABEL}\.)*{_LABEL}(?::(?P<port>[1-9][0-9]{{0,4}}))?/[A-Za-z0-9._~/-]*"
+)
+_MAX_PORT: Final = 65535
+
+
+def canonical_link(url: str) -> CanonicalURL | None:
+    """``try_canonicalize(url)``, without w3lib for a URL that is already canonical."""
+    match = _CANONICAL_SHAPE.fullmatch(url)
+    if match is not None and "/." not in url:  # dot segments ('/./', '/../') get resolved
+        port = match["port"]
+        if port is None:
+            return CanonicalURL(url)
+        number = int(port)
+        if number <= _MAX_PORT and number != (443 if url.startswith("https") else 80):
+            return CanonicalURL(url)
+    return try_canonicalize(url)
+
+
+@dataclass(frozen=True, slots=True)
+class PageLinksToAdmit:
+    """The links one finished page offers, with the depth they would have and their parent."""
+
+    links: Sequence[str]
+    depth: int
+    parent: str
+
+
+@dataclass(slots=True)
+class PendingLinks:
+    """One batch's links for ``enqueue``, and what to settle once the filter has answered.
+
+    ``links`` are canonical, in scope and unique within the batch. ``settled`` holds the raw
+    links that are settled whatever the filter says; ``waiting[i]`` the raw links that are
+    settled once ``links[i]`` gets a filter answer (new or seen).
+    """
+
+    links: list[Link] = field(default_factory=list)
+    settled: list[str] = field(default_factory=list)
+    waiting: list[list[str]] = field(default_factory=list)
+    skipped: int = 0
+
+
+class LinkAdmission:
+    """Prepares a batch's links for the filter and remembers what it settled; see module doc."""
+
+    def __init__(self, scope: Scope, *, generation_size: int = DEFAULT_GENERATION_SIZE) -> None:
+        if generation_size < 1:
+            raise ValueError(f"generation_size must be at least 1 (got {generation_size})")
+        self._scope = scope
+        self._generation_size = generation_size
+        self._current: set[str] = set()
+        self._previous: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self._current) + len(self._previous)
+
+    def prepare(self, pages: Iterable[PageLinksToAdmit]) -> PendingLinks:
+        """The links of ``pages`` that the filter must still see, in page and link order."""
+        current, previous = self._current, self._previous
+        max_depth = self._scope.max_depth
+        pending = PendingLinks()
+        index_of: dict[str, int] = {}  # canonical URL -> its position in pending.links
+        for page in pages:
+            fresh = [link for link in page.links if link not in current and link not in previous]
+            pending.skipped += len(page.links) - len(fresh)
+            if not fresh or (max_depth is not None and page.depth > max_depth):
+                continue  # too deep here is not too deep everywhere: nothing settles
+            canonical = list(map(canonical_link, fresh))
+            valid = [url for url in canonical if url is not None]
+            kept = set(self._scope.filter(valid, page.depth)[0])
+            for raw, url in zip(fresh, canonical, strict=True):
+                if url is None or url not in kept:
+                    pending.settled.append(raw)
+                    continue
+                position = index_of.get(url)
+                if position is None:
+                    position = index_of[url] = len(pending.links)
+                    pending.links.append(Link(url, page.depth, page.parent))
+                    pending.waiting.append([])
+                pending.waiting[position].append(raw)
+        return pending
+
+    def settle(self, pending: PendingLinks, admitted: Sequence[Admission]) -> None:
+        """Remember what ``pending`` settled, given the filter's answers to its links."""
+        settled = pending.settled
+        for raws, code in zip(pending.waiting, admitted, strict=True):
+            if code in _FILTER_ANSWERED:
+                settled.extend(raws)
+        self._current.update(settled)
+        if len(self._current) >= self._generation_size:
+            self._previous, self._current = self._current, set()
