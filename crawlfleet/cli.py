@@ -186,10 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _operator(args: argparse.Namespace) -> int:
     from crawlfleet.errors import ConfigError
 
+    # kopf imports the official `kubernetes` client whenever it is installed, only to
+    # recognise its model objects (20 MB the operator never uses: it speaks aiohttp).
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     try:
         from crawlfleet.operator.handlers import OperatorConfig
         from crawlfleet.operator.main import OperatorOptions, run_operator
-    except ImportError as error:  # kopf and kubernetes are the `operator` extra
+    except ImportError as error:  # kopf is the `operator` extra
         raise ConfigError(
             f"the operator needs the operator extra (pip install 'crawlfleet[operator]'): {error}"
         ) from error

@@ -1,71 +1,187 @@
-"""The few Kubernetes calls the operator makes, as coroutines over the official client.
+"""The few Kubernetes calls the operator makes, as coroutines over aiohttp.
 
-kopf watches and posts status through its own client; the children are created and steered
-here with ``kubernetes`` (the client the field trusts), whose calls block: each runs in a
-worker thread, so one slow request never stalls the event loop that serves every job.
+kopf watches and posts status through its own aiohttp client; the children are created and
+steered here over the same library, with credentials from the same login (:func:`login`).
+The official ``kubernetes`` client would add 20 MB of generated models and a thread per
+blocking call for the eight REST calls below, so the operator does not use it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable
-from typing import Any
+import dataclasses
+import json
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+import aiohttp
+import kopf
+import yaml
 
-__all__ = ["Kube", "load_api_client"]
+__all__ = ["Kube", "KubeError", "login"]
 
 Manifest = dict[str, Any]
+Login = Callable[[], kopf.ConnectionInfo]
+
+_TIMEOUT: Final = aiohttp.ClientTimeout(total=30)
+# The built-in kinds take a strategic merge patch (lists of containers merge by name, as
+# `kubectl apply` does); the scale subresource and custom objects only a JSON merge patch.
+_STRATEGIC: Final = "application/strategic-merge-patch+json"
+_MERGE: Final = "application/merge-patch+json"
+
+# kind → (API group path, plural) for what the operator creates.
+_KINDS: Final[Mapping[str, tuple[str, str]]] = {
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "Service": ("/api/v1", "services"),
+    "Secret": ("/api/v1", "secrets"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
+    "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
+}
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster credentials in a pod, else the kubeconfig (``KUBECONFIG`` or ~/.kube)."""
+class KubeError(Exception):
+    """An API call answered with an error status; ``status`` is the HTTP code."""
+
+    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+        super().__init__(f"{method} {path}: {status} {message}")
+        self.status = status
+
+
+def login() -> kopf.ConnectionInfo:
+    """The operator's credentials: the pod's service account, else the kubeconfig.
+
+    Registered as kopf's login handler too, so watches and child calls use one identity. In a
+    pod the API server's address comes from ``KUBERNETES_SERVICE_HOST``/``_PORT``, as the
+    official clients do, so no cluster DNS is needed. A kubeconfig user with an ``exec``
+    credential plugin (cloud clusters) gets its token or certificate from the plugin.
+    """
+    settings = kopf.OperatorSettings()
+    info = kopf.login_with_service_account(settings=settings)
+    if info is not None:
+        host, port = (
+            os.environ.get("KUBERNETES_SERVICE_HOST"),
+            os.environ.get("KUBERNETES_SERVICE_PORT", "443"),
+        )
+        if host:
+            netloc = f"[{host}]" if ":" in host else host
+            info = dataclasses.replace(info, server=f"https://{netloc}:{port}")
+        return info
+    info = kopf.login_with_kubeconfig(settings=settings)
+    if info is None:
+        raise kopf.LoginError(
+            "no credentials: not in a pod with a service account, and no kubeconfig "
+            "(set KUBECONFIG or create ~/.kube/config)"
+        )
+    if not (info.token or info.certificate_path or info.certificate_data or info.username):
+        info = _with_exec_credential(info)
+    return info
+
+
+def _with_exec_credential(info: kopf.ConnectionInfo) -> kopf.ConnectionInfo:
+    """Run the current kubeconfig user's ``exec`` plugin and add what it prints."""
+    user = _current_kubeconfig_user()
+    plugin = user.get("exec")
+    if not plugin:
+        return info
+    env = dict(os.environ)
+    env.update({item["name"]: item["value"] for item in plugin.get("env") or ()})
     try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    except config.ConfigException:
-        api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
-        return api
+        done = subprocess.run(
+            [plugin["command"], *(plugin.get("args") or ())],
+            env=env,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise kopf.LoginError(f"kubeconfig exec plugin {plugin['command']!r}: {error}") from error
+    status = json.loads(done.stdout).get("status") or {}
+    return dataclasses.replace(
+        info,
+        token=status.get("token"),
+        certificate_data=status.get("clientCertificateData"),
+        private_key_data=status.get("clientKeyData"),
+    )
+
+
+def _current_kubeconfig_user() -> dict[str, Any]:
+    paths = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    contexts: dict[str, Any] = {}
+    users: dict[str, Any] = {}
+    current: str | None = None
+    for path in filter(None, paths.split(os.pathsep)):
+        with open(os.path.expanduser(path), encoding="utf-8") as file:
+            config = yaml.safe_load(file) or {}
+        current = current or config.get("current-context")
+        for item in config.get("contexts") or ():
+            contexts.setdefault(item["name"], item.get("context") or {})
+        for item in config.get("users") or ():
+            users.setdefault(item["name"], item.get("user") or {})
+    user_name = contexts.get(current or "", {}).get("user")
+    found: dict[str, Any] = users.get(user_name or "", {})
+    return found
 
 
 class Kube:
-    """Create-or-patch of children, and the reads and writes the fleet brain's backend needs."""
+    """Create-or-patch of children, and the reads and writes the fleet brain's backend needs.
 
-    def __init__(self, api: client.ApiClient) -> None:
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.apps = client.AppsV1Api(api)
-        self.networking = client.NetworkingV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+    One aiohttp session per process, opened at the first call; a 401 (a rotated service
+    account token, an expired plugin token) logs in again and retries once.
+    """
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("_request_timeout", 30)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+    def __init__(self, credentials: Login = login) -> None:
+        self._login = credentials
+        self._session: aiohttp.ClientSession | None = None
+        self._server = ""
+        self._lock = asyncio.Lock()
 
-    def _methods(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        table: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
-            "Deployment": (
-                self.apps.create_namespaced_deployment,
-                self.apps.patch_namespaced_deployment,
-            ),
-            "Service": (self.core.create_namespaced_service, self.core.patch_namespaced_service),
-            "Secret": (self.core.create_namespaced_secret, self.core.patch_namespaced_secret),
-            "ConfigMap": (
-                self.core.create_namespaced_config_map,
-                self.core.patch_namespaced_config_map,
-            ),
-            "PersistentVolumeClaim": (
-                self.core.create_namespaced_persistent_volume_claim,
-                self.core.patch_namespaced_persistent_volume_claim,
-            ),
-            "NetworkPolicy": (
-                self.networking.create_namespaced_network_policy,
-                self.networking.patch_namespaced_network_policy,
-            ),
-        }
-        return table[kind]
+    async def _connect(self) -> aiohttp.ClientSession:
+        async with self._lock:
+            if self._session is None:
+                info = await asyncio.to_thread(self._login)
+                self._server = info.server.rstrip("/")
+                self._session = aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(ssl=info.as_ssl_context(), limit=16),
+                    headers=info.as_http_headers(),
+                    timeout=_TIMEOUT,
+                )
+            return self._session
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._session is not None:
+                await self._session.close()
+                self._session = None
+
+    async def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str | None = None
+    ) -> Any:
+        """One API call; the decoded JSON answer, or :class:`KubeError` for an error status."""
+        for attempt in (1, 2):
+            session = await self._connect()
+            headers = {"Content-Type": content_type or "application/json"}
+            data = None if body is None else json.dumps(body)
+            async with session.request(
+                method, self._server + path, data=data, headers=headers
+            ) as response:
+                if response.status == 401 and attempt == 1:
+                    await self._forget(session)
+                    continue
+                text = await response.text()
+                if response.status >= 400:
+                    raise KubeError(response.status, method, path, _message(text))
+                return json.loads(text) if text else None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _forget(self, session: aiohttp.ClientSession) -> None:
+        async with self._lock:
+            if self._session is session:
+                self._session = None
+        await session.close()
 
     async def ensure(self, manifest: Manifest, *, patch: Manifest | None = None) -> bool:
         """Create ``manifest``; when it exists (409), patch it with ``patch`` (default: itself).
@@ -73,70 +189,66 @@ class Kube:
         ``patch={}`` leaves an existing object alone (a Secret holding a generated password).
         Returns True when the object was created.
         """
-        create, update = self._methods(manifest["kind"])
-        namespace = manifest["metadata"]["namespace"]
+        group, plural = _KINDS[manifest["kind"]]
+        collection = f"{group}/namespaces/{manifest['metadata']['namespace']}/{plural}"
         try:
-            await self._call(create, namespace, manifest)
+            await self.request("POST", collection, manifest)
             return True
-        except ApiException as error:
+        except KubeError as error:
             if error.status != 409:
                 raise
         body = manifest if patch is None else patch
         if body:
-            await self._call(update, manifest["metadata"]["name"], namespace, body)
+            path = f"{collection}/{manifest['metadata']['name']}"
+            await self.request("PATCH", path, body, content_type=_STRATEGIC)
         return False
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+    async def _read(self, path: str) -> Any:
+        """GET ``path``; None when it does not exist."""
         try:
-            secret = await self._call(self.core.read_namespaced_secret, name, namespace)
-        except ApiException as error:
+            return await self.request("GET", path)
+        except KubeError as error:
             if error.status == 404:
                 return None
             raise
-        data = secret.data or {}
-        if key not in data:
-            return None
-        return base64.b64decode(data[key]).decode()
+
+    async def _delete(self, path: str) -> None:
+        """DELETE ``path``; already gone is fine."""
+        try:
+            await self.request("DELETE", path)
+        except KubeError as error:
+            if error.status != 404:
+                raise
+
+    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        secret = await self._read(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        value = ((secret or {}).get("data") or {}).get(key)
+        return None if value is None else base64.b64decode(value).decode()
 
     async def service_cluster_ip(self, namespace: str, name: str) -> str | None:
-        try:
-            service = await self._call(self.core.read_namespaced_service, name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        ip = service.spec.cluster_ip
+        service = await self._read(f"/api/v1/namespaces/{namespace}/services/{name}")
+        ip = ((service or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
     async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"
         try:
-            await self._call(
-                self.apps.patch_namespaced_deployment_scale,
-                name,
-                namespace,
-                {"spec": {"replicas": replicas}},
-            )
-        except ApiException as error:
+            await self.request("PATCH", path, {"spec": {"replicas": replicas}}, content_type=_MERGE)
+        except KubeError as error:
             if error.status != 404:  # gone already (deleted with its job): nothing to scale
                 raise
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await self._call(self.core.delete_namespaced_pod, name, namespace)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        await self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
 
     async def delete_crawljob(self, namespace: str, name: str) -> None:
-        try:
-            await self._call(
-                self.custom.delete_namespaced_custom_object,
-                "crawlfleet.io",
-                "v1alpha1",
-                namespace,
-                "crawljobs",
-                name,
-            )
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        await self._delete(f"/apis/crawlfleet.io/v1alpha1/namespaces/{namespace}/crawljobs/{name}")
+
+
+def _message(text: str) -> str:
+    """The ``message`` of a Kubernetes Status answer, else the raw text (shortened)."""
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return text[:500]
+    return str(status.get("message", text[:500])) if isinstance(status, dict) else text[:500]

@@ -18,14 +18,14 @@ import asyncio
 import ctypes
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from crawlfleet.operator.handlers import CrawlJobOperator, OperatorConfig
-from crawlfleet.operator.kube import Kube, load_api_client
+from crawlfleet.operator.kube import Kube, login
 from crawlfleet.operator.metrics import OperatorMetrics
 
 __all__ = ["OperatorOptions", "run_operator"]
@@ -103,6 +103,17 @@ _M_ARENA_MAX = -8  # from glibc's malloc.h
 _background: set[asyncio.Task[None]] = set()
 
 
+def _login(**_: Any) -> kopf.ConnectionInfo:
+    return login()
+
+
+def _closer(kube: Kube) -> Callable[..., Awaitable[None]]:
+    async def close(**_: Any) -> None:
+        await kube.close()
+
+    return close
+
+
 async def _start_trimmer(**_: Any) -> None:
     task = asyncio.create_task(_trim_memory())
     _background.add(task)
@@ -116,13 +127,14 @@ def run_operator(options: OperatorOptions) -> int:
     _limit_malloc_arenas()
     registry = kopf.OperatorRegistry()
     metrics = OperatorMetrics()
-    operator = CrawlJobOperator(Kube(load_api_client()), options.config, metrics)
+    kube = Kube(login)
+    operator = CrawlJobOperator(kube, options.config, metrics)
     operator.register(registry)
     kopf.on.startup(registry=registry)(_configure(options))
-    # A registry of our own starts without kopf's default login handlers: the same one the
-    # kubernetes client uses (in-cluster service account, else the kubeconfig).
-    kopf.on.login(registry=registry)(kopf.login_via_client)
-
+    # A registry of our own starts without kopf's default login handlers: ours, the same
+    # credentials the children are made with (service account in a pod, else the kubeconfig).
+    kopf.on.login(registry=registry)(_login)
+    kopf.on.cleanup(registry=registry)(_closer(kube))
     kopf.on.startup(registry=registry)(_start_trimmer)
     metrics.serve(options.metrics_port, options.bind_host)
     liveness = (
