@@ -221,7 +221,6 @@ class Worker:
             outcome = self._failed(lease, None, FailureClass.PROTOCOL_ERROR, repr(exc)[:500])
         finally:
             self._inflight.pop(lease.lease_id, None)
-            self.metrics.set_in_flight(len(self._inflight))
         self._done.append(outcome)
         self._wake.set()
         self._flush_wanted.set()
@@ -250,12 +249,10 @@ class Worker:
             pace=self._pace,
         )
         self._fetched.append(lease.lease_id)
-        self.metrics.observe_fetch(result.status, result.elapsed_seconds, result.wire_bytes)
         if result.failure is not None:
             self.limit.record(False)
             return self._failed(lease, result, result.failure, result.message)
         self.limit.record(True)
-        self.metrics.set_concurrency_limit(self.limit.limit)
         title, links = None, []
         if _is_html(result.content_type):
             page = extract_links(
@@ -301,7 +298,6 @@ class Worker:
             if result is not None and result.retry_after_seconds is not None:
                 delay = max(delay, min(result.retry_after_seconds, retry.backoff_max_seconds))
         self.metrics.observe_failure(failure_class, retried=verdict.retryable)
-        self.metrics.set_concurrency_limit(self.limit.limit)
         return _Outcome(
             lease=lease,
             record=self._record(lease, result, failure_class, None, 0),
@@ -412,6 +408,14 @@ class Worker:
             self.counters["leases_lost"] += lost
             self.metrics.observe_leases_lost(lost)
             log.warning("%d leases were lost before completion", lost, extra={"layer": "flow"})
+        # Metrics per batch, not per page: each update takes a lock and a label lookup.
+        self.metrics.observe_fetches(
+            (result.status, result.elapsed_seconds, result.wire_bytes)
+            for outcome in batch
+            if (result := outcome.result) is not None
+        )
+        self.metrics.set_concurrency_limit(self.limit.limit)
+        self.metrics.set_in_flight(len(self._inflight))
         self.counters["fetched"] += len(batch)
         self.counters["succeeded"] += len(succeeded)
         self.counters["failed"] += len(failed)

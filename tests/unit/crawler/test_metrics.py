@@ -68,6 +68,21 @@ def test_observations_land_in_the_right_series() -> None:
     assert value(metrics, "leases_lost_total") == 3
 
 
+def test_a_batch_of_fetches_counts_as_its_fetches_one_by_one() -> None:
+    fetches = [(200, 0.2, 1000), (200, 0.02, 500), (503, 3.0, 0), (None, 30.0, 0), (404, 0.1, 9)]
+    batched, single = WorkerMetrics(), WorkerMetrics()
+    batched.observe_fetches(fetches)
+    for fetch in fetches:
+        single.observe_fetch(*fetch)
+    for family in single.registry.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue  # creation time stamps
+            assert batched.registry.get_sample_value(sample.name, sample.labels) == sample.value
+    assert value(batched, "pages_fetched_total", status_class="2xx") == 2
+    assert value(batched, "fetch_duration_seconds_count") == 5
+
+
 def test_registries_are_private() -> None:
     first, second = WorkerMetrics(), WorkerMetrics()  # no "Duplicated timeseries" error
     first.observe_claims(5)
