@@ -17,8 +17,9 @@ old selectolax without lexbor, where ``<area>`` links may come out after ``<a>``
 What makes it fast: elements are fetched with ``tags()`` (CSS queries compile their selector
 for every document: ~70 µs a page, half a parse); each href is deduplicated as a raw string *before*
 resolution (navigation links repeat a lot); the common relative shapes are resolved by string
-concatenation instead of ``urljoin`` (~12 µs a call); absolute URLs are split once and their
-host validated once per distinct host; no per-link regular expression. The rare href with
+concatenation instead of ``urljoin`` (~12 µs a call), ``../page`` included; absolute URLs
+are split and checked once and remembered across pages in a bounded cache (a site's
+navigation links are the same on every page); no per-link regular expression. The rare href with
 spaces or non-ASCII characters is percent-encoded (and its host IDNA-encoded) with w3lib, so
 every URL handed to the frontier is ASCII.
 
@@ -28,6 +29,7 @@ Bytes are parsed as UTF-8 (lexbor's rule); a caller that knows another charset f
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +95,10 @@ _FORBIDDEN_HOST_CHARS = frozenset(
 )
 # Longest URL we hand on; longer ones are nearly always junk or traps, and the frontier stores them.
 _MAX_URL_LENGTH = 4096
+# Absolute URLs remembered across pages, and the longest worth remembering (so a hostile
+# page cannot fill the cache with megabytes).
+_CACHE_ENTRIES = 8192
+_MAX_CACHED_LENGTH = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +224,10 @@ class _Resolver:
 
     ``urljoin`` costs ~12 µs a call on CPython 3.11, more than the parse costs per link. The
     common shapes (``/path``, ``path``, ``?query`` without dot segments) are resolved by
-    concatenation with parts of the base, which was validated once; absolute and
-    scheme-relative URLs are split and their host checked once per distinct netloc; the rest
-    (dot segments, ``http:path``, a base that is not a clean http(s) URL) goes to ``urljoin``.
+    concatenation with parts of the base, which was validated once, and so are leading
+    ``../`` segments; absolute and scheme-relative URLs are split and their host checked once
+    per distinct URL (cached across pages); the rest (other dot segments, ``http:path``, a
+    base that is not a clean http(s) URL) goes to ``urljoin``.
     The unit tests check agreement with ``urljoin`` on a table of shapes. One deliberate
     difference: empty path segments (``a//b``) are kept, as RFC 3986 and browsers do, where
     ``urljoin`` collapses them.
@@ -229,8 +236,8 @@ class _Resolver:
     __slots__ = (
         "_base",
         "_directory",
+        "_directory_path",
         "_fast",
-        "_netloc_ok",
         "_origin",
         "_scheme",
         "_without_query",
@@ -238,9 +245,9 @@ class _Resolver:
 
     def __init__(self, base_url: str) -> None:
         self._base = base_url
-        self._netloc_ok: dict[str, bool] = {}
         self._fast = False
         self._scheme = self._origin = self._directory = self._without_query = ""
+        self._directory_path = "/"
         try:
             parts = urlsplit(base_url)
         except ValueError:
@@ -255,7 +262,8 @@ class _Resolver:
             self._fast = "/." not in path and not path.startswith(".")
             self._scheme = parts.scheme
             self._origin = f"{parts.scheme}://{parts.netloc}"
-            self._directory = self._origin + path[: path.rfind("/") + 1]
+            self._directory_path = path[: path.rfind("/") + 1]
+            self._directory = self._origin + self._directory_path
             self._without_query = self._origin + parts.path
 
     def resolve(self, href: str) -> str | None:
@@ -294,30 +302,33 @@ class _Resolver:
                 return _finish(self._directory + href)
         if self._fast and href.startswith("./") and "/." not in href[1:]:
             return _finish(self._directory + href[2:])  # './page': common, and urljoin is slow
+        if self._fast and href.startswith("../") and "//" not in self._directory_path:
+            return self._up(href)
         return self._joined(href)
 
-    def _joined(self, href: str) -> str | None:
-        try:
-            joined = urljoin(self._base, href)
-        except ValueError:
-            return None
-        return self._absolute(joined)
+    def _up(self, href: str) -> str | None:
+        """``../page`` (any number of ``../``): the directory's ancestor plus the rest.
 
-    def _absolute(self, url: str) -> str | None:
-        try:
-            parts = urlsplit(url)
-        except ValueError:  # e.g. 'http://[::1'
-            return None
-        if parts.scheme not in _HTTP_SCHEMES:
-            return None
-        valid = self._netloc_ok.get(parts.netloc)
-        if valid is None:
-            valid = self._netloc_ok[parts.netloc] = self._netloc_valid(parts)
-        if not valid:
-            return None
-        if not url.startswith(parts.scheme):  # 'HTTP://...': let urlunsplit lower-case it
-            url = parts.geturl()
-        return _finish(url)
+        As RFC 3986's dot-segment removal (and ``urljoin``) does it, ``..`` at the root stays
+        at the root. What follows the ``../`` prefix must hold no dot segment of its own.
+        """
+        rest = href
+        path = self._directory_path
+        while rest.startswith("../"):
+            rest = rest[3:]
+            path = path[: path.rfind("/", 0, -1) + 1] or "/"
+        if "/." in rest or rest.startswith("."):
+            return self._joined(href)
+        return _finish(self._origin + path + rest)
+
+    def _joined(self, href: str) -> str | None:
+        return _join(self._base, href)
+
+    @staticmethod
+    def _absolute(url: str) -> str | None:
+        if len(url) <= _MAX_CACHED_LENGTH:
+            return _cached_absolute(url)
+        return _absolute(url)
 
     @staticmethod
     def _netloc_valid(parts: SplitResult) -> bool:
@@ -333,6 +344,32 @@ class _Resolver:
         except ValueError:
             return False
         return "[" in parts.netloc or _FORBIDDEN_HOST_CHARS.isdisjoint(host)
+
+
+def _join(base: str, href: str) -> str | None:
+    try:
+        joined = urljoin(base, href)
+    except ValueError:
+        return None
+    return _Resolver._absolute(joined)
+
+
+def _absolute(url: str) -> str | None:
+    """An absolute URL checked (http(s), a valid host and port) and finished, or None."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. 'http://[::1'
+        return None
+    if parts.scheme not in _HTTP_SCHEMES or not _Resolver._netloc_valid(parts):
+        return None
+    if not url.startswith(parts.scheme):  # 'HTTP://...': let urlunsplit lower-case it
+        url = parts.geturl()
+    return _finish(url)
+
+
+# A pure function of the URL; navigation links repeat on every page of a site, and urlsplit
+# costs more than the rest of a link's handling.
+_cached_absolute = functools.lru_cache(maxsize=_CACHE_ENTRIES)(_absolute)
 
 
 def _is_scheme(candidate: str) -> bool:

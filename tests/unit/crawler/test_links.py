@@ -254,6 +254,8 @@ def test_garbage_page_url_keeps_only_absolute_links() -> None:
 
 BASES = [
     "https://example.com/dir/page.html?q=1",
+    "https://example.com/dir/page.html;p?q=2",
+    "http://example.com/a/b/c/d.html",
     "https://example.com",
     "http://example.com:8080/a/b/",
     "http://[2001:db8::1]/x/y",
@@ -284,6 +286,16 @@ HREFS = [
     ";params",
     "..",
     ".",
+    "../",
+    "../?q",
+    "../..",
+    "../../up",
+    "../../../../../up",
+    "../a/b?c=1",
+    "../a/b?c=/./d",
+    "../.hidden",
+    "../x/../y",
+    "../x/./y",
 ]
 
 
@@ -295,3 +307,11 @@ def test_agrees_with_urljoin(base: str, href: str) -> None:
     parts = urlsplit(reference)
     expected = [reference] if parts.scheme in ("http", "https") and parts.hostname else []
     assert links_of(href, page_url=base) == expected
+
+
+def test_remembered_absolute_links_are_still_checked_per_scheme_and_host() -> None:
+    for _ in range(2):  # the second round is answered from the cache
+        assert links_of("HTTP://a.test/x", "http://a.test:99999/x", "//b.test/y") == [
+            "http://a.test/x",
+            "https://b.test/y",
+        ]
