@@ -12,6 +12,7 @@ requested from the server's side, whatever the crawler itself claims.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -124,20 +125,32 @@ class StaticSite:
         assert self.graph is not None, "the site was never started"
         return {(h, page_path(i)) for h, i in self.graph.expected_refs()}
 
+    def page_of(self, url: str) -> ServedPage | None:
+        """The in-scope normal page a URL names, as (host index, path); None for any other."""
+        assert self.graph is not None, "the site was never started"
+        netloc, _, path = canonicalize(url).split("://", 1)[1].partition("/")
+        host = self._host_index.get(netloc)
+        if host is None or path == "robots.txt":
+            return None
+        return host, "/" + path
+
+    @functools.cached_property
+    def _host_index(self) -> dict[str, int]:
+        """Canonical netloc -> host index; computed once the site has its ports."""
+        assert self.graph is not None, "the site was never started"
+        netlocs = self.graph.netlocs[: self.hosts]
+        return {canonicalize(f"http://{n}/").split("/")[2]: h for h, n in enumerate(netlocs)}
+
     def served(self) -> set[ServedPage]:
         """Pages answered with 200 (robots.txt aside); read once the site has stopped."""
         if not self.record_requests:
             raise RuntimeError("StaticSite(record_requests=True) keeps the log served() reads")
-        assert self.graph is not None, "the site was never started"
-        netlocs = self.graph.netlocs[: self.hosts]
-        index = {canonicalize(f"http://{n}/").split("/")[2]: h for h, n in enumerate(netlocs)}
         self._served_at = []
         served = set()
         for url, status, at in self._requests():
-            netloc, _, path = canonicalize(url).split("://", 1)[1].partition("/")
-            host = index.get(netloc)
-            if status == 200 and host is not None and path != "robots.txt":
-                served.add((host, "/" + path))
+            page = self.page_of(url)
+            if status == 200 and page is not None:
+                served.add(page)
                 if at is not None:
                     self._served_at.append(at)
         return served
