@@ -453,9 +453,17 @@ class Fetcher:
         exchange = _Exchange()
         try:
             await self._guard.check_url(url)  # before any connection (also for IP literals)
+            # An explicit empty body skips httpx's body encoding and its second pass over the
+            # headers (Host and Content-Length, which aiohttp sets for a bodiless GET itself);
+            # read() marks it loaded, so the transport sends no body at all.
             request = httpx.Request(
-                "GET", url, headers=self._request_headers(), extensions=dict(self._timeouts)
+                "GET",
+                url,
+                headers=self._request_headers(),
+                extensions=dict(self._timeouts),
+                stream=httpx.ByteStream(b""),
             )
+            request.read()
             result.attempts += 1
             # Straight to the transport: AsyncClient.send adds auth, cookie and redirect
             # handling, which a crawler refuses (one client serves every site, so cookies must

@@ -34,6 +34,7 @@ import pytest
 
 from crawlfleet.crawler.failures import FailureClass
 from crawlfleet.crawler.fetch import (
+    ACCEPT,
     ACCEPT_ENCODING,
     ERROR_BODY_MAX_BYTES,
     Fetcher,
@@ -163,6 +164,7 @@ class RawServer:
     def __init__(self) -> None:
         self.routes: dict[str, bytes] = {}
         self.paths: list[str] = []
+        self.heads: list[bytes] = []
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -183,6 +185,7 @@ class RawServer:
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split(b" ", 2)[1].decode()
             self.paths.append(path)
+            self.heads.append(head)
             writer.write(self.routes.get(path, response(404, body=b"not here")))
             await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
@@ -236,6 +239,23 @@ async def test_normal_page(fetcher: Fetcher, fresh_site: TestSite) -> None:
     assert 0 < result.elapsed_seconds < 2
     [record] = fresh_site.requests_for(0)
     assert (record.method, record.path, record.user_agent) == ("GET", "/", USER_AGENT)
+
+
+async def test_the_request_is_a_bodiless_get_with_our_headers(
+    fetcher: Fetcher, raw: RawServer
+) -> None:
+    raw.routes["/p?q=1"] = response(200, HTML, PAGE)
+    result = await fetcher.fetch(raw.url("/p?q=1"))
+    assert result.failure is None, result.message
+    request_line, *lines = raw.heads[0].decode("latin-1").strip().split("\r\n")
+    fields = {name.lower(): value for name, _, value in (x.partition(": ") for x in lines)}
+    assert request_line == "GET /p?q=1 HTTP/1.1"
+    assert fields["host"] == f"127.0.0.1:{raw.port}"
+    assert fields["user-agent"] == fetcher.settings.user_agent
+    assert fields["accept"] == ACCEPT
+    assert fields["accept-encoding"] == ACCEPT_ENCODING
+    assert "content-length" not in fields
+    assert "transfer-encoding" not in fields
 
 
 async def test_gzip_body_is_decoded(fetcher: Fetcher, raw: RawServer) -> None:
