@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from pathlib import Path
+from typing import Final
 
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.metrics import WorkerMetrics
@@ -16,6 +18,25 @@ from crawlfleet.crawljob import CrawlJob
 from crawlfleet.frontier import Frontier, FrontierSettings, connect
 
 __all__ = ["run_worker"]
+
+#: Net new container objects between young-generation collections (CPython's default: 700).
+GC_YOUNG_THRESHOLD: Final = 10_000
+
+
+def _settle_garbage_collector() -> None:
+    """Stop the cyclic GC from rescanning start-up objects and from firing on every page.
+
+    Everything imported and built before the loop (pydantic schemas, aiohttp, redis, the
+    clients) lives as long as the process, yet each full collection walked all of it: ~45 ms
+    apiece. A page's work allocates a few hundred objects that die within milliseconds, yet
+    the default threshold collected the young generation ~100 times a second. Together that
+    was 7 % of a worker's CPU on the crawl benchmark; frozen start-up objects and a
+    ``GC_YOUNG_THRESHOLD`` young generation cut it to well under 1 %. Cyclic garbage waits
+    for at most that many allocations: a few megabytes.
+    """
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 async def run_worker(
@@ -30,6 +51,12 @@ async def run_worker(
     exit_when_done: bool = True,
     install_signal_handlers: bool = False,
 ) -> int:
+    """Crawl ``job`` as one worker until it is complete or stopped; returns the exit code.
+
+    ``install_signal_handlers`` says that the worker owns this process (``crawlfleet
+    worker``): SIGTERM and SIGINT then stop it gracefully, and the garbage collector is set
+    for a long-lived crawl loop (see ``_settle_garbage_collector``). Embedders keep both.
+    """
     spec = job.spec
     client = connect(redis_url)
     guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
@@ -76,6 +103,7 @@ async def run_worker(
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, worker.request_stop)
+            _settle_garbage_collector()
         return await worker.run()
     finally:
         await fetcher.aclose()
