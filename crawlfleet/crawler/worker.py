@@ -397,6 +397,18 @@ class Worker:
             self.counters["links_new"] += new
             self.metrics.observe_bloom(code == 1 for code in admitted)
         self._admission.settle(pending, admitted)
+        # Written and flushed before the acks: a SIGKILL after the ack must not lose pages
+        # the frontier counts as done (output is at least once; see sinks.py).
+        self.writer.write_pages(
+            [
+                PageOutput(
+                    outcome.record,
+                    response_headers=outcome.result.headers if outcome.result else None,
+                    body=outcome.result.body if outcome.result else None,
+                )
+                for outcome in batch
+            ]
+        )
         succeeded = [o for o in batch if o.failure is None]
         failed = [o for o in batch if o.failure is not None]
         acked = await self.frontier.ack(self.worker_id, [o.lease.lease_id for o in succeeded])
@@ -419,16 +431,6 @@ class Worker:
         self.counters["fetched"] += len(batch)
         self.counters["succeeded"] += len(succeeded)
         self.counters["failed"] += len(failed)
-        self.writer.write_pages(
-            [
-                PageOutput(
-                    outcome.record,
-                    response_headers=outcome.result.headers if outcome.result else None,
-                    body=outcome.result.body if outcome.result else None,
-                )
-                for outcome in batch
-            ]
-        )
         for outcome, code in zip(failed, fail_codes, strict=True):
             if code is FailOutcome.DEAD and outcome.failure is not None:
                 self.writer.write_dead_letter(
