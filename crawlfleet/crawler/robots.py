@@ -50,6 +50,7 @@ from protego import Protego
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError, RedisError
 
+from crawlfleet.crawler.prefix import authority_prefix
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FetchError, FrontierUnavailable, InvalidURL
 from crawlfleet.frontier.keys import JobKeys
@@ -86,8 +87,6 @@ _POLL_SECONDS: Final = (0.05, 0.1, 0.2, 0.25)
 _LOCK_ROUNDS: Final = 3
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _UTF8_BOM: Final = "\ufeff"
-# Characters that make urlsplit look past a URL's scheme://netloc prefix (see _origin).
-_PREFIX_SPECIAL: Final = frozenset(" \\?#")
 
 
 class _Verdict(StrEnum):
@@ -173,16 +172,12 @@ def product_token(user_agent: str) -> str:
 def _origin(url: str) -> str:
     """``scheme://host[:port]`` of a URL, default port dropped (canonical URLs already are).
 
-    Asked before every fetch, for URLs of a few origins: the answer depends only on the text
-    up to the path, so that prefix's answer is cached when it is plain printable ASCII
-    (whitespace and backslashes, which ``urlsplit`` treats specially, take the full path).
+    Asked before every fetch, for URLs of a few origins: cached per ``authority_prefix``.
     """
-    parts = url.split("/", 3)
-    if len(parts) == 4 and not parts[1]:
-        prefix = f"{parts[0]}//{parts[2]}"
-        if prefix.isascii() and prefix.isprintable() and _PREFIX_SPECIAL.isdisjoint(prefix):
-            with contextlib.suppress(InvalidURL):  # the error names the whole URL, below
-                return _prefix_origin(prefix)
+    prefix = authority_prefix(url)
+    if prefix is not None:
+        with contextlib.suppress(InvalidURL):  # the error names the whole URL, below
+            return _prefix_origin(prefix)
     return _split_origin(url)
 
 

@@ -25,6 +25,7 @@ the IPv4 address they lead to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ipaddress
 import socket
@@ -32,6 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
+from crawlfleet.crawler.prefix import authority_prefix
 from crawlfleet.errors import FetchError
 
 __all__ = [
@@ -175,6 +177,37 @@ def _parse_ip(host: str) -> IPAddress | None:
     return None
 
 
+def _target(url: str) -> tuple[str, int]:
+    """(host, port) of an absolute http(s) URL; FetchError when it has no usable one."""
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme
+        host = parts.hostname
+        port = parts.port
+    except ValueError as error:
+        raise FetchError("invalid_url", f"cannot parse {url!r}: {error}") from error
+    if scheme not in _DEFAULT_PORTS:
+        raise FetchError("bad_scheme", f"only http and https are fetched, not {scheme!r}")
+    if not host:
+        raise FetchError("invalid_url", f"no host in {url!r}")
+    return host, _DEFAULT_PORTS[scheme] if port is None else port
+
+
+# Pure functions of their arguments, asked before every request (see check_url, check_host).
+_cached_target = functools.lru_cache(maxsize=4096)(_target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _allowed(ip: IPAddress, allow_private: bool) -> bool:
+    """The guard's one rule: never metadata; nothing non-public unless ``allow_private``."""
+    return not is_metadata_address(ip) and (allow_private or not is_forbidden_address(ip))
+
+
+@functools.lru_cache(maxsize=4096)
+def _address_text(ip: IPAddress) -> str:
+    return ip.compressed
+
+
 async def _getaddrinfo_resolver(host: str, port: int) -> list[str]:
     """Resolve with the event loop's ``getaddrinfo`` (a thread), TCP addresses only."""
     infos = await asyncio.get_running_loop().getaddrinfo(
@@ -221,20 +254,17 @@ class AddressGuard:
         """Check the host of an absolute http(s) URL; see ``check_host``.
 
         Raises ``FetchError("bad_scheme")`` for any other scheme and
-        ``FetchError("invalid_url")`` when the URL has no usable host or port.
+        ``FetchError("invalid_url")`` when the URL has no usable host or port. Asked before
+        every request: the host and port are cached per ``authority_prefix``.
         """
-        try:
-            parts = urlsplit(url)
-            scheme = parts.scheme
-            host = parts.hostname
-            port = parts.port
-        except ValueError as error:
-            raise FetchError("invalid_url", f"cannot parse {url!r}: {error}") from error
-        if scheme not in _DEFAULT_PORTS:
-            raise FetchError("bad_scheme", f"only http and https are fetched, not {scheme!r}")
-        if not host:
-            raise FetchError("invalid_url", f"no host in {url!r}")
-        return await self.check_host(host, _DEFAULT_PORTS[scheme] if port is None else port)
+        prefix = authority_prefix(url)
+        target: tuple[str, int] | None = None
+        if prefix is not None:
+            with contextlib.suppress(FetchError):  # the error names the whole URL, below
+                target = _cached_target(prefix)
+        if target is None:
+            target = _target(url)
+        return await self.check_host(*target)
 
     async def check_host(self, host: str, port: int) -> list[str]:
         """Resolve ``host`` and return its IP addresses if every one of them may be fetched.
@@ -250,7 +280,7 @@ class AddressGuard:
         literal = _parse_ip(host)
         if literal is not None:
             self._refuse_if_forbidden(host, [literal])
-            return [literal.compressed]
+            return [_address_text(literal)]
 
         key = (host, port)
         now = self._clock()
@@ -274,7 +304,7 @@ class AddressGuard:
 
     def _refuse_if_forbidden(self, host: str, addresses: list[IPAddress]) -> None:
         for ip in addresses:
-            if is_metadata_address(ip) or (not self.allow_private and is_forbidden_address(ip)):
+            if not _allowed(ip, self.allow_private):
                 raise FetchError(
                     "forbidden_address", f"{host} resolves to {ip}, a non-public address"
                 )
