@@ -41,15 +41,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final, Literal, Self
+from typing import IO, TYPE_CHECKING, Final, Literal, Self
 from urllib.parse import urlsplit
-
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.timeutils import datetime_to_iso_date
-from warcio.warcwriter import WARCWriter
 
 from crawlfleet.crawljob import OutputSpec
 from crawlfleet.errors import ConfigError
+
+if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every worker
+    from warcio.statusandheaders import StatusAndHeaders
+    from warcio.warcwriter import WARCWriter
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -111,10 +111,12 @@ class PageRecord:
     def to_json(self) -> str:
         # Field by field: dataclasses.asdict deep-copies and was a visible cost per page.
         fields = {name: getattr(self, name) for name in _RECORD_FIELDS}
-        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+        return _ENCODER.encode(fields)
 
 
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(PageRecord))
+# One encoder for every line: json.dumps with options builds a new one per call.
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,9 @@ class OutputWriter:
         record = page.record
         if page.body is None or record.status is None:
             return
+        from warcio.timeutils import datetime_to_iso_date
+        from warcio.warcwriter import WARCWriter
+
         out, created = self._warc.open()
         if created or self._warc_writer is None:
             self._warc_writer = WARCWriter(out, gzip=True)
@@ -370,7 +375,7 @@ class OutputWriter:
 
 
 def _json_line(value: Mapping[str, object]) -> bytes:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = _ENCODER.encode(value)
     return (text + "\n").encode("utf-8", errors="replace")
 
 
@@ -378,6 +383,8 @@ def _response_head(
     status: int, headers: Mapping[str, str] | None, body_length: int
 ) -> StatusAndHeaders:
     """The archived status line and headers, describing the decoded body that follows."""
+    from warcio.statusandheaders import StatusAndHeaders
+
     try:
         reason = http.HTTPStatus(status).phrase
     except ValueError:
@@ -388,6 +395,8 @@ def _response_head(
 
 
 def _request_head(url: str, headers: Mapping[str, str] | None) -> StatusAndHeaders:
+    from warcio.statusandheaders import StatusAndHeaders
+
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     sent = list((headers or {}).items())
