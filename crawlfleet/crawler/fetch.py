@@ -69,7 +69,6 @@ every site, and cookies from one must neither pile up nor leak to another.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import socket
@@ -474,8 +473,9 @@ class Fetcher:
             try:
                 exchange.fetched_at = time.time()
                 exchange.status = response.status_code
-                # One plain dict: httpx.Headers decodes on every lookup.
-                headers = {name.lower(): value for name, value in response.headers.items()}
+                # One plain dict: httpx.Headers decodes on every lookup. Its items() are
+                # keyed by the lower-cased names, repeated fields joined with ", ".
+                headers = dict(response.headers.items())
                 exchange.retry_after_seconds = parse_retry_after(
                     headers.get("retry-after"), exchange.fetched_at
                 )
@@ -547,7 +547,7 @@ class Fetcher:
         pieces: list[bytes] = []
         decoded = 0
         received = 0
-        async with _raw_chunks(response) as chunks:
+        async with _RawChunks(response) as chunks:
             async for chunk in chunks:
                 received += len(chunk)
                 result.wire_bytes += len(chunk)
@@ -573,7 +573,7 @@ class Fetcher:
     async def _discard_body(response: httpx.Response, result: FetchResult) -> None:
         """Read a little of an error body, so a small one leaves the connection reusable."""
         received = 0
-        async with _raw_chunks(response) as chunks:
+        async with _RawChunks(response) as chunks:
             async for chunk in chunks:
                 received += len(chunk)
                 result.wire_bytes += len(chunk)
@@ -759,15 +759,24 @@ class _ContentDecoder:
         return data
 
 
-@contextlib.asynccontextmanager
-async def _raw_chunks(response: httpx.Response) -> AsyncIterator[AsyncIterator[bytes]]:
-    """The body as received, closed even when the reader stops early (a cap, an error)."""
-    chunks = response.aiter_raw()
-    try:
-        yield chunks
-    finally:
-        if isinstance(chunks, AsyncGenerator):
-            await chunks.aclose()
+class _RawChunks:
+    """The body as received, closed even when the reader stops early (a cap, an error).
+
+    A class, not ``contextlib.asynccontextmanager``: entered once per response, and the
+    generator-based version cost an extra generator and two of its steps each time.
+    """
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._chunks = response.aiter_raw()
+
+    async def __aenter__(self) -> AsyncIterator[bytes]:
+        return self._chunks
+
+    async def __aexit__(self, *_: object) -> None:
+        if isinstance(self._chunks, AsyncGenerator):
+            await self._chunks.aclose()
 
 
 def _content_length(value: str | None) -> int | None:

@@ -258,6 +258,20 @@ async def test_the_request_is_a_bodiless_get_with_our_headers(
     assert "transfer-encoding" not in fields
 
 
+async def test_response_headers_are_lower_case_with_repeats_joined(
+    fetcher: Fetcher, raw: RawServer
+) -> None:
+    head = response(200, {**HTML, "X-Repeated": "one"}, PAGE)
+    raw.routes["/h"] = head.replace(
+        b"X-Repeated: one\r\n", b"X-Repeated: one\r\nx-repeated: two\r\n"
+    )
+    result = await fetcher.fetch(raw.url("/h"))
+    assert result.failure is None, result.message
+    assert result.headers["x-repeated"] == "one, two"
+    assert result.headers["content-type"] == HTML["Content-Type"]
+    assert all(name == name.lower() for name in result.headers)
+
+
 async def test_gzip_body_is_decoded(fetcher: Fetcher, raw: RawServer) -> None:
     raw.routes["/gz"] = response(200, {**HTML, "Content-Encoding": "gzip"}, gzip.compress(PAGE))
     result = await fetcher.fetch(raw.url("/gz"))
