@@ -13,7 +13,10 @@ test site when nginx is missing) and crawls it to the end with:
 - ``raw_loop``: a bare fetch + parse loop with the same HTTP client and link parser and a
   Python set for dedup, no Redis: the ceiling we measure the worker against.
 
-Rates are pages per second of wall time, process start-up included for both crawlers.
+Rates are pages per second of wall time, process start-up included for both crawlers. CPU
+time per page (user + system of the crawler's own processes, start-up included; the raw loop's
+in-process) is reported beside them: on a shared machine wall rates swing with whatever else
+runs, and CPU per page is the steadier figure to compare between runs.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -64,13 +68,21 @@ def job_document(name: str, setup: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def children_cpu_seconds() -> float:
+    """User + system CPU of every child process this one has waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def crawlfleet_rate(
     setup: dict[str, Any], redis_url: str, workers: int, name: str, tmp: Path
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
+    """Pages/s of ``workers`` worker processes, pages crawled, and their CPU seconds."""
     document = job_document(name, setup)
     job_file = tmp / f"{name}.yaml"
     job_file.write_text(yaml.safe_dump(document))
     out = tmp / name
+    cpu_before = children_cpu_seconds()
     started = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -96,6 +108,7 @@ async def crawlfleet_rate(
         if proc.wait(600) != 0:
             raise RuntimeError(f"worker exited with {proc.returncode}")
     elapsed = time.perf_counter() - started
+    cpu = children_cpu_seconds() - cpu_before
     client = connect(redis_url)
     job = parse_crawljob(document)
     frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
@@ -103,14 +116,16 @@ async def crawlfleet_rate(
     await client.aclose()
     if not stats.complete:
         raise RuntimeError(f"crawl {name} did not complete: {stats}")
-    return stats.crawled / elapsed, stats.crawled
+    return stats.crawled / elapsed, stats.crawled, cpu
 
 
-def scrapy_rate(setup: dict[str, Any], tmp: Path) -> tuple[float, int]:
+def scrapy_rate(setup: dict[str, Any], tmp: Path) -> tuple[float, int, float]:
+    """Scrapy's pages/s, pages (robots.txt responses not counted) and CPU seconds."""
     seeds_file, stats_file = tmp / "scrapy-setup.json", tmp / "scrapy-stats.json"
     seeds_file.write_text(json.dumps(setup))
     env = {**os.environ, "BENCH_SEEDS_FILE": str(seeds_file), "BENCH_STATS_FILE": str(stats_file)}
     spider = Path(__file__).with_name("scrapy_spider.py")
+    cpu_before = children_cpu_seconds()
     started = time.perf_counter()
     subprocess.run(
         [
@@ -125,11 +140,12 @@ def scrapy_rate(setup: dict[str, Any], tmp: Path) -> tuple[float, int]:
         check=True,
     )  # fmt: skip
     elapsed = time.perf_counter() - started
+    cpu = children_cpu_seconds() - cpu_before
     responses = int(json.loads(stats_file.read_text())["responses"]) - HOSTS  # robots.txt
-    return responses / elapsed, responses
+    return responses / elapsed, responses, cpu
 
 
-async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int]:
+async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int, float]:
     """Fetch + parse + set, 64 at a time: what the same transport and parser reach alone.
 
     Requests go to the transport as the worker's do (no AsyncClient.send layers).
@@ -158,13 +174,26 @@ async def raw_loop_rate(setup: dict[str, Any]) -> tuple[float, int]:
             finally:
                 queue.task_done()
 
+    cpu_before = time.process_time()
     started = time.perf_counter()
     tasks = [asyncio.create_task(run()) for _ in range(CONCURRENCY)]
     await queue.join()
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu_before
     for task in tasks:
         task.cancel()
     await transport.aclose()
-    return done / (time.perf_counter() - started), done
+    return done / elapsed, done, cpu
+
+
+def report(
+    results: dict[str, Any], label: str, key: str, rate: float, pages: int, cpu: float
+) -> None:
+    """Print one crawler's line and keep its rate and CPU milliseconds per page."""
+    cpu_ms = 1000 * cpu / pages if pages else float("nan")
+    print(f"{label + ':':<24}{rate:8.0f} pages/s ({pages} pages, {cpu_ms:.2f} ms CPU/page)")
+    results[f"{key}_pages_per_s"] = rate
+    results[f"{key}_cpu_ms_per_page"] = cpu_ms
 
 
 async def main() -> None:
@@ -182,21 +211,17 @@ async def main() -> None:
                 "site_server": setup["server"],
             }
             with RedisServer(tmp / "redis") as redis:
-                rate, pages = await crawlfleet_rate(setup, redis.url, 1, "one", tmp)
-                print(f"crawlfleet, 1 worker:   {rate:8.0f} pages/s ({pages} pages)")
-                results["crawlfleet_pages_per_s"] = rate
-                rate, pages = scrapy_rate(setup, tmp)
-                print(f"scrapy:                 {rate:8.0f} pages/s ({pages} pages)")
-                results["scrapy_pages_per_s"] = rate
-                rate, pages = await crawlfleet_rate(setup, redis.url, 2, "two", tmp)
-                print(f"crawlfleet, 2 workers:  {rate:8.0f} pages/s ({pages} pages)")
-                results["two_workers_pages_per_s"] = rate
-            rate, pages = await raw_loop_rate(setup)
-            print(f"raw fetch+parse loop:   {rate:8.0f} pages/s ({pages} pages)")
-            results["raw_loop_pages_per_s"] = rate
+                one = await crawlfleet_rate(setup, redis.url, 1, "one", tmp)
+                report(results, "crawlfleet, 1 worker", "crawlfleet", *one)
+                report(results, "scrapy", "scrapy", *scrapy_rate(setup, tmp))
+                two = await crawlfleet_rate(setup, redis.url, 2, "two", tmp)
+                report(results, "crawlfleet, 2 workers", "two_workers", *two)
+            report(results, "raw fetch+parse loop", "raw_loop", *await raw_loop_rate(setup))
     results["ratio"] = results["crawlfleet_pages_per_s"] / results["scrapy_pages_per_s"]
+    results["cpu_ratio"] = results["scrapy_cpu_ms_per_page"] / results["crawlfleet_cpu_ms_per_page"]
     results["python"] = platform.python_version()
     print(f"ratio crawlfleet/scrapy: {results['ratio']:.2f} (target ≥ 6.0)")
+    print(f"CPU per page, scrapy/crawlfleet: {results['cpu_ratio']:.2f}")
     if args.json:
         print(json.dumps(results, sort_keys=True))
 
