@@ -38,6 +38,8 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 
 from w3lib.url import safe_url_string
 
+from crawlfleet.crawler.prefix import authority_prefix
+
 __all__ = ["PARSER_NAME", "PageLinks", "extract_links"]
 
 
@@ -248,23 +250,17 @@ class _Resolver:
         self._fast = False
         self._scheme = self._origin = self._directory = self._without_query = ""
         self._directory_path = "/"
-        try:
-            parts = urlsplit(base_url)
-        except ValueError:
-            return
-        if (
-            parts.scheme in _HTTP_SCHEMES
-            and base_url.startswith(parts.scheme)  # lower-case scheme: no re-normalising needed
-            and self._netloc_valid(parts)
-        ):
-            path = parts.path or "/"
+        clean = _clean_base(base_url)
+        if clean is not None:
+            scheme, netloc, raw_path = clean
+            path = raw_path or "/"
             # A base path with dot segments needs urljoin's merging and removal.
             self._fast = "/." not in path and not path.startswith(".")
-            self._scheme = parts.scheme
-            self._origin = f"{parts.scheme}://{parts.netloc}"
+            self._scheme = scheme
+            self._origin = f"{scheme}://{netloc}"
             self._directory_path = path[: path.rfind("/") + 1]
             self._directory = self._origin + self._directory_path
-            self._without_query = self._origin + parts.path
+            self._without_query = self._origin + raw_path
 
     def resolve(self, href: str) -> str | None:
         """``href`` as an absolute http(s) URL without fragment, or None if it is not one."""
@@ -344,6 +340,49 @@ class _Resolver:
         except ValueError:
             return False
         return "[" in parts.netloc or _FORBIDDEN_HOST_CHARS.isdisjoint(host)
+
+
+def _clean_base(url: str) -> tuple[str, str, str] | None:
+    """(scheme, netloc, path) of a clean http(s) base URL, as ``urlsplit`` gives them, or None.
+
+    Clean: a lower-case http(s) scheme (no re-normalising needed) and a valid host and port.
+    Every page has its own URL but shares its scheme and netloc with many: for a plain
+    printable URL those come from a cache per ``authority_prefix``, and the path is the rest
+    up to ``?`` or ``#``, as ``urlsplit`` cuts it.
+    """
+    prefix = authority_prefix(url)
+    if prefix is not None and url.isascii() and url.isprintable() and " " not in url:
+        origin = _clean_origin(prefix)
+        if origin is None:
+            return None
+        rest = url[len(prefix) :]
+        end = len(rest)
+        for stop in "?#":
+            found = rest.find(stop, 0, end)
+            if found >= 0:
+                end = found
+        return origin[0], origin[1], rest[:end]
+    return _split_clean(url)
+
+
+def _split_clean(url: str) -> tuple[str, str, str] | None:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if (
+        parts.scheme in _HTTP_SCHEMES
+        and url.startswith(parts.scheme)
+        and _Resolver._netloc_valid(parts)
+    ):
+        return parts.scheme, parts.netloc, parts.path
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _clean_origin(prefix: str) -> tuple[str, str] | None:
+    clean = _split_clean(prefix)
+    return None if clean is None else (clean[0], clean[1])
 
 
 def _join(base: str, href: str) -> str | None:

@@ -8,7 +8,13 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-from crawlfleet.crawler.links import PARSER_NAME, PageLinks, extract_links
+from crawlfleet.crawler.links import (
+    PARSER_NAME,
+    PageLinks,
+    _clean_base,
+    _split_clean,
+    extract_links,
+)
 
 PAGE = "https://example.com/dir/page.html?q=1"
 
@@ -315,3 +321,12 @@ def test_remembered_absolute_links_are_still_checked_per_scheme_and_host() -> No
             "http://a.test/x",
             "https://b.test/y",
         ]
+
+
+def test_a_base_splits_as_urlsplit_splits_it() -> None:
+    rng = random.Random(5)
+    pieces = ["http://", "https://", "HTTP://", "a.test", ":8080", ":99999", "[::1]", "[::1",
+              "/", "/d", "?q=/x", "#f/g", "\t", " ", "é", "\\", "@", "u:p@", ".."]  # fmt: skip
+    for _ in range(5000):
+        url = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 7)))
+        assert _clean_base(url) == _split_clean(url), url
