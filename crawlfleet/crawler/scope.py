@@ -3,8 +3,9 @@
 A worker extracts ~100 links per page and must drop the out-of-scope ones before they cost a
 Bloom-filter round trip, so ``Scope`` is a frozen value built once per job from plain values
 (the CrawlJob's ``scope``) with everything precompiled: domains in a dict looked up by host
-suffix, ``include`` and ``exclude`` each compiled into one alternation, so a URL costs one split
-and at most two regex searches whatever the number of patterns.
+suffix, ``include`` and ``exclude`` each compiled into one alternation, and the host verdict
+remembered per ``scheme://netloc`` prefix, so a URL costs at most one split (none for a host
+seen before) and two regex searches whatever the number of patterns.
 
 Domain rule: an entry ``example.com`` allows ``example.com`` and every subdomain
 (``www.example.com``) but not ``badexample.com``; an IP entry allows exactly that address. An
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import SplitResult, urlsplit
 
+from crawlfleet.crawler.prefix import authority_prefix
 from crawlfleet.errors import ConfigError
 
 __all__ = ["Scope", "ScopeVerdict"]
@@ -39,6 +41,9 @@ _LEADING_FLAGS = re.compile(r"\A\(\?([aiLmsux]+)\)")
 _Ports = frozenset[int] | None
 # What an absent host maps to: no port at all is allowed.
 _NO_PORTS: frozenset[int] = frozenset()
+# Prefix verdicts a Scope keeps before it starts over (a crawl meets few hosts; a hostile
+# page must not grow the cache without bound).
+_PREFIX_VERDICTS_MAX = 4096
 
 
 class ScopeVerdict(StrEnum):
@@ -70,6 +75,8 @@ class Scope:
     _addresses: dict[str, _Ports] = field(init=False, repr=False, compare=False)
     _include: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
     _exclude: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    # Host verdicts per scheme://netloc prefix, across calls (bounded: see _prefix_verdict).
+    _prefix_verdicts: dict[str, ScopeVerdict | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Accept any iterable of strings, store tuples so the value stays hashable and frozen.
@@ -96,6 +103,7 @@ class Scope:
         object.__setattr__(self, "_addresses", addresses)
         object.__setattr__(self, "_include", _compile_alternation(self.include, "scope.include"))
         object.__setattr__(self, "_exclude", _compile_alternation(self.exclude, "scope.exclude"))
+        object.__setattr__(self, "_prefix_verdicts", {})
 
     def check(self, url: str, depth: int) -> ScopeVerdict | None:
         """Return None when ``url`` found at ``depth`` is in scope, else the reason it is not."""
@@ -172,7 +180,42 @@ class Scope:
         url: str,
         host_verdicts: dict[tuple[str, str], ScopeVerdict | None] | None = None,
     ) -> ScopeVerdict | None:
-        """Every check except depth, in the documented order; ``host_verdicts`` memoises hosts."""
+        """Every check except depth, in the documented order; ``host_verdicts`` memoises hosts.
+
+        Most URLs offer an ``authority_prefix``, whose verdict (scheme, host and port) is
+        remembered across calls; the others are split here.
+        """
+        prefix = authority_prefix(url)
+        if prefix is not None:
+            verdict = self._prefix_verdict(prefix)
+        else:
+            verdict = self._split_verdict(url, host_verdicts)
+        if verdict is not None:
+            return verdict
+        if self._exclude is not None and self._exclude.search(url):
+            return ScopeVerdict.EXCLUDED
+        if self._include is not None and not self._include.search(url):
+            return ScopeVerdict.NOT_INCLUDED
+        return None
+
+    def _prefix_verdict(self, prefix: str) -> ScopeVerdict | None:
+        """``_split_verdict`` of a URL's ``scheme://netloc``, cached (a crawl meets few)."""
+        verdicts = self._prefix_verdicts
+        try:
+            return verdicts[prefix]
+        except KeyError:
+            pass
+        if len(verdicts) >= _PREFIX_VERDICTS_MAX:
+            verdicts.clear()
+        verdict = verdicts[prefix] = self._split_verdict(prefix, None)
+        return verdict
+
+    def _split_verdict(
+        self,
+        url: str,
+        host_verdicts: dict[tuple[str, str], ScopeVerdict | None] | None,
+    ) -> ScopeVerdict | None:
+        """INVALID_URL, BAD_SCHEME, OUT_OF_DOMAIN or None, from the URL's scheme and netloc."""
         try:
             parts = urlsplit(url)
         except ValueError:  # unbalanced brackets
@@ -182,18 +225,11 @@ class Scope:
             return ScopeVerdict.BAD_SCHEME
         key = (scheme, parts.netloc)
         if host_verdicts is not None and key in host_verdicts:
-            verdict = host_verdicts[key]
-        else:
-            verdict = self._host_verdict(parts.hostname, parts, scheme)
-            if host_verdicts is not None:
-                host_verdicts[key] = verdict
-        if verdict is not None:
-            return verdict
-        if self._exclude is not None and self._exclude.search(url):
-            return ScopeVerdict.EXCLUDED
-        if self._include is not None and not self._include.search(url):
-            return ScopeVerdict.NOT_INCLUDED
-        return None
+            return host_verdicts[key]
+        verdict = self._host_verdict(parts.hostname, parts, scheme)
+        if host_verdicts is not None:
+            host_verdicts[key] = verdict
+        return verdict
 
     def _host_verdict(
         self, host: str | None, parts: SplitResult, scheme: str

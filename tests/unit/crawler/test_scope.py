@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from crawlfleet.crawler.scope import Scope, ScopeVerdict
@@ -195,3 +197,15 @@ def test_filter_agrees_with_check() -> None:
         "http://www.example.com/in/yes",
         "http://10.0.0.1:8080/in/yes",
     ]
+
+
+def test_remembered_host_verdicts_agree_with_splitting_each_url() -> None:
+    scope = Scope(allowed_domains=("a.test", "127.0.0.2:8080", "[::1]"), max_depth=None)
+    rng = random.Random(11)
+    pieces = ["http://", "https://", "ftp://", "HTTP://", "a.test", "b.a.test", "xa.test",
+              "127.0.0.2", ":8080", ":80", ":99999", "[::1]", "[::1", "u@", "/p", "?q"]  # fmt: skip
+    for _ in range(5000):
+        url = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 5))) + "/x"
+        expected = scope._split_verdict(url, None)
+        for _ in range(2):  # the second time from the cache
+            assert scope.check(url, 0) == expected, url
