@@ -9,7 +9,8 @@ for the fleet brain, and on SIGTERM stops claiming, finishes or releases what it
 exits 0. A SIGKILL costs only the leases in flight, which expire back into the queue.
 
 Completed fetches wait in a small buffer and are flushed together: one ``enqueue`` of all
-new links, one ``ack`` and one ``fail`` per flush, however many pages it holds.
+new links, one ``ack`` and one ``fail`` per flush, however many pages it holds. Links this
+worker has already settled never reach the ``enqueue`` (``admission.LinkAdmission``).
 """
 
 from __future__ import annotations
