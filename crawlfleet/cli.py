@@ -20,8 +20,12 @@ import socket
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crawlfleet.errors import CrawlfleetError
+
+if TYPE_CHECKING:
+    from crawlfleet.local.zygote import Zygote
 
 __all__ = ["main"]
 
@@ -241,6 +245,17 @@ def _start_up() -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace, job_file: Path) -> int:
+    from crawlfleet.local.zygote import Zygote
+
+    # First of all: the zygote imports the workers' modules while we import ours.
+    zygote = Zygote.start()
+    try:
+        return _run_with(args, job_file, zygote)
+    finally:
+        zygote.close()
+
+
+def _run_with(args: argparse.Namespace, job_file: Path, zygote: Zygote) -> int:
     with _start_up():
         from crawlfleet.crawljob import load_crawljob
         from crawlfleet.errors import ConfigError
@@ -256,6 +271,7 @@ def _run(args: argparse.Namespace, job_file: Path) -> int:
         workers=args.workers,
         resume=args.resume,
         json_summary=args.json,
+        zygote=zygote,
     )
     return asyncio.run(run_local(job, options))
 

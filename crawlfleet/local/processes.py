@@ -1,27 +1,45 @@
 """The local backend: crawl workers as child processes of ``crawlfleet run``.
 
 The same three verbs a cluster backend has (start, stop, list), applied to processes
-instead of pods: the fleet brain does not know the difference.
+instead of pods: the fleet brain does not know the difference. Workers are forked by the
+run's :class:`~crawlfleet.local.zygote.Zygote` when it has one (milliseconds, no imports),
+else started as ``crawlfleet worker`` interpreters.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from crawlfleet.fleet import WorkerView
+from crawlfleet.local.zygote import Zygote, ZygoteError
 
 __all__ = ["LocalProcessBackend"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Process(Protocol):
+    """What the backend needs of a worker process: a Popen, or a zygote's ForkedProcess."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
 
 
 @dataclass
 class _Child:
     worker_id: str
-    process: subprocess.Popen[bytes]
+    process: _Process
     started_at: float
     stopping: bool = False
 
@@ -34,6 +52,7 @@ class LocalProcessBackend:
     redis_url: str
     output_dir: Path
     grace_seconds: float = 10.0
+    zygote: Zygote | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
     _next: int = 0
 
@@ -42,18 +61,31 @@ class LocalProcessBackend:
         worker_id = f"local-{self._next}"
         logs = self.output_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"{worker_id}.log", "ab") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable, "-m", "crawlfleet", "worker", str(self.job_file),
-                    "--redis-url", self.redis_url, "--worker-id", worker_id,
-                    "--out", str(self.output_dir), "--keep-running",
-                    "--grace-seconds", str(self.grace_seconds),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )  # fmt: skip
+        args = [
+            "worker", str(self.job_file),
+            "--redis-url", self.redis_url, "--worker-id", worker_id,
+            "--out", str(self.output_dir), "--keep-running",
+            "--grace-seconds", str(self.grace_seconds),
+        ]  # fmt: skip
+        process: _Process | None = None
+        if self.zygote is not None:
+            # The title is the command line it stands for, minus the password: `ps` and
+            # `pkill -f` find a forked worker as they find a started one.
+            title = " ".join(["crawlfleet", *args])
+            title = title.replace(self.redis_url, _redacted(self.redis_url))
+            try:
+                process = self.zygote.spawn(args, logs / f"{worker_id}.log", title)
+            except ZygoteError as error:  # killed with the runner's process group, say
+                logger.warning("%s; starting workers as interpreters from now on", error)
+                self.zygote = None
+        if process is None:
+            with open(logs / f"{worker_id}.log", "ab") as log:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "crawlfleet", *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                )
         self._children[worker_id] = _Child(worker_id, process, time.time())
         return worker_id
 
@@ -114,3 +146,12 @@ class LocalProcessBackend:
                 child.process.kill()
                 child.process.wait()
         self._children.clear()
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password, as the runner prints it."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.split(':')[0]}:***@{host}"

@@ -27,6 +27,7 @@ from crawlfleet.fleet import FleetMemory, FleetPolicy, Observation, decide
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, connect
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
+from crawlfleet.local.zygote import Zygote
 
 __all__ = ["RunOptions", "run_local"]
 
@@ -43,6 +44,8 @@ class RunOptions:
     workers: int | None = None  # pin a fixed count instead of the brain's
     resume: bool = False
     json_summary: bool = False
+    # Forks the workers when given (see crawlfleet/local/zygote.py); else each is started.
+    zygote: Zygote | None = None
     # A full tick (heartbeats, lease expiry, the brain, scaling, progress) every
     # ``tick_seconds``; in between, one HMGET of the job's counters and a waitpid per worker
     # every ``poll_seconds``, so that the end of the crawl or a dead worker is acted on within
@@ -75,7 +78,9 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         server = RedisServer(data_dir, appendonly=True).start()
     redis_url = options.redis_url or (server.url if server else "")
     client = connect(redis_url)
-    backend = LocalProcessBackend(options.job_file.resolve(), redis_url, out.resolve())
+    backend = LocalProcessBackend(
+        options.job_file.resolve(), redis_url, out.resolve(), zygote=options.zygote
+    )
     stop_signal: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

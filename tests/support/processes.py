@@ -11,7 +11,8 @@ def worker_pid(job_file: Path, worker_id: str) -> int | None:
         if not proc.name.isdigit():
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            # NUL-separated arguments, or one title with spaces (a worker the zygote forked)
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").split()
         except OSError:
             continue
         if str(job_file).encode() in cmdline and worker_id.encode() in cmdline:
