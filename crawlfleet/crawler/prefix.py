@@ -11,9 +11,14 @@ are offered, and every other URL keeps the full parse.
 
 from __future__ import annotations
 
-from typing import Final
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Final, TypeVar
 
-__all__ = ["authority_prefix"]
+__all__ = ["authority_prefix", "per_authority"]
+
+_T = TypeVar("_T")
 
 # Characters that make urlsplit look past, or rewrite, a URL's scheme://netloc.
 _SPECIAL: Final = frozenset(" \\?#")
@@ -28,3 +33,23 @@ def authority_prefix(url: str) -> str | None:
     if prefix.isascii() and prefix.isprintable() and _SPECIAL.isdisjoint(prefix):
         return prefix
     return None
+
+
+def per_authority(
+    compute: Callable[[str], _T], *, errors: type[Exception], maxsize: int
+) -> Callable[[str], _T]:
+    """``compute(url)`` answered from a cache of ``compute(prefix)`` where a prefix stands in.
+
+    ``compute`` must depend on the URL's scheme and netloc only. When the prefix raises one
+    of ``errors``, the whole URL is computed again, so that the error names the URL.
+    """
+    cached = functools.lru_cache(maxsize=maxsize)(compute)
+
+    def answer(url: str) -> _T:
+        prefix = authority_prefix(url)
+        if prefix is not None:
+            with contextlib.suppress(errors):
+                return cached(prefix)
+        return compute(url)
+
+    return answer

@@ -31,8 +31,6 @@ fetch. Redis errors become :class:`~crawlfleet.errors.FrontierUnavailable`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import json
 import logging
 import math
@@ -50,7 +48,7 @@ from protego import Protego
 from redis.asyncio.lock import Lock
 from redis.exceptions import LockError, RedisError
 
-from crawlfleet.crawler.prefix import authority_prefix
+from crawlfleet.crawler.prefix import per_authority
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FetchError, FrontierUnavailable, InvalidURL
 from crawlfleet.frontier.keys import JobKeys
@@ -169,23 +167,6 @@ def product_token(user_agent: str) -> str:
     return token
 
 
-def _origin(url: str) -> str:
-    """``scheme://host[:port]`` of a URL, default port dropped (canonical URLs already are).
-
-    Asked before every fetch, for URLs of a few origins: cached per ``authority_prefix``.
-    """
-    prefix = authority_prefix(url)
-    if prefix is not None:
-        with contextlib.suppress(InvalidURL):  # the error names the whole URL, below
-            return _prefix_origin(prefix)
-    return _split_origin(url)
-
-
-@functools.lru_cache(maxsize=1024)
-def _prefix_origin(prefix: str) -> str:
-    return _split_origin(prefix)
-
-
 def _split_origin(url: str) -> str:
     try:
         parts = urlsplit(url)
@@ -202,6 +183,11 @@ def _split_origin(url: str) -> str:
         if port in (None, _DEFAULT_PORTS[scheme])
         else f"{scheme}://{host}:{port}"
     )
+
+
+#: ``scheme://host[:port]`` of a URL, default port dropped (canonical URLs already are).
+#: Asked before every fetch, for URLs of a few origins: cached per ``authority_prefix``.
+_origin = per_authority(_split_origin, errors=InvalidURL, maxsize=1024)
 
 
 def _decode_body(body: bytes) -> str:

@@ -25,7 +25,6 @@ the IPv4 address they lead to.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ipaddress
 import socket
@@ -33,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from crawlfleet.crawler.prefix import authority_prefix
+from crawlfleet.crawler.prefix import per_authority
 from crawlfleet.errors import FetchError
 
 __all__ = [
@@ -194,7 +193,7 @@ def _target(url: str) -> tuple[str, int]:
 
 
 # Pure functions of their arguments, asked before every request (see check_url, check_host).
-_cached_target = functools.lru_cache(maxsize=4096)(_target)
+_host_and_port = per_authority(_target, errors=FetchError, maxsize=4096)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -257,14 +256,7 @@ class AddressGuard:
         ``FetchError("invalid_url")`` when the URL has no usable host or port. Asked before
         every request: the host and port are cached per ``authority_prefix``.
         """
-        prefix = authority_prefix(url)
-        target: tuple[str, int] | None = None
-        if prefix is not None:
-            with contextlib.suppress(FetchError):  # the error names the whole URL, below
-                target = _cached_target(prefix)
-        if target is None:
-            target = _target(url)
-        return await self.check_host(*target)
+        return await self.check_host(*_host_and_port(url))
 
     async def check_host(self, host: str, port: int) -> list[str]:
         """Resolve ``host`` and return its IP addresses if every one of them may be fetched.

@@ -1,4 +1,5 @@
-"""authority_prefix: offered only where urlsplit reads the prefix as it reads the whole URL."""
+"""authority_prefix: offered only where urlsplit reads the prefix as it reads the whole URL;
+per_authority: answers cached by it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crawlfleet.crawler.prefix import authority_prefix
+from crawlfleet.crawler.prefix import authority_prefix, per_authority
 
 
 def netloc_view(url: str) -> tuple[str, str | None, int | None] | str:
@@ -75,3 +76,21 @@ def test_a_prefix_reads_as_its_url_on_generated_urls() -> None:
             offered += 1
             assert netloc_view(prefix) == netloc_view(url), url
     assert offered > 100
+
+
+def test_per_authority_computes_once_per_prefix_and_errors_name_the_url() -> None:
+    seen: list[str] = []
+
+    def host(url: str) -> str:
+        seen.append(url)
+        netloc = url.split("/")[2]
+        if netloc.startswith("bad"):
+            raise ValueError(f"bad host in {url}")
+        return netloc
+
+    per_host = per_authority(host, errors=ValueError, maxsize=16)
+    assert per_host("http://a.test/x") == per_host("http://a.test/y?q") == "a.test"
+    assert seen == ["http://a.test"]
+    assert per_host("http://a.test") == "a.test"  # no path: no prefix, computed from the URL
+    with pytest.raises(ValueError, match="/page"):
+        per_host("http://bad.test/page")
