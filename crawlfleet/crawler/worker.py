@@ -370,10 +370,11 @@ class Worker:
                 log.exception("%s failed", action.__name__, extra={"layer": "flow"})
 
     async def _flush(self) -> int:
-        """Admit new links, then ack and fail, then write outputs: one batch, three trips.
+        """Admit new links, write the outputs, then ack and fail: one batch, three trips.
 
-        Links go in before the page is acked: a crash in between re-fetches the page, and
-        the Bloom filter makes its links a no-op the second time. Returns the pages flushed.
+        Links go in and pages are written before the page is acked: a crash in between
+        re-fetches the page (output is at least once), and the Bloom filter makes its links a
+        no-op the second time. Returns the pages flushed.
         """
         batch, self._done = self._done, []
         if not batch:
