@@ -158,9 +158,19 @@ class Kube:
                 self._session = None
 
     async def request(
-        self, method: str, path: str, body: Any = None, *, content_type: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str | None = None,
+        missing_ok: bool = False,
     ) -> Any:
-        """One API call; the decoded JSON answer, or :class:`KubeError` for an error status."""
+        """One API call; the decoded JSON answer, or :class:`KubeError` for an error status.
+
+        ``missing_ok``: a 404 answers None (reads of what may not exist yet, deletes and
+        scales of what may be gone already).
+        """
         for attempt in (1, 2):
             session = await self._connect()
             headers = {"Content-Type": content_type or "application/json"}
@@ -171,6 +181,8 @@ class Kube:
                 if response.status == 401 and attempt == 1:
                     await self._forget(session)
                     continue
+                if response.status == 404 and missing_ok:
+                    return None
                 text = await response.text()
                 if response.status >= 400:
                     raise KubeError(response.status, method, path, _message(text))
@@ -203,46 +215,31 @@ class Kube:
             await self.request("PATCH", path, body, content_type=_STRATEGIC)
         return False
 
-    async def _read(self, path: str) -> Any:
-        """GET ``path``; None when it does not exist."""
-        try:
-            return await self.request("GET", path)
-        except KubeError as error:
-            if error.status == 404:
-                return None
-            raise
-
-    async def _delete(self, path: str) -> None:
-        """DELETE ``path``; already gone is fine."""
-        try:
-            await self.request("DELETE", path)
-        except KubeError as error:
-            if error.status != 404:
-                raise
-
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        secret = await self._read(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
+        secret = await self.request("GET", path, missing_ok=True)
         value = ((secret or {}).get("data") or {}).get(key)
         return None if value is None else base64.b64decode(value).decode()
 
     async def service_cluster_ip(self, namespace: str, name: str) -> str | None:
-        service = await self._read(f"/api/v1/namespaces/{namespace}/services/{name}")
+        path = f"/api/v1/namespaces/{namespace}/services/{name}"
+        service = await self.request("GET", path, missing_ok=True)
         ip = ((service or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
     async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
         path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"
-        try:
-            await self.request("PATCH", path, {"spec": {"replicas": replicas}}, content_type=_MERGE)
-        except KubeError as error:
-            if error.status != 404:  # gone already (deleted with its job): nothing to scale
-                raise
+        # Gone already (deleted with its job): nothing to scale.
+        body = {"spec": {"replicas": replicas}}
+        await self.request("PATCH", path, body, content_type=_MERGE, missing_ok=True)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        await self._delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        await self.request("DELETE", path, missing_ok=True)
 
     async def delete_crawljob(self, namespace: str, name: str) -> None:
-        await self._delete(f"/apis/crawlfleet.io/v1alpha1/namespaces/{namespace}/crawljobs/{name}")
+        path = f"/apis/crawlfleet.io/v1alpha1/namespaces/{namespace}/crawljobs/{name}"
+        await self.request("DELETE", path, missing_ok=True)
 
 
 def _message(text: str) -> str:
