@@ -133,7 +133,7 @@ class RedisServer:
             reply = self._command(b"SHUTDOWN")  # on success redis closes without a reply
         except OSError:
             reply = b"-"
-        if (b"\r\n" + reply).find(b"\r\n-") >= 0:  # an error line: AUTH or SHUTDOWN refused
+        if b"\r\n-" in b"\r\n" + reply:  # an error line: AUTH or SHUTDOWN refused
             self.process.terminate()
         try:
             self.process.wait(timeout_seconds)
