@@ -215,7 +215,9 @@ def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -
 
 
 def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
-    config = SiteConfig(hosts=2, pages_per_host=1000, hostile=False, latency_seconds=0.005)
+    # 20 ms a response at 8 requests in flight: at most ~400 pages/s, so the 2,000 pages last
+    # several seconds however fast the workers start (forked) and crawl.
+    config = SiteConfig(hosts=2, pages_per_host=1000, hostile=False, latency_seconds=0.02)
     with TestSite(config) as site:
         job_file = tmp_path / "job.yaml"
         job_file.write_text(
@@ -237,7 +239,7 @@ def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
         )
         kills = 0
         deadline = time.monotonic() + 120
-        next_kill = time.monotonic() + 2
+        next_kill = time.monotonic() + 1
         while run.poll() is None and kills < 5 and time.monotonic() < deadline:
             time.sleep(0.1)
             if time.monotonic() < next_kill:
@@ -248,7 +250,7 @@ def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
             if victims:
                 os.kill(victims[kills % len(victims)], signal.SIGKILL)
                 kills += 1
-            next_kill = time.monotonic() + 1.5
+            next_kill = time.monotonic() + 1
         stdout, err = run.communicate(timeout=180)
         assert run.returncode == 0, err[-3000:]
         assert kills >= 2, "the crawl ended before the chaos began"
