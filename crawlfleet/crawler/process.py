@@ -15,7 +15,7 @@ from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.sinks import OutputWriter
 from crawlfleet.crawler.worker import Worker, WorkerOptions
 from crawlfleet.crawljob import CrawlJob
-from crawlfleet.frontier import Frontier, FrontierSettings, connect
+from crawlfleet.frontier import Frontier, FrontierSettings
 
 __all__ = ["run_worker"]
 
@@ -58,12 +58,12 @@ async def run_worker(
     for a long-lived crawl loop (see ``_settle_garbage_collector``). Embedders keep both.
     """
     spec = job.spec
-    client = connect(redis_url)
     guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
     fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
     metrics = WorkerMetrics()
+    frontier: Frontier | None = None
     try:
-        frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, spec))
+        frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
         await frontier.seed(list(spec.seeds))  # idempotent: the filter refuses repeats
 
         async def fetch_robots(url: str) -> tuple[int | None, bytes]:
@@ -71,7 +71,7 @@ async def run_worker(
             return result.status, result.body
 
         robots = RobotsPolicy(
-            client,
+            frontier.client,
             frontier.keys,
             fetch_robots,
             user_agent=spec.user_agent,
@@ -107,4 +107,5 @@ async def run_worker(
         return await worker.run()
     finally:
         await fetcher.aclose()
-        await client.aclose()
+        if frontier is not None:
+            await frontier.aclose()

@@ -124,6 +124,23 @@ class Frontier:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
+    async def connect(
+        cls, url: str, settings: FrontierSettings, *, timeout_seconds: float = 10.0
+    ) -> Frontier:
+        """Open the job's frontier on the Redis at ``url``, with a client of its own.
+
+        The frontier then owns the client: :meth:`aclose` closes it, and it is closed at once
+        when the open fails, so a caller that retries later leaks no connections.
+        """
+        client = connect(url, timeout_seconds=timeout_seconds)
+        try:
+            await _call(client.ping())
+            return await cls.open(client, settings)
+        except BaseException:
+            await _close_quietly(client)
+            raise
+
+    @classmethod
     async def open(cls, client: aioredis.Redis, settings: FrontierSettings) -> Frontier:
         """Create the job's frontier, or join it with the shape its first writer chose."""
         settings.validate()
@@ -167,7 +184,7 @@ class Frontier:
             await client.execute_command("BF.EXISTS", keys.native_bloom, "probe")  # type: ignore[no-untyped-call]
         except ResponseError:
             return "bitmap"
-        except RedisError as exc:
+        except (RedisError, OSError) as exc:
             raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
         return "native"
 
@@ -180,7 +197,7 @@ class Frontier:
         except ResponseError as exc:
             if "exists" not in str(exc).lower():
                 raise FrontierUnavailable(f"BF.RESERVE failed: {exc}") from exc
-        except RedisError as exc:
+        except (RedisError, OSError) as exc:
             raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
 
     # -- admitting URLs -----------------------------------------------------------------
@@ -361,11 +378,11 @@ class Frontier:
 
     async def workers(self) -> list[WorkerHeartbeat]:
         """Every worker's last heartbeat, aged on the server's clock."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.time()
-            pipe.zrange(self.keys.key("heartbeats"), 0, -1, withscores=True)
-            pipe.hgetall(self.keys.key("workers"))
-            (seconds, micros), beats, payloads = await _call(pipe.execute())
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(self.keys.key("heartbeats"), 0, -1, withscores=True)
+        pipe.hgetall(self.keys.key("workers"))
+        (seconds, micros), beats, payloads = await _call(pipe.execute())
         now = seconds + micros / 1e6
         result = []
         for worker, score in beats:
@@ -376,12 +393,12 @@ class Frontier:
 
     async def stats(self) -> FrontierStats:
         """The job's counters in one round trip."""
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
-            pipe.hget(self.keys.key("meta"), "seeded_ms")
-            if self.backend == "native":
-                pipe.execute_command("BF.CARD", self.keys.native_bloom)
-            values, seeded, *card = await _call(pipe.execute())
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
+        pipe.hget(self.keys.key("meta"), "seeded_ms")
+        if self.backend == "native":
+            pipe.execute_command("BF.CARD", self.keys.native_bloom)
+        values, seeded, *card = await _call(pipe.execute())
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
         if card:  # the native filter counts what BF.MADD added outside our scripts too
             counts["seen"] = int(card[0])
@@ -398,31 +415,51 @@ class Frontier:
         return (await self.stats()).complete
 
     async def dead_letters(self, batch: int = 500) -> AsyncIterator[DeadLetter]:
-        """Every dead-lettered URL with its last failure class and message."""
-        async for url, raw in self.client.hscan_iter(self.keys.key("dead"), count=batch):
-            record = json.loads(raw)
-            yield DeadLetter(
-                url=url,
-                failure_class=str(record.get("failure_class", "")),
-                message=str(record.get("message", "")),
-                attempts=int(record.get("attempts", 0)),
-                depth=int(record.get("depth", 0)),
-                parent=str(record.get("parent", "")),
-                at=int(record.get("at_ms", 0)) / 1000.0,
-            )
+        """Every dead-lettered URL with its last failure class and message.
+
+        One HSCAN page per ``batch``, each awaited through the error translation (redis-py's
+        ``hscan_iter`` would let its errors out untranslated mid-iteration).
+        """
+        key = self.keys.key("dead")
+        cursor = 0
+        while True:
+            cursor, page = await _call(self.client.hscan(key, cursor, count=batch))
+            for url, raw in page.items():
+                record = json.loads(raw)
+                yield DeadLetter(
+                    url=url,
+                    failure_class=str(record.get("failure_class", "")),
+                    message=str(record.get("message", "")),
+                    attempts=int(record.get("attempts", 0)),
+                    depth=int(record.get("depth", 0)),
+                    parent=str(record.get("parent", "")),
+                    at=int(record.get("at_ms", 0)) / 1000.0,
+                )
+            if cursor == 0:
+                return
 
     async def delete(self) -> int:
         """Remove every key of the job (used when a job with an external Redis is deleted)."""
         deleted = 0
-        batch: list[str] = []
-        async for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
-            batch.append(key)
-            if len(batch) >= 500:
-                deleted += int(await _call(self.client.unlink(*batch)))
-                batch.clear()
-        if batch:
-            deleted += int(await _call(self.client.unlink(*batch)))
-        return deleted
+        cursor = 0
+        while True:
+            cursor, found = await _call(
+                self.client.scan(cursor, match=self.keys.pattern, count=1000)
+            )
+            if found:
+                deleted += int(await _call(self.client.unlink(*found)))
+            if cursor == 0:
+                return deleted
+
+    # -- the connection ---------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """Check that Redis answers; :class:`FrontierUnavailable` when it does not."""
+        await _call(self.client.ping())
+
+    async def aclose(self) -> None:
+        """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
+        await _close_quietly(self.client)
 
 
 def _worker_id(worker: str) -> str:
@@ -432,10 +469,21 @@ def _worker_id(worker: str) -> str:
 
 
 async def _call(awaitable: Any) -> Any:
-    """Await one Redis operation, translating redis-py's errors at this one boundary."""
+    """Await one Redis operation, translating redis-py's errors at this one boundary.
+
+    ``OSError`` too: a socket error redis-py has not wrapped is as much "Redis unavailable".
+    """
     try:
         return await awaitable
     except ResponseError as exc:
         raise FrontierUnavailable(f"Redis refused a frontier operation: {exc}") from exc
-    except RedisError as exc:
+    except (RedisError, OSError) as exc:
         raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
+
+
+async def _close_quietly(client: aioredis.Redis) -> None:
+    """Close a client whose connections may already be broken; closing never raises."""
+    try:
+        await client.aclose()
+    except (RedisError, OSError) as exc:
+        log.debug("closing the Redis client failed: %s", exc)

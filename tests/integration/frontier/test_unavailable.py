@@ -1,0 +1,98 @@
+"""A Redis that stops answering is one error, FrontierUnavailable, from every public method.
+
+The frontier is the one place that speaks Redis, so it is the one place that translates
+redis-py's errors: no caller (worker, operator, local runner) should ever see a RedisError.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from crawlfleet.errors import FrontierUnavailable
+from crawlfleet.frontier import Failure, Frontier, FrontierSettings, Link, canonicalize
+from crawlfleet.local.redis_server import RedisServer
+
+Call = Callable[[Frontier], Awaitable[object]]
+
+
+async def _first_dead_letter(frontier: Frontier) -> object:
+    return [letter async for letter in frontier.dead_letters()]
+
+
+URL = canonicalize("http://a.example/")
+
+#: One call per public method that speaks to Redis.
+CALLS: dict[str, Call] = {
+    "add_if_new": lambda f: f.add_if_new([URL]),
+    "contains": lambda f: f.contains([URL]),
+    "enqueue": lambda f: f.enqueue([Link(URL, 1, "")]),
+    "seed": lambda f: f.seed([URL]),
+    "claim": lambda f: f.claim("w1", 1),
+    "ack": lambda f: f.ack("w1", ["1\tx"]),
+    "fail": lambda f: f.fail("w1", [Failure("1\tx", "http_500", "boom", retryable=True)]),
+    "extend": lambda f: f.extend("w1", ["1\tx"]),
+    "release": lambda f: f.release("w1", ["1\tx"]),
+    "requeue_expired": lambda f: f.requeue_expired(),
+    "requeue_owner": lambda f: f.requeue_owner("w1"),
+    "set_host_delay": lambda f: f.set_host_delay("a.example", 1.0),
+    "pace": lambda f: f.pace("a.example"),
+    "heartbeat": lambda f: f.heartbeat("w1", {}),
+    "forget_worker": lambda f: f.forget_worker("w1"),
+    "workers": lambda f: f.workers(),
+    "stats": lambda f: f.stats(),
+    "is_complete": lambda f: f.is_complete(),
+    "dead_letters": _first_dead_letter,
+    "delete": lambda f: f.delete(),
+    "ping": lambda f: f.ping(),
+}
+
+
+def _public_redis_methods() -> set[str]:
+    """Every public coroutine (or async generator) method, bar closing the client."""
+    names = set()
+    for name, member in vars(Frontier).items():
+        if name.startswith("_") or name == "aclose" or isinstance(member, classmethod):
+            continue
+        if inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member):
+            names.add(name)
+    return names
+
+
+def test_every_public_method_has_a_case() -> None:
+    assert set(CALLS) == _public_redis_methods()
+
+
+@pytest.fixture
+async def stopped(tmp_path: Path) -> AsyncIterator[tuple[Frontier, str]]:
+    """A frontier opened on a real redis-server that has since been stopped."""
+    server = RedisServer(tmp_path / "redis").start()
+    settings = FrontierSettings(job_id="test.unavailable", host_delay_seconds=0.0)
+    frontier = await Frontier.connect(server.url, settings, timeout_seconds=1.0)
+    await frontier.seed([URL])
+    server.stop()
+    yield frontier, server.url
+    await frontier.aclose()
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+async def test_stopped_redis_is_frontier_unavailable(
+    stopped: tuple[Frontier, str], name: str
+) -> None:
+    frontier, _ = stopped
+    with pytest.raises(FrontierUnavailable):
+        await CALLS[name](frontier)
+
+
+async def test_opening_on_a_stopped_redis_is_frontier_unavailable(
+    stopped: tuple[Frontier, str],
+) -> None:
+    frontier, url = stopped
+    settings = FrontierSettings(job_id="test.unavailable")
+    with pytest.raises(FrontierUnavailable):
+        await Frontier.connect(url, settings, timeout_seconds=1.0)
+    with pytest.raises(FrontierUnavailable):
+        await Frontier.open(frontier.client, settings)
