@@ -71,8 +71,7 @@ async def run_worker(
             return result.status, result.body
 
         robots = RobotsPolicy(
-            frontier.client,
-            frontier.keys,
+            frontier.robots,
             fetch_robots,
             user_agent=spec.user_agent,
             obey=spec.robots.obey,

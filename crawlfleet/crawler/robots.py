@@ -1,11 +1,10 @@
-"""robots.txt per origin, fetched once for the whole fleet and cached in Redis.
+"""robots.txt per origin: what a fetched file means, and the parsed rules each worker keeps.
 
-A fleet of N workers that each fetched every host's robots.txt would hit each site N times
-before its first page and again on every worker restart. So the raw answer (status and body)
-lives in one Redis hash of the job (``JobKeys.robots``; field ``scheme://host[:port]``, value
-JSON ``{"status", "body", "fetched_at"}``), written by whichever worker fetched it first, and
-every worker keeps the *parsed* rules (Protego objects) in a small local LRU, because parsing
-is the costly part and the same hosts come back on every claim.
+The raw answers are shared by the whole fleet through the frontier
+(:class:`~crawlfleet.frontier.RobotsCache`: one Redis hash, one fetch lock per origin, so each
+site's robots.txt is fetched once per job). Every worker keeps the *parsed* rules (Protego
+objects) in a small local LRU, because parsing is the costly part and the same hosts come back
+on every claim; within one worker, concurrent callers of the same origin share one fetch.
 
 Semantics follow RFC 9309 as Google reads it:
 
@@ -14,24 +13,18 @@ Semantics follow RFC 9309 as Google reads it:
 * 3xx left over after the fetcher's own redirect handling, and 4xx except 429: no robots.txt,
   everything is allowed;
 * 5xx, 429, a network failure, a timeout, or any other status: the site is unreachable and
-  *everything* is disallowed, but only for ``error_ttl_seconds`` (10 min), after which it is
-  asked again; a 2xx/4xx answer is kept for ``ttl_seconds`` (24 h);
+  *everything* is disallowed, but only for ``error_ttl_seconds``, after which it is asked
+  again; a 2xx/4xx answer is kept for ``ttl_seconds``;
 * ``obey=False``: every URL is allowed and robots.txt is never fetched.
 
 Rules are matched with the *product token* of the user agent: the part of ``user_agent`` before
-its first ``/`` (``crawlfleet/0.1 (+https://...)`` → ``crawlfleet``).
-
-Only one worker of the fleet fetches an origin at a time: a short ``SET NX PX`` lock (redis-py's
-:class:`~redis.asyncio.lock.Lock`, key ``JobKeys.robots_lock(origin)``) is taken first, and
-workers that lose the race poll the hash until the winner has written it (or the lock is gone,
-when they fetch themselves). Within one worker, concurrent callers of the same origin share one
-fetch. Redis errors become :class:`~crawlfleet.errors.FrontierUnavailable`.
+its first ``/`` (``crawlfleet/0.1 (+https://...)`` → ``crawlfleet``). Redis errors reach callers
+as :class:`~crawlfleet.errors.FrontierUnavailable`, translated by the frontier.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
@@ -39,19 +32,15 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, TypeVar
+from typing import Final
 from urllib.parse import urlsplit
-from uuid import uuid4
 
-import redis.asyncio as aioredis
 from protego import Protego
-from redis.asyncio.lock import Lock
-from redis.exceptions import LockError, RedisError
 
 from crawlfleet.crawler.prefix import per_authority
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import ConfigError, FetchError, FrontierUnavailable, InvalidURL
-from crawlfleet.frontier.keys import JobKeys
+from crawlfleet.errors import ConfigError, FetchError, InvalidURL
+from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 
 __all__ = [
     "DEFAULT_ERROR_TTL_SECONDS",
@@ -79,10 +68,6 @@ DEFAULT_FETCH_TIMEOUT_SECONDS: Final = 30.0
 
 # Bodies above this are parsed in a thread so a huge robots.txt does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 64 * 1024
-# How often a worker that lost the fetch lock looks for the winner's answer.
-_POLL_SECONDS: Final = (0.05, 0.1, 0.2, 0.25)
-# Times a worker competes for the fetch lock before it fetches without one.
-_LOCK_ROUNDS: Final = 3
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _UTF8_BOM: Final = "\ufeff"
 
@@ -101,36 +86,6 @@ def _verdict(status: int | None) -> _Verdict:
     if 300 <= status < 500:
         return _Verdict.ALLOW_ALL
     return _Verdict.DISALLOW_ALL  # 5xx, and anything outside HTTP's range
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """The raw answer as stored in Redis: what every worker of the fleet shares."""
-
-    status: int | None
-    body: str
-    fetched_at: float
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {"status": self.status, "body": self.body, "fetched_at": self.fetched_at},
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, origin: str, value: str) -> _Entry | None:
-        """None (and a warning) for a value this version cannot read: it is fetched again."""
-        try:
-            data = json.loads(value)
-            status, body, fetched_at = data["status"], data["body"], data["fetched_at"]
-            if status is not None and not isinstance(status, int):
-                raise TypeError("status")
-            if not isinstance(body, str) or not isinstance(fetched_at, int | float):
-                raise TypeError("body or fetched_at")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("robots: unreadable cache entry for %s (%s); fetching again", origin, exc)
-            return None
-        return cls(status, body, float(fetched_at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,17 +154,6 @@ def _decode_body(body: bytes) -> str:
     return body.decode("utf-8", errors="replace").removeprefix(_UTF8_BOM)
 
 
-_T = TypeVar("_T")
-
-
-async def _redis(call: Awaitable[_T]) -> _T:
-    """Await one Redis command, translating redis-py's errors at this boundary."""
-    try:
-        return await call
-    except RedisError as exc:
-        raise FrontierUnavailable(f"Redis unavailable (robots cache): {exc}") from exc
-
-
 class RobotsPolicy:
     """Answers "may this URL be fetched?" and "how slowly?" for one job, fleet-wide cached.
 
@@ -219,8 +163,7 @@ class RobotsPolicy:
 
     def __init__(
         self,
-        client: aioredis.Redis,
-        keys: JobKeys,
+        cache: RobotsCache,
         fetch_robots: RobotsFetch,
         *,
         user_agent: str,
@@ -236,8 +179,7 @@ class RobotsPolicy:
             raise ConfigError("robots TTLs and fetch timeout must be positive")
         if max_crawl_delay_seconds < 0 or local_cache_size < 1:
             raise ConfigError("max_crawl_delay_seconds must be >= 0, local_cache_size >= 1")
-        self._client = client
-        self._keys = keys
+        self._cache = cache
         self._fetch_robots = fetch_robots
         self._agent = product_token(user_agent)
         self._obey = obey
@@ -254,14 +196,10 @@ class RobotsPolicy:
 
     @classmethod
     def from_spec(
-        cls,
-        client: aioredis.Redis,
-        keys: JobKeys,
-        fetch_robots: RobotsFetch,
-        spec: CrawlJobSpec,
+        cls, cache: RobotsCache, fetch_robots: RobotsFetch, spec: CrawlJobSpec
     ) -> RobotsPolicy:
         """The policy a CrawlJob asks for (``robots.obey``, ``userAgent``)."""
-        return cls(client, keys, fetch_robots, user_agent=spec.user_agent, obey=spec.robots.obey)
+        return cls(cache, fetch_robots, user_agent=spec.user_agent, obey=spec.robots.obey)
 
     @property
     def agent(self) -> str:
@@ -340,9 +278,8 @@ class RobotsPolicy:
             rules = self._local_get(origin, now)
             if rules is not None:
                 return rules
-        values = await _redis(self._client.hmget(self._keys.robots, origins))
-        for origin, value in zip(origins, values, strict=True):
-            rules = await self._from_value(origin, value, now)
+        for origin, entry in zip(origins, await self._cache.read(origins), strict=True):
+            rules = await self._from_entry(origin, entry, now)
             if rules is not None:
                 return rules
         return None
@@ -360,10 +297,9 @@ class RobotsPolicy:
                 found[origin] = rules
         if not missing:
             return found
-        values = await _redis(self._client.hmget(self._keys.robots, missing))
         stale: list[str] = []
-        for origin, value in zip(missing, values, strict=True):
-            rules = await self._from_value(origin, value, now)
+        for origin, entry in zip(missing, await self._cache.read(missing), strict=True):
+            rules = await self._from_entry(origin, entry, now)
             if rules is None:
                 stale.append(origin)
             else:
@@ -375,25 +311,25 @@ class RobotsPolicy:
             found.update(zip(stale, fetched, strict=True))
         return found
 
-    async def _from_value(
-        self, origin: str, value: str | bytes | None, now: float
+    async def _from_entry(
+        self, origin: str, entry: RobotsEntry | None, now: float
     ) -> _Rules | None:
-        """Rules from a Redis value if it is present and fresh (and cached locally)."""
-        if isinstance(value, bytes):  # a client without decode_responses
-            value = value.decode("utf-8", errors="replace")
-        entry = None if value is None else _Entry.from_json(origin, value)
+        """Rules from a shared entry if it is present and fresh (and cached locally)."""
         if entry is None or self._expires_at(entry) <= now:
             return None  # checked before parsing: a stale 500 KiB body is not worth parsing
         rules = await self._parse(entry)
         self._local_put(origin, rules)
         return rules
 
-    def _expires_at(self, entry: _Entry) -> float:
+    def _expires_at(self, entry: RobotsEntry) -> float:
         if _verdict(entry.status) is _Verdict.DISALLOW_ALL:
             return entry.fetched_at + self._error_ttl_seconds
         return entry.fetched_at + self._ttl_seconds
 
-    async def _parse(self, entry: _Entry) -> _Rules:
+    def _fresh(self, entry: RobotsEntry) -> bool:
+        return self._expires_at(entry) > self._clock()
+
+    async def _parse(self, entry: RobotsEntry) -> _Rules:
         verdict = _verdict(entry.status)
         expires_at = self._expires_at(entry)
         if verdict is not _Verdict.RULES:
@@ -427,70 +363,21 @@ class RobotsPolicy:
             log.debug("robots: fetch of %s failed", origin, exc_info=task.exception())
 
     async def _refresh(self, origin: str) -> _Rules:
-        """Fetch and store an origin's robots.txt, unless another worker is doing it now.
+        """Fresh rules for ``origin``, fetched here only when no other worker is fetching it."""
+        entry = await self._cache.fetch_once(
+            origin,
+            lambda: self._fetch_entry(origin),
+            fresh=self._fresh,
+            lock_seconds=self._lock_seconds,
+        )
+        rules = await self._parse(entry)
+        self._local_put(origin, rules)
+        return rules
 
-        A worker that finds the lock taken waits for the holder's answer; when the lock goes
-        away without one (its holder died), it competes for the lock again, so a crashed
-        worker does not turn into a stampede. After a few rounds it fetches unlocked.
-        """
-        for _ in range(_LOCK_ROUNDS):
-            lock = self._client.lock(
-                self._keys.robots_lock(origin),
-                timeout=self._lock_seconds,
-                blocking=False,
-                thread_local=False,
-            )
-            if await _redis(lock.acquire(blocking=False, token=uuid4().hex)):
-                try:
-                    # Another worker may have stored it between our read and our lock.
-                    value = await _redis(self._client.hget(self._keys.robots, origin))
-                    rules = await self._from_value(origin, value, self._clock())
-                    return rules if rules is not None else await self._fetch_and_store(origin)
-                finally:
-                    await self._release(lock, origin)
-            rules = await self._wait_for_other_worker(origin)
-            if rules is not None:
-                return rules
-        log.info("robots: no answer from the workers fetching %s; fetching it here", origin)
-        return await self._fetch_and_store(origin)
-
-    async def _release(self, lock: Lock, origin: str) -> None:
-        try:
-            await lock.release()
-        except LockError:
-            # It expired during a slow fetch; the entry is written anyway, nothing is lost.
-            log.debug("robots: lock of %s expired before release", origin)
-        except RedisError as exc:
-            # It expires by itself within the lock TTL; the rules we return are still valid.
-            log.warning("robots: could not release lock of %s: %s", origin, exc)
-
-    async def _wait_for_other_worker(self, origin: str) -> _Rules | None:
-        """Poll for the fresh entry another worker is fetching; None if it never comes."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._lock_seconds
-        attempt = 0
-        while loop.time() < deadline:
-            await asyncio.sleep(_POLL_SECONDS[min(attempt, len(_POLL_SECONDS) - 1)])
-            attempt += 1
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.hget(self._keys.robots, origin)
-                pipe.exists(self._keys.robots_lock(origin))
-                value, locked = await _redis(pipe.execute())
-            rules = await self._from_value(origin, value, self._clock())
-            if rules is not None:
-                return rules
-            if not locked:
-                break  # the holder gave up or died without writing
-        return None
-
-    async def _fetch_and_store(self, origin: str) -> _Rules:
+    async def _fetch_entry(self, origin: str) -> RobotsEntry:
         status, body = await self._fetch(origin)
         verdict = _verdict(status)
         text = _decode_body(body) if verdict is _Verdict.RULES else ""
-        entry = _Entry(status, text, self._clock())
-        await _redis(self._client.hset(self._keys.robots, origin, entry.to_json()))
-        rules = await self._parse(entry)
-        self._local_put(origin, rules)
         if verdict is _Verdict.DISALLOW_ALL:
             log.info(
                 "robots: %s/robots.txt unreachable (status %s); host disallowed for %.0f s",
@@ -498,7 +385,7 @@ class RobotsPolicy:
                 status,
                 self._error_ttl_seconds,
             )
-        return rules
+        return RobotsEntry(status, text, self._clock())
 
     async def _fetch(self, origin: str) -> tuple[int | None, bytes]:
         """The fetcher's answer; a timeout or a failed fetch is "unreachable" (status None)."""

@@ -1,7 +1,8 @@
 """The frontier: dedup, per-host queues, leases and counters in Redis (DESIGN §3)."""
 
 from crawlfleet.frontier.bloom import BloomBackend, BloomParams
-from crawlfleet.frontier.frontier import Frontier, connect
+from crawlfleet.frontier.connection import connect
+from crawlfleet.frontier.frontier import Frontier
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
     Admission,
@@ -16,6 +17,7 @@ from crawlfleet.frontier.models import (
     Requeued,
     WorkerHeartbeat,
 )
+from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 from crawlfleet.frontier.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "Link",
     "Outcomes",
     "Requeued",
+    "RobotsCache",
+    "RobotsEntry",
     "WorkerHeartbeat",
     "canonicalize",
     "connect",

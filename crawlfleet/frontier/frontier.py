@@ -12,7 +12,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from operator import methodcaller
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -20,6 +20,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from crawlfleet.errors import FrontierUnavailable, InvalidURL
 from crawlfleet.frontier.bloom import BloomBackend, BloomParams, digests
+from crawlfleet.frontier.connection import call, close_quietly, connect
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
     Admission,
@@ -34,9 +35,10 @@ from crawlfleet.frontier.models import (
     Requeued,
     WorkerHeartbeat,
 )
+from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
 
-__all__ = ["Frontier", "connect"]
+__all__ = ["Frontier"]
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +56,6 @@ _STAT_FIELDS = (
     "over_limit",
 )
 _MAX_BATCH = 10_000
-
-
-def connect(url: str, *, timeout_seconds: float = 10.0) -> aioredis.Redis:
-    """The client the frontier expects: decoded replies, bounded waits, health checks."""
-    return aioredis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=timeout_seconds,
-        socket_connect_timeout=timeout_seconds,
-        health_check_interval=30,
-        retry_on_timeout=True,
-    )
 
 
 _URL_PREFIXES = ("http://", "https://")
@@ -108,6 +98,8 @@ class Frontier:
         self.bloom = bloom
         self.backend = backend
         self._scripts = Scripts.register(client)
+        #: The fleet-wide robots.txt answers of this job (the crawler's robots policy reads them).
+        self.robots = RobotsCache(client, keys, self._scripts.robots_store)
         self._keys = keys.script_keys(bloom.segments if backend == "bitmap" else 0)
         self._prefix = keys.prefix
         self._bloom_args = [
@@ -119,7 +111,7 @@ class Frontier:
 
     async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
         """Run one script with the job's keys and prefix; the one round trip of a change."""
-        return await _call(script(keys=self._keys, args=[self._prefix, *args]))
+        return await call(script(keys=self._keys, args=[self._prefix, *args]))
 
     # -- construction -------------------------------------------------------------------
 
@@ -134,10 +126,10 @@ class Frontier:
         """
         client = connect(url, timeout_seconds=timeout_seconds)
         try:
-            await _call(client.ping())
+            await call(client.ping())
             return await cls.open(client, settings)
         except BaseException:
-            await _close_quietly(client)
+            await close_quietly(client)
             raise
 
     @classmethod
@@ -158,7 +150,7 @@ class Frontier:
         }
         flat = [item for pair in meta_args.items() for item in pair]
         scripts = Scripts.register(client)
-        raw = await _call(scripts.init(keys=keys.script_keys(), args=[keys.prefix, *flat]))
+        raw = await call(scripts.init(keys=keys.script_keys(), args=[keys.prefix, *flat]))
         meta = dict(zip(raw[::2], raw[1::2], strict=True))
         stored = BloomParams.from_meta(meta)
         stored_backend: BloomBackend = "native" if meta["bloom_backend"] == "native" else "bitmap"
@@ -212,7 +204,7 @@ class Frontier:
             return []
         _check_urls(urls)
         if self.backend == "native":
-            codes = await _call(
+            codes = await call(
                 self.client.execute_command("BF.MADD", self.keys.native_bloom, *urls)  # type: ignore[no-untyped-call]
             )
         else:
@@ -382,7 +374,7 @@ class Frontier:
         pipe.time()
         pipe.zrange(self.keys.key("heartbeats"), 0, -1, withscores=True)
         pipe.hgetall(self.keys.key("workers"))
-        (seconds, micros), beats, payloads = await _call(pipe.execute())
+        (seconds, micros), beats, payloads = await call(pipe.execute())
         now = seconds + micros / 1e6
         result = []
         for worker, score in beats:
@@ -398,7 +390,7 @@ class Frontier:
         pipe.hget(self.keys.key("meta"), "seeded_ms")
         if self.backend == "native":
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
-        values, seeded, *card = await _call(pipe.execute())
+        values, seeded, *card = await call(pipe.execute())
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
         if card:  # the native filter counts what BF.MADD added outside our scripts too
             counts["seen"] = int(card[0])
@@ -423,7 +415,8 @@ class Frontier:
         key = self.keys.key("dead")
         cursor = 0
         while True:
-            cursor, page = await _call(self.client.hscan(key, cursor, count=batch))
+            reply = await call(self.client.hscan(key, cursor, count=batch))
+            cursor, page = cast("tuple[int, dict[str, str]]", reply)  # decoded replies
             for url, raw in page.items():
                 record = json.loads(raw)
                 yield DeadLetter(
@@ -443,11 +436,11 @@ class Frontier:
         deleted = 0
         cursor = 0
         while True:
-            cursor, found = await _call(
+            cursor, found = await call(
                 self.client.scan(cursor, match=self.keys.pattern, count=1000)
             )
             if found:
-                deleted += int(await _call(self.client.unlink(*found)))
+                deleted += int(await call(self.client.unlink(*found)))
             if cursor == 0:
                 return deleted
 
@@ -455,35 +448,14 @@ class Frontier:
 
     async def ping(self) -> None:
         """Check that Redis answers; :class:`FrontierUnavailable` when it does not."""
-        await _call(self.client.ping())
+        await call(self.client.ping())
 
     async def aclose(self) -> None:
         """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
-        await _close_quietly(self.client)
+        await close_quietly(self.client)
 
 
 def _worker_id(worker: str) -> str:
     if not worker or "\t" in worker or len(worker) > 253:
         raise ValueError(f"bad worker id {worker!r}")
     return worker
-
-
-async def _call(awaitable: Any) -> Any:
-    """Await one Redis operation, translating redis-py's errors at this one boundary.
-
-    ``OSError`` too: a socket error redis-py has not wrapped is as much "Redis unavailable".
-    """
-    try:
-        return await awaitable
-    except ResponseError as exc:
-        raise FrontierUnavailable(f"Redis refused a frontier operation: {exc}") from exc
-    except (RedisError, OSError) as exc:
-        raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
-
-
-async def _close_quietly(client: aioredis.Redis) -> None:
-    """Close a client whose connections may already be broken; closing never raises."""
-    try:
-        await client.aclose()
-    except (RedisError, OSError) as exc:
-        log.debug("closing the Redis client failed: %s", exc)

@@ -5,8 +5,10 @@ one Redis Cluster slot and every Lua script may touch any of them. Sharding a jo
 (DESIGN §7) means one tag per partition: only this module changes.
 
 Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and the prefix as
-``ARGV[1]``; the per-host queues (``q:<host>``) are the only keys a script derives from the
-prefix, since their names depend on data.
+``ARGV[1]``; the per-host queues (``q:<host>``) and the robots.txt fetch locks
+(``robots-lock:<origin>``) are the only keys a script derives from the prefix, since their
+names depend on data (``lib.lua`` spells them as :meth:`JobKeys.queue` and
+:meth:`JobKeys.robots_lock` do).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "dead",
     "workers",
     "heartbeats",
+    "robots",
 )
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")

@@ -30,6 +30,7 @@ SCRIPT_NAMES = (
     "heartbeat",
     "set_host_delay",
     "pace",
+    "robots_store",
 )
 
 
@@ -57,6 +58,7 @@ class Scripts:
     heartbeat: AsyncScript
     set_host_delay: AsyncScript
     pace: AsyncScript
+    robots_store: AsyncScript
 
     @classmethod
     def register(cls, client: aioredis.Redis) -> Scripts:

@@ -1,8 +1,9 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..9] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[10..] are the Bloom
--- segments. ARGV[1] is the job's key prefix, from which the per-host queues ("q:<host>") are
--- derived; they carry the job's hash tag too.
+-- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[11..] are the Bloom
+-- segments. ARGV[1] is the job's key prefix, from which the per-host queues ("q:<host>") and
+-- the robots.txt fetch locks ("robots-lock:<origin>") are derived; they carry the job's hash
+-- tag too.
 --
 -- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease is one member of
 -- K.leases, "<lease number>\t<owner>\t<task>", scored by its expiry: the member is the lease
@@ -15,9 +16,9 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
-  leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9],
+  leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
 }
-local BLOOM_KEY0 = 9 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
+local BLOOM_KEY0 = 10 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
 local PREFIX = ARGV[1]
 local DEPTH_SCALE = 1099511627776 -- 2^40
 
@@ -27,6 +28,7 @@ local function now_ms()
 end
 
 local function qkey(host) return PREFIX .. 'q:' .. host end
+local function robots_lock_key(origin) return PREFIX .. 'robots-lock:' .. origin end
 local function host_of(url) return string.match(url, '^%a+://([^/?#]+)') or '' end
 
 local function split_task(task)

@@ -1,7 +1,8 @@
 """RobotsPolicy against a real redis-server: semantics, fleet-wide cache, TTLs, delays, batches.
 
 The robots.txt fetcher is an injected callable, so these tests use a small honest fake that
-answers canned bodies and counts calls; everything else (hash, lock, HMGET) is real Redis.
+answers canned bodies and counts calls; everything else (the frontier's robots hash, its lock
+and store script, HMGET) is real Redis.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import redis.asyncio as aioredis
 
 from crawlfleet.crawler.robots import MAX_ROBOTS_BYTES, RobotsPolicy, product_token
 from crawlfleet.errors import ConfigError, InvalidURL
-from crawlfleet.frontier import JobKeys, connect
+from crawlfleet.frontier import Frontier, FrontierSettings, JobKeys, connect
 from crawlfleet.local.redis_server import RedisServer
 
 UA = "crawlfleet/0.1 (+https://example.invalid/bot)"
@@ -64,8 +65,13 @@ async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
 
 
 @pytest.fixture
-def keys() -> JobKeys:
-    return JobKeys(f"test.robots-{next(_jobs)}")
+async def frontier(client: aioredis.Redis) -> Frontier:
+    return await Frontier.open(client, FrontierSettings(job_id=f"test.robots-{next(_jobs)}"))
+
+
+@pytest.fixture
+def keys(frontier: Frontier) -> JobKeys:
+    return frontier.keys
 
 
 @pytest.fixture
@@ -77,12 +83,12 @@ PolicyFactory = Callable[..., RobotsPolicy]
 
 
 @pytest.fixture
-def make_policy(client: aioredis.Redis, keys: JobKeys, clock: Clock) -> PolicyFactory:
+def make_policy(frontier: Frontier, clock: Clock) -> PolicyFactory:
     """A new policy (one "worker") on the test's job; every call shares Redis and the clock."""
 
     def _make(fetch: FakeRobots, **options: object) -> RobotsPolicy:
         settings: dict[str, object] = {"user_agent": UA, "clock": clock, **options}
-        return RobotsPolicy(client, keys, fetch, **settings)  # type: ignore[arg-type]
+        return RobotsPolicy(frontier.robots, fetch, **settings)  # type: ignore[arg-type]
 
     return _make
 

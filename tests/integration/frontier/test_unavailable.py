@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier import Failure, Frontier, FrontierSettings, Link, canonicalize
+from crawlfleet.frontier import (
+    Failure,
+    Frontier,
+    FrontierSettings,
+    Link,
+    RobotsCache,
+    RobotsEntry,
+    canonicalize,
+)
 from crawlfleet.local.redis_server import RedisServer
 
 Call = Callable[[Frontier], Awaitable[object]]
@@ -21,6 +29,15 @@ Call = Callable[[Frontier], Awaitable[object]]
 
 async def _first_dead_letter(frontier: Frontier) -> object:
     return [letter async for letter in frontier.dead_letters()]
+
+
+async def _robots_fetch_once(frontier: Frontier) -> object:
+    async def fetch() -> RobotsEntry:
+        return RobotsEntry(404, "", 0.0)
+
+    return await frontier.robots.fetch_once(
+        "http://a.example", fetch, fresh=lambda entry: True, lock_seconds=1.0
+    )
 
 
 URL = canonicalize("http://a.example/")
@@ -48,17 +65,20 @@ CALLS: dict[str, Call] = {
     "dead_letters": _first_dead_letter,
     "delete": lambda f: f.delete(),
     "ping": lambda f: f.ping(),
+    "robots.read": lambda f: f.robots.read(["http://a.example"]),
+    "robots.fetch_once": _robots_fetch_once,
 }
 
 
 def _public_redis_methods() -> set[str]:
     """Every public coroutine (or async generator) method, bar closing the client."""
     names = set()
-    for name, member in vars(Frontier).items():
-        if name.startswith("_") or name == "aclose" or isinstance(member, classmethod):
-            continue
-        if inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member):
-            names.add(name)
+    for prefix, cls in (("", Frontier), ("robots.", RobotsCache)):
+        for name, member in vars(cls).items():
+            if name.startswith("_") or name == "aclose" or isinstance(member, classmethod):
+                continue
+            if inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member):
+                names.add(prefix + name)
     return names
 
 

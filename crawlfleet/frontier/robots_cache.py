@@ -1,0 +1,187 @@
+"""robots.txt answers shared by a job's whole fleet: one Redis hash, one fetch lock per origin.
+
+A fleet of N workers that each fetched every host's robots.txt would hit each site N times
+before its first page, and again on every worker restart. So the raw answer (status and body)
+lives in one hash of the job (``JobKeys.robots``; field ``scheme://host[:port]``, value JSON
+``{"status", "body", "fetched_at"}``), written by whichever worker fetched it first.
+
+Only one worker of the fleet fetches an origin at a time: it takes a short ``SET NX PX`` lock
+(``JobKeys.robots_lock(origin)``, a random token), and workers that lose the race poll the hash
+until the holder has stored its answer, or until the lock is gone without one (the holder died),
+when they compete for it again; after a few rounds a worker fetches without the lock, so a dead
+holder never stalls the fleet for long. Storing the answer and releasing the lock is one script
+(``robots_store.lua``), so no worker can see the lock gone and the answer not yet there.
+
+What an answer *means* (RFC 9309's verdicts, how long each kind stays fresh) is the crawler's
+business (``crawler/robots.py``): this module stores, shares and coordinates, and asks its
+caller whether an entry is still fresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+from uuid import uuid4
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from crawlfleet.errors import FrontierUnavailable
+from crawlfleet.frontier.connection import call
+from crawlfleet.frontier.keys import JobKeys
+
+__all__ = ["FetchEntry", "IsFresh", "RobotsCache", "RobotsEntry"]
+
+log = logging.getLogger(__name__)
+
+# How often a worker that lost the fetch lock looks for the holder's answer.
+_POLL_SECONDS: Final = (0.05, 0.1, 0.2, 0.25)
+# Times a worker competes for the fetch lock before it fetches without one.
+_LOCK_ROUNDS: Final = 3
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsEntry:
+    """One origin's raw robots.txt answer as the fleet shares it.
+
+    ``status`` is None when the fetch failed without an HTTP answer (network error, timeout);
+    ``fetched_at`` is the fetching worker's wall clock, in seconds since the epoch.
+    """
+
+    status: int | None
+    body: str
+    fetched_at: float
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"status": self.status, "body": self.body, "fetched_at": self.fetched_at},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, origin: str, value: str | bytes) -> RobotsEntry | None:
+        """None (and a warning) for a value this version cannot read: it is fetched again."""
+        try:
+            data = json.loads(value)
+            status, body, fetched_at = data["status"], data["body"], data["fetched_at"]
+            if status is not None and not isinstance(status, int):
+                raise TypeError("status")
+            if not isinstance(body, str) or not isinstance(fetched_at, int | float):
+                raise TypeError("body or fetched_at")
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("robots: unreadable cache entry for %s (%s); fetching again", origin, exc)
+            return None
+        return cls(status, body, float(fetched_at))
+
+
+#: Fetches one origin's robots.txt now (the caller's HTTP stack, its timeouts and checks).
+FetchEntry = Callable[[], Awaitable[RobotsEntry]]
+#: Whether a stored entry may still be used (the caller's TTLs and clock).
+IsFresh = Callable[[RobotsEntry], bool]
+
+
+class RobotsCache:
+    """One job's shared robots.txt answers; built by :class:`~crawlfleet.frontier.Frontier`."""
+
+    def __init__(self, client: aioredis.Redis, keys: JobKeys, store: AsyncScript) -> None:
+        self._client = client
+        self._keys = keys
+        self._store_script = store
+        self._script_keys = keys.script_keys()
+
+    async def read(self, origins: Sequence[str]) -> list[RobotsEntry | None]:
+        """The stored entries of ``origins`` in one HMGET; None where missing or unreadable."""
+        if not origins:
+            return []
+        values = await call(self._client.hmget(self._keys.robots, list(origins)))
+        return [
+            None if value is None else RobotsEntry.from_json(origin, value)
+            for origin, value in zip(origins, values, strict=True)
+        ]
+
+    async def fetch_once(
+        self, origin: str, fetch: FetchEntry, *, fresh: IsFresh, lock_seconds: float
+    ) -> RobotsEntry:
+        """A fresh entry for ``origin``, fetched by this worker only if no other one is.
+
+        ``lock_seconds`` must outlast ``fetch`` (its timeout plus the writes after it): a
+        lock that expires mid-fetch lets a second worker fetch the same file.
+        """
+        for _ in range(_LOCK_ROUNDS):
+            token = uuid4().hex
+            if await self._lock(origin, token, lock_seconds):
+                return await self._fetch_holding_lock(origin, token, fetch, fresh)
+            entry = await self._wait_for_holder(origin, fresh, lock_seconds)
+            if entry is not None:
+                return entry
+        log.info("robots: no answer from the workers fetching %s; fetching it here", origin)
+        entry = await fetch()
+        await self._store(origin, "", entry)
+        return entry
+
+    # -- the lock ---------------------------------------------------------------------------
+
+    async def _lock(self, origin: str, token: str, lock_seconds: float) -> bool:
+        lock = self._keys.robots_lock(origin)
+        ttl_ms = max(1, round(lock_seconds * 1000))
+        return bool(await call(self._client.set(lock, token, nx=True, px=ttl_ms)))
+
+    async def _fetch_holding_lock(
+        self, origin: str, token: str, fetch: FetchEntry, fresh: IsFresh
+    ) -> RobotsEntry:
+        try:
+            # Another worker may have stored it between our caller's read and our lock.
+            value = await call(self._client.hget(self._keys.robots, origin))
+            stored = None if value is None else RobotsEntry.from_json(origin, value)
+            if stored is not None and fresh(stored):
+                await self._unlock(origin, token)
+                return stored
+            entry = await fetch()
+        except BaseException:
+            await self._unlock(origin, token)
+            raise
+        await self._store(origin, token, entry)
+        return entry
+
+    async def _run_store(self, origin: str, token: str, value: str) -> bool:
+        """robots_store.lua: store ``value`` (unless '') and release this worker's lock."""
+        args = [self._keys.prefix, origin, token, value]
+        return bool(await call(self._store_script(keys=self._script_keys, args=args)))
+
+    async def _store(self, origin: str, token: str, entry: RobotsEntry) -> None:
+        released = await self._run_store(origin, token, entry.to_json())
+        if token and not released:
+            # It expired during a slow fetch; the entry is stored anyway, nothing is lost.
+            log.debug("robots: lock of %s expired before release", origin)
+
+    async def _unlock(self, origin: str, token: str) -> None:
+        """Give the lock up without an answer; it expires by itself if Redis is away."""
+        try:
+            await self._run_store(origin, token, "")
+        except FrontierUnavailable as exc:
+            log.warning("robots: could not release lock of %s: %s", origin, exc)
+
+    async def _wait_for_holder(
+        self, origin: str, fresh: IsFresh, lock_seconds: float
+    ) -> RobotsEntry | None:
+        """Poll for the fresh entry the lock holder is fetching; None if it never comes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + lock_seconds
+        attempt = 0
+        while loop.time() < deadline:
+            await asyncio.sleep(_POLL_SECONDS[min(attempt, len(_POLL_SECONDS) - 1)])
+            attempt += 1
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hget(self._keys.robots, origin)
+            pipe.exists(self._keys.robots_lock(origin))
+            value, locked = await call(pipe.execute())
+            entry = None if value is None else RobotsEntry.from_json(origin, value)
+            if entry is not None and fresh(entry):
+                return entry
+            if not locked:
+                break  # the holder gave up or died without storing
+        return None

@@ -1,0 +1,108 @@
+"""The frontier's robots.txt cache and its fetch lock (robots_store.lua) on a real redis-server.
+
+The crawler's reading of robots.txt is tested in tests/integration/crawler/test_robots.py; these
+tests hold the lock protocol itself: one fetch per origin, a lock only its holder releases,
+nothing left locked after a failed fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+import redis.asyncio as aioredis
+
+from crawlfleet.frontier import Frontier, FrontierSettings, RobotsEntry
+from crawlfleet.frontier.robots_cache import FetchEntry
+
+ORIGIN = "http://a.test"
+ENTRY = RobotsEntry(200, "User-agent: *\nDisallow: /\n", 1_700_000_000.0)
+
+_jobs = itertools.count()
+
+
+@pytest.fixture
+async def frontier(redis_client: aioredis.Redis) -> Frontier:
+    settings = FrontierSettings(job_id=f"test.robots-cache-{next(_jobs)}")
+    return await Frontier.open(redis_client, settings)
+
+
+@pytest.fixture(params=["bitmap"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The robots cache does not touch the Bloom filter: one backend is enough."""
+    return str(request.param)
+
+
+def always_fresh(entry: RobotsEntry) -> bool:
+    return True
+
+
+async def test_one_fetch_for_many_workers_and_the_lock_is_gone_after(
+    frontier: Frontier, redis_client: aioredis.Redis
+) -> None:
+    calls = 0
+
+    async def fetch() -> RobotsEntry:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.2)
+        return ENTRY
+
+    workers = [(await Frontier.open(redis_client, frontier.settings)).robots for _ in range(4)]
+    got = await asyncio.gather(
+        *(w.fetch_once(ORIGIN, fetch, fresh=always_fresh, lock_seconds=5.0) for w in workers)
+    )
+    assert got == [ENTRY] * 4
+    assert calls == 1
+    assert await frontier.robots.read([ORIGIN, "http://b.test"]) == [ENTRY, None]
+    assert await redis_client.exists(frontier.keys.robots_lock(ORIGIN)) == 0
+
+
+async def test_a_lock_taken_over_after_expiry_is_not_released_by_the_late_holder(
+    frontier: Frontier, redis_client: aioredis.Redis
+) -> None:
+    lock = frontier.keys.robots_lock(ORIGIN)
+
+    async def slow_fetch() -> RobotsEntry:
+        await asyncio.sleep(0.3)  # outlives the 0.1 s lock
+        await redis_client.set(lock, "another-worker", px=5000)  # which another worker took
+        return ENTRY
+
+    got = await frontier.robots.fetch_once(ORIGIN, slow_fetch, fresh=always_fresh, lock_seconds=0.1)
+    assert got == ENTRY
+    assert await redis_client.get(lock) == "another-worker"  # fenced: not ours to release
+    assert await frontier.robots.read([ORIGIN]) == [ENTRY]  # the answer is kept all the same
+
+
+async def test_a_failed_fetch_releases_the_lock_and_stores_nothing(
+    frontier: Frontier, redis_client: aioredis.Redis
+) -> None:
+    async def failing_fetch() -> RobotsEntry:
+        raise RuntimeError("cut")
+
+    with pytest.raises(RuntimeError, match="cut"):
+        await frontier.robots.fetch_once(
+            ORIGIN, failing_fetch, fresh=always_fresh, lock_seconds=5.0
+        )
+    assert await redis_client.exists(frontier.keys.robots_lock(ORIGIN)) == 0
+    assert await frontier.robots.read([ORIGIN]) == [None]
+
+
+async def test_a_stale_stored_entry_is_fetched_again(frontier: Frontier) -> None:
+    await frontier.robots.fetch_once(
+        ORIGIN, _returning(ENTRY), fresh=always_fresh, lock_seconds=5.0
+    )
+    newer = RobotsEntry(404, "", ENTRY.fetched_at + 100)
+    got = await frontier.robots.fetch_once(
+        ORIGIN, _returning(newer), fresh=lambda e: e.fetched_at > ENTRY.fetched_at, lock_seconds=5.0
+    )
+    assert got == newer
+    assert await frontier.robots.read([ORIGIN]) == [newer]
+
+
+def _returning(entry: RobotsEntry) -> FetchEntry:
+    async def fetch() -> RobotsEntry:
+        return entry
+
+    return fetch
