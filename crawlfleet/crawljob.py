@@ -33,7 +33,6 @@ so a field, default, bound, rule or description changes here and nowhere else.
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -61,6 +60,8 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
 from crawlfleet.errors import ConfigError
+from crawlfleet.hosts import normalize_host, split_host_port
+from crawlfleet.patterns import PatternError, compile_patterns
 
 __all__ = [
     "API_VERSION",
@@ -109,7 +110,6 @@ _NumberT = TypeVar("_NumberT", int, float)
 # RFC 1123 as Kubernetes uses it: a label for namespaces, a subdomain for object names.
 _DNS_LABEL: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_SUBDOMAIN: Final = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
-_HOST_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _OBJECT_META_FIELDS: Final = frozenset(
     {
         "annotations",
@@ -283,47 +283,21 @@ _QUANTITY: Final = _Pattern(
 )
 
 
-def _normalize_host(host: str) -> str:
-    """Lower-case a host name (IDNA-encoded) or IP literal, so scope checks compare like with like.
-
-    Raises ValueError when ``host`` is neither.
-    """
-    host = host.lower().removesuffix(".")
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    try:
-        encoded = host.encode("idna").decode("ascii")
-    except UnicodeError as exc:
-        raise ValueError(host) from exc
-    if len(encoded) > 253 or not all(_HOST_LABEL.fullmatch(part) for part in encoded.split(".")):
-        raise ValueError(host)
-    return encoded
-
-
 def _allowed_domain(entry: str) -> str:
-    """Normalise one allowedDomains entry: a host name or IP, optionally with ``:port``."""
+    """Normalise one allowedDomains entry: a host name or IP, optionally with ``:port``.
+
+    ``crawlfleet.hosts`` spells it, as it spells the hosts of the links the scope compares it
+    with (IDNA 2008: ``faß.de`` is ``xn--fa-hia.de``, never ``fass.de``).
+    """
     try:
-        if entry.startswith("["):  # [IPv6] or [IPv6]:port
-            host, bracket, rest = entry[1:].partition("]")
-            if not bracket or ":" not in host or (rest and not rest.startswith(":")):
-                raise ValueError(entry)
-            port = rest.removeprefix(":") if rest else None
-        elif entry.count(":") == 1:  # host:port; more colons make a bare IPv6 address
-            host, port = entry.split(":")
-        else:
-            host, port = entry, None
-        normalized = _normalize_host(host)
-        if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise ValueError(port)
+        host, port = split_host_port(entry)
     except ValueError:
         raise _problem(
             f"must be a host name or IP address, optionally with :port (got {_show(entry)})"
         ) from None
     if port is None:
-        return normalized
-    return f"[{normalized}]:{port}" if ":" in normalized else f"{normalized}:{port}"
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _non_empty(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -337,12 +311,18 @@ def _unique(values: tuple[str, ...]) -> tuple[str, ...]:
 
 
 _SEED_MEANING: Final = f"an absolute http(s) URL with a host, at most {_MAX_SEED_LENGTH} characters"
+_SEED_CREDENTIALS: Final = (
+    "must not hold a user name or password: a crawl sends no credentials, and the spec is"
+    " readable by anyone who can read the CrawlJob"
+)
 
 
 def _seed_url(url: str) -> str:
     """Refuse what the frontier would refuse later, while the user still has the file open.
 
-    ``_SEED_CEL`` says the same for the API server, as far as CEL's URL library can.
+    ``_SEED_CEL`` says the same for the API server, as far as CEL's URL library can. The seed is
+    canonicalised here as the frontier will canonicalise it, so a seed that passes cannot fail
+    there.
     """
     try:
         parts = urlsplit(url)
@@ -353,11 +333,18 @@ def _seed_url(url: str) -> str:
             and not any(char.isspace() for char in url)
         )
         if valid and parts.hostname is not None:
-            _normalize_host(parts.hostname)
-            _ = parts.port  # raises ValueError on a bad port
+            normalize_host(parts.hostname, strict=True)
+            valid = parts.port != 0  # parts.port raises ValueError on a bad port
     except ValueError:
         valid = False
     if not valid:
+        raise _problem(f"must be {_SEED_MEANING} (got {_show(url)})")
+    if parts.username is not None or parts.password is not None:
+        # Never echo the URL back: it holds a password.
+        raise _problem(_SEED_CREDENTIALS)
+    from crawlfleet.frontier.urls import try_canonicalize  # the frontier imports this module
+
+    if try_canonicalize(url) is None:
         raise _problem(f"must be {_SEED_MEANING} (got {_show(url)})")
     return url
 
@@ -368,12 +355,22 @@ def _at_most_seeds(values: tuple[str, ...]) -> tuple[str, ...]:
     return values
 
 
-def _regex(pattern: str) -> str:
+def _url_pattern(pattern: str) -> str:
+    """One pattern, compiled alone as RE2 (``_url_patterns`` then checks the list together)."""
     try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise _problem(f"is not a valid regular expression: {exc} (got {_show(pattern)})") from None
+        compile_patterns((pattern,))
+    except PatternError as error:
+        raise _problem(error.message) from None  # RE2's reason quotes the offending part
     return pattern
+
+
+def _url_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The list compiled exactly as the scope compiles it (one RE2 set), or refused."""
+    try:
+        compile_patterns(patterns)
+    except PatternError as error:
+        raise _problem(error.message) from None
+    return patterns
 
 
 def _header_value(value: str) -> str:
@@ -410,7 +407,7 @@ _Seed = Annotated[
     *_SEED_CEL,
     Field(json_schema_extra={"maxLength": _MAX_SEED_LENGTH}),
 ]
-_Regex = Annotated[str, AfterValidator(_regex)]
+_URLPattern = Annotated[str, AfterValidator(_url_pattern)]
 _Domain = Annotated[str, AfterValidator(_allowed_domain)]
 _Positive = Annotated[float, _Range(gt=0)]
 _NonNegative = Annotated[float, _Range(ge=0)]
@@ -510,12 +507,13 @@ class ScopeSpec(_Section):
     max_pages: Annotated[int, _Range(ge=0)] = 0
     """The most URLs the crawl admits, seeds included; each is fetched once (plus retries).
     0 means no limit: the crawl ends when scope runs out."""
-    include: Annotated[tuple[_Regex, ...], _LIST_FROM_YAML] = ()
-    """Regular expressions (Python syntax) searched anywhere in a discovered URL: when any is
-    given, a link must match one of them to be followed. Empty: every link in scope."""
-    exclude: Annotated[tuple[_Regex, ...], _LIST_FROM_YAML] = ()
-    """Regular expressions (Python syntax) searched anywhere in a discovered URL: a link that
-    matches any of them is dropped, even if it matches include."""
+    include: Annotated[tuple[_URLPattern, ...], _LIST_FROM_YAML, AfterValidator(_url_patterns)] = ()
+    """Regular expressions (RE2 syntax, as CEL's matches() uses) searched anywhere in a
+    discovered URL: when any is given, a link must match one of them to be followed. Empty:
+    every link in scope."""
+    exclude: Annotated[tuple[_URLPattern, ...], _LIST_FROM_YAML, AfterValidator(_url_patterns)] = ()
+    """Regular expressions (RE2 syntax, as CEL's matches() uses) searched anywhere in a
+    discovered URL: a link that matches any of them is dropped, even if it matches include."""
     allow_private_networks: bool = False
     """Allow fetching private, loopback and link-local addresses (checked after DNS and after
     every redirect). Off so that a crawl cannot reach services inside your network; cloud
@@ -807,7 +805,7 @@ class CrawlJobSpec(_Model):
         # "anything goes" would crawl the whole web.
         if not self.scope.allowed_domains:
             hosts = (urlsplit(seed).hostname for seed in self.seeds)
-            seed_hosts = _unique(tuple(_normalize_host(host) for host in hosts if host))
+            seed_hosts = _unique(tuple(normalize_host(host) for host in hosts if host))
             scope = self.scope.model_copy(update={"allowed_domains": seed_hosts})
             object.__setattr__(self, "scope", scope)  # still inside validation
         return self

@@ -20,8 +20,9 @@ resolution (navigation links repeat a lot); the common relative shapes are resol
 concatenation instead of ``urljoin`` (~12 µs a call), ``../page`` included; absolute URLs
 are split and checked once and remembered across pages in a bounded cache (a site's
 navigation links are the same on every page); no per-link regular expression. The rare href with
-spaces or non-ASCII characters is percent-encoded (and its host IDNA-encoded) with w3lib, so
-every URL handed to the frontier is ASCII.
+spaces or non-ASCII characters is percent-encoded with w3lib, its host spelled by
+``crawlfleet.hosts`` (IDNA 2008, as the scope spells ``allowedDomains``), so every URL handed to
+the frontier is ASCII.
 
 Bytes are parsed as UTF-8 (lexbor's rule); a caller that knows another charset from the
 ``Content-Type`` header should decode first and pass ``str``.
@@ -34,11 +35,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, cast
-from urllib.parse import SplitResult, urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import safe_url_string
 
 from crawlfleet.crawler.prefix import authority_prefix
+from crawlfleet.hosts import normalize_host
 
 __all__ = ["PARSER_NAME", "PageLinks", "extract_links"]
 
@@ -428,9 +430,25 @@ def _finish(url: str) -> str | None:
     if url.isascii() and url.isprintable() and " " not in url:
         return url if len(url) <= _MAX_URL_LENGTH else None
     try:
-        encoded = str(safe_url_string(url))
+        encoded = str(safe_url_string(_with_ascii_host(url)))
     except ValueError:  # includes UnicodeError from IDNA-encoding a malformed host
         return None
     if len(encoded) > _MAX_URL_LENGTH or not encoded.isascii():
         return None
     return encoded
+
+
+def _with_ascii_host(url: str) -> str:
+    """``url`` with a non-ASCII host spelled as ``crawlfleet.hosts`` spells it.
+
+    safe_url_string would encode it with Python's IDNA 2003 codec (``faß.de`` as ``fass.de``),
+    and the scope, like the CrawlJob model, speaks IDNA 2008. Raises ``ValueError``.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname
+    if host is None or host.isascii():
+        return url
+    userinfo, at, host_and_port = parts.netloc.rpartition("@")
+    _, colon, port = host_and_port.partition(":")
+    netloc = f"{userinfo}{at}{normalize_host(host)}{colon}{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -3,7 +3,7 @@
 A worker extracts ~100 links per page and must drop the out-of-scope ones before they cost a
 Bloom-filter round trip, so ``Scope`` is a frozen value built once per job from plain values
 (the CrawlJob's ``scope``) with everything precompiled: domains in a dict looked up by host
-suffix, ``include`` and ``exclude`` each compiled into one alternation, and the host verdict
+suffix, ``include`` and ``exclude`` each compiled into one RE2 set, and the host verdict
 remembered per ``scheme://netloc`` prefix, so a URL costs at most one split (none for a host
 seen before) and two regex searches whatever the number of patterns.
 
@@ -14,14 +14,16 @@ default port counts: ``example.com:443`` allows ``https://example.com/``); an en
 port allows any port.
 
 Checks run in a fixed order and the first failing one is the verdict: URL syntax, scheme,
-depth, domain, ``exclude``, ``include``. Regexes are searched (``re.search``) in the whole URL,
-as Scrapy's link extractor does. ``max_pages`` is carried for the worker, not checked here.
+depth, domain, ``exclude``, ``include``. Patterns are RE2, searched anywhere in the whole URL
+(as Scrapy's link extractor does), and compiled by ``crawlfleet.patterns`` exactly as the
+CrawlJob model validated them: linear time whatever the pattern, one scan per list. Hosts are
+spelled by ``crawlfleet.hosts``, as the model spells ``allowedDomains``. ``max_pages`` is
+carried for the worker, not checked here.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,13 +31,12 @@ from urllib.parse import SplitResult, urlsplit
 
 from crawlfleet.crawler.prefix import authority_prefix
 from crawlfleet.errors import ConfigError
+from crawlfleet.hosts import normalize_host, split_host_port
+from crawlfleet.patterns import PatternError, URLPatterns, compile_patterns
 
 __all__ = ["Scope", "ScopeVerdict"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-# A leading global inline flag group such as '(?i)'; it must become a scoped group '(?i:...)'
-# once the pattern is placed inside an alternation.
-_LEADING_FLAGS = re.compile(r"\A\(\?([aiLmsux]+)\)")
 
 # Ports allowed for one host: None means any port.
 _Ports = frozenset[int] | None
@@ -73,8 +74,8 @@ class Scope:
     max_pages: int = 0
     _domains: dict[str, _Ports] = field(init=False, repr=False, compare=False)
     _addresses: dict[str, _Ports] = field(init=False, repr=False, compare=False)
-    _include: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
-    _exclude: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
+    _include: URLPatterns | None = field(init=False, repr=False, compare=False)
+    _exclude: URLPatterns | None = field(init=False, repr=False, compare=False)
     # Host verdicts per scheme://netloc prefix, across calls (bounded: see _prefix_verdict).
     _prefix_verdicts: dict[str, ScopeVerdict | None] = field(init=False, repr=False, compare=False)
 
@@ -101,8 +102,8 @@ class Scope:
             target[host] = _merge_ports(target.get(host, _NO_PORTS), port)
         object.__setattr__(self, "_domains", domains)
         object.__setattr__(self, "_addresses", addresses)
-        object.__setattr__(self, "_include", _compile_alternation(self.include, "scope.include"))
-        object.__setattr__(self, "_exclude", _compile_alternation(self.exclude, "scope.exclude"))
+        object.__setattr__(self, "_include", _compiled(self.include, "scope.include"))
+        object.__setattr__(self, "_exclude", _compiled(self.exclude, "scope.exclude"))
         object.__setattr__(self, "_prefix_verdicts", {})
 
     def check(self, url: str, depth: int) -> ScopeVerdict | None:
@@ -148,8 +149,8 @@ class Scope:
                 return _port_allowed(self._addresses.get(address, _NO_PORTS), port)
         if not host.isascii():
             try:
-                host = host.encode("idna").decode("ascii")
-            except UnicodeError:
+                host = normalize_host(host)
+            except ValueError:
                 return False
         domains = self._domains
         # Walk the suffixes at label boundaries: a.b.example.com, b.example.com, example.com, com.
@@ -249,44 +250,16 @@ class Scope:
 def _parse_domain_entry(entry: str, field_name: str) -> tuple[str, int | None]:
     """Split an ``allowedDomains`` entry into a normalised host and an optional port.
 
-    Accepts ``host``, ``host:port``, a bare IPv6 address and ``[ipv6]:port``. Hosts are
-    lower-cased, IDNA-encoded and stripped of a trailing dot; IP addresses are normalised
-    (``::0001`` is ``::1``) so that they compare equal to what ``urlsplit`` yields.
+    ``crawlfleet.hosts.split_host_port`` does it, as it does for the CrawlJob model, so an entry
+    is spelled here exactly as the model (and the frontier's canonical URLs) spell hosts.
     """
-    text = entry.strip().lower()
-    port_text: str | None = None
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0:
-            raise ConfigError(f"{field_name}: unbalanced '[' in {entry!r}")
-        host, rest = text[1:close], text[close + 1 :]
-        if rest:
-            if not rest.startswith(":"):
-                raise ConfigError(f"{field_name}: unexpected {rest!r} after ']' in {entry!r}")
-            port_text = rest[1:]
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        host = text  # a plain name, or a bare IPv6 address (several colons)
-    host = host.rstrip(".")
-    if not host or "/" in host or "@" in host:
-        raise ConfigError(f"{field_name}: {entry!r} is not a host name or address")
-    port: int | None = None
-    if port_text is not None:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ConfigError(f"{field_name}: bad port in {entry!r}")
-        port = int(port_text)
-    address = _ip_text(host)
-    if address is not None:
-        return address, port
-    if ":" in host:
-        raise ConfigError(f"{field_name}: {entry!r} is not a host name or address")
-    if not host.isascii():
-        try:
-            host = host.encode("idna").decode("ascii")
-        except UnicodeError as error:
-            raise ConfigError(f"{field_name}: {entry!r} is not a valid host name") from error
-    return host, port
+    try:
+        return split_host_port(entry)
+    except ValueError as error:
+        raise ConfigError(
+            f"{field_name}: {entry!r} is not a host name or address, optionally with :port"
+            f" ({error})"
+        ) from error
 
 
 def _merge_ports(existing: _Ports, port: int | None) -> _Ports:
@@ -313,28 +286,10 @@ def _ip_text(host: str) -> str | None:
         return None
 
 
-def _compile_alternation(patterns: tuple[str, ...], field_name: str) -> re.Pattern[str] | None:
-    """Compile patterns into one ``(?:p1)|(?:p2)|...`` so a URL costs one search, not N.
-
-    Each pattern is compiled alone first so that an error names the bad one; a leading global
-    flag group ``(?i)`` becomes a scoped one ``(?i:...)``, which is legal inside an alternation.
-    """
-    if not patterns:
-        return None
-    parts: list[str] = []
-    for index, pattern in enumerate(patterns):
-        try:
-            re.compile(pattern)
-        except re.error as error:
-            raise ConfigError(
-                f"{field_name}[{index}]: invalid regex {pattern!r}: {error}"
-            ) from error
-        flags = _LEADING_FLAGS.match(pattern)
-        if flags is not None:
-            parts.append(f"(?{flags.group(1)}:{pattern[flags.end() :]})")
-        else:
-            parts.append(f"(?:{pattern})")
+def _compiled(patterns: tuple[str, ...], field_name: str) -> URLPatterns | None:
+    """The list compiled by ``crawlfleet.patterns``, its refusal worded with the field's path."""
     try:
-        return re.compile("|".join(parts))
-    except re.error as error:  # e.g. a global flag not at the start of its pattern
-        raise ConfigError(f"{field_name}: patterns cannot be combined: {error}") from error
+        return compile_patterns(patterns)
+    except PatternError as error:
+        where = field_name if error.index is None else f"{field_name}[{error.index}]"
+        raise ConfigError(f"{where}: {error.message}") from error

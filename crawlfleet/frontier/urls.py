@@ -1,8 +1,10 @@
 """URL canonicalisation: one spelling per page before anything is hashed or queued.
 
 w3lib's ``canonicalize_url`` does the hard part (percent-encoding, sorted query, dropped
-fragment); we add what it leaves: the default port and user-info are removed, and anything
-that is not an absolute http(s) URL with a host is refused with :class:`InvalidURL`.
+fragment); we add what it leaves: the default port and user-info are removed, the host is
+spelled by ``crawlfleet.hosts`` (IDNA 2008, as the CrawlJob model spells ``allowedDomains``;
+w3lib would use Python's IDNA 2003 codec), and anything that is not an absolute http(s) URL
+with a host is refused with :class:`InvalidURL`.
 Results are cached because a crawl meets the same navigation links on every page.
 """
 
@@ -15,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 from w3lib.url import canonicalize_url
 
 from crawlfleet.errors import InvalidURL
+from crawlfleet.hosts import normalize_host
 
 __all__ = ["CanonicalURL", "canonicalize", "host_of", "try_canonicalize"]
 
@@ -42,6 +45,10 @@ def canonicalize(url: str) -> CanonicalURL:
         raise InvalidURL(f"only http and https URLs can be crawled, not {url[:200]!r}")
     if not host:
         raise InvalidURL(f"URL has no host: {url[:200]!r}")
+    try:
+        host = normalize_host(host)
+    except ValueError as exc:
+        raise InvalidURL(f"malformed host in URL {url[:200]!r}: {exc}") from exc
     if ":" in host:
         host = f"[{host}]"
     netloc = host if port is None or port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"

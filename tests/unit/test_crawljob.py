@@ -168,6 +168,53 @@ def test_allowed_domains_are_normalised() -> None:
     )
 
 
+def test_internationalised_hosts_are_idna_2008_not_python_s_idna_2003() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {"seeds": ["http://fa\u00df.de/"], "scope": {"allowedDomains": []}}
+    )
+    explicit = CrawlJobSpec.from_mapping(
+        {"seeds": [SEED], "scope": {"allowedDomains": ["Fa\u00df.de", "stra\u00dfe.de:8080"]}}
+    )
+
+    assert spec.scope.allowed_domains == ("xn--fa-hia.de",)  # IDNA 2003 says fass.de
+    assert explicit.scope.allowed_domains == ("xn--fa-hia.de", "xn--strae-oqa.de:8080")
+
+
+def test_a_seed_with_credentials_is_refused_without_echoing_them() -> None:
+    message = config_error(job_doc(seeds=["https://ann:s3cret@example.com/"]))
+
+    assert "spec.seeds[0]: must not hold a user name or password" in message
+    assert "s3cret" not in message
+
+
+@pytest.mark.parametrize(
+    "seed", ["http://example.com:0/", "http://a_b.example/", "http://\U0001f4a9.la/"]
+)
+def test_a_seed_the_frontier_could_not_crawl_is_refused(seed: str) -> None:
+    assert "spec.seeds[0]: must be an absolute http(s) URL" in config_error(job_doc(seeds=[seed]))
+
+
+def test_url_patterns_are_re2_each_alone_and_the_list_together() -> None:
+    many = [f"[a-z]{{1,1000}}x{index}" for index in range(100)]
+    message = config_error(
+        job_doc(scope={"include": ["ok", "a{99999999999}", "(?=x)"], "exclude": many})
+    )
+
+    assert message.splitlines()[1:] == [
+        "  spec.scope.include[1]: is not a valid RE2 pattern: invalid repeat count: {99999999999}",
+        "  spec.scope.include[2]: is not a valid RE2 pattern: invalid perl operator: (?=",
+        "  spec.scope.exclude: are too large to match together (each is valid alone):"
+        " use fewer or simpler ones",
+    ]
+
+
+def test_two_patterns_naming_the_same_group_are_accepted() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {"seeds": [SEED], "scope": {"include": ["/(?P<id>[0-9]+)", "/x/(?P<id>[a-z]+)"]}}
+    )
+    assert len(spec.scope.include) == 2
+
+
 def test_redis_defaults_to_managed_only_when_nothing_else_is_given() -> None:
     by_url = CrawlJobSpec.from_mapping({"seeds": [SEED], "redis": {"url": "redis://r:6379/0"}})
     by_secret = CrawlJobSpec.from_mapping({"seeds": [SEED], "redis": {"secretRef": {"name": "r"}}})
@@ -237,11 +284,11 @@ RULE_CASES: list[tuple[dict[str, Any], str]] = [
     ),
     (
         {"scope": {"include": ["ok", "[a-"]}},
-        "spec.scope.include[1]: is not a valid regular expression: unterminated character set",
+        "spec.scope.include[1]: is not a valid RE2 pattern: missing ]: [a-",
     ),
     (
         {"scope": {"exclude": ["(x"]}},
-        "spec.scope.exclude[0]: is not a valid regular expression: missing )",
+        "spec.scope.exclude[0]: is not a valid RE2 pattern: missing ): (x",
     ),
     (
         {"scope": {"allowedDomains": ["example.com", "not a host"]}},

@@ -56,6 +56,9 @@ def test_parser_is_lexbor() -> None:
         ("li\tne\nbreak.html", "https://example.com/dir/linebreak.html"),
         ("/caf\u00e9 menu", "https://example.com/caf%C3%A9%20menu"),
         ("http://b\u00fccher.example/", "http://xn--bcher-kva.example/"),
+        # IDNA 2008 (the model's and the scope's spelling), not Python's IDNA 2003 codec
+        ("http://fa\u00df.de/stra\u00dfe", "http://xn--fa-hia.de/stra%C3%9Fe"),
+        ("http://u:p@B\u00fccher.example:8080/", "http://u:p@xn--bcher-kva.example:8080/"),
     ],
 )
 def test_resolves_hrefs(href: str, expected: str) -> None:

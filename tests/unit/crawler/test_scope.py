@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
+from crawlfleet.crawler.links import extract_links
 from crawlfleet.crawler.scope import Scope, ScopeVerdict
+from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError
+from crawlfleet.frontier.urls import canonicalize
 
 V = ScopeVerdict
 
@@ -209,3 +213,60 @@ def test_remembered_host_verdicts_agree_with_splitting_each_url() -> None:
         expected = scope._split_verdict(url, None)
         for _ in range(2):  # the second time from the cache
             assert scope.check(url, 0) == expected, url
+
+
+def test_two_include_patterns_naming_the_same_group_both_work() -> None:
+    # Joined into one Python alternation they fail to compile ("redefinition of group name"),
+    # and a worker that cannot build its scope dies and is respawned forever.
+    checked = scope("example.com", include=(r"/book/(?P<id>\d+)", r"/author/(?P<id>\w+)"))
+    assert checked.check("https://example.com/book/12", 1) is None
+    assert checked.check("https://example.com/author/ann", 1) is None
+    assert checked.check("https://example.com/shelf/1", 1) is V.NOT_INCLUDED
+
+
+def test_a_pathological_pattern_costs_a_linear_scan() -> None:
+    # (a+)+$ backtracks exponentially in Python's re on 'aaa…b': 2**n steps for n a's (n = 22 is
+    # about a second, 8000 would never end). RE2 scans each URL once. The bound is relative to a
+    # plain pattern's scan of the same URLs in the same run, and generous: a ratio near 1 is
+    # expected, exponential time is millions.
+    short = "https://example.com/" + "a" * 22 + "b"
+    long = "https://example.com/" + "a" * 8000 + "b"
+    pathological = scope("example.com", include=(r"(a+)+$",))
+    plain = scope("example.com", include=(r"/zzz$",))
+
+    def cost(checked: Scope, url: str) -> float:
+        start = time.perf_counter()
+        for _ in range(200):
+            assert checked._check_url(url) is V.NOT_INCLUDED
+        return time.perf_counter() - start
+
+    for url in (short, long):  # the short one first: with backtracking it fails fast
+        baseline = min(cost(plain, url) for _ in range(3))
+        assert min(cost(pathological, url) for _ in range(3)) < 20 * baseline + 0.01
+
+
+@pytest.mark.parametrize(
+    ("domain", "link"),
+    [
+        ("fa\u00df.de", "http://fa\u00df.de/x"),
+        ("fa\u00df.de", "http://shop.xn--fa-hia.de/x"),
+        ("xn--fa-hia.de", "http://FA\u00df.de/x"),
+        ("B\u00fccher.example", "http://b\u00fccher.example/x"),
+    ],
+)
+def test_an_internationalised_allowed_domain_matches_its_own_links(domain: str, link: str) -> None:
+    # The model, links and the scope spell hosts with crawlfleet.hosts (IDNA 2008): with
+    # Python's IDNA 2003 codec, faß.de links became fass.de and never matched.
+    spec = CrawlJobSpec.from_mapping({"seeds": ["http://seed.example/"], "scope": {
+        "allowedDomains": [domain]}})  # fmt: skip
+    checked = scope(*spec.scope.allowed_domains)
+    extracted = extract_links(f'<a href="{link}">x</a>', "http://seed.example/").links
+    assert len(extracted) == 1
+    canonical = canonicalize(extracted[0])
+    assert checked.check(canonical, 1) is None
+    assert checked.check(link, 1) is None  # a raw URL (a redirect's Location) too
+
+
+def test_idna_2003_spelling_is_another_domain() -> None:
+    checked = scope("fa\u00df.de")
+    assert checked.check("http://fass.de/", 1) is V.OUT_OF_DOMAIN

@@ -23,6 +23,11 @@ from crawlfleet.frontier.urls import canonicalize, host_of
         ("http://example.com/a b", "http://example.com/a%20b"),
         ("  http://example.com/x  ", "http://example.com/x"),
         ("http://[::1]:8080/", "http://[::1]:8080/"),
+        ("http://[0:0::0001]/", "http://[::1]/"),
+        # IDNA 2008 / UTS 46, as the model spells allowedDomains: never IDNA 2003's fass.de
+        ("http://fa\u00df.de/", "http://xn--fa-hia.de/"),
+        ("http://B\u00fccher.Example/x", "http://xn--bcher-kva.example/x"),
+        ("http://example.com./x", "http://example.com/x"),
     ],
 )
 def test_canonical_form(raw: str, expected: str) -> None:
@@ -43,6 +48,7 @@ def test_canonical_form(raw: str, expected: str) -> None:
         "http://[::1",
         "http://example.com:99999/",
         "http://example.com/" + "a" * 9000,
+        "http://\U0001f4a9.la/",  # IDNA 2008 has no emoji
     ],
 )
 def test_uncrawlable_urls_refused(raw: str) -> None:
