@@ -6,12 +6,14 @@
     ├── ConfigError            a CrawlJob or setting is invalid (names the field)
     ├── FrontierError          the Redis protocol refused or failed
     │   ├── InvalidURL         not an absolute http(s) URL; nothing was written
-    │   ├── LeaseLost          the caller no longer owns the lease (fenced out)
     │   └── FrontierUnavailable  Redis could not be reached or answered with an error
-    └── FetchError             a URL could not be fetched (carries a failure class)
+    ├── FetchError             a URL could not be fetched (carries a failure class)
+    └── ZygoteError            the local runner's worker zygote is gone or did not answer
 
 Foreign errors (redis, httpx) are translated once, at the module that talks to them,
-with ``raise ... from`` so the cause stays visible.
+with ``raise ... from`` so the cause stays visible. A lease the caller no longer owns is
+not an error: ``ack``, ``fail`` and ``release`` answer per lease (fencing is an outcome).
+This module imports nothing, so the zygote (which starts before anything heavy) can use it.
 """
 
 from __future__ import annotations
@@ -33,10 +35,6 @@ class InvalidURL(FrontierError, ValueError):
     """A URL is not an absolute http(s) URL and was refused before anything was written."""
 
 
-class LeaseLost(FrontierError):
-    """The caller is not the current owner of a lease: it expired, was requeued or reassigned."""
-
-
 class FrontierUnavailable(FrontierError):
     """Redis could not be reached, or answered with an error the frontier cannot handle."""
 
@@ -48,3 +46,8 @@ class FetchError(CrawlfleetError):
         super().__init__(f"{failure_class}: {message}")
         self.failure_class = failure_class
         self.message = message
+
+
+class ZygoteError(CrawlfleetError):
+    """The local runner's worker zygote is gone or did not answer; workers start as
+    interpreters instead."""

@@ -18,8 +18,8 @@ The zygote is a plain child of the runner, talking JSON lines over its stdin and
 
 It ignores SIGINT and SIGTERM: a Ctrl-C reaches the runner and the workers (one process
 group), and the zygote ends when the runner closes its stdin and its last worker is gone.
-This module imports only the standard library at the top: the runner starts the zygote
-before anything heavy.
+This module imports only the standard library (and :mod:`crawlfleet.errors`, which imports
+nothing) at the top: the runner starts the zygote before anything heavy.
 """
 
 from __future__ import annotations
@@ -38,14 +38,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from crawlfleet.errors import ZygoteError
+
 __all__ = ["ForkedProcess", "Zygote", "ZygoteError", "serve"]
 
 _READ_SIZE = 65_536
 _SPAWN_TIMEOUT_SECONDS = 60.0  # the first spawn waits for the zygote's imports
-
-
-class ZygoteError(RuntimeError):
-    """The zygote is gone or did not answer."""
 
 
 class Zygote:

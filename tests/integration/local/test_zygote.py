@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crawlfleet.errors import CrawlfleetError
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
@@ -104,4 +105,14 @@ def test_a_dead_zygote_costs_the_speed_not_the_run(tmp_path: Path) -> None:
     assert backend.zygote is None
     assert backend.active() == [worker_id]
     backend.stop_all(timeout_seconds=10)
+    zygote.close()
+
+
+def test_a_dead_zygote_is_a_crawlfleet_error(tmp_path: Path) -> None:
+    """So the CLI reports it in one line, as every error it raises on purpose."""
+    zygote = Zygote.start()
+    zygote.process.kill()
+    zygote.process.wait()
+    with pytest.raises(CrawlfleetError, match="zygote"):
+        zygote.spawn(["validate", str(write_job(tmp_path))], tmp_path / "v.log", "crawlfleet")
     zygote.close()
