@@ -38,6 +38,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Final, Generic, Literal, Self, TypeVar, get_args
 from urllib.parse import urlsplit
@@ -101,6 +102,22 @@ _MIB: Final = 1024 * 1024
 # Kubernetes object may hold, and 2,048 characters is the sitemaps protocol's URL limit.
 _MAX_SEEDS: Final = 10_000
 _MAX_SEED_LENGTH: Final = 2048
+# The other bounds: each the largest value that still makes sense, so that a typo (an extra
+# zero, seconds written as milliseconds) is refused with its field instead of run, and no
+# number reaches Redis, Lua or a timer that it would overflow.
+_MAX_PATTERNS: Final = 100  # per list; RE2 compiles them into one set
+_MAX_PATTERN_LENGTH: Final = 1024
+_MAX_DOMAINS: Final = 1000
+_MAX_DOMAIN_LENGTH: Final = 259  # a 253-character name and ":65535"
+_MAX_DEPTH: Final = 1_000_000
+_MAX_CAPACITY: Final = 10_000_000_000  # ~12 GB of Bloom filter at errorRate 0.01
+_MIN_ERROR_RATE: Final = 1e-9  # the Bloom sizing's floor (frontier/bloom.py)
+_MAX_REPLICAS: Final = 1000
+_DAY_SECONDS: Final = 86_400
+_MAX_ATTEMPTS: Final = 100
+_MAX_TEXT_LENGTH: Final = 1024  # a User-Agent, an image reference
+_MAX_REDIS_URL_LENGTH: Final = 2048
+_GIB: Final = 1024 * _MIB
 
 Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
 
@@ -243,6 +260,37 @@ class _Pattern:
 
 
 @dataclass(frozen=True, slots=True)
+class _MaxLength:
+    """A cap on a string's characters or a list's items, in the user's words and the schema.
+
+    A list is measured before its items are validated, so ten million seeds cost one ``len``,
+    not ten million URL checks.
+    """
+
+    limit: int
+
+    def check(self, value: object) -> object:
+        if isinstance(value, str) and len(value) > self.limit:
+            raise _problem(f"must be at most {self.limit} characters long (got {len(value)})")
+        if isinstance(value, list | tuple) and len(value) > self.limit:
+            raise _problem(f"must hold at most {self.limit} items (got {len(value)})")
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self.check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        key = "maxItems" if json_schema.get("type") == "array" else "maxLength"
+        json_schema[key] = self.limit
+        return json_schema
+
+
+@dataclass(frozen=True, slots=True)
 class _Cel:
     """A single-value rule restated in CEL, for the CRD's ``x-kubernetes-validations``.
 
@@ -279,8 +327,15 @@ _SECRET_KEY: Final = _Pattern(
     r"[-._a-zA-Z0-9]+", "a Secret key (letters, digits, '-', '_' and '.')", max_length=253
 )
 _QUANTITY: Final = _Pattern(
-    r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?", "a Kubernetes quantity such as 1Gi or 500Mi"
+    r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?",
+    "a Kubernetes quantity such as 1Gi or 500Mi",
+    max_length=64,
 )
+_IMAGE: Final = _Pattern(
+    r"[^\s]+", "a container image reference without spaces, such as redis:7.4-alpine"
+)
+#: Every string shape, for the CRD generator to find each one's message by its pattern.
+STRING_SHAPES: Final = (_OBJECT_NAME, _NAMESPACE, _SECRET_KEY, _QUANTITY, _IMAGE)
 
 
 def _allowed_domain(entry: str) -> str:
@@ -349,12 +404,6 @@ def _seed_url(url: str) -> str:
     return url
 
 
-def _at_most_seeds(values: tuple[str, ...]) -> tuple[str, ...]:
-    if len(values) > _MAX_SEEDS:
-        raise _problem(f"must hold at most {_MAX_SEEDS} URLs (got {len(values)})")
-    return values
-
-
 def _url_pattern(pattern: str) -> str:
     """One pattern, compiled alone as RE2 (``_url_patterns`` then checks the list together)."""
     try:
@@ -373,47 +422,207 @@ def _url_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
     return patterns
 
 
-def _header_value(value: str) -> str:
-    """A User-Agent goes into every request header; a control character would split it."""
+_HEADER_VALUE: Final = "must be a non-empty header value without control characters or newlines"
+_PRODUCT_TOKEN: Final = (
+    "must start with a product token, a name without spaces such as mybot/1.0:"
+    " robots.txt rules are matched against it"
+)
+
+
+def _user_agent(value: str) -> str:
+    """A User-Agent goes into every request header; a control character would split it.
+
+    robots.txt groups are matched against its product token (the text before the first
+    ``/``, as the crawler's robots policy reads it), so that token must be a name.
+    """
     if not value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
-        raise _problem("must be a non-empty header value without control characters or newlines")
+        raise _problem(_HEADER_VALUE)
+    token = value.split("/", 1)[0].strip()
+    if not token or any(char.isspace() for char in token):
+        raise _problem(_PRODUCT_TOKEN)
     return value
 
 
+# The same rules for the API server; a tab is a control character, so [^/\s] is enough.
+_USER_AGENT_CEL: Final = (
+    _Cel(r"self.matches(r'\S') && !self.matches(r'[\x00-\x1f\x7f]')", _HEADER_VALUE),
+    _Cel(r"self.matches(r'^ *[^/\s]+ *(/|$)')", _PRODUCT_TOKEN),
+)
+_REDIS_URL: Final = (
+    "must be a redis://host[:port][/db], rediss://host[:port][/db] or unix:///path URL"
+    " (connection options are the operator's)"
+)
+
+
 def _redis_url(url: str) -> str:
-    # The URL may carry a password: never echo it back.
+    """Refuse what redis-py's ``from_url`` would refuse when the frontier connects.
+
+    The URL may carry a password: the message never echoes it.
+    """
     try:
-        scheme = urlsplit(url).scheme
+        parts = urlsplit(url)
+        scheme, port = parts.scheme, parts.port  # .port raises ValueError on a bad port
+        valid = (
+            scheme in ("redis", "rediss", "unix")
+            and not parts.query
+            and not parts.fragment
+            and not any(char.isspace() or ord(char) < 32 for char in url)
+            and port != 0
+        )
+        if scheme == "unix":
+            valid = valid and bool(parts.path) and not parts.netloc
+        else:
+            db = parts.path.removeprefix("/")
+            valid = valid and bool(parts.hostname) and (db == "" or db.isdecimal())
     except ValueError:
-        scheme = ""
-    if scheme not in ("redis", "rediss", "unix"):
-        raise _problem("must be a redis://, rediss:// or unix:// URL")
+        valid = False
+    if not valid:
+        raise _problem(_REDIS_URL)
     return url
+
+
+# The same shape for the API server, but for the port's range (the operator's InvalidSpec).
+_REDIS_URL_CEL: Final = _Cel(
+    r"self.matches(r'^rediss?://([^/?#\s@]*@)?(\[[0-9a-fA-F:.]+\]|[^/?#\s@:\[\]]+)"
+    r"(:[0-9]+)?(/[0-9]*)?$')"
+    r" || self.matches(r'^unix:///[^?#\s]*$')",
+    _REDIS_URL,
+)
+
+
+_RESOURCE_KEYS: Final = frozenset({"limits", "requests"})
+# Kubernetes' quantity grammar (k8s.io/apimachinery/pkg/api/resource): a number, then a binary
+# or decimal SI suffix or an exponent.
+_KUBE_QUANTITY: Final = re.compile(
+    r"\+?(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)"
+    r"(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+_SI_FACTORS: Final = {
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+    "P": Decimal("1e15"), "E": Decimal("1e18"),
+    **{f"{prefix}i": Decimal(1024) ** (power + 1) for power, prefix in enumerate("KMGTPE")},
+}  # fmt: skip
+
+
+def _quantity(value: JsonValue) -> Decimal | None:
+    """A Kubernetes quantity (``500m``, ``1Gi``, ``2``) as a number, or None if it is none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return Decimal(str(value)) if value >= 0 and value == value else None
+    if not isinstance(value, str) or len(value) > 64:
+        return None
+    match = _KUBE_QUANTITY.fullmatch(value)
+    if match is None:
+        return None
+    suffix = match["suffix"] or ""
+    if suffix[:1] in ("e", "E"):
+        return Decimal(match["number"]) * Decimal(10) ** int(suffix[1:])
+    return Decimal(match["number"]) * _SI_FACTORS[suffix]
+
+
+def _resources(resources: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """The checks the API server makes when the operator puts these into a Pod."""
+    found: list[tuple[str | None, str]] = []
+    amounts: dict[str, dict[str, Decimal]] = {}
+    for key, section in resources.items():
+        if key not in _RESOURCE_KEYS:
+            found.append((key, "unknown field; a worker's resources take limits and requests"))
+            continue
+        if not isinstance(section, dict):
+            found.append((key, "must be a mapping of resource names to quantities"))
+            continue
+        amounts[key] = {}
+        for name, value in section.items():
+            amount = _quantity(value)
+            if amount is None:
+                found.append((f"{key}.{name}", "must be a Kubernetes quantity such as 500m or 1Gi"))
+            else:
+                amounts[key][name] = amount
+    limits = amounts.get("limits", {})
+    for name, amount in amounts.get("requests", {}).items():
+        if name in limits and amount > limits[name]:
+            found.append((f"requests.{name}", f"must not be greater than limits.{name}"))
+    if found:
+        raise _problems(found)
+    return resources
+
+
+# Kubernetes' volume sources (core/v1 Volume): a Volume names exactly one of them.
+_VOLUME_SOURCES: Final = frozenset(
+    {
+        "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap",
+        "csi", "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker",
+        "gcePersistentDisk", "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs",
+        "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume", "projected",
+        "quobyte", "rbd", "scaleIO", "secret", "storageos", "vsphereVolume",
+    }
+)  # fmt: skip
+
+
+def _volume_source(volume: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """One volume source, as a Pod's volume takes it (the operator adds the name)."""
+    if len(volume) != 1:
+        raise _problem(
+            "must name exactly one volume source, such as"
+            " {persistentVolumeClaim: {claimName: crawl-output}}"
+        )
+    ((kind, source),) = volume.items()
+    if kind not in _VOLUME_SOURCES:
+        raise _problems([(kind, _unknown_field(kind, _VOLUME_SOURCES))])
+    if not isinstance(source, dict):
+        raise _problems([(kind, "must be a mapping")])
+    if kind == "persistentVolumeClaim" and not isinstance(source.get("claimName"), str):
+        raise _problems([(f"{kind}.claimName", "is required: the name of the claim to mount")])
+    return volume
 
 
 # Go's URL parser (behind isURL and url) lower-cases the scheme as _seed_url does, refuses
 # control characters and a non-numeric port, but allows spaces in the path: that is a rule of its
-# own. A port above 65535 is left to _seed_url (so to the operator's InvalidSpec condition): one
-# more url() call would not fit the API server's cost budget. One url() call per rule, for the
-# same reason.
+# own. A port of 0 or above 65535 and credentials are left to _seed_url (so to the operator's
+# InvalidSpec condition): one more url() call, or a regex or a few indexOf() over every seed, would
+# not fit the API server's cost budget (measured: 3x to 6x over). One url() call per rule, for
+# the same reason.
 _SEED_CEL: Final = (
     _Cel("isURL(self) && url(self).getScheme() in ['http', 'https']", f"must be {_SEED_MEANING}"),
     _Cel("!isURL(self) || url(self).getHostname() != ''", f"must be {_SEED_MEANING}"),
     _Cel("!self.contains(' ')", f"must be {_SEED_MEANING}"),
 )
+# YAML hands us lists; tuples keep the frozen models immutable all the way down.
+_LIST_FROM_YAML: Final = Field(strict=False)
 _Seed = Annotated[
     str,
     AfterValidator(_seed_url),
     *_SEED_CEL,
     Field(json_schema_extra={"maxLength": _MAX_SEED_LENGTH}),
 ]
-_URLPattern = Annotated[str, AfterValidator(_url_pattern)]
-_Domain = Annotated[str, AfterValidator(_allowed_domain)]
-_Positive = Annotated[float, _Range(gt=0)]
-_NonNegative = Annotated[float, _Range(ge=0)]
-_Count = Annotated[int, _Range(ge=1)]
-# YAML hands us lists; tuples keep the frozen models immutable all the way down.
-_LIST_FROM_YAML: Final = Field(strict=False)
+# CEL's matches() compiles its pattern with Go's RE2 when the rule runs, and a pattern it cannot
+# compile is an evaluation error: the API server refuses the object with Go's reason and this
+# message. type() keeps the rule from being true either way (an error inside || could be
+# absorbed). A list too large to compile together is the operator's InvalidSpec.
+_URLPattern = Annotated[
+    str,
+    _MaxLength(_MAX_PATTERN_LENGTH),
+    AfterValidator(_url_pattern),
+    _Cel("type(''.matches(self)) == bool", "is not a valid RE2 pattern"),
+]
+_Domain = Annotated[str, _MaxLength(_MAX_DOMAIN_LENGTH), AfterValidator(_allowed_domain)]
+_Seconds = Annotated[float, _Range(gt=0, le=_DAY_SECONDS)]
+_DelaySeconds = Annotated[float, _Range(ge=0, le=_DAY_SECONDS)]
+_Attempts = Annotated[int, _Range(ge=1, le=_MAX_ATTEMPTS)]
+_Bytes = Annotated[int, _Range(ge=1, le=_GIB)]
+_Image = Annotated[
+    str,
+    _MaxLength(_MAX_TEXT_LENGTH),
+    _IMAGE,
+]
+_URLPatterns = Annotated[
+    tuple[_URLPattern, ...],
+    _LIST_FROM_YAML,
+    _MaxLength(_MAX_PATTERNS),
+    AfterValidator(_url_patterns),
+]
 
 
 # --- cross-field rules ------------------------------------------------------------------------
@@ -439,8 +648,16 @@ class Rule(Generic[_SectionT]):
         if not self.shows:
             return self.message
         values = section.model_dump(by_alias=True)
-        got = ", ".join(f"{name}={_show(values[name])}" for name in self.shows)
+        got = ", ".join(f"{name}={_show(_dig(values, name))}" for name in self.shows)
         return f"{self.message} (got {got})"
+
+
+def _dig(values: Mapping[str, Any], dotted: str) -> object:
+    """``values["scope"]["maxPages"]`` for ``"scope.maxPages"``."""
+    found: Any = values
+    for part in dotted.split("."):
+        found = found[part]
+    return found
 
 
 def _problems(found: list[tuple[str | None, str]]) -> PydanticCustomError:
@@ -497,21 +714,26 @@ class _Section(_Model):
 class ScopeSpec(_Section):
     """Which links the crawl follows. Empty ``allowedDomains`` means the seed hosts."""
 
-    allowed_domains: Annotated[tuple[_Domain, ...], _LIST_FROM_YAML, AfterValidator(_unique)] = ()
+    allowed_domains: Annotated[
+        tuple[_Domain, ...],
+        _LIST_FROM_YAML,
+        _MaxLength(_MAX_DOMAINS),
+        AfterValidator(_unique),
+    ] = ()
     """Hosts the crawl may visit. `example.com` allows it and every subdomain (`www.example.com`),
     not `badexample.com`; an IP address allows exactly that address; `host:port` allows only
     that port (a scheme's default port counts). Empty or unset: the hosts of the seeds."""
-    max_depth: Annotated[int, _Range(ge=0)] = 3
+    max_depth: Annotated[int, _Range(ge=0, le=_MAX_DEPTH)] = 3
     """How many links away from a seed the crawl goes: seeds are depth 0, the pages they link to
     depth 1, and so on. Links found on a page at this depth are not followed."""
-    max_pages: Annotated[int, _Range(ge=0)] = 0
+    max_pages: Annotated[int, _Range(ge=0, le=_MAX_CAPACITY)] = 0
     """The most URLs the crawl admits, seeds included; each is fetched once (plus retries).
     0 means no limit: the crawl ends when scope runs out."""
-    include: Annotated[tuple[_URLPattern, ...], _LIST_FROM_YAML, AfterValidator(_url_patterns)] = ()
+    include: _URLPatterns = ()
     """Regular expressions (RE2 syntax, as CEL's matches() uses) searched anywhere in a
     discovered URL: when any is given, a link must match one of them to be followed. Empty:
     every link in scope."""
-    exclude: Annotated[tuple[_URLPattern, ...], _LIST_FROM_YAML, AfterValidator(_url_patterns)] = ()
+    exclude: _URLPatterns = ()
     """Regular expressions (RE2 syntax, as CEL's matches() uses) searched anywhere in a
     discovered URL: a link that matches any of them is dropped, even if it matches include."""
     allow_private_networks: bool = False
@@ -526,11 +748,11 @@ class ScopeSpec(_Section):
 class DedupSpec(_Section):
     """Sizes the Bloom filter; capacity is capped because memory grows with it."""
 
-    capacity: Annotated[int, _Range(ge=1, le=10_000_000_000)] = 1_000_000
+    capacity: Annotated[int, _Range(ge=1, le=_MAX_CAPACITY)] = 1_000_000
     """How many distinct URLs the Bloom filter (which remembers every URL seen, so each is
     crawled once) is sized for. Past it, more new URLs are wrongly taken for seen and skipped.
     Memory: about 1.2 MB per million at errorRate 0.01. Fixed once the job exists."""
-    error_rate: Annotated[float, _Range(gt=0, lt=0.5)] = 0.01
+    error_rate: Annotated[float, _Range(ge=_MIN_ERROR_RATE, lt=0.5)] = 0.01
     """The Bloom filter's false-positive rate at capacity: the share of new URLs wrongly taken
     for seen and never crawled. Each halving costs about 0.18 bytes per URL of capacity.
     Fixed once the job exists."""
@@ -553,27 +775,27 @@ class ConcurrencySpec(_Section):
 class WorkersSpec(_Section):
     """Replica bounds for the autoscaler; ``autoscale: external`` hands scaling to HPA/KEDA."""
 
-    min_replicas: Annotated[int, _Range(ge=0, le=1000)] = 1
+    min_replicas: Annotated[int, _Range(ge=0, le=_MAX_REPLICAS)] = 1
     """Fewest worker pods while the job runs: the autoscaler's floor."""
-    max_replicas: Annotated[int, _Range(ge=1, le=1000)] = 10
+    max_replicas: Annotated[int, _Range(ge=1, le=_MAX_REPLICAS)] = 10
     """Most worker pods the autoscaler starts: the ceiling on cost and on load."""
-    target_backlog_per_replica: _Count = 500
+    target_backlog_per_replica: Annotated[int, _Range(ge=1, le=10_000_000)] = 500
     """URLs of backlog (queued plus in flight) per worker the autoscaler aims for: it runs
     ceil(backlog / targetBacklogPerReplica) workers, kept between minReplicas and
     maxReplicas."""
-    scale_down_delay_seconds: _NonNegative = 60.0
+    scale_down_delay_seconds: _DelaySeconds = 60.0
     """Seconds demand must stay lower before workers are removed; scaling up is immediate.
     Keeps the fleet from shrinking and growing again while a queue drains and refills."""
-    image: str | None = None
+    image: _Image | None = None
     """Worker container image. Unset: the worker image the operator was installed with."""
-    resources: dict[str, JsonValue] | None = None
+    resources: Annotated[dict[str, JsonValue], AfterValidator(_resources)] | None = None
     """Compute resources of each worker container, as in a Pod (requests, limits). Unset: the
     operator's modest defaults."""
     autoscale: Literal["internal", "external"] = "internal"
     """Who sizes the worker fleet. internal: the operator, from the backlog (see
     targetBacklogPerReplica). external: whatever sets replicas through the scale subresource,
     such as kubectl scale, a HorizontalPodAutoscaler or KEDA."""
-    replicas: Annotated[int, _Range(ge=0, le=1000)] | None = None
+    replicas: Annotated[int, _Range(ge=0, le=_MAX_REPLICAS)] | None = None
     """Worker pods to run when autoscale is external; kubectl scale, an HPA or KEDA set it
     through the scale subresource. Ignored when autoscale is internal. Unset: minReplicas."""
 
@@ -591,18 +813,18 @@ class WorkersSpec(_Section):
 class RetrySpec(_Section):
     """Retries at two layers: within one fetch (requests) and across fetches (tasks)."""
 
-    request_attempts: _Count = 3
+    request_attempts: _Attempts = 3
     """HTTP requests per fetch, the first included. Connect errors, timeouts, 5xx and a 429 or
     503 with a short Retry-After are retried within the same fetch, after a backoff."""
-    task_attempts: _Count = 5
+    task_attempts: _Attempts = 5
     """Fetches of one URL before it is given up and moved to the dead-letter set. A fetch that
     failed in a retryable way sends its URL back to the frontier for a later attempt."""
-    backoff_base_seconds: _NonNegative = 1.0
+    backoff_base_seconds: Annotated[float, _Range(ge=0, le=3600)] = 1.0
     """Delay before the first retry, in seconds. Retry n waits backoffBaseSeconds ×
     backoffFactor^(n-1), jittered by ±30% and capped at backoffMaxSeconds."""
-    backoff_factor: Annotated[float, _Range(ge=1)] = 1.8
+    backoff_factor: Annotated[float, _Range(ge=1, le=10)] = 1.8
     """How much the retry delay grows from one retry to the next (exponential backoff)."""
-    backoff_max_seconds: _NonNegative = 30.0
+    backoff_max_seconds: _DelaySeconds = 30.0
     """Longest delay before one retry, in seconds. Also the longest Retry-After a fetch waits
     for itself; a longer one sends the URL back to the frontier to wait there."""
 
@@ -620,12 +842,12 @@ class RetrySpec(_Section):
 class LeaseSpec(_Section):
     """A worker must heartbeat several times before it can be declared dead or lose a lease."""
 
-    ttl_seconds: _Positive = 60.0
+    ttl_seconds: Annotated[float, _Range(ge=1, le=_DAY_SECONDS)] = 60.0
     """Seconds a worker holds a URL it claimed. A lease not completed in time goes back to the
     queue for another worker: this bounds how long a hung worker delays a page."""
-    heartbeat_seconds: _Positive = 5.0
+    heartbeat_seconds: Annotated[float, _Range(ge=0.1, le=3600)] = 5.0
     """How often, in seconds, each worker tells Redis it is alive (with its counters)."""
-    dead_after_seconds: _Positive = 20.0
+    dead_after_seconds: _Seconds = 20.0
     """Seconds without a heartbeat after which a worker counts as dead: its leases go back to
     the queue at once, without waiting for ttlSeconds, and its pod is replaced."""
 
@@ -672,7 +894,7 @@ class Persistence(_Section):
 class ManagedRedis(_Section):
     """A Redis the operator runs for one job."""
 
-    image: str = "redis:7.4-alpine"
+    image: _Image = "redis:7.4-alpine"
     """Redis container image; any Redis 6 or newer works (the Bloom filter needs no module)."""
     persistence: Persistence = Persistence()
     """Whether the managed Redis keeps its data on a volume."""
@@ -681,7 +903,12 @@ class ManagedRedis(_Section):
 class RedisSpec(_Section):
     """Where the frontier lives: a URL, a Secret holding one, or a Redis the operator runs."""
 
-    url: Annotated[str, AfterValidator(_redis_url)] | None = Field(default=None, repr=False)
+    url: (
+        Annotated[
+            str, _MaxLength(_MAX_REDIS_URL_LENGTH), AfterValidator(_redis_url), _REDIS_URL_CEL
+        ]
+        | None
+    ) = Field(default=None, repr=False)
     """URL of an existing Redis (redis://, rediss:// or unix://). It may carry a password, which
     anyone who can read the CrawlJob then sees: prefer secretRef."""
     secret_ref: SecretRef | None = None
@@ -718,9 +945,9 @@ class OutputSpec(_Section):
     format: Literal["jsonl", "warc", "none"] = "jsonl"
     """jsonl: one JSON line per fetched page (URL, status, headers, links found). warc: the same
     lines plus WARC archives of every request and response. none: no files at all."""
-    max_file_bytes: _Count = 256 * _MIB
+    max_file_bytes: Annotated[int, _Range(ge=1, le=64 * _GIB)] = 256 * _MIB
     """Size in bytes at which a worker starts a new output file (a record is never split)."""
-    volume: dict[str, JsonValue] | None = None
+    volume: Annotated[dict[str, JsonValue], AfterValidator(_volume_source)] | None = None
     """Where the workers' files go in a cluster: a Pod volume source, for example
     {persistentVolumeClaim: {claimName: crawl-output}}, mounted at /data. Unset: an emptyDir,
     lost with the pod."""
@@ -737,24 +964,46 @@ class RobotsSpec(_Section):
 class FetchSpec(_Section):
     """Per-request limits: the crawler's first line of defence against hostile servers."""
 
-    connect_timeout_seconds: _Positive = 5.0
+    connect_timeout_seconds: Annotated[float, _Range(gt=0, le=600)] = 5.0
     """Longest wait, in seconds, for one connection (TCP and TLS) to a site."""
-    read_timeout_seconds: _Positive = 20.0
+    read_timeout_seconds: Annotated[float, _Range(gt=0, le=3600)] = 20.0
     """Longest wait, in seconds, for the next bytes of a response."""
-    total_timeout_seconds: _Positive = 60.0
+    total_timeout_seconds: Annotated[float, _Range(gt=0, le=3600)] = 60.0
     """Deadline, in seconds, of one fetch: redirects, retries and their waits included."""
-    max_body_bytes: _Count = 10 * _MIB
+    max_body_bytes: _Bytes = 10 * _MIB
     """Largest response body read, in bytes as sent: a larger one is cut off and the fetch
     fails, so one huge file cannot stall a worker."""
-    max_redirects: Annotated[int, _Range(ge=0)] = 5
+    max_redirects: Annotated[int, _Range(ge=0, le=100)] = 5
     """Most redirects followed in one fetch; each hop is checked against scope and the
     private-network guard."""
-    max_decompressed_bytes: _Count = 50 * _MIB
+    max_decompressed_bytes: _Bytes = 50 * _MIB
     """Largest response body after gzip or deflate decoding, in bytes: a cap that defuses
     compression bombs."""
 
+    cross_field_rules: ClassVar[tuple[Rule[FetchSpec], ...]] = (
+        Rule(
+            field="totalTimeoutSeconds",
+            message="must be at least connectTimeoutSeconds and readTimeoutSeconds: the"
+            " deadline of a fetch covers its connection and its reads",
+            cel="self.totalTimeoutSeconds >= self.connectTimeoutSeconds"
+            " && self.totalTimeoutSeconds >= self.readTimeoutSeconds",
+            holds=lambda fetch: (
+                fetch.total_timeout_seconds
+                >= max(fetch.connect_timeout_seconds, fetch.read_timeout_seconds)
+            ),
+            shows=("totalTimeoutSeconds", "connectTimeoutSeconds", "readTimeoutSeconds"),
+        ),
+        Rule(
+            field="maxDecompressedBytes",
+            message="must be at least maxBodyBytes: a body is never smaller once decoded",
+            cel="self.maxDecompressedBytes >= self.maxBodyBytes",
+            holds=lambda fetch: fetch.max_decompressed_bytes >= fetch.max_body_bytes,
+            shows=("maxDecompressedBytes", "maxBodyBytes"),
+        ),
+    )
 
-class CrawlJobSpec(_Model):
+
+class CrawlJobSpec(_Section):
     """What the user asks for; every default of a crawl lives here."""
 
     # Not Field(min_length=1): pydantic would count only the valid seeds and add a bogus
@@ -762,9 +1011,9 @@ class CrawlJobSpec(_Model):
     seeds: Annotated[
         tuple[_Seed, ...],
         _LIST_FROM_YAML,
-        Field(json_schema_extra={"minItems": 1, "maxItems": _MAX_SEEDS}),
+        Field(json_schema_extra={"minItems": 1}),
+        _MaxLength(_MAX_SEEDS),
         AfterValidator(_non_empty),
-        AfterValidator(_at_most_seeds),
     ]
     """The URLs the crawl starts from: absolute http or https URLs. Their hosts are the
     default scope.allowedDomains."""
@@ -787,7 +1036,9 @@ class CrawlJobSpec(_Model):
     """What the workers write about the pages they fetch, and where."""
     robots: RobotsSpec = RobotsSpec()
     """Whether the crawl obeys robots.txt."""
-    user_agent: Annotated[str, AfterValidator(_header_value)] = DEFAULT_USER_AGENT
+    user_agent: Annotated[
+        str, _MaxLength(_MAX_TEXT_LENGTH), AfterValidator(_user_agent), *_USER_AGENT_CEL
+    ] = DEFAULT_USER_AGENT
     """The User-Agent header of every request, and the name robots.txt rules are matched
     against. Say who you are and how site owners can reach you."""
     fetch: FetchSpec = FetchSpec()
@@ -795,9 +1046,22 @@ class CrawlJobSpec(_Model):
     suspend: bool = False
     """Pause the crawl: workers scale to 0 while Redis and the frontier are kept, so setting it
     back to false resumes where the crawl stopped."""
-    ttl_seconds_after_finished: Annotated[int, _Range(ge=0)] | None = None
+    ttl_seconds_after_finished: Annotated[int, _Range(ge=0, le=365 * _DAY_SECONDS)] | None = None
     """Seconds after the job succeeds or fails before it is deleted, with everything it created.
     Unset: kept until you delete it."""
+
+    cross_field_rules: ClassVar[tuple[Rule[CrawlJobSpec], ...]] = (
+        Rule(
+            field="scope.maxPages",
+            message="must not be greater than dedup.capacity: the Bloom filter is sized for"
+            " capacity URLs, and past it new URLs are taken for seen and never crawled",
+            cel="self.scope.maxPages == 0 || self.scope.maxPages <= self.dedup.capacity",
+            holds=lambda spec: (
+                spec.scope.max_pages == 0 or spec.scope.max_pages <= spec.dedup.capacity
+            ),
+            shows=("scope.maxPages", "dedup.capacity"),
+        ),
+    )
 
     @model_validator(mode="after")
     def _default_allowed_domains_to_seed_hosts(self) -> Self:

@@ -14,12 +14,19 @@ and readers need no Python; a test (and ``--check``) fails when either is stale:
 From pydantic's JSON schema to a structural schema:
 
 * ``$ref`` is inlined; ``X | None`` becomes X (optional, not nullable: the API server would
-  otherwise store nulls that ``crawlfleet run`` never sees); ``Literal`` stays an ``enum``;
-  tuples are arrays with ``items``; ``dict[str, JsonValue]`` (resources, volume) is an object
-  with ``x-kubernetes-preserve-unknown-fields``; JSON Schema's numeric ``exclusiveMinimum``
-  becomes OpenAPI v3.0's ``minimum`` plus ``exclusiveMinimum: true``, except that a range with
-  a fractional bound becomes a CEL rule (see ``_fractional_range_as_cel`` for the API server
-  bug this avoids).
+  otherwise store nulls that ``crawlfleet run`` never sees); tuples are arrays with ``items``;
+  ``dict[str, JsonValue]`` (resources, volume) is an object with
+  ``x-kubernetes-preserve-unknown-fields`` (the model checks what the API server would refuse
+  once the operator puts it in a Pod, and the operator marks such a job ``InvalidSpec``).
+* in spec, a value's bounds become CEL rules whose messages are the model's own words (see
+  ``_bounds_as_cel``): numeric ranges, ``Literal`` choices, string shapes, and string and list
+  lengths that no other rule needs. The API server checks CEL rules only once the schema holds
+  (a schema error reports "some validation rules were not checked"), and its schema errors speak
+  its own words ("should be greater than or equal to 1"), so a bound left in the schema would
+  read differently from ``crawlfleet validate``. What stays in the schema: types, required
+  fields, ``minItems`` of seeds, and the ``maxLength``/``maxItems`` that the API server needs to
+  estimate the cost of the CEL rules that read those strings and lists (seeds, URL patterns,
+  names). The status keeps plain schema bounds and enums: nobody but the operator writes it.
 * every property carries the field's docstring as ``description`` (a field without one is an
   error here, so ``kubectl explain`` never shows a blank), followed by what ``kubectl explain``
   does not show: its bounds and, in spec, its default ("Defaults to 0.01.").
@@ -111,7 +118,7 @@ _TRANSITION_RULES: Final[Mapping[_Path, tuple[_Schema, ...]]] = {
 # Lists whose items are keyed (merged by key by server-side apply, one item per key).
 _LIST_MAP_KEYS: Final[Mapping[_Path, tuple[str, ...]]] = {("status", "conditions"): ("type",)}
 
-# JSON Schema keywords passed through unchanged, in the order they are written.
+# JSON Schema keywords passed through (spec: see _bounds_as_cel), in the order they are written.
 _KEPT: Final = (
     "format",
     "enum",
@@ -229,10 +236,22 @@ def _crd() -> _Schema:
 
 def crd_yaml() -> str:
     """The CRD as committed in crds/crawljob.yaml: a header, then keys in a fixed order."""
-    body = yaml.safe_dump(
-        crawljob_crd(), sort_keys=False, allow_unicode=True, width=100, default_flow_style=False
+    body = yaml.dump(
+        crawljob_crd(),
+        Dumper=_PlainDumper,
+        sort_keys=False,
+        allow_unicode=True,
+        width=100,
+        default_flow_style=False,
     )
     return _HEADER + body
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No YAML anchors: two fields sharing one default object would be written as an alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 # --- JSON schema -> structural schema ---------------------------------------------------------
@@ -242,6 +261,7 @@ class _Converter:
     """Walks one model's JSON schema (camelCase aliases) and writes the structural schema."""
 
     def __init__(self, model: type[BaseModel], *, root: _Path, mention_defaults: bool) -> None:
+        # mention_defaults: the spec, which users write (status is the operator's).
         # Serialization mode lists computed fields too (status.workers), which the operator
         # writes and printer columns read.
         mode: Literal["validation", "serialization"] = (
@@ -281,7 +301,11 @@ class _Converter:
         for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
             if exclusive in node:  # JSON Schema 2020-12 -> OpenAPI v3.0
                 out[bound], out[exclusive] = node[exclusive], True
-        range_rules = _fractional_range_as_cel(out)
+        own_rules = list(node.get("x-kubernetes-validations", ()))
+        if self._mention_defaults:
+            bound_rules = _bounds_as_cel(out, costly=bool(own_rules) or _items_have_rules(node))
+        else:
+            bound_rules = _fractional_range_as_cel(out)
         unknown = set(node) - set(_KEPT) - _IGNORED - {"type", "description", "properties"}
         unknown -= {"required", "items", "x-kubernetes-validations", "$defs"}
         if unknown:
@@ -305,7 +329,7 @@ class _Converter:
         if path in _LIST_MAP_KEYS:
             out["x-kubernetes-list-type"] = "map"
             out["x-kubernetes-list-map-keys"] = list(_LIST_MAP_KEYS[path])
-        rules = [*range_rules, *node.get("x-kubernetes-validations", ())]
+        rules = [*bound_rules, *own_rules]
         rules += _cross_field_rules(model)
         rules += _TRANSITION_RULES.get(path, ())
         if rules:
@@ -368,30 +392,105 @@ def _filled(value: Mapping[str, Any], schema: Mapping[str, Any]) -> _Schema:
     return out
 
 
-def _fractional_range_as_cel(schema: _Schema) -> list[_Schema]:
-    """Move a range with a fractional bound from the schema into a CEL rule (``schema`` changes).
+def _items_have_rules(node: Mapping[str, Any]) -> bool:
+    items = node.get("items")
+    return isinstance(items, Mapping) and bool(
+        items.get("x-kubernetes-validations") or items.get("pattern")
+    )
 
-    kube-apiserver (1.34 and before) checks a whole-number value against bounds truncated to
-    integers: ``errorRate: 0`` against ``exclusiveMaximum: 0.5`` is refused as "should be less
-    than 0". CEL compares doubles correctly, and its message can say the whole range, in the
-    words ``crawlfleet run`` uses.
+
+def _bounds_as_cel(schema: _Schema, *, costly: bool) -> list[_Schema]:
+    """Move a spec value's bounds from the schema into CEL rules in the model's words.
+
+    ``schema`` changes. ``costly``: other CEL rules read this string or list (or its items), so
+    the API server needs its ``maxLength``/``maxItems`` to estimate their cost: those stay.
+    Each message is the one crawljob.py gives (without its "(got ...)" part).
     """
-    bounds = ("minimum", "maximum")
-    if not any(
-        isinstance(schema.get(key), float) and not schema[key].is_integer() for key in bounds
-    ):
-        return []
+    rules: list[_Schema] = []
+    if "minimum" in schema or "maximum" in schema:
+        rules.append(_range_rule(schema))
+    if "enum" in schema:
+        choices = schema.pop("enum")
+        listed = ", ".join(_cel_literal(choice) for choice in choices)
+        rules.append({"rule": f"self in [{listed}]", "message": f"must be {_one_of(choices)}"})
+    if "pattern" in schema:
+        pattern = schema.pop("pattern")
+        rules.append({"rule": f"self.matches({_cel_literal(pattern)})", "message": _shape(pattern)})
+        costly = True
+    if not costly and "maxLength" in schema:
+        limit = schema.pop("maxLength")
+        rules.append(
+            {
+                "rule": f"self.size() <= {limit}",
+                "message": f"must be at most {limit} characters long",
+            }
+        )
+    if not costly and "maxItems" in schema:
+        limit = schema.pop("maxItems")
+        rules.append(
+            {"rule": f"self.size() <= {limit}", "message": f"must hold at most {limit} items"}
+        )
+    return rules
+
+
+def _one_of(choices: Sequence[object]) -> str:
+    """Pydantic's words for a Literal, which crawljob.py passes on: "one of 'a', 'b' or 'c'"."""
+    quoted = [repr(choice) for choice in choices]
+    if len(quoted) == 1:
+        return quoted[0]
+    return "one of " + ", ".join(quoted[:-1]) + " or " + quoted[-1]
+
+
+def _shape(pattern: str) -> str:
+    """The model's message for a string that must match ``pattern`` (a ``_Pattern`` marker)."""
+    for marker in crawljob.STRING_SHAPES:
+        if f"^{marker.pattern}$" == pattern:
+            return f"must be {marker.meaning}"
+    raise SchemaError(f"no _Pattern in crawljob.py has the pattern {pattern!r}")
+
+
+def _cel_literal(value: object) -> str:
+    """A CEL literal: a string single-quoted, its backslashes escaped; a number as Python's."""
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return repr(value)
+
+
+def _range_rule(schema: _Schema) -> _Schema:
+    """A numeric range as one CEL rule (``schema`` loses the range keywords)."""
+    number = schema["type"] == "number"
     conditions = []
     if "minimum" in schema:
         operator = ">" if schema.get("exclusiveMinimum") else ">="
-        conditions.append(f"self {operator} {float(schema['minimum'])!r}")
+        conditions.append(f"self {operator} {_cel_number(schema['minimum'], number)}")
     if "maximum" in schema:
         operator = "<" if schema.get("exclusiveMaximum") else "<="
-        conditions.append(f"self {operator} {float(schema['maximum'])!r}")
+        conditions.append(f"self {operator} {_cel_number(schema['maximum'], number)}")
     message = f"must be {_range_words(schema)}"
-    for key in (*bounds, "exclusiveMinimum", "exclusiveMaximum"):
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         schema.pop(key, None)
-    return [{"rule": " && ".join(conditions), "message": message}]
+    return {"rule": " && ".join(conditions), "message": message}
+
+
+def _cel_number(bound: float, number: bool) -> str:
+    """A double for a number field (CEL does not compare a double with an int literal)."""
+    return repr(float(bound)) if number else str(int(bound))
+
+
+def _fractional_range_as_cel(schema: _Schema) -> list[_Schema]:
+    """Move a range with a fractional bound from the schema into a CEL rule (``schema`` changes).
+
+    For the status, whose other bounds stay in the schema. kube-apiserver (1.34 and before)
+    checks a whole-number value against bounds truncated to integers: ``errorRate: 0`` against
+    ``exclusiveMaximum: 0.5`` is refused as "should be less than 0". CEL compares doubles
+    correctly, and its message can say the whole range, in the words ``crawlfleet run`` uses.
+    """
+    if not any(
+        isinstance(schema.get(key), float) and not schema[key].is_integer()
+        for key in ("minimum", "maximum")
+    ):
+        return []
+    return [_range_rule(schema)]
 
 
 def _range_words(schema: Mapping[str, Any]) -> str:

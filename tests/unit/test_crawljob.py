@@ -252,9 +252,9 @@ RULE_CASES: list[tuple[dict[str, Any], str]] = [
     ({"seeds": ["http://example.com:99999/"]}, "spec.seeds[0]: must be an absolute http(s) URL"),
     (
         {"dedup": {"errorRate": 0.7}},
-        "spec.dedup.errorRate: must be greater than 0 and less than 0.5 (got 0.7)",
+        "spec.dedup.errorRate: must be at least 1e-09 and less than 0.5 (got 0.7)",
     ),
-    ({"dedup": {"errorRate": 0}}, "spec.dedup.errorRate: must be greater than 0 and less than"),
+    ({"dedup": {"errorRate": 0}}, "spec.dedup.errorRate: must be at least 1e-09 and less than"),
     ({"dedup": {"errorRate": float("nan")}}, "spec.dedup.errorRate: must be a finite number"),
     ({"dedup": {"errorRate": "0.1"}}, 'spec.dedup.errorRate: must be a number (got "0.1")'),
     ({"dedup": {"capacity": 0}}, "spec.dedup.capacity: must be between 1 and 10000000000"),
@@ -310,7 +310,7 @@ RULE_CASES: list[tuple[dict[str, Any], str]] = [
         {"scope": {"allowedDomains": ["*.example.com"]}},
         "spec.scope.allowedDomains[0]: must be a host name or IP address",
     ),
-    ({"scope": {"maxDepth": -1}}, "spec.scope.maxDepth: must be at least 0"),
+    ({"scope": {"maxDepth": -1}}, "spec.scope.maxDepth: must be between 0 and 1000000"),
     ({"scope": {"maxDepth": "3"}}, "spec.scope.maxDepth: must be an integer"),
     ({"scope": {"allowPrivateNetworks": "yes"}}, "spec.scope.allowPrivateNetworks: must be true"),
     (
@@ -321,31 +321,37 @@ RULE_CASES: list[tuple[dict[str, Any], str]] = [
         {"lease": {"heartbeatSeconds": 30, "deadAfterSeconds": 90, "ttlSeconds": 30}},
         "spec.lease.heartbeatSeconds: must be less than ttlSeconds",
     ),
-    ({"lease": {"ttlSeconds": 0}}, "spec.lease.ttlSeconds: must be greater than 0"),
-    ({"retry": {"backoffFactor": 0.5}}, "spec.retry.backoffFactor: must be at least 1"),
-    ({"retry": {"backoffBaseSeconds": -1}}, "spec.retry.backoffBaseSeconds: must be at least 0"),
+    ({"lease": {"ttlSeconds": 0}}, "spec.lease.ttlSeconds: must be between 1 and 86400"),
+    ({"retry": {"backoffFactor": 0.5}}, "spec.retry.backoffFactor: must be between 1 and 10"),
+    (
+        {"retry": {"backoffBaseSeconds": -1}},
+        "spec.retry.backoffBaseSeconds: must be between 0 and 3600",
+    ),
     (
         {"retry": {"backoffBaseSeconds": 10, "backoffMaxSeconds": 5}},
         "spec.retry.backoffMaxSeconds: must be at least backoffBaseSeconds",
     ),
-    ({"retry": {"requestAttempts": 0}}, "spec.retry.requestAttempts: must be at least 1"),
-    ({"retry": {"taskAttempts": 0}}, "spec.retry.taskAttempts: must be at least 1"),
+    ({"retry": {"requestAttempts": 0}}, "spec.retry.requestAttempts: must be between 1 and 100"),
+    ({"retry": {"taskAttempts": 0}}, "spec.retry.taskAttempts: must be between 1 and 100"),
     (
         {"fetch": {"connectTimeoutSeconds": 0}},
         "spec.fetch.connectTimeoutSeconds: must be greater than 0",
     ),
     ({"fetch": {"readTimeoutSeconds": -1}}, "spec.fetch.readTimeoutSeconds: must be greater than"),
     ({"fetch": {"totalTimeoutSeconds": 0}}, "spec.fetch.totalTimeoutSeconds: must be greater"),
-    ({"fetch": {"maxBodyBytes": 0}}, "spec.fetch.maxBodyBytes: must be at least 1"),
-    ({"fetch": {"maxRedirects": -1}}, "spec.fetch.maxRedirects: must be at least 0"),
+    ({"fetch": {"maxBodyBytes": 0}}, "spec.fetch.maxBodyBytes: must be between 1 and 1073741824"),
+    ({"fetch": {"maxRedirects": -1}}, "spec.fetch.maxRedirects: must be between 0 and 100"),
     (
         {"redis": {"url": "redis://r", "secretRef": {"name": "r"}}},
         "spec.redis: url, secretRef and managed are alternatives: set at most one",
     ),
-    ({"redis": {"url": "http://r"}}, "spec.redis.url: must be a redis://, rediss:// or unix://"),
+    (
+        {"redis": {"url": "http://r"}},
+        "spec.redis.url: must be a redis://host[:port][/db], rediss://host[:port][/db] or unix:///path",
+    ),
     (
         {"redis": {"url": "redis://[::1"}},
-        "spec.redis.url: must be a redis://, rediss:// or unix://",
+        "spec.redis.url: must be a redis://host[:port][/db], rediss://host[:port][/db] or unix:///path",
     ),
     ({"redis": {"secretRef": {"name": "Bad_Name"}}}, "spec.redis.secretRef.name: must be a"),
     (
@@ -353,10 +359,16 @@ RULE_CASES: list[tuple[dict[str, Any], str]] = [
         "spec.redis.managed.persistence.size: must be a Kubernetes quantity",
     ),
     ({"output": {"format": "xml"}}, "spec.output.format: must be one of"),
-    ({"output": {"maxFileBytes": 0}}, "spec.output.maxFileBytes: must be at least 1"),
+    (
+        {"output": {"maxFileBytes": 0}},
+        "spec.output.maxFileBytes: must be between 1 and 68719476736",
+    ),
     ({"userAgent": "bot\r\nX-Evil: 1"}, "spec.userAgent: must be a non-empty header value"),
     ({"suspend": "no"}, "spec.suspend: must be true or false"),
-    ({"ttlSecondsAfterFinished": -1}, "spec.ttlSecondsAfterFinished: must be at least 0"),
+    (
+        {"ttlSecondsAfterFinished": -1},
+        "spec.ttlSecondsAfterFinished: must be between 0 and 31536000",
+    ),
     ({"dedup": [1, 2]}, "spec.dedup: must be a mapping (got a list)"),
 ]
 
@@ -375,7 +387,7 @@ def test_the_error_rate_message_is_exact() -> None:
     message = config_error(job_doc(dedup={"errorRate": 0.7}))
 
     assert message.splitlines()[1:] == [
-        "  spec.dedup.errorRate: must be greater than 0 and less than 0.5 (got 0.7)"
+        "  spec.dedup.errorRate: must be at least 1e-09 and less than 0.5 (got 0.7)"
     ]
 
 
@@ -448,7 +460,7 @@ def test_unknown_fields_are_refused_by_name(patch: dict[str, Any], expected: str
 
 
 def test_spec_from_mapping_roots_paths_at_spec() -> None:
-    with pytest.raises(ConfigError, match=r"spec\.dedup\.errorRate: must be greater"):
+    with pytest.raises(ConfigError, match=r"spec\.dedup\.errorRate: must be at least 1e-09"):
         CrawlJobSpec.from_mapping({"seeds": [SEED], "dedup": {"errorRate": 1}})
     with pytest.raises(ConfigError, match=r"spec\.seeds: is required"):
         CrawlJobSpec.from_mapping({})
@@ -579,11 +591,11 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 5
+    assert len(rules) == 8
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
-        assert rule.field is None or rule.field in aliases
-        assert set(rule.shows) <= aliases
+        assert rule.field is None or rule.field.split(".")[0] in aliases
+        assert {name.split(".")[0] for name in rule.shows} <= aliases
         assert rule.cel.startswith(("self.", "["))
         assert rule.message
 
@@ -664,3 +676,112 @@ def test_yaml_errors_carry_line_and_column(tmp_path: Path) -> None:
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read CrawlJob file"):
         load_crawljob(tmp_path / "absent.yaml")
+
+
+# --- bounds and rules that later components would otherwise enforce ------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            {"scope": {"maxPages": 2_000_000}},
+            "spec.scope.maxPages: must not be greater than dedup.capacity: the Bloom filter is"
+            " sized for capacity URLs, and past it new URLs are taken for seen and never crawled"
+            " (got scope.maxPages=2000000, dedup.capacity=1000000)",
+        ),
+        (
+            {"fetch": {"connectTimeoutSeconds": 30, "totalTimeoutSeconds": 10}},
+            "spec.fetch.totalTimeoutSeconds: must be at least connectTimeoutSeconds and"
+            " readTimeoutSeconds",
+        ),
+        (
+            {"fetch": {"maxBodyBytes": 2048, "maxDecompressedBytes": 1024}},
+            "spec.fetch.maxDecompressedBytes: must be at least maxBodyBytes",
+        ),
+        ({"lease": {"ttlSeconds": 0.5}}, "spec.lease.ttlSeconds: must be between 1 and 86400"),
+        ({"lease": {"heartbeatSeconds": 0.01}}, "spec.lease.heartbeatSeconds: must be between 0.1"),
+        ({"dedup": {"errorRate": 1e-10}}, "spec.dedup.errorRate: must be at least 1e-09"),
+        ({"concurrency": {"perHost": 257}}, "spec.concurrency.perHost: must be between 1 and 256"),
+        ({"scope": {"include": ["x"] * 101}}, "spec.scope.include: must hold at most 100 items"),
+        (
+            {"scope": {"exclude": ["a" * 1025]}},
+            "spec.scope.exclude[0]: must be at most 1024 characters long (got 1025)",
+        ),
+        (
+            {"scope": {"allowedDomains": ["a.test"] * 1001}},
+            "spec.scope.allowedDomains: must hold at most 1000 items (got 1001)",
+        ),
+        ({"userAgent": "x" * 1025}, "spec.userAgent: must be at most 1024 characters long"),
+        ({"userAgent": "My Bot/1.0"}, "spec.userAgent: must start with a product token"),
+        ({"userAgent": "/1.0"}, "spec.userAgent: must start with a product token"),
+        ({"workers": {"image": "my image"}}, "spec.workers.image: must be a container image"),
+        (
+            {"workers": {"scaleDownDelaySeconds": 1e9}},
+            "spec.workers.scaleDownDelaySeconds: must be",
+        ),
+        ({"retry": {"backoffFactor": 1000}}, "spec.retry.backoffFactor: must be between 1 and 10"),
+        ({"scope": {"maxDepth": 10**30}}, "spec.scope.maxDepth: must be between 0 and 1000000"),
+    ],
+)
+def test_bounds_and_rules_refuse_with_the_field_and_a_sentence(
+    spec: dict[str, Any], expected: str
+) -> None:
+    assert expected in config_error(job_doc(**spec))
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://r:99999", "redis://r:0", "redis://r/db", "redis://r/0?socket_timeout=x", "redis://",
+     "unix://", "redis://r /0", "rediss://:pw@/0"],
+)  # fmt: skip
+def test_a_redis_url_redis_py_would_refuse_is_refused(url: str) -> None:
+    message = config_error(job_doc(redis={"url": url}))
+    assert "spec.redis.url: must be a redis://host[:port][/db]" in message
+    assert "pw" not in message
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://r", "redis://:pw@r:6379/2", "rediss://u:pw@r.example:6380", "unix:///r.sock",
+            "redis://[::1]:6379/0"],
+)  # fmt: skip
+def test_redis_urls_redis_py_reads_are_accepted(url: str) -> None:
+    assert CrawlJobSpec.from_mapping({"seeds": [SEED], "redis": {"url": url}}).redis.url == url
+
+
+def test_worker_resources_are_checked_as_the_api_server_will_check_the_pod() -> None:
+    ok = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"cpu": 1, "memory": "1Gi"}}
+    assert CrawlJobSpec.from_mapping({"seeds": [SEED], "workers": {"resources": ok}})
+
+    message = config_error(
+        job_doc(
+            workers={
+                "resources": {
+                    "requests": {"cpu": "2", "memory": "lots"},
+                    "limits": {"cpu": "500m"},
+                    "limit": {},
+                }
+            }
+        )
+    )
+    assert message.splitlines()[1:] == [
+        "  spec.workers.resources.requests.memory: must be a Kubernetes quantity such as 500m"
+        " or 1Gi",
+        "  spec.workers.resources.limit: unknown field; a worker's resources take limits and"
+        " requests",
+        "  spec.workers.resources.requests.cpu: must not be greater than limits.cpu",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("volume", "expected"),
+    [
+        ({}, "spec.output.volume: must name exactly one volume source"),
+        ({"emptyDir": {}, "hostPath": {"path": "/x"}}, "spec.output.volume: must name exactly one"),
+        ({"persistentVolumeClam": {}}, "spec.output.volume.persistentVolumeClam: unknown field"),
+        ({"nfs": "server"}, "spec.output.volume.nfs: must be a mapping"),
+        ({"persistentVolumeClaim": {}}, "spec.output.volume.persistentVolumeClaim.claimName: is"),
+    ],
+)
+def test_an_output_volume_is_one_volume_source(volume: dict[str, Any], expected: str) -> None:
+    assert expected in config_error(job_doc(output={"volume": volume}))

@@ -1,0 +1,128 @@
+"""A spec the model accepts cannot fail later: every component builds from it without error.
+
+DESIGN §6: whatever a settings object, the Bloom sizing, the scope's compiled patterns or the
+robots policy would refuse, the model refuses first. These tests sample specs at and between the
+model's own bounds (read from its JSON schema, so a new bound is sampled too) and build each
+component the operator and the workers build from a spec. A ConfigError here means the model let
+through something a later component refuses: the worker would crash-loop or the operator fail
+every tick.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlfleet.crawler.fetch import FetchSettings
+from crawlfleet.crawler.robots import product_token
+from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.sinks import OutputWriter
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.fleet.policy import FleetPolicy
+from crawlfleet.frontier import BloomParams, FrontierSettings
+from crawlfleet.frontier.urls import canonicalize
+from crawlfleet.operator.children import JobRef, config_map, redis_deployment, worker_deployment
+
+SEEDS = ["https://example.com/", "http://fa\u00df.de:8080/a?b=1", "http://[::1]/x"]
+USER_AGENTS = ["crawlfleet/0.1", "mybot", " padded /1.0 (+https://x.test)", "b\u00f6t/1"]
+
+
+def _numeric_fields(schema: dict[str, Any]) -> dict[tuple[str, ...], tuple[float, float, bool]]:
+    """(path) -> (low, high, is_integer) for every bounded number of the spec's JSON schema."""
+    definitions = schema.get("$defs", {})
+    found: dict[tuple[str, ...], tuple[float, float, bool]] = {}
+
+    def walk(node: dict[str, Any], path: tuple[str, ...]) -> None:
+        if "$ref" in node:
+            node = definitions[node["$ref"].removeprefix("#/$defs/")]
+        for option in node.get("anyOf", ()):
+            walk(option, path)
+        if node.get("type") in ("integer", "number"):
+            low = node.get("minimum", node.get("exclusiveMinimum"))
+            high = node.get("maximum", node.get("exclusiveMaximum"))
+            if low is not None and high is not None:
+                if "exclusiveMinimum" in node:
+                    low = low + (1 if node["type"] == "integer" else 1e-6)
+                if "exclusiveMaximum" in node:
+                    high = high - (1 if node["type"] == "integer" else 1e-6)
+                found[path] = (low, high, node["type"] == "integer")
+        for name, sub in node.get("properties", {}).items():
+            walk(sub, (*path, name))
+
+    walk(schema, ())
+    return found
+
+
+NUMBERS = _numeric_fields(CrawlJobSpec.model_json_schema(by_alias=True))
+
+
+def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
+    """A spec with numbers at their bounds or between, made to keep the cross-field rules."""
+    seeds = rng.sample(SEEDS, rng.randint(1, len(SEEDS)))
+    spec = CrawlJobSpec.from_mapping({"seeds": seeds}).to_mapping()
+    for path, (low, high, integer) in NUMBERS.items():
+        choice = edge or rng.choice(["low", "high", "between", "default"])
+        if choice == "default" and path[-1] != "replicas":
+            continue
+        value: float = (
+            low if choice == "low" else high if choice == "high" else rng.uniform(low, high)
+        )
+        node: dict[str, Any] = spec
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = round(value) if integer else float(value)
+    spec["userAgent"] = rng.choice(USER_AGENTS)
+    if rng.random() < 0.5:
+        spec["scope"]["include"] = [r"/(?P<id>\d+)", r"/(?P<id>[a-z]+)/", "(?i)X"]
+    # the cross-field rules, kept (each is tested on its own in test_crawljob.py)
+    spec["scope"]["maxPages"] = min(spec["scope"]["maxPages"], spec["dedup"]["capacity"])
+    lease = spec["lease"]
+    lease["deadAfterSeconds"] = max(lease["deadAfterSeconds"], 2 * lease["heartbeatSeconds"])
+    lease["ttlSeconds"] = max(lease["ttlSeconds"], 2 * lease["heartbeatSeconds"])
+    fetch = spec["fetch"]
+    fetch["totalTimeoutSeconds"] = max(
+        fetch["totalTimeoutSeconds"], fetch["connectTimeoutSeconds"], fetch["readTimeoutSeconds"]
+    )
+    fetch["maxDecompressedBytes"] = max(fetch["maxDecompressedBytes"], fetch["maxBodyBytes"])
+    workers = spec["workers"]
+    workers["minReplicas"] = min(workers["minReplicas"], workers["maxReplicas"])
+    retry = spec["retry"]
+    retry["backoffMaxSeconds"] = max(retry["backoffMaxSeconds"], retry["backoffBaseSeconds"])
+    return spec
+
+
+def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
+    FrontierSettings.from_spec("crawl.books", spec).validate()
+    BloomParams.for_capacity(spec.dedup.capacity, spec.dedup.error_rate)
+    FetchSettings.from_spec(spec)
+    product_token(spec.user_agent)
+    Scope(
+        allowed_domains=spec.scope.allowed_domains,
+        max_depth=spec.scope.max_depth,
+        include=spec.scope.include,
+        exclude=spec.scope.exclude,
+        max_pages=spec.scope.max_pages,
+    )
+    FleetPolicy.from_spec(spec)
+    OutputWriter.from_spec(tmp_path, "worker-1", spec.output).close()
+    for seed in spec.seeds:
+        canonicalize(seed)
+    job = JobRef(namespace="crawl", name="books")
+    config_map(job, spec)
+    redis_deployment(job, spec)
+    worker_deployment(job, spec, replicas=spec.workers.max_replicas, image="worker:1")
+
+
+def test_specs_at_and_between_the_bounds_build_every_component(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        _build_everything(CrawlJobSpec.from_mapping(_sample(rng)), tmp_path)
+    assert len(NUMBERS) >= 25  # the bounds were found: the test is not vacuous
+
+
+@pytest.mark.parametrize("edge", ["low", "high"])
+def test_every_bound_at_once_builds_every_component(edge: str, tmp_path: Path) -> None:
+    _build_everything(CrawlJobSpec.from_mapping(_sample(random.Random(3), edge)), tmp_path)
