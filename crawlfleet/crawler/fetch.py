@@ -1,29 +1,19 @@
 """The request layer (DESIGN §4 layer 1, §6): fetch one URL safely, politely and boundedly.
 
 ``Fetcher.fetch`` turns a URL into a ``FetchResult`` and never raises for anything the network
-or the site does: a hostile page costs one failed result, never a worker. Everything the
-request layer decides on its own happens here, once:
+or the site does: a hostile page costs one failed result, never a worker. This module holds
+the request layer's decisions — which redirects to follow, which failures to retry and when —
+over two parts with one idea each: :mod:`~crawlfleet.crawler.transport` (the pooled client,
+whose connections go only to addresses the ``AddressGuard`` approved, and the translation of
+network errors into failure classes) and :mod:`~crawlfleet.crawler.bodies` (bodies streamed
+and capped on the wire and after decoding).
 
 * **SSRF** (DESIGN §6). Only http and https. Every host, the first URL's and every redirect
-  hop's, is checked with ``AddressGuard`` before a connection is made, and the connection then
-  goes to exactly the addresses the guard approved: the aiohttp connector resolves through
-  ``_GuardResolver``, which asks the guard (and its cache) instead of the system resolver, so a
-  name cannot answer "public" to the check and "private" to the connect (DNS rebinding). IP
-  literals skip DNS in aiohttp, and are fully judged by the check before the request. With
-  ``allow_private_networks`` the guard still refuses cloud metadata addresses. Proxies from
-  the environment are ignored (``trust_env=False``): a proxy would make the checked address
-  meaningless.
+  hop's, is checked with ``AddressGuard`` before a connection is made (IP literals included),
+  and the transport then connects to exactly the addresses the guard approved. With
+  ``allow_private_networks`` the guard still refuses cloud metadata addresses.
 * **Redirects** are followed by hand so that each hop is checked: scheme, loop (a URL seen
   twice), count (``max_redirects``), the caller's scope (``allow_url``) and the guard.
-* **Bodies** are streamed and capped: ``max_body_bytes`` of wire bytes (a larger
-  ``Content-Length`` is refused before reading) and ``max_decompressed_bytes`` of decoded bytes.
-  gzip and deflate are decoded here with ``decompressobj(...).decompress(data, max_length)``,
-  so a gzip bomb never inflates past the cap plus one byte, whatever one network chunk holds
-  (httpx's own decoder inflates a whole chunk at once: ~16 MiB per 16 KiB chunk of a bomb).
-  Brotli is not advertised: neither ``brotli`` nor ``brotlicffi`` is installed, and before
-  adding it the decoder must be bounded the same way (brotli ≥ 1.2's ``output_buffer_limit``).
-  Non-2xx bodies are read up to 64 KiB (so a small error page keeps the connection reusable)
-  and discarded.
 * **Retries** (layer 1): connect errors, per-request timeouts, 5xx, protocol errors, and
   429/503 whose ``Retry-After`` is at most ``backoff_max_seconds`` are retried up to
   ``request_attempts`` times in all, after ``max(backoff, Retry-After,
@@ -40,30 +30,9 @@ hops alike (so retries = ``attempts - 1 - len(redirects)`` when the chain did no
 ``wire_bytes`` counts body bytes as received (after chunked framing, before content decoding)
 over all those requests.
 
-Transport: one ``httpx_aiohttp.AiohttpTransport`` per ``Fetcher`` over one pooled
-``aiohttp.ClientSession``; requests and responses are httpx's ``Request`` and ``Response``,
-handed to the transport without ``AsyncClient.send``'s auth, cookie and redirect layers (see
-``_exchange``). Measured with ``python -m bench.transports`` (test site in a
-subprocess, 2 hosts, 6000 normal pages per round, 64 concurrent tasks, best of 3 rounds, over
-loopback on 2 shared CPUs; CPython 3.11.7, httpx 0.28.1, aiohttp 3.14.5, httpx-aiohttp 0.2.0;
-rounds vary by ±20 %):
-
-=====================  ========  ===========================================================
-candidate              pages/s   note
-=====================  ========  ===========================================================
-httpx default            301     httpcore's pool degrades with concurrency: ~1,000 pages/s
-                                 with 1 to 8 tasks, ~250-350 with 64 (three runs)
-httpx-aiohttp          2,343     **chosen**: ~7.8× the default at 64 tasks, same httpx API
-Fetcher (this module)  1,958     httpx-aiohttp plus guard, streaming, bounded decoding,
-                                 classification (~16 % on top of the transport)
-bare aiohttp           9,986     reference only, not a candidate: drops httpx's API; what
-                                 httpx's request/response layer costs on a fast origin
-=====================  ========  ===========================================================
-
-Besides speed, aiohttp's connector takes a resolver object, which is what lets connections use
-the guard's addresses; httpx's default transport resolves by itself at connect time. aiohttp's
-cookie jar is a ``DummyCookieJar`` and httpx's jar refuses every cookie: one client serves
-every site, and cookies from one must neither pile up nor leak to another.
+Requests and responses are httpx's ``Request`` and ``Response``, handed to the transport
+without ``AsyncClient.send``'s auth, cookie and redirect layers (see ``_exchange``); httpx's
+cookie jar is thus never used, and aiohttp's is a dummy.
 """
 
 from __future__ import annotations
@@ -71,19 +40,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import socket
 import time
-import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urldefrag, urljoin, urlsplit
 
-import aiohttp
 import httpx
-from aiohttp.abc import AbstractResolver, ResolveResult
-from httpx_aiohttp import AiohttpTransport
 
+from crawlfleet.crawler.bodies import ACCEPT_ENCODING, discard_body, read_body
 from crawlfleet.crawler.failures import (
     FailureClass,
     backoff_seconds,
@@ -91,15 +56,19 @@ from crawlfleet.crawler.failures import (
     parse_retry_after,
 )
 from crawlfleet.crawler.safety import AddressGuard
+from crawlfleet.crawler.transport import (
+    NETWORK_ERRORS,
+    build_transport,
+    failure_from_exception,
+    request_timeouts,
+)
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import ConfigError, FetchError
+from crawlfleet.errors import ConfigError
 
 __all__ = [
     "ACCEPT",
-    "ACCEPT_ENCODING",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_DECOMPRESSED_BYTES",
-    "ERROR_BODY_MAX_BYTES",
     "FetchResult",
     "FetchSettings",
     "Fetcher",
@@ -110,12 +79,8 @@ _log = logging.getLogger(__name__)
 _MIB: Final = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES: Final = 10 * _MIB
 DEFAULT_MAX_DECOMPRESSED_BYTES: Final = 50 * _MIB
-#: Non-2xx bodies are read up to this much (to keep the connection reusable), then dropped.
-ERROR_BODY_MAX_BYTES: Final = 64 * 1024
 #: What a crawler of HTML wants, in the order it wants it.
 ACCEPT: Final = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
-#: Only codings this module decodes itself, with a bound (see the module docstring on br).
-ACCEPT_ENCODING: Final = "gzip, deflate"
 
 #: Failure classes worth a new request at once (the others go back to the task layer).
 _RETRIED: Final = frozenset(
@@ -127,20 +92,7 @@ _RETRIED: Final = frozenset(
         FailureClass.HTTP_429,
     }
 )
-#: Errors the network, a server or a page can cause; anything else is a bug and propagates.
-_NETWORK_ERRORS: Final = (
-    FetchError,
-    httpx.HTTPError,
-    httpx.InvalidURL,
-    aiohttp.ClientError,
-    OSError,
-    zlib.error,
-    UnicodeError,
-)
 _SCHEMES: Final = frozenset({"http", "https"})
-_GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
-#: More stacked codings than this is not a real server.
-_MAX_CODINGS: Final = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +218,12 @@ class Fetcher:
         self._settings = settings
         self._guard = guard
         self._rng = rng if rng is not None else random.Random()
-        self._transport = _build_transport(settings, guard)
-        self._timeouts = _timeouts(settings)
+        self._transport = build_transport(guard, max_connections=settings.max_connections)
+        self._timeouts = request_timeouts(
+            connect_seconds=settings.connect_timeout_seconds,
+            read_seconds=settings.read_timeout_seconds,
+            total_seconds=settings.total_timeout_seconds,
+        )
 
     @property
     def settings(self) -> FetchSettings:
@@ -486,7 +442,7 @@ class Fetcher:
                 result.retry_after_seconds = exchange.retry_after_seconds
                 result.fetched_at = exchange.fetched_at
                 if 200 <= response.status_code < 300:
-                    body = await self._read_body(response, headers, result)
+                    body = await read_body(response, headers, self._settings, result)
                     exchange.failure = classify_response(
                         response.status_code, headers.get("content-type"), len(body)
                     )
@@ -495,12 +451,12 @@ class Fetcher:
                     else:
                         exchange.message = _status_message(response, headers, len(body))
                 else:
-                    await self._discard_body(response, result)
+                    await discard_body(response, result)
                     self._classify_non_success(response, headers, exchange)
             finally:
                 await response.aclose()
-        except _NETWORK_ERRORS as error:
-            exchange.failure, exchange.message = _failure_from_exception(error)
+        except NETWORK_ERRORS as error:
+            exchange.failure, exchange.message = failure_from_exception(error)
             exchange.body = b""
         return exchange
 
@@ -530,260 +486,6 @@ class Fetcher:
             exchange.failure = FailureClass.PROTOCOL_ERROR
         exchange.message = _status_message(response, headers, None)
 
-    async def _read_body(
-        self, response: httpx.Response, headers: dict[str, str], result: FetchResult
-    ) -> bytes:
-        """The decoded body, or FetchError when it breaks a cap or cannot be decoded."""
-        settings = self._settings
-        declared = _content_length(headers.get("content-length"))
-        if declared is not None and declared > settings.max_body_bytes:
-            raise FetchError(
-                FailureClass.BODY_TOO_LARGE,
-                f"Content-Length {declared} exceeds max_body_bytes {settings.max_body_bytes}",
-            )
-        decoder = _ContentDecoder.for_header(headers.get("content-encoding"))
-        # Pieces joined once at the end: a growing bytearray would hold two copies while it
-        # reallocates, doubling the peak memory a bomb can cost.
-        pieces: list[bytes] = []
-        decoded = 0
-        received = 0
-        async with _RawChunks(response) as chunks:
-            async for chunk in chunks:
-                received += len(chunk)
-                result.wire_bytes += len(chunk)
-                if received > settings.max_body_bytes:
-                    raise FetchError(
-                        FailureClass.BODY_TOO_LARGE,
-                        f"body exceeds max_body_bytes {settings.max_body_bytes}",
-                    )
-                piece = decoder.decode(chunk, settings.max_decompressed_bytes - decoded)
-                decoded += len(piece)
-                pieces.append(piece)
-                if decoded > settings.max_decompressed_bytes:
-                    raise FetchError(
-                        FailureClass.DECOMPRESSION_BOMB
-                        if decoder.encoded
-                        else FailureClass.BODY_TOO_LARGE,
-                        f"{received} bytes received decode to more than max_decompressed_bytes"
-                        f" {settings.max_decompressed_bytes}",
-                    )
-        return b"".join(pieces)
-
-    @staticmethod
-    async def _discard_body(response: httpx.Response, result: FetchResult) -> None:
-        """Read a little of an error body, so a small one leaves the connection reusable."""
-        received = 0
-        async with _RawChunks(response) as chunks:
-            async for chunk in chunks:
-                received += len(chunk)
-                result.wire_bytes += len(chunk)
-                if received >= ERROR_BODY_MAX_BYTES:
-                    break  # closing the response drops the connection and the rest
-
-
-class _GuardResolver(AbstractResolver):
-    """aiohttp's DNS, answered by the guard: connections go to the addresses it approved.
-
-    The guard caches its answers, so the check before a request and the resolution at connect
-    time normally see the very same addresses from one lookup; if they differ (the cache
-    expired in between), the connect-time answer is checked again, never trusted.
-    """
-
-    def __init__(self, guard: AddressGuard) -> None:
-        self._guard = guard
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        addresses = await self._guard.check_host(host, port)
-        results: list[ResolveResult] = []
-        for address in addresses:
-            address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
-            if family not in (socket.AF_UNSPEC, address_family):
-                continue
-            results.append(
-                {
-                    "hostname": host,
-                    "host": address,
-                    "port": port,
-                    "family": address_family,
-                    "proto": 0,
-                    "flags": 0,
-                }
-            )
-        if not results:
-            raise FetchError(FailureClass.DNS_ERROR, f"{host} has no address of family {family}")
-        return results
-
-    async def close(self) -> None:
-        """Nothing to release: the guard belongs to the Fetcher's owner."""
-
-
-def _build_transport(settings: FetchSettings, guard: AddressGuard) -> AiohttpTransport:
-    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard."""
-
-    def make_session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=settings.max_connections,
-            use_dns_cache=False,  # the guard caches, and only what it approved
-            resolver=_GuardResolver(guard),
-        )
-        session = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-            auto_decompress=False,
-        )
-        # aiohttp silently resends an idempotent request once when the server hangs up (on
-        # fresh connections too), so a hostile server would see twice the requests we count
-        # and pace. Retries are this module's job. No public switch exists (aiohttp 3.14).
-        if hasattr(session, "_retry_connection"):
-            session._retry_connection = False
-        return session
-
-    # Called on the first request, inside the loop that will own the session.
-    return AiohttpTransport(client=make_session)
-
-
-def _timeouts(settings: FetchSettings) -> dict[str, Any]:
-    """The request extension httpx transports read their timeouts from."""
-    timeout = httpx.Timeout(
-        connect=settings.connect_timeout_seconds,
-        read=settings.read_timeout_seconds,
-        write=settings.read_timeout_seconds,
-        # aiohttp's "connect" (waiting for a pooled connection, then connecting); the total
-        # deadline bounds it anyway.
-        pool=settings.total_timeout_seconds,
-    )
-    return {"timeout": timeout.as_dict()}
-
-
-# -- bodies -------------------------------------------------------------------------------
-
-
-class _ZlibStage:
-    """Incremental gzip or deflate decoding that never returns more than it is allowed to.
-
-    ``decode(data, limit)`` returns at most ``limit + 1`` bytes; getting more than ``limit``
-    back means "over budget", which is all a caller needs to know to stop. Concatenated gzip
-    members are decoded in turn; bytes after the end of the (last) stream are ignored, as
-    browsers do. ``deflate`` is tried as zlib-wrapped first, then raw (servers send both),
-    however the first bytes are split into chunks.
-    """
-
-    def __init__(self, coding: str) -> None:
-        self._gzip = coding == "gzip"
-        self._inflater = zlib.decompressobj(_GZIP_WBITS if self._gzip else zlib.MAX_WBITS)
-        # deflate: raw (headerless) until zlib has accepted the 2-byte zlib header; the bytes
-        # seen so far are kept to replay them into a raw inflater.
-        self._may_be_raw = not self._gzip
-        self._header = b""
-        self._finished_members = 0
-        self._done = False
-
-    def decode(self, data: bytes, limit: int) -> bytes:
-        pieces: list[bytes] = []  # not a bytearray: no second copy of up to `limit` bytes
-        produced = 0
-        while data and not self._done:
-            try:
-                piece = self._inflater.decompress(data, limit + 1 - produced)
-            except zlib.error:
-                if self._may_be_raw:
-                    self._may_be_raw = False
-                    self._inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-                    data, self._header = self._header + data, b""
-                    continue
-                if self._finished_members:
-                    self._done = True  # garbage after a complete gzip member
-                    break
-                raise
-            if self._may_be_raw:
-                self._header += data
-                if len(self._header) >= 2:  # zlib checks its header on the second byte
-                    self._may_be_raw, self._header = False, b""
-            pieces.append(piece)
-            produced += len(piece)
-            if produced > limit:
-                break
-            if self._inflater.eof:
-                self._finished_members += 1
-                if not self._gzip:
-                    self._done = True
-                    break
-                # Another member may follow, in this chunk or the next one.
-                data = self._inflater.unused_data
-                self._inflater = zlib.decompressobj(_GZIP_WBITS)
-                continue
-            # Fewer than the allowed bytes came out, so all input was consumed unless
-            # unconsumed_tail says otherwise.
-            data = self._inflater.unconsumed_tail
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-
-class _ContentDecoder:
-    """The ``Content-Encoding`` chain of one response, undone in reverse order."""
-
-    def __init__(self, stages: list[_ZlibStage]) -> None:
-        self._stages = stages
-
-    @property
-    def encoded(self) -> bool:
-        return bool(self._stages)
-
-    @classmethod
-    def for_header(cls, header: str | None) -> _ContentDecoder:
-        """Decoders for a ``Content-Encoding`` value; FetchError for codings not offered."""
-        codings = [c.strip().lower() for c in (header or "").split(",")]
-        codings = [c for c in codings if c and c != "identity"]
-        if len(codings) > _MAX_CODINGS:
-            raise FetchError(FailureClass.PROTOCOL_ERROR, f"Content-Encoding {header!r}")
-        stages: list[_ZlibStage] = []
-        for coding in reversed(codings):
-            if coding in ("gzip", "x-gzip"):
-                stages.append(_ZlibStage("gzip"))
-            elif coding == "deflate":
-                stages.append(_ZlibStage("deflate"))
-            else:
-                raise FetchError(
-                    FailureClass.PROTOCOL_ERROR,
-                    f"unsupported Content-Encoding {coding!r} (we accept {ACCEPT_ENCODING})",
-                )
-        return cls(stages)
-
-    def decode(self, data: bytes, limit: int) -> bytes:
-        """Decode a chunk; more than ``limit`` bytes back means the body is over budget."""
-        for stage in self._stages:
-            data = stage.decode(data, limit)
-            if len(data) > limit:
-                break
-        return data
-
-
-class _RawChunks:
-    """The body as received, closed even when the reader stops early (a cap, an error).
-
-    A class, not ``contextlib.asynccontextmanager``: entered once per response, and the
-    generator-based version cost an extra generator and two of its steps each time.
-    """
-
-    __slots__ = ("_chunks",)
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._chunks = response.aiter_raw()
-
-    async def __aenter__(self) -> AsyncIterator[bytes]:
-        return self._chunks
-
-    async def __aexit__(self, *_: object) -> None:
-        if isinstance(self._chunks, AsyncGenerator):
-            await self._chunks.aclose()
-
-
-def _content_length(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit():
-        return None  # absent or malformed: the streamed count still applies
-    return int(value)
-
 
 def _status_message(
     response: httpx.Response, headers: dict[str, str], body_length: int | None
@@ -794,64 +496,3 @@ def _status_message(
         content_type = headers.get("content-type", "no Content-Type")
         text += f" ({body_length} bytes of {content_type})"
     return text
-
-
-# -- errors ---------------------------------------------------------------------------------
-
-
-def _failure_from_exception(error: BaseException) -> tuple[FailureClass, str]:
-    """The one translation of network, library and decoding errors into a failure class.
-
-    The most telling exception in the ``__cause__`` chain decides: our own ``FetchError``
-    (guard, caps, decoding), then aiohttp's original error (httpx_aiohttp's mapping to httpx
-    exceptions loses detail: a server hanging up becomes ``ConnectTimeout``), then httpx's.
-    """
-    chain: list[BaseException] = []
-    cause: BaseException | None = error
-    while cause is not None and len(chain) < 8:
-        chain.append(cause)
-        cause = cause.__cause__
-    detail = f"{type(error).__name__}: {error}".rstrip(": ")
-    for item in chain:
-        if isinstance(item, FetchError):
-            return FailureClass(item.failure_class), item.message
-    for item in chain:
-        if isinstance(item, aiohttp.ClientError):
-            return _from_aiohttp(item), f"{type(item).__name__}: {item}".rstrip(": ")
-    for item in chain:
-        if isinstance(item, httpx.HTTPError | httpx.InvalidURL):
-            return _from_httpx(item), detail
-    if isinstance(error, zlib.error):
-        return FailureClass.PROTOCOL_ERROR, f"undecodable body: {error}"
-    if isinstance(error, UnicodeError):
-        return FailureClass.INVALID_URL, detail
-    if isinstance(error, TimeoutError):
-        return FailureClass.TIMEOUT, detail
-    return FailureClass.CONNECT_ERROR, detail  # any other OSError: the socket failed
-
-
-def _from_aiohttp(error: aiohttp.ClientError) -> FailureClass:
-    # Order matters: the subclasses come before their bases.
-    if isinstance(error, aiohttp.ClientConnectorDNSError):
-        return FailureClass.DNS_ERROR
-    if isinstance(error, aiohttp.ServerTimeoutError):
-        return FailureClass.TIMEOUT
-    if isinstance(error, aiohttp.ClientConnectorError):
-        return FailureClass.CONNECT_ERROR
-    if isinstance(error, aiohttp.NonHttpUrlClientError):
-        return FailureClass.BAD_SCHEME
-    if isinstance(error, aiohttp.InvalidURL):
-        return FailureClass.INVALID_URL
-    return FailureClass.PROTOCOL_ERROR  # disconnects, bad framing, bad headers, payload errors
-
-
-def _from_httpx(error: httpx.HTTPError | httpx.InvalidURL) -> FailureClass:
-    if isinstance(error, httpx.TimeoutException):
-        return FailureClass.TIMEOUT
-    if isinstance(error, httpx.ConnectError):
-        return FailureClass.CONNECT_ERROR
-    if isinstance(error, httpx.UnsupportedProtocol):
-        return FailureClass.BAD_SCHEME
-    if isinstance(error, httpx.InvalidURL):
-        return FailureClass.INVALID_URL
-    return FailureClass.PROTOCOL_ERROR

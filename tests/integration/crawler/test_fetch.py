@@ -32,15 +32,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from crawlfleet.crawler.bodies import ACCEPT_ENCODING, ERROR_BODY_MAX_BYTES
 from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.fetch import (
-    ACCEPT,
-    ACCEPT_ENCODING,
-    ERROR_BODY_MAX_BYTES,
-    Fetcher,
-    FetchResult,
-    FetchSettings,
-)
+from crawlfleet.crawler.fetch import ACCEPT, Fetcher, FetchResult, FetchSettings
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.testsite import SiteConfig, TestSite

@@ -1,0 +1,190 @@
+"""The transport: one pooled HTTP client whose connections go only where the guard allows.
+
+One ``httpx_aiohttp.AiohttpTransport`` per ``Fetcher``, over one pooled ``aiohttp.ClientSession``:
+httpx's ``Request``/``Response`` API at aiohttp's speed (the comparison is in
+docs/benchmarks.md). Besides speed, aiohttp's connector takes a resolver object, which is what
+lets connections use the guard's addresses; httpx's default transport resolves by itself at
+connect time.
+
+**SSRF** (DESIGN §6): the connector resolves through :class:`GuardResolver`, which asks the
+``AddressGuard`` (and its cache) instead of the system resolver, so a name cannot answer
+"public" to the check before a request and "private" to the connect (DNS rebinding). IP
+literals skip DNS in aiohttp, and are fully judged by the guard's check before the request.
+Proxies from the environment are ignored (``trust_env=False``): a proxy would make the checked
+address meaningless. aiohttp's cookie jar is a ``DummyCookieJar``: one client serves every
+site, and cookies from one must neither pile up nor leak to another.
+
+The errors the network, a server or a page can cause (:data:`NETWORK_ERRORS`) are translated
+here, once, into failure classes (:func:`failure_from_exception`).
+"""
+
+from __future__ import annotations
+
+import socket
+import zlib
+from typing import Any, Final
+
+import aiohttp
+import httpx
+from aiohttp.abc import AbstractResolver, ResolveResult
+from httpx_aiohttp import AiohttpTransport
+
+from crawlfleet.crawler.failures import FailureClass
+from crawlfleet.crawler.safety import AddressGuard
+from crawlfleet.errors import FetchError
+
+__all__ = [
+    "NETWORK_ERRORS",
+    "GuardResolver",
+    "build_transport",
+    "failure_from_exception",
+    "request_timeouts",
+]
+
+#: Errors the network, a server or a page can cause; anything else is a bug and propagates.
+NETWORK_ERRORS: Final = (
+    FetchError,
+    httpx.HTTPError,
+    httpx.InvalidURL,
+    aiohttp.ClientError,
+    OSError,
+    zlib.error,
+    UnicodeError,
+)
+
+
+class GuardResolver(AbstractResolver):
+    """aiohttp's DNS, answered by the guard: connections go to the addresses it approved.
+
+    The guard caches its answers, so the check before a request and the resolution at connect
+    time normally see the very same addresses from one lookup; if they differ (the cache
+    expired in between), the connect-time answer is checked again, never trusted.
+    """
+
+    def __init__(self, guard: AddressGuard) -> None:
+        self._guard = guard
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        addresses = await self._guard.check_host(host, port)
+        results: list[ResolveResult] = []
+        for address in addresses:
+            address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            if family not in (socket.AF_UNSPEC, address_family):
+                continue
+            results.append(
+                {
+                    "hostname": host,
+                    "host": address,
+                    "port": port,
+                    "family": address_family,
+                    "proto": 0,
+                    "flags": 0,
+                }
+            )
+        if not results:
+            raise FetchError(FailureClass.DNS_ERROR, f"{host} has no address of family {family}")
+        return results
+
+    async def close(self) -> None:
+        """Nothing to release: the guard belongs to the Fetcher's owner."""
+
+
+def build_transport(guard: AddressGuard, *, max_connections: int) -> AiohttpTransport:
+    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard."""
+
+    def make_session() -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=max_connections,
+            use_dns_cache=False,  # the guard caches, and only what it approved
+            resolver=GuardResolver(guard),
+        )
+        session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            auto_decompress=False,
+        )
+        # aiohttp silently resends an idempotent request once when the server hangs up (on
+        # fresh connections too), so a hostile server would see twice the requests we count
+        # and pace. Retries are this module's job. No public switch exists (aiohttp 3.14).
+        if hasattr(session, "_retry_connection"):
+            session._retry_connection = False
+        return session
+
+    # Called on the first request, inside the loop that will own the session.
+    return AiohttpTransport(client=make_session)
+
+
+def request_timeouts(
+    *, connect_seconds: float, read_seconds: float, total_seconds: float
+) -> dict[str, Any]:
+    """The request extension httpx transports read their timeouts from."""
+    timeout = httpx.Timeout(
+        connect=connect_seconds,
+        read=read_seconds,
+        write=read_seconds,
+        # aiohttp's "connect" (waiting for a pooled connection, then connecting); the total
+        # deadline bounds it anyway.
+        pool=total_seconds,
+    )
+    return {"timeout": timeout.as_dict()}
+
+
+def failure_from_exception(error: BaseException) -> tuple[FailureClass, str]:
+    """The one translation of network, library and decoding errors into a failure class.
+
+    The most telling exception in the ``__cause__`` chain decides: our own ``FetchError``
+    (guard, caps, decoding), then aiohttp's original error (httpx_aiohttp's mapping to httpx
+    exceptions loses detail: a server hanging up becomes ``ConnectTimeout``), then httpx's.
+    """
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__
+    detail = f"{type(error).__name__}: {error}".rstrip(": ")
+    for item in chain:
+        if isinstance(item, FetchError):
+            return FailureClass(item.failure_class), item.message
+    for item in chain:
+        if isinstance(item, aiohttp.ClientError):
+            return _from_aiohttp(item), f"{type(item).__name__}: {item}".rstrip(": ")
+    for item in chain:
+        if isinstance(item, httpx.HTTPError | httpx.InvalidURL):
+            return _from_httpx(item), detail
+    if isinstance(error, zlib.error):
+        return FailureClass.PROTOCOL_ERROR, f"undecodable body: {error}"
+    if isinstance(error, UnicodeError):
+        return FailureClass.INVALID_URL, detail
+    if isinstance(error, TimeoutError):
+        return FailureClass.TIMEOUT, detail
+    return FailureClass.CONNECT_ERROR, detail  # any other OSError: the socket failed
+
+
+def _from_aiohttp(error: aiohttp.ClientError) -> FailureClass:
+    # Order matters: the subclasses come before their bases.
+    if isinstance(error, aiohttp.ClientConnectorDNSError):
+        return FailureClass.DNS_ERROR
+    if isinstance(error, aiohttp.ServerTimeoutError):
+        return FailureClass.TIMEOUT
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return FailureClass.CONNECT_ERROR
+    if isinstance(error, aiohttp.NonHttpUrlClientError):
+        return FailureClass.BAD_SCHEME
+    if isinstance(error, aiohttp.InvalidURL):
+        return FailureClass.INVALID_URL
+    return FailureClass.PROTOCOL_ERROR  # disconnects, bad framing, bad headers, payload errors
+
+
+def _from_httpx(error: httpx.HTTPError | httpx.InvalidURL) -> FailureClass:
+    if isinstance(error, httpx.TimeoutException):
+        return FailureClass.TIMEOUT
+    if isinstance(error, httpx.ConnectError):
+        return FailureClass.CONNECT_ERROR
+    if isinstance(error, httpx.UnsupportedProtocol):
+        return FailureClass.BAD_SCHEME
+    if isinstance(error, httpx.InvalidURL):
+        return FailureClass.INVALID_URL
+    return FailureClass.PROTOCOL_ERROR
