@@ -26,7 +26,8 @@ and the frontier's ``duplicates`` count only what the filter answered).
 Everything here is per batch: one set lookup per extracted link, the rest per fresh link.
 A fresh link already in canonical shape (lower-case host, no port or a non-default one, a
 path of unreserved characters without dot segments, no query) is its own canonical form and
-skips w3lib's ``canonicalize_url`` (~40 µs a URL); the unit tests check that shortcut
+skips w3lib's ``canonicalize_url`` (the costliest step of admitting a link); the unit tests
+check that shortcut
 against ``canonicalize`` on generated URLs.
 """
 

@@ -5,24 +5,20 @@ input. It must never raise on what a server sends: binary junk, unclosed tags, m
 attributes and malformed URLs all end as "no link", never as an exception that would cost the
 worker its task.
 
-Parser: ``selectolax.lexbor.LexborHTMLParser``, the faster one. Measured with
-``extract_links`` itself on 30 KB pages with 100 ``<a href>`` each, CPU time on one core,
-best of 30 interleaved runs, CPython 3.11: with selectolax 0.4.13 (the last release shipping
-both engines) lexbor gave ~2,200-2,350 pages/s and Modest (``selectolax.parser.HTMLParser``)
-~1,100-1,250; with selectolax 1.0.2 lexbor gives ~3,400 pages/s (100 distinct links) to
-~3,800 pages/s (a realistic mix of repeated navigation, relative, absolute, fragment and
-``mailto:`` links). selectolax 1.0 removed Modest; it stays only as an import fallback for an
-old selectolax without lexbor, where ``<area>`` links may come out after ``<a>`` links.
+Parser: ``selectolax.lexbor.LexborHTMLParser``, the faster of selectolax's two engines (the
+comparison is in docs/benchmarks.md). selectolax 1.0 removed Modest; it stays only as an import
+fallback for an old selectolax without lexbor, where ``<area>`` links may come out after
+``<a>`` links.
 
 What makes it fast: elements are fetched with ``tags()`` (CSS queries compile their selector
-for every document: ~70 µs a page, half a parse); each href is deduplicated as a raw string *before*
-resolution (navigation links repeat a lot); the common relative shapes are resolved by string
-concatenation instead of ``urljoin`` (~12 µs a call), ``../page`` included; absolute URLs
-are split and checked once and remembered across pages in a bounded cache (a site's
-navigation links are the same on every page); no per-link regular expression. The rare href with
-spaces or non-ASCII characters is percent-encoded with w3lib, its host spelled by
-``crawlfleet.hosts`` (IDNA 2008, as the scope spells ``allowedDomains``), so every URL handed to
-the frontier is ASCII.
+for every document, which costs about half a parse); each href is deduplicated as a raw string
+*before* resolution (navigation links repeat a lot); the common relative shapes are resolved by
+string concatenation instead of ``urljoin`` (which costs more per link than the parse),
+``../page`` included; absolute URLs are split and checked once and remembered across pages in
+a bounded cache (a site's navigation links are the same on every page); no per-link regular
+expression. The rare href with spaces or non-ASCII characters is percent-encoded with w3lib,
+its host spelled by ``crawlfleet.hosts`` (IDNA 2008, as the scope spells ``allowedDomains``),
+so every URL handed to the frontier is ASCII.
 
 Bytes are parsed as UTF-8 (lexbor's rule); a caller that knows another charset from the
 ``Content-Type`` header should decode first and pass ``str``.
@@ -226,15 +222,14 @@ def _base_url(bases: list[_Node], page_url: str) -> str:
 class _Resolver:
     """Resolves hrefs against one base URL, as ``urljoin`` would, but mostly without it.
 
-    ``urljoin`` costs ~12 µs a call on CPython 3.11, more than the parse costs per link. The
-    common shapes (``/path``, ``path``, ``?query`` without dot segments) are resolved by
-    concatenation with parts of the base, which was validated once, and so are leading
-    ``../`` segments; absolute and scheme-relative URLs are split and their host checked once
-    per distinct URL (cached across pages); the rest (other dot segments, ``http:path``, a
-    base that is not a clean http(s) URL) goes to ``urljoin``.
-    The unit tests check agreement with ``urljoin`` on a table of shapes. One deliberate
-    difference: empty path segments (``a//b``) are kept, as RFC 3986 and browsers do, where
-    ``urljoin`` collapses them.
+    ``urljoin`` costs more per call than the parse costs per link. The common shapes
+    (``/path``, ``path``, ``?query`` without dot segments) are resolved by concatenation with
+    parts of the base, which was validated once, and so are leading ``../`` segments;
+    absolute and scheme-relative URLs are split and their host checked once per distinct URL
+    (cached across pages); the rest (other dot segments, ``http:path``, a base that is not a
+    clean http(s) URL) goes to ``urljoin``. The unit tests check agreement with ``urljoin`` on
+    a table of shapes. One deliberate difference: empty path segments (``a//b``) are kept, as
+    RFC 3986 and browsers do, where ``urljoin`` collapses them.
     """
 
     __slots__ = (

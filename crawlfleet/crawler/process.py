@@ -27,12 +27,12 @@ def _settle_garbage_collector() -> None:
     """Stop the cyclic GC from rescanning start-up objects and from firing on every page.
 
     Everything imported and built before the loop (pydantic schemas, aiohttp, redis, the
-    clients) lives as long as the process, yet each full collection walked all of it: ~45 ms
-    apiece. A page's work allocates a few hundred objects that die within milliseconds, yet
-    the default threshold collected the young generation ~100 times a second. Together that
-    was 7 % of a worker's CPU on the crawl benchmark; frozen start-up objects and a
-    ``GC_YOUNG_THRESHOLD`` young generation cut it to well under 1 %. Cyclic garbage waits
-    for at most that many allocations: a few megabytes.
+    clients) lives as long as the process, yet each full collection walked all of it. A
+    page's work allocates a few hundred objects that die within milliseconds, yet the default
+    threshold collected the young generation many times a second. Frozen start-up objects
+    and a ``GC_YOUNG_THRESHOLD`` young generation leave the collector almost nothing to do
+    (docs/benchmarks.md has the figures). Cyclic garbage waits for at most that many
+    allocations: a few megabytes.
     """
     gc.freeze()
     _, middle, old = gc.get_threshold()

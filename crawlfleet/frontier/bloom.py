@@ -1,7 +1,8 @@
 """Bloom-filter sizing and hashing for the frontier's dedup.
 
 Sizing follows the textbook optimum, ``m = -n·ln p / ln²2`` bits and ``k = m/n·ln 2`` hashes:
-about 1.2 bytes per URL at 1 % instead of ~100 bytes for a SET of SHA-1 fingerprints.
+about 1.2 bytes per URL at 1 %, instead of the tens of bytes per URL a SET of SHA-1
+fingerprints costs (docs/benchmarks.md).
 
 Segments are sized to jemalloc's allocation classes, so the memory Redis reports is the
 memory the formula asks for (see ``_fit_segments``). The filter is partitioned: a URL picks

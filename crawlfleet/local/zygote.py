@@ -1,12 +1,13 @@
 """A pre-imported parent for local workers: ``crawlfleet run`` forks them instead of starting
 interpreters.
 
-A worker spends ~0.6 s of CPU importing aiohttp, httpx, redis and pydantic before its first
-request. Two of them doing it at once on a 2-core laptop, after the runner's own imports,
-were a third of a 5,000-page run, and a replacement for a killed worker paid it again. The
-zygote imports once, while the runner is still importing, and forks each worker: a worker
-starts in milliseconds and shares the imported modules' memory copy-on-write (the same idea
-as Android's zygote and gunicorn's preloaded app).
+A worker spends a good part of a second of CPU importing aiohttp, httpx, redis and pydantic
+before its first request. Several of them doing it at once on a small machine, after the
+runner's own imports, were a large share of a short run, and a replacement for a killed worker
+paid it again (figures in docs/benchmarks.md). The zygote imports once, while the runner is
+still importing, and forks each worker: a worker starts in milliseconds and shares the
+imported modules' memory copy-on-write (the same idea as Android's zygote and gunicorn's
+preloaded app).
 
 The zygote is a plain child of the runner, talking JSON lines over its stdin and stdout:
 

@@ -259,7 +259,7 @@ def _gf2_square(mat: list[int]) -> list[int]:
 def _crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """CRC32 of ``A + B`` from ``crc(A)``, ``crc(B)``, ``len(B)`` (zlib's algorithm).
 
-    Lets the bomb's gzip trailer be computed without CRC-ing a GiB of zeros (~0.5 s).
+    Lets the bomb's gzip trailer be computed without CRC-ing a GiB of zeros.
     """
     if len2 <= 0:
         return crc1
@@ -287,9 +287,9 @@ _bomb_cache: dict[int, bytes] = {}
 
 
 def build_gzip_bomb(inflated_bytes: int = 1 << 30) -> bytes:
-    """Single-member gzip of ``inflated_bytes`` zeros, built in ~20 ms and cached per size.
+    """Single-member gzip of ``inflated_bytes`` zeros, built in milliseconds and cached per size.
 
-    Compressing a GiB naively takes ~8 s.  Instead one 1 MiB block of zeros is compressed
+    Compressing a GiB naively takes seconds.  Instead one 1 MiB block of zeros is compressed
     with ``Z_FULL_FLUSH`` (which resets the compressor, so every further identical block
     compresses to identical bytes) and the block is repeated; the trailer's CRC32 is derived
     with :func:`_crc32_combine`.  The result (~1 KiB per MiB inflated) stays small in memory.
