@@ -11,27 +11,26 @@ against: a throwaway CA signs the serving certificate and an admin client certif
 (``O=system:masters``), the ServiceAccount admission plugin is off (pods need no token), and
 RBAC is on so that the operator's Role can be tested for real later.
 
-Every process runs in its own session with ``setpriv --pdeathsig KILL`` where available, so
+Every process is started by ``processes.spawn`` (its own session, a parent-death signal), so
 even a pytest killed with SIGKILL leaves nothing behind; ``stop()`` sends SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.e2e.cluster.processes import spawn, terminate
 
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
@@ -50,7 +49,6 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
 )
 
-STOP_GRACE_SECONDS = 5.0
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -80,48 +78,6 @@ def free_port(host: str = "127.0.0.1") -> int:
 def random_loopback_block() -> int:
     """A second octet for 127.N.0.0/16, random so that two sessions on one machine rarely meet."""
     return random.randint(64, 250)
-
-
-# Run children with a parent-death signal, so nothing outlives a pytest that is killed hard.
-_ORPHAN_GUARD = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
-
-
-def spawn(
-    argv: Sequence[str],
-    *,
-    log: Path,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in a new session (so its whole group can be killed), output to ``log``."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [*_ORPHAN_GUARD, *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-
-
-def terminate(
-    *processes: subprocess.Popen[bytes], grace_seconds: float = STOP_GRACE_SECONDS
-) -> None:
-    """SIGTERM each process, wait up to ``grace_seconds`` in all, then SIGKILL their groups."""
-    for process in processes:
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(max(0.0, deadline - time.monotonic()))
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def tail(path: Path, lines: int = 20) -> str:

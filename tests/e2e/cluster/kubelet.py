@@ -73,7 +73,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster.controlplane import random_loopback_block, spawn, terminate
+from tests.e2e.cluster.controlplane import random_loopback_block
+from tests.e2e.cluster.processes import kill_group, spawn, terminate
 
 log = logging.getLogger(__name__)
 
@@ -873,8 +874,7 @@ class KubeletDouble:
         alive = list(pod.processes())
         if alive and now >= pod.kill_deadline:
             for process in alive:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
+                kill_group(process)
                 process.wait()
             alive = []
         return not alive
