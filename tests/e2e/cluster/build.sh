@@ -62,24 +62,10 @@ all_fresh() {
     && fresh helm "$helm_ldflags" helm
 }
 
-if all_fresh; then
-  exit 0
-fi
-
-PATH="$PATH:/usr/local/go/bin" # where Go's own tarball installs it, often not on PATH
-if ! command -v go >/dev/null 2>&1; then
-  echo "build.sh: Go is needed to build the e2e control plane (Go >= 1.24)" >&2
-  exit 1
-fi
-mkdir -p "$bin"
-exec 9>"$root/.lock"
-flock 9 # another build.sh (a second clone, a parallel CI step) finishes first; then we re-check
-if all_fresh; then
-  exit 0
-fi
-
+# shellcheck source=../../support/gobuild.sh
+. "$here/../../support/gobuild.sh"
+go_build_begin "$root" "the e2e control plane (Go >= 1.24)" all_fresh
 log="$root/build.log"
-export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
 
 # build MODULE LDFLAGS NAME PACKAGE...: build into a temporary dir, then move into place, so an
 # interrupted build never leaves a truncated binary that looks fresh. NAME names the binary of
