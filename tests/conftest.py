@@ -1,4 +1,4 @@
-"""Fixtures shared by every test layer: real redis-server processes on loopback."""
+"""Fixtures shared by every test layer: real redis-server and S3 server processes on loopback."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from crawlfleet.frontier import connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.redis import redisbloom_module
+from tests.support.s3 import S3Server
 
 # Processes the tests start (workers, `crawlfleet run`) import this checkout, whatever the
 # environment has installed: a shared virtualenv may point at another clone.
@@ -63,3 +64,29 @@ async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
 def redis_url(backend: str, redis_server: RedisServer, redis_bloom_server: RedisServer) -> str:
     """URL of the server that matches the Bloom backend under test (for child processes)."""
     return (redis_bloom_server if backend == "native" else redis_server).url
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One real S3-compatible server (versitygw) for the session; tests take their own bucket.
+
+    A test that stops or restarts the server uses ``private_s3_server`` instead.
+    """
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture
+def private_s3_server(tmp_path: Path) -> Iterator[S3Server]:
+    """A server of this test's own, to stop and start again (an S3 outage mid-crawl)."""
+    with S3Server(tmp_path / "s3") as server:
+        yield server
+
+
+_bucket_numbers = itertools.count()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> str:
+    """A fresh bucket on the session's server, owned by its root account."""
+    return s3_server.create_bucket(f"test-bucket-{next(_bucket_numbers)}")
