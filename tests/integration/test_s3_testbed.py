@@ -130,15 +130,17 @@ async def test_a_missing_bucket_is_not_found(s3_server: S3Server) -> None:
         await obstore.put_async(store_for(s3_server, "no-such-bucket"), "probe", b"x")
 
 
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
 async def test_a_stopped_server_refuses_connections_and_a_restart_keeps_the_data(
-    private_s3_server: S3Server,
+    private_s3_server: S3Server, kill: bool
 ) -> None:
     server = private_s3_server
     bucket = server.create_bucket("survives-restarts")
     store = store_for(server, bucket)
     await obstore.put_async(store, "pages/before.jsonl", b"before\n")
 
-    server.stop()
+    server.stop(kill=kill)
+    assert not server.running
     with pytest.raises(GenericError, match="error sending request"):
         await obstore.put_async(store, "pages/during.jsonl", b"during\n")
     server.start()

@@ -13,16 +13,14 @@ subcommand), so the test bed needs no S3 client of its own and the client under 
 sets up the conditions it is tested against. Secrets travel in the environment, never in argv.
 
 A server can be stopped and started again on the same port and data (``stop()``/``start()``),
-which is how a test makes the destination unavailable mid-crawl. Start it from the main thread:
-its parent-death signal fires when the *thread* that started it ends.
+which is how a test makes the destination unavailable mid-crawl. It runs as the control plane's
+processes do (tests/e2e/cluster/processes.py): its own session, killed with the harness.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import signal
 import subprocess
 import time
 import urllib.error
@@ -32,7 +30,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
-from tests.e2e.cluster.controlplane import free_port, spawn, tail, terminate
+from tests.e2e.cluster.controlplane import free_port, tail
+from tests.e2e.cluster.processes import kill_group, spawn, terminate
 
 __all__ = [
     "BUILD_SCRIPT",
@@ -160,9 +159,8 @@ class S3Server:
         """SIGTERM and wait (versitygw finishes the requests it has); ``kill``: SIGKILL at once."""
         if self.process is None:
             return
-        if kill and self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        if kill:
+            kill_group(self.process)
         terminate(self.process, grace_seconds=STOP_GRACE_SECONDS)
         self.process = None
 
