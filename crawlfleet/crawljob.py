@@ -35,7 +35,8 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -385,7 +386,7 @@ def _seed_url(url: str) -> str:
             len(url) <= _MAX_SEED_LENGTH
             and parts.scheme.lower() in ("http", "https")
             and bool(parts.hostname)
-            and not any(char.isspace() for char in url)
+            and not any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in url)
         )
         if valid and parts.hostname is not None:
             normalize_host(parts.hostname, strict=True)
@@ -422,7 +423,10 @@ def _url_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
     return patterns
 
 
-_HEADER_VALUE: Final = "must be a non-empty header value without control characters or newlines"
+_HEADER_VALUE: Final = (
+    "must be a non-empty header value of printable ASCII characters (no control characters,"
+    " newlines or other letters: an HTTP client sends header values as ASCII)"
+)
 _PRODUCT_TOKEN: Final = (
     "must start with a product token, a name without spaces such as mybot/1.0:"
     " robots.txt rules are matched against it"
@@ -435,7 +439,7 @@ def _user_agent(value: str) -> str:
     robots.txt groups are matched against its product token (the text before the first
     ``/``, as the crawler's robots policy reads it), so that token must be a name.
     """
-    if not value.strip() or any(ord(char) < 32 or ord(char) == 127 for char in value):
+    if not value.strip() or not all(" " <= char <= "~" for char in value):
         raise _problem(_HEADER_VALUE)
     token = value.split("/", 1)[0].strip()
     if not token or any(char.isspace() for char in token):
@@ -445,7 +449,7 @@ def _user_agent(value: str) -> str:
 
 # The same rules for the API server; a tab is a control character, so [^/\s] is enough.
 _USER_AGENT_CEL: Final = (
-    _Cel(r"self.matches(r'\S') && !self.matches(r'[\x00-\x1f\x7f]')", _HEADER_VALUE),
+    _Cel(r"self.matches(r'^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$')", _HEADER_VALUE),
     _Cel(r"self.matches(r'^ *[^/\s]+ *(/|$)')", _PRODUCT_TOKEN),
 )
 _REDIS_URL: Final = (
@@ -518,32 +522,35 @@ def _quantity(value: JsonValue) -> Decimal | None:
         return None
     suffix = match["suffix"] or ""
     if suffix[:1] in ("e", "E"):
-        return Decimal(match["number"]) * Decimal(10) ** int(suffix[1:])
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:  # past any resource a node has (E is 1e18)
+            return None
+        return Decimal(match["number"]) * Decimal(10) ** exponent
     return Decimal(match["number"]) * _SI_FACTORS[suffix]
 
 
 def _resources(resources: dict[str, JsonValue]) -> dict[str, JsonValue]:
     """The checks the API server makes when the operator puts these into a Pod."""
-    found: list[tuple[str | None, str]] = []
+    found: list[tuple[_Where, str]] = []
     amounts: dict[str, dict[str, Decimal]] = {}
     for key, section in resources.items():
         if key not in _RESOURCE_KEYS:
-            found.append((key, "unknown field; a worker's resources take limits and requests"))
+            found.append(((key,), "unknown field; a worker's resources take limits and requests"))
             continue
         if not isinstance(section, dict):
-            found.append((key, "must be a mapping of resource names to quantities"))
+            found.append(((key,), "must be a mapping of resource names to quantities"))
             continue
         amounts[key] = {}
         for name, value in section.items():
             amount = _quantity(value)
             if amount is None:
-                found.append((f"{key}.{name}", "must be a Kubernetes quantity such as 500m or 1Gi"))
+                found.append(((key, name), "must be a Kubernetes quantity such as 500m or 1Gi"))
             else:
                 amounts[key][name] = amount
     limits = amounts.get("limits", {})
     for name, amount in amounts.get("requests", {}).items():
         if name in limits and amount > limits[name]:
-            found.append((f"requests.{name}", f"must not be greater than limits.{name}"))
+            found.append((("requests", name), f"must not be greater than limits.{name}"))
     if found:
         raise _problems(found)
     return resources
@@ -570,11 +577,11 @@ def _volume_source(volume: dict[str, JsonValue]) -> dict[str, JsonValue]:
         )
     ((kind, source),) = volume.items()
     if kind not in _VOLUME_SOURCES:
-        raise _problems([(kind, _unknown_field(kind, _VOLUME_SOURCES))])
+        raise _problems([((kind,), _unknown_field(kind, _VOLUME_SOURCES))])
     if not isinstance(source, dict):
-        raise _problems([(kind, "must be a mapping")])
+        raise _problems([((kind,), "must be a mapping")])
     if kind == "persistentVolumeClaim" and not isinstance(source.get("claimName"), str):
-        raise _problems([(f"{kind}.claimName", "is required: the name of the claim to mount")])
+        raise _problems([((kind, "claimName"), "is required: the name of the claim to mount")])
     return volume
 
 
@@ -660,7 +667,12 @@ def _dig(values: Mapping[str, Any], dotted: str) -> object:
     return found
 
 
-def _problems(found: list[tuple[str | None, str]]) -> PydanticCustomError:
+# Where a problem of a model validator lies, below the model: None (the model itself), a dotted
+# field path ("scope.maxPages", as Rule.field says it) or a tuple of keys (dict keys may hold dots).
+_Where = str | tuple[str, ...] | None
+
+
+def _problems(found: Sequence[tuple[_Where, str]]) -> PydanticCustomError:
     """Several problems at once from one model validator, each at its own field.
 
     Pydantic allows one error per validator call; the list rides in the context and
@@ -1100,7 +1112,7 @@ class ObjectMeta(_Model):
     def _refuse_unknown_fields(self) -> Self:
         unknown = [key for key in self.model_extra or {} if key not in _OBJECT_META_FIELDS]
         if unknown:
-            raise _problems([(key, _unknown_field(key, _OBJECT_META_FIELDS)) for key in unknown])
+            raise _problems([((key,), _unknown_field(key, _OBJECT_META_FIELDS)) for key in unknown])
         return self
 
 
@@ -1219,23 +1231,59 @@ def parse_crawljob(doc: Mapping[str, object]) -> CrawlJob:
     return _validate(CrawlJob, doc, prefix=(), what="CrawlJob")
 
 
+# A file is read whole; the API server stores at most ~1.5 MB per object, so a CrawlJob file
+# many times that is a mistake (or /dev/zero), not a job.
+_MAX_FILE_BYTES: Final = 8 * _MIB
+# Past these a document is refused before validation: aliases can make a small YAML file a huge
+# tree (each alias is walked again), and deep nesting exhausts the recursion of YAML's composer.
+_MAX_DOCUMENT_NODES: Final = 1_000_000
+_MAX_DOCUMENT_DEPTH: Final = 64
+
+
 def load_crawljob(path: str | Path) -> CrawlJob:
-    """Read one CrawlJob from a YAML file; every problem is a ConfigError naming the file."""
+    """Read one CrawlJob from a YAML file; every problem is a ConfigError naming the file.
+
+    Whatever the file holds (not YAML, not UTF-8, nested thousands deep, numbers of thousands of
+    digits, a directory, a FIFO), the answer is a ConfigError with a sentence, never another
+    exception: ``crawlfleet validate`` prints it and exits 2.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode  # before opening: opening a FIFO would wait for a writer
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"{path}: is a directory, not a CrawlJob file")
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"{path}: is not a regular file")
+        with path.open("rb") as file:
+            data = file.read(_MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read CrawlJob file: {exc.strerror or exc}") from exc
+    if len(data) > _MAX_FILE_BYTES:
+        raise ConfigError(
+            f"{path}: is larger than {_MAX_FILE_BYTES // _MIB} MiB; the API server stores at most"
+            " about 1.5 MB for one CrawlJob"
+        )
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: is not UTF-8 text") from exc
     try:
         documents = [doc for doc in yaml.load_all(text, Loader=_YamlLoader) if doc is not None]
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: not valid YAML: nested more than {_MAX_DOCUMENT_DEPTH} levels deep"
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc}") from exc
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, such as U+FFFE
+        raise ConfigError(
+            f"{path}: not valid YAML: character {exc.character!r} at offset {exc.position}"
+            " is not allowed in YAML"
+        ) from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from exc
     if len(documents) != 1:
         count = "no" if not documents else str(len(documents))
         raise ConfigError(
@@ -1247,6 +1295,27 @@ def load_crawljob(path: str | Path) -> CrawlJob:
 class _YamlLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys: PyYAML keeps the last one silently, the API
     server refuses the document, and a silently dropped ``scope:`` would widen a crawl."""
+
+
+def _construct_int(loader: _YamlLoader, node: yaml.ScalarNode) -> int:
+    try:
+        return int(yaml.constructor.SafeConstructor.construct_yaml_int(loader, node))
+    except ValueError:  # past Python's 4300-digit limit on int("...")
+        raise yaml.constructor.ConstructorError(
+            None, None, "an integer of thousands of digits", node.start_mark
+        ) from None
+
+
+def _construct_str(loader: _YamlLoader, node: yaml.ScalarNode) -> str:
+    text = loader.construct_scalar(node)
+    assert isinstance(text, str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # "\ud800" in a double-quoted string: not a character
+        raise yaml.constructor.ConstructorError(
+            None, None, "a lone surrogate escape, which is no character", node.start_mark
+        ) from None
+    return text
 
 
 def _construct_mapping(loader: _YamlLoader, node: yaml.MappingNode) -> dict[object, object]:
@@ -1263,6 +1332,8 @@ def _construct_mapping(loader: _YamlLoader, node: yaml.MappingNode) -> dict[obje
 
 
 _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_YamlLoader.add_constructor("tag:yaml.org,2002:str", _construct_str)
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 
@@ -1270,6 +1341,7 @@ _ModelT = TypeVar("_ModelT", bound=BaseModel)
 def _validate(model: type[_ModelT], doc: object, *, prefix: tuple[str, ...], what: str) -> _ModelT:
     if not isinstance(doc, Mapping):
         raise ConfigError(f"invalid {what}: expected a mapping, got {type(doc).__name__}")
+    _check_size(doc, what)
     try:
         # by_name=False: YAML must use the camelCase names the CRD knows.
         return model.model_validate(doc, by_alias=True, by_name=False)
@@ -1279,6 +1351,31 @@ def _validate(model: type[_ModelT], doc: object, *, prefix: tuple[str, ...], wha
         raise _config_error(exc, model, prefix, what) from None
 
 
+def _check_size(doc: object, what: str) -> None:
+    """Refuse a document too deep or too large to validate, before pydantic walks it.
+
+    YAML aliases share one object between places, and a validator walks every place again: ten
+    levels of ten aliases are ten billion nodes. The walk stops at the first bound it passes.
+    """
+    budget = _MAX_DOCUMENT_NODES
+    stack: list[tuple[object, int]] = [(doc, 0)]
+    while stack:
+        node, depth = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise ConfigError(
+                f"invalid {what}: more than {_MAX_DOCUMENT_NODES} values once its YAML aliases"
+                " are expanded"
+            )
+        if depth > _MAX_DOCUMENT_DEPTH:
+            raise ConfigError(f"invalid {what}: nested more than {_MAX_DOCUMENT_DEPTH} levels deep")
+        if isinstance(node, Mapping):
+            stack.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend((value, depth + 1) for value in node)
+
+
+_JSON_VALUE_TAGS: Final = frozenset({"list", "dict", "str", "bool", "int", "float"})
 _TYPE_MESSAGES: Final = {
     "missing": "is required",
     "int_type": "must be an integer",
@@ -1303,12 +1400,15 @@ def _config_error(
 ) -> ConfigError:
     lines: list[str] = []
     for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        if error["type"] == "crawljob_problems":
-            found: list[tuple[str | None, str]] = error.get("ctx", {})["found"]
+        # A free-form Kubernetes structure (resources, volume) is a JsonValue, whose errors
+        # carry the union member tried ("dict", "float"): no part of the user's path.
+        loc = tuple(part for part in error["loc"] if part not in _JSON_VALUE_TAGS)
+        if error["type"] == "invalid_key":  # the location ends with the key itself
+            lines.append(f"{_path(prefix + loc[:-1])}: has a key that is not a string")
+        elif error["type"] == "crawljob_problems":
+            found: list[tuple[_Where, str]] = error.get("ctx", {})["found"]
             lines += [
-                f"{_path(prefix + loc + ((field,) if field else ()))}: {message}"
-                for field, message in found
+                f"{_path(prefix + loc + _parts(where))}: {message}" for where, message in found
             ]
         else:
             lines.append(f"{_path(prefix + loc)}: {_describe(error, model, loc)}")
@@ -1370,11 +1470,23 @@ def _model_in(annotation: object) -> type[BaseModel] | None:
     return None
 
 
+def _parts(where: _Where) -> tuple[str, ...]:
+    if where is None:
+        return ()
+    return tuple(where.split(".")) if isinstance(where, str) else where
+
+
+_PLAIN_KEY: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+
+
 def _path(loc: tuple[int | str, ...]) -> str:
+    """``spec.seeds[0]``; a key that is no plain name is quoted: ``limits["nvidia.com/gpu"]``."""
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(part):
+            path += f"[{json.dumps(part, ensure_ascii=False)}]"
         else:
             path += f".{part}" if path else part
     return path

@@ -33,6 +33,8 @@ _MAX_MEMORY_BYTES: Final = 8 << 20
 # Go's RE2 (CEL's) refuses a repetition count it cannot parse as a number below 10**8; C++ RE2
 # takes the same text as literal characters. Both refuse counts above 1000.
 _MAX_COUNT_DIGITS: Final = 9
+# The one escape C++ RE2 has and Go's does not: \C, any single byte (it can split a character).
+_BYTE_ESCAPE: Final = "\\C"
 
 
 class PatternError(ValueError):
@@ -91,9 +93,9 @@ def _compile(patterns: tuple[str, ...]) -> URLPatterns:
             re2.compile(pattern, options)  # Set.Add says only "failed": this says why
         except re2.error as error:
             raise PatternError(index, _reason(error)) from None
-        too_large = _count_too_large(pattern)
-        if too_large is not None:
-            raise PatternError(index, f"invalid repeat count: {too_large}")
+        go_refuses = _only_cpp_accepts(pattern)
+        if go_refuses is not None:
+            raise PatternError(index, go_refuses)
         searcher.Add(pattern)
     try:
         searcher.Compile()
@@ -109,12 +111,13 @@ def _reason(error: re2.error) -> str:
     return text or "not a valid RE2 pattern"
 
 
-def _count_too_large(pattern: str) -> str | None:
-    """The first repetition ``{n}``, ``{n,}`` or ``{n,m}`` with a number of 10 digits or more.
+def _only_cpp_accepts(pattern: str) -> str | None:
+    """Why Go's RE2 (CEL's) refuses a pattern that C++ RE2 compiled, or None.
 
-    C++ RE2 reads such text as literal characters, Go's RE2 (CEL's) refuses it; the model
-    refuses it, so that a pattern means the same on both. Escapes, ``\\Q...\\E`` and character
-    classes are skipped, as RE2's parser does.
+    Two cases, found by compiling the same patterns with both: a repetition ``{n}``, ``{n,}`` or
+    ``{n,m}`` with a number of 10 digits or more (C++ reads it as literal text), and the byte
+    escape ``\\C``. Refused here, a pattern means the same in a CrawlJob everywhere. Escapes,
+    ``\\Q...\\E`` and character classes are skipped, as RE2's parser does.
     """
     index, length = 0, len(pattern)
     while index < length:
@@ -124,6 +127,8 @@ def _count_too_large(pattern: str) -> str | None:
                 end = pattern.find("\\E", index + 2)
                 index = length if end < 0 else end + 2
                 continue
+            if pattern.startswith(_BYTE_ESCAPE, index):
+                return f"invalid escape sequence: {_BYTE_ESCAPE} (CEL's RE2 has no byte escape)"
             index += 2
         elif char == "[":
             index = _class_end(pattern, index)
@@ -138,7 +143,7 @@ def _count_too_large(pattern: str) -> str | None:
                 and all(number.isdigit() and number.isascii() for number in numbers[1:] if number)
                 and any(len(number) > _MAX_COUNT_DIGITS and number[0] != "0" for number in numbers)
             ):
-                return pattern[index : close + 1]
+                return f"invalid repeat count: {pattern[index : close + 1]}"
             index += 1
         else:
             index += 1

@@ -45,6 +45,8 @@ def test_two_patterns_may_name_the_same_group_and_keep_their_own_flags() -> None
         # C++ RE2 would read it as text; Go's RE2 (CEL's) refuses it: the model says so
         (["a{99999999999}"], 0, "invalid repeat count: {99999999999}"),
         (["x{2,12345678901}"], 0, "invalid repeat count: {2,12345678901}"),
+        # C++ RE2's byte escape; Go's RE2 refuses it
+        ([r"a\C"], 0, r"invalid escape sequence: \C (CEL's RE2 has no byte escape)"),
         ([r"(?=look)ahead"], 0, "invalid perl operator: (?="),
         ([r"(a)\1"], 0, r"invalid escape sequence: \1"),
         ([r"end\Z"], 0, r"invalid escape sequence: \Z"),
@@ -60,9 +62,11 @@ def test_a_pattern_re2_refuses_is_named_with_re2s_reason(
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"a\{99999999999}", r"[{99999999999}]", r"\Qa{99999999999}\E", "a{0123456789012}"]
-)
-def test_long_braces_that_are_text_in_both_re2s_are_accepted(pattern: str) -> None:
+    "pattern",
+    [r"a\{99999999999}", r"[{99999999999}]", r"\Qa{99999999999}\E", "a{0123456789012}",
+     r"a\\C", r"\Q\C\E"],
+)  # fmt: skip
+def test_text_that_only_looks_like_what_go_refuses_is_accepted(pattern: str) -> None:
     assert compile_patterns([pattern]) is not None
 
 

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from crawlfleet.crawler.fetch import FetchSettings
@@ -27,7 +28,7 @@ from crawlfleet.frontier.urls import canonicalize
 from crawlfleet.operator.children import JobRef, config_map, redis_deployment, worker_deployment
 
 SEEDS = ["https://example.com/", "http://fa\u00df.de:8080/a?b=1", "http://[::1]/x"]
-USER_AGENTS = ["crawlfleet/0.1", "mybot", " padded /1.0 (+https://x.test)", "b\u00f6t/1"]
+USER_AGENTS = ["crawlfleet/0.1", "mybot", " padded /1.0 (+https://x.test)", "a~b/1 (x; y)"]
 
 
 def _numeric_fields(schema: dict[str, Any]) -> dict[tuple[str, ...], tuple[float, float, bool]]:
@@ -98,6 +99,7 @@ def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
     FrontierSettings.from_spec("crawl.books", spec).validate()
     BloomParams.for_capacity(spec.dedup.capacity, spec.dedup.error_rate)
     FetchSettings.from_spec(spec)
+    httpx.Request("GET", "http://a.test/", headers={"User-Agent": spec.user_agent})  # ASCII only
     product_token(spec.user_agent)
     Scope(
         allowed_domains=spec.scope.allowed_domains,
