@@ -33,9 +33,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from crawlfleet.frontier import Admission, Frontier, FrontierSettings, Link, canonicalize, connect
+from crawlfleet.frontier import Admission, Frontier, Link, canonicalize, connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.redis import redisbloom_module
+from tests.support.specs import frontier_settings
 
 BATCH = 1000
 
@@ -64,10 +65,14 @@ async def bench_dedup(client: aioredis.Redis, count: int, rounds: int = 3) -> di
     per_round = [make_urls(count, f"dedup{r}") for r in range(rounds)]
     results: dict[str, float] = {}
     native = await Frontier.open(
-        client, FrontierSettings("bench.native", capacity=count * rounds, bloom_backend="native")
+        client,
+        frontier_settings(
+            "bench.native", {"dedup": {"capacity": count * rounds}}, bloom_backend="native"
+        ),
     )
     bitmap = await Frontier.open(
-        client, FrontierSettings("bench.bitmap", capacity=count, bloom_backend="bitmap")
+        client,
+        frontier_settings("bench.bitmap", {"dedup": {"capacity": count}}, bloom_backend="bitmap"),
     )
     await client.execute_command("BF.RESERVE", "bench:raw-bf", 0.01, count * rounds)  # type: ignore[no-untyped-call]
 
@@ -138,7 +143,13 @@ async def claim_ack_rate(
     job = f"bench.leases-{per_host}-{round(delay * 1000)}"
     frontier = await Frontier.open(
         client,
-        FrontierSettings(job, capacity=count * 2, per_host=per_host, host_delay_seconds=delay),
+        frontier_settings(
+            job,
+            {
+                "dedup": {"capacity": count * 2},
+                "concurrency": {"perHost": per_host, "hostDelaySeconds": delay},
+            },
+        ),
     )
     links = [
         Link(canonicalize(f"http://host{i % hosts}.example/page/{i}"), 1, "") for i in range(count)

@@ -32,7 +32,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from crawlfleet.frontier import Frontier, FrontierSettings, Link, canonicalize, connect
+from crawlfleet.frontier import Frontier, Link, canonicalize, connect
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
@@ -47,6 +47,7 @@ from tests.e2e.operator_support import (
     leases_held,
     wait_crawled,
 )
+from tests.support.specs import frontier_settings
 
 
 @dataclass
@@ -142,7 +143,8 @@ def _one_sample(
 async def _enqueue(url: str, job_id: str, urls: list[str]) -> None:
     """Enqueue through the frontier's own script, as a worker's flush would."""
     aclient = connect(url)
-    frontier = await Frontier.open(aclient, FrontierSettings(job_id=job_id, capacity=100_000))
+    settings = frontier_settings(job_id, {"dedup": {"capacity": 100_000}})
+    frontier = await Frontier.open(aclient, settings)
     await frontier.enqueue([Link(u, 1, u) for u in urls])
     await aclient.aclose()
 

@@ -38,6 +38,7 @@ from httpx_aiohttp import AiohttpTransport
 
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
 from crawlfleet.testsite.graph import page_path
+from tests.support.specs import job_spec
 
 CONCURRENCY = 64
 MAX_CONNECTIONS = 100
@@ -76,9 +77,9 @@ async def httpx_aiohttp() -> AsyncIterator[FetchOne]:
 
 @asynccontextmanager
 async def fetcher() -> AsyncIterator[FetchOne]:
-    settings = FetchSettings(
-        user_agent="crawlfleet-bench", allow_private_networks=True, max_connections=MAX_CONNECTIONS
-    )
+    # The Fetcher's pool has no cap of its own: the CONCURRENCY tasks bound its connections.
+    spec = job_spec({"userAgent": "crawlfleet-bench", "scope": {"allowPrivateNetworks": True}})
+    settings = FetchSettings.from_spec(spec)
     crawler = Fetcher(settings)
     try:
 

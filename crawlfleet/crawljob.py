@@ -971,6 +971,15 @@ class RobotsSpec(_Section):
     obey: bool = True
     """Fetch each host's robots.txt and honour it for userAgent: Disallow rules, and a
     Crawl-delay longer than concurrency.hostDelaySeconds."""
+    ttl_seconds: Annotated[float, _Range(ge=1, le=30 * _DAY_SECONDS)] = float(_DAY_SECONDS)
+    """Seconds a host's robots.txt answer (its rules, or none at all after a 4xx) is used
+    before it is fetched again. One fetch serves every worker of the job."""
+    error_ttl_seconds: Annotated[float, _Range(ge=1, le=_DAY_SECONDS)] = 600.0
+    """Seconds a host whose robots.txt could not be read (5xx, 429, timeout, network error)
+    stays disallowed before robots.txt is asked again."""
+    max_crawl_delay_seconds: Annotated[float, _Range(ge=0, le=3600)] = 60.0
+    """Longest robots.txt Crawl-delay (or Request-rate) honoured, in seconds: a longer one is
+    cut to this, so one robots.txt cannot stall a host's crawl for hours."""
 
 
 class FetchSpec(_Section):

@@ -63,12 +63,9 @@ from crawlfleet.crawler.transport import (
     request_timeouts,
 )
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import ConfigError
 
 __all__ = [
     "ACCEPT",
-    "DEFAULT_MAX_BODY_BYTES",
-    "DEFAULT_MAX_DECOMPRESSED_BYTES",
     "FetchResult",
     "FetchSettings",
     "Fetcher",
@@ -76,9 +73,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_MIB: Final = 1024 * 1024
-DEFAULT_MAX_BODY_BYTES: Final = 10 * _MIB
-DEFAULT_MAX_DECOMPRESSED_BYTES: Final = 50 * _MIB
 #: What a crawler of HTML wants, in the order it wants it.
 ACCEPT: Final = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
 
@@ -97,39 +91,23 @@ _SCHEMES: Final = frozenset({"http", "https"})
 
 @dataclass(frozen=True, slots=True)
 class FetchSettings:
-    """Everything the request layer needs, as plain values (defaults are the CrawlJob's)."""
+    """Everything the request layer needs, as plain values; build them with :meth:`from_spec`.
+
+    No defaults and no checks of their own: the CrawlJob model (``crawljob.py``) holds both.
+    """
 
     user_agent: str
-    connect_timeout_seconds: float = 5.0
-    read_timeout_seconds: float = 20.0
-    total_timeout_seconds: float = 60.0
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED_BYTES
-    max_redirects: int = 5
-    request_attempts: int = 3
-    backoff_base_seconds: float = 1.0
-    backoff_factor: float = 1.8
-    backoff_max_seconds: float = 30.0
-    allow_private_networks: bool = False
-    #: Connections open at once over all hosts (the pool size); politeness is the frontier's.
-    max_connections: int = 100
-
-    def __post_init__(self) -> None:
-        # The spec validates the same ranges; this catches hand-built settings.
-        positive = {
-            "connect_timeout_seconds": self.connect_timeout_seconds,
-            "read_timeout_seconds": self.read_timeout_seconds,
-            "total_timeout_seconds": self.total_timeout_seconds,
-            "max_body_bytes": self.max_body_bytes,
-            "max_decompressed_bytes": self.max_decompressed_bytes,
-            "request_attempts": self.request_attempts,
-            "max_connections": self.max_connections,
-        }
-        for name, value in positive.items():
-            if not value > 0:
-                raise ConfigError(f"FetchSettings.{name}: must be greater than 0 (got {value})")
-        if self.max_redirects < 0:
-            raise ConfigError(f"FetchSettings.max_redirects: must be >= 0 ({self.max_redirects})")
+    connect_timeout_seconds: float
+    read_timeout_seconds: float
+    total_timeout_seconds: float
+    max_body_bytes: int
+    max_decompressed_bytes: int
+    max_redirects: int
+    request_attempts: int
+    backoff_base_seconds: float
+    backoff_factor: float
+    backoff_max_seconds: float
+    allow_private_networks: bool
 
     @classmethod
     def from_spec(cls, spec: CrawlJobSpec) -> FetchSettings:
@@ -218,7 +196,7 @@ class Fetcher:
         self._settings = settings
         self._guard = guard
         self._rng = rng if rng is not None else random.Random()
-        self._transport = build_transport(guard, max_connections=settings.max_connections)
+        self._transport = build_transport(guard)
         self._timeouts = request_timeouts(
             connect_seconds=settings.connect_timeout_seconds,
             read_seconds=settings.read_timeout_seconds,

@@ -70,18 +70,8 @@ async def run_worker(
             result = await fetcher.fetch(url)
             return result.status, result.body
 
-        robots = RobotsPolicy(
-            frontier.robots,
-            fetch_robots,
-            user_agent=spec.user_agent,
-            obey=spec.robots.obey,
-        )
-        writer = OutputWriter(
-            output_dir,
-            worker_id,
-            format=spec.output.format,
-            max_file_bytes=spec.output.max_file_bytes,
-        )
+        robots = RobotsPolicy.from_spec(frontier.robots, fetch_robots, spec)
+        writer = OutputWriter.from_spec(output_dir, worker_id, spec.output)
         worker = Worker(
             spec=spec,
             frontier=frontier,

@@ -13,8 +13,8 @@ Semantics follow RFC 9309 as Google reads it:
 * 3xx left over after the fetcher's own redirect handling, and 4xx except 429: no robots.txt,
   everything is allowed;
 * 5xx, 429, a network failure, a timeout, or any other status: the site is unreachable and
-  *everything* is disallowed, but only for ``error_ttl_seconds``, after which it is asked
-  again; a 2xx/4xx answer is kept for ``ttl_seconds``;
+  *everything* is disallowed, but only for ``robots.errorTtlSeconds``, after which it is asked
+  again; a 2xx/4xx answer is kept for ``robots.ttlSeconds``;
 * ``obey=False``: every URL is allowed and robots.txt is never fetched.
 
 Rules are matched with the *product token* of the user agent: the part of ``user_agent`` before
@@ -43,8 +43,7 @@ from crawlfleet.errors import ConfigError, FetchError, InvalidURL
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 
 __all__ = [
-    "DEFAULT_ERROR_TTL_SECONDS",
-    "DEFAULT_TTL_SECONDS",
+    "LOCAL_CACHE_ORIGINS",
     "MAX_ROBOTS_BYTES",
     "RobotsFetch",
     "RobotsPolicy",
@@ -59,12 +58,8 @@ RobotsFetch = Callable[[str], Awaitable[tuple[int | None, bytes]]]
 
 #: Google (and RFC 9309's minimum) read the first 500 KiB of a robots.txt.
 MAX_ROBOTS_BYTES: Final = 500 * 1024
-#: How long a definite answer (2xx or 4xx) is kept before it is fetched again.
-DEFAULT_TTL_SECONDS: Final = 86_400.0
-#: How long "unreachable" (5xx, 429, network failure) blocks a site before robots is re-asked.
-DEFAULT_ERROR_TTL_SECONDS: Final = 600.0
-#: Upper bound for one robots.txt fetch; a hung server must not stall the host for long.
-DEFAULT_FETCH_TIMEOUT_SECONDS: Final = 30.0
+#: Origins whose parsed rules one worker keeps (an LRU): the hosts of its recent claims.
+LOCAL_CACHE_ORIGINS: Final = 4096
 
 # Bodies above this are parsed in a thread so a huge robots.txt does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 64 * 1024
@@ -157,8 +152,9 @@ def _decode_body(body: bytes) -> str:
 class RobotsPolicy:
     """Answers "may this URL be fetched?" and "how slowly?" for one job, fleet-wide cached.
 
-    ``clock`` (seconds since the epoch) stamps and ages entries; it is shared with other
-    workers through Redis, so it must be wall-clock time in production (injectable for tests).
+    Build it with :meth:`from_spec`: its knobs have no defaults and no checks here, the
+    CrawlJob model holds both. ``clock`` (seconds since the epoch) stamps and ages entries; it
+    is shared with other workers through Redis, so it is wall-clock time but for tests.
     """
 
     def __init__(
@@ -167,18 +163,14 @@ class RobotsPolicy:
         fetch_robots: RobotsFetch,
         *,
         user_agent: str,
-        obey: bool = True,
-        ttl_seconds: float = DEFAULT_TTL_SECONDS,
-        error_ttl_seconds: float = DEFAULT_ERROR_TTL_SECONDS,
-        max_crawl_delay_seconds: float = 60.0,
-        fetch_timeout_seconds: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
-        local_cache_size: int = 4096,
-        clock: Callable[[], float] = time.time,
+        obey: bool,
+        ttl_seconds: float,
+        error_ttl_seconds: float,
+        max_crawl_delay_seconds: float,
+        fetch_timeout_seconds: float,
+        local_cache_size: int,
+        clock: Callable[[], float],
     ) -> None:
-        if ttl_seconds <= 0 or error_ttl_seconds <= 0 or fetch_timeout_seconds <= 0:
-            raise ConfigError("robots TTLs and fetch timeout must be positive")
-        if max_crawl_delay_seconds < 0 or local_cache_size < 1:
-            raise ConfigError("max_crawl_delay_seconds must be >= 0, local_cache_size >= 1")
         self._cache = cache
         self._fetch_robots = fetch_robots
         self._agent = product_token(user_agent)
@@ -196,10 +188,31 @@ class RobotsPolicy:
 
     @classmethod
     def from_spec(
-        cls, cache: RobotsCache, fetch_robots: RobotsFetch, spec: CrawlJobSpec
+        cls,
+        cache: RobotsCache,
+        fetch_robots: RobotsFetch,
+        spec: CrawlJobSpec,
+        *,
+        clock: Callable[[], float] = time.time,
+        local_cache_size: int = LOCAL_CACHE_ORIGINS,
     ) -> RobotsPolicy:
-        """The policy a CrawlJob asks for (``robots.obey``, ``userAgent``)."""
-        return cls(cache, fetch_robots, user_agent=spec.user_agent, obey=spec.robots.obey)
+        """The policy a CrawlJob asks for (``robots``, ``userAgent``).
+
+        A robots.txt fetch gets the deadline of any fetch (``fetch.totalTimeoutSeconds``);
+        ``clock`` and ``local_cache_size`` are not the job's to choose (tests change them).
+        """
+        return cls(
+            cache,
+            fetch_robots,
+            user_agent=spec.user_agent,
+            obey=spec.robots.obey,
+            ttl_seconds=spec.robots.ttl_seconds,
+            error_ttl_seconds=spec.robots.error_ttl_seconds,
+            max_crawl_delay_seconds=spec.robots.max_crawl_delay_seconds,
+            fetch_timeout_seconds=spec.fetch.total_timeout_seconds,
+            local_cache_size=local_cache_size,
+            clock=clock,
+        )
 
     @property
     def agent(self) -> str:

@@ -35,7 +35,6 @@ import json
 import re
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,36 +44,19 @@ from typing import IO, TYPE_CHECKING, Final, Literal, Self
 from urllib.parse import urlsplit
 
 from crawlfleet.crawljob import OutputSpec
-from crawlfleet.errors import ConfigError
 
 if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every worker
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
-__all__ = [
-    "DEFAULT_MAX_FILE_BYTES",
-    "OutputFormat",
-    "OutputWriter",
-    "PageOutput",
-    "PageRecord",
-    "new_fetch_id",
-    "safe_file_token",
-]
+__all__ = ["OutputFormat", "OutputWriter", "PageOutput", "PageRecord", "safe_file_token"]
 
 OutputFormat = Literal["jsonl", "warc", "none"]
-
-#: Rotate page files at this size (the CrawlJob's ``output.maxFileBytes`` default).
-DEFAULT_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 _MAX_TOKEN_LENGTH: Final = 100
 # Headers that describe the wire encoding of the body; the body we archive is decoded.
 _WIRE_HEADERS: Final = frozenset({"content-encoding", "transfer-encoding", "content-length"})
-
-
-def new_fetch_id() -> str:
-    """A fresh id for one fetch attempt (random, so it needs no coordination between workers)."""
-    return uuid.uuid4().hex
 
 
 def safe_file_token(worker: str) -> str:
@@ -182,20 +164,15 @@ class _RotatingFile:
 
 
 class OutputWriter:
-    """Writes one worker's pages, WARC records and dead letters; see the module docstring."""
+    """Writes one worker's pages, WARC records and dead letters; see the module docstring.
+
+    Build it with :meth:`from_spec`: the format and the rotation size have no defaults and no
+    checks here, the CrawlJob model holds both.
+    """
 
     def __init__(
-        self,
-        directory: Path,
-        worker: str,
-        *,
-        format: OutputFormat = "jsonl",
-        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        self, directory: Path, worker: str, *, format: OutputFormat, max_file_bytes: int
     ) -> None:
-        if format not in ("jsonl", "warc", "none"):
-            raise ConfigError(f"output format must be jsonl, warc or none, not {format!r}")
-        if max_file_bytes < 1:
-            raise ConfigError("output maxFileBytes must be at least 1")
         self.directory = Path(directory)
         self.worker = worker
         self.format: OutputFormat = format

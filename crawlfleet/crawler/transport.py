@@ -91,12 +91,18 @@ class GuardResolver(AbstractResolver):
         """Nothing to release: the guard belongs to the Fetcher's owner."""
 
 
-def build_transport(guard: AddressGuard, *, max_connections: int) -> AiohttpTransport:
-    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard."""
+def build_transport(guard: AddressGuard) -> AiohttpTransport:
+    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard.
+
+    The pool has no cap of its own (``limit=0``): the worker bounds its fetches
+    (``concurrency.perWorker``) and each fetch makes one request at a time, so the connections
+    in use never exceed that, and a second, smaller cap could only queue a fetch the worker
+    meant to run. Politeness per host is the frontier's.
+    """
 
     def make_session() -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
-            limit=max_connections,
+            limit=0,
             use_dns_cache=False,  # the guard caches, and only what it approved
             resolver=GuardResolver(guard),
         )

@@ -135,7 +135,6 @@ class Frontier:
     @classmethod
     async def open(cls, client: aioredis.Redis, settings: FrontierSettings) -> Frontier:
         """Create the job's frontier, or join it with the shape its first writer chose."""
-        settings.validate()
         keys = JobKeys(settings.job_id)
         wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
         backend = settings.bloom_backend or await cls._detect_backend(client, keys)

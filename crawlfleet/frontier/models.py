@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from crawlfleet.errors import ConfigError
-from crawlfleet.frontier.bloom import BloomBackend, BloomParams
+from crawlfleet.frontier.bloom import BloomBackend
 from crawlfleet.frontier.urls import CanonicalURL
 
 if TYPE_CHECKING:
@@ -143,21 +141,28 @@ class WorkerHeartbeat:
 
 @dataclass(frozen=True, slots=True)
 class FrontierSettings:
-    """The knobs the frontier enforces, in plain values (see ``from_spec``)."""
+    """The knobs the frontier enforces, in plain values; build them with :meth:`from_spec`.
+
+    No defaults and no checks of their own: the CrawlJob model (``crawljob.py``) holds both,
+    so a value the frontier would refuse is refused there first, with its field's path.
+    ``bloom_backend`` None means native when the server has it.
+    """
 
     job_id: str
-    capacity: int = 1_000_000
-    error_rate: float = 0.01
-    per_host: int = 2
-    host_delay_seconds: float = 1.0
-    lease_ttl_seconds: float = 60.0
-    task_attempts: int = 5
-    max_pages: int = 0
-    bloom_backend: BloomBackend | None = None  # None: native when the server has it
+    capacity: int
+    error_rate: float
+    per_host: int
+    host_delay_seconds: float
+    lease_ttl_seconds: float
+    task_attempts: int
+    max_pages: int
+    bloom_backend: BloomBackend | None
 
     @classmethod
-    def from_spec(cls, job_id: str, spec: CrawlJobSpec) -> FrontierSettings:
-        """The frontier's share of a CrawlJob spec."""
+    def from_spec(
+        cls, job_id: str, spec: CrawlJobSpec, *, bloom_backend: BloomBackend | None = None
+    ) -> FrontierSettings:
+        """The frontier's share of a CrawlJob spec (``bloom_backend``: force one backend)."""
         return cls(
             job_id=job_id,
             capacity=spec.dedup.capacity,
@@ -167,25 +172,8 @@ class FrontierSettings:
             lease_ttl_seconds=spec.lease.ttl_seconds,
             task_attempts=spec.retry.task_attempts,
             max_pages=spec.scope.max_pages,
+            bloom_backend=bloom_backend,
         )
-
-    def validate(self) -> None:
-        problems = []
-        if not 1 <= self.per_host <= 10_000:
-            problems.append(f"concurrency.perHost must be 1..10000 (got {self.per_host})")
-        if not (math.isfinite(self.host_delay_seconds) and 0 <= self.host_delay_seconds <= 3600):
-            problems.append(
-                f"concurrency.hostDelaySeconds must be 0..3600 (got {self.host_delay_seconds})"
-            )
-        if not (math.isfinite(self.lease_ttl_seconds) and self.lease_ttl_seconds >= 1):
-            problems.append(f"lease.ttlSeconds must be at least 1 (got {self.lease_ttl_seconds})")
-        if self.task_attempts < 1:
-            problems.append(f"retry.taskAttempts must be at least 1 (got {self.task_attempts})")
-        if self.max_pages < 0:
-            problems.append(f"scope.maxPages must be 0 (no limit) or more (got {self.max_pages})")
-        if problems:
-            raise ConfigError("; ".join(problems))
-        BloomParams.for_capacity(self.capacity, self.error_rate)
 
 
 @dataclass(frozen=True, slots=True)

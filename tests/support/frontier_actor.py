@@ -17,7 +17,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.frontier import Failure, Frontier, FrontierSettings, connect
+from crawlfleet.frontier import Failure, Frontier, connect
+from tests.support.specs import frontier_settings
 
 
 def planned_outcome(url: str, attempt: int) -> str:
@@ -123,13 +124,15 @@ async def main() -> None:
     parser.add_argument("--hang-seconds", type=float, default=3.0)
     args = parser.parse_args()
     client = connect(args.redis_url)
-    settings = FrontierSettings(
-        job_id=args.job,
-        capacity=args.capacity,
-        per_host=args.per_host,
-        host_delay_seconds=args.host_delay,
-        lease_ttl_seconds=args.lease_ttl,
-        task_attempts=args.task_attempts,
+    lease_ttl = args.lease_ttl
+    settings = frontier_settings(
+        args.job,
+        {
+            "dedup": {"capacity": args.capacity},
+            "concurrency": {"perHost": args.per_host, "hostDelaySeconds": args.host_delay},
+            "lease": {"ttlSeconds": lease_ttl, "heartbeatSeconds": min(5.0, lease_ttl / 2)},
+            "retry": {"taskAttempts": args.task_attempts},
+        },
     )
     frontier = await Frontier.open(client, settings)
     with open(args.out, "a") as out:

@@ -91,7 +91,12 @@ def test_minimal_spec_fills_every_default() -> None:
             }
         },
         "output": {"format": "jsonl", "maxFileBytes": 256 * 1024 * 1024},
-        "robots": {"obey": True},
+        "robots": {
+            "obey": True,
+            "ttlSeconds": 86_400.0,
+            "errorTtlSeconds": 600.0,
+            "maxCrawlDelaySeconds": 60.0,
+        },
         "userAgent": DEFAULT_USER_AGENT,
         "fetch": {
             "connectTimeoutSeconds": 5.0,

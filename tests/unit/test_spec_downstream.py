@@ -96,7 +96,7 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
 
 
 def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
-    FrontierSettings.from_spec("crawl.books", spec).validate()
+    FrontierSettings.from_spec("crawl.books", spec)
     BloomParams.for_capacity(spec.dedup.capacity, spec.dedup.error_rate)
     FetchSettings.from_spec(spec)
     httpx.Request("GET", "http://a.test/", headers={"User-Agent": spec.user_agent})  # ASCII only

@@ -36,21 +36,19 @@ from crawlfleet.crawler.bodies import ACCEPT_ENCODING, ERROR_BODY_MAX_BYTES
 from crawlfleet.crawler.failures import FailureClass
 from crawlfleet.crawler.fetch import ACCEPT, Fetcher, FetchResult, FetchSettings
 from crawlfleet.crawler.safety import AddressGuard
-from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob import CrawlJobSpec, FetchSpec, RetrySpec
 from crawlfleet.testsite import SiteConfig, TestSite
+from tests.support.specs import job_spec, merged
 
 USER_AGENT = "crawlfleet-test/1.0 (+fetch)"
-#: Fast settings: tiny backoff, but room for the site's Retry-After of 1 s.
-FAST = FetchSettings(
-    user_agent=USER_AGENT,
-    connect_timeout_seconds=2.0,
-    read_timeout_seconds=2.0,
-    total_timeout_seconds=15.0,
-    backoff_base_seconds=0.01,
-    backoff_factor=2.0,
-    backoff_max_seconds=2.0,
-    allow_private_networks=True,
-)
+#: A fast job: tiny backoff, but room for the site's Retry-After of 1 s.
+FAST_JOB: dict[str, Any] = {
+    "userAgent": USER_AGENT,
+    "fetch": {"connectTimeoutSeconds": 2.0, "readTimeoutSeconds": 2.0, "totalTimeoutSeconds": 15.0},
+    "retry": {"backoffBaseSeconds": 0.01, "backoffFactor": 2.0, "backoffMaxSeconds": 2.0},
+    "scope": {"allowPrivateNetworks": True},
+}
+FAST = FetchSettings.from_spec(job_spec(FAST_JOB))
 
 
 # -- fixtures ---------------------------------------------------------------------------------
@@ -127,11 +125,12 @@ MakeFetcher = Callable[..., Fetcher]
 
 @pytest.fixture
 async def make_fetcher(dns: FakeDNS) -> AsyncIterator[MakeFetcher]:
-    """Build Fetchers from FAST with overrides; every guard resolves through ``dns``."""
+    """Build Fetchers from FAST_JOB with spec sections changed; every guard resolves through
+    ``dns``."""
     made: list[Fetcher] = []
 
-    def make(*, guard: AddressGuard | None = None, **overrides: Any) -> Fetcher:
-        settings = dataclasses.replace(FAST, **overrides)
+    def make(*, guard: AddressGuard | None = None, **changes: Any) -> Fetcher:
+        settings = FetchSettings.from_spec(job_spec(merged(FAST_JOB, changes)))
         if guard is None:
             guard = AddressGuard(allow_private=settings.allow_private_networks, resolver=dns)
         fetcher = Fetcher(settings, guard=guard, rng=random.Random(7))
@@ -350,7 +349,7 @@ async def test_retries_stop_at_request_attempts(
     make_fetcher: MakeFetcher, fresh_site: TestSite
 ) -> None:
     url = fresh_site.url(0, "/flaky/1")
-    result = await make_fetcher(request_attempts=2).fetch(url)
+    result = await make_fetcher(retry={"requestAttempts": 2}).fetch(url)
     assert (result.status, result.failure, result.attempts) == (500, FailureClass.HTTP_5XX, 2)
     assert fresh_site.count(url) == 2
 
@@ -378,7 +377,9 @@ async def test_429_asking_for_a_long_pause_goes_back_at_once(
     make_fetcher: MakeFetcher, fresh_site: TestSite
 ) -> None:
     # Retry-After: 1 is longer than backoff_max_seconds here: the frontier must decide.
-    result = await make_fetcher(backoff_max_seconds=0.5).fetch(fresh_site.url(0, "/ratelimited"))
+    result = await make_fetcher(retry={"backoffMaxSeconds": 0.5}).fetch(
+        fresh_site.url(0, "/ratelimited")
+    )
     assert (result.status, result.failure, result.attempts) == (429, FailureClass.HTTP_429, 1)
     assert result.retry_after_seconds == 1.0
     assert len(requests_to(fresh_site, "/ratelimited")) == 1
@@ -411,7 +412,8 @@ async def test_a_retry_that_would_overrun_the_deadline_is_not_made(
     make_fetcher: MakeFetcher, fresh_site: TestSite
 ) -> None:
     started = time.monotonic()
-    result = await make_fetcher(total_timeout_seconds=0.5).fetch(fresh_site.url(0, "/ratelimited"))
+    quick = {"connectTimeoutSeconds": 0.5, "readTimeoutSeconds": 0.5, "totalTimeoutSeconds": 0.5}
+    result = await make_fetcher(fetch=quick).fetch(fresh_site.url(0, "/ratelimited"))
     assert (result.failure, result.attempts) == (FailureClass.HTTP_429, 1)
     assert "deadline" in result.message
     assert time.monotonic() - started < 0.4
@@ -437,7 +439,9 @@ async def test_redirect_loop_is_detected(fetcher: Fetcher, fresh_site: TestSite)
 
 
 async def test_too_many_redirects(make_fetcher: MakeFetcher, fresh_site: TestSite) -> None:
-    result = await make_fetcher(max_redirects=2).fetch(fresh_site.url(0, "/redirect/chain/3"))
+    result = await make_fetcher(fetch={"maxRedirects": 2}).fetch(
+        fresh_site.url(0, "/redirect/chain/3")
+    )
     assert (result.failure, result.status, len(result.redirects)) == (
         FailureClass.TOO_MANY_REDIRECTS,
         302,
@@ -519,7 +523,7 @@ async def test_big_body_is_cut_off(fetcher: Fetcher, fresh_site: TestSite) -> No
 async def test_declared_content_length_is_refused_before_reading(
     make_fetcher: MakeFetcher, fresh_site: TestSite
 ) -> None:
-    result = await make_fetcher(max_body_bytes=100).fetch(fresh_site.url(0, "/file.pdf"))
+    result = await make_fetcher(fetch={"maxBodyBytes": 100}).fetch(fresh_site.url(0, "/file.pdf"))
     assert (result.failure, result.wire_bytes) == (FailureClass.BODY_TOO_LARGE, 0)
     assert "Content-Length" in result.message
 
@@ -534,9 +538,13 @@ async def test_error_bodies_are_read_only_a_little(fetcher: Fetcher, raw: RawSer
 _BOMB_PROBE = """
 import asyncio, json, resource, sys
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+from crawlfleet.crawljob import CrawlJobSpec
 
 async def main(bomb: str, page: str) -> None:
-    fetcher = Fetcher(FetchSettings(user_agent="bomb-probe", allow_private_networks=True))
+    spec = CrawlJobSpec.from_mapping(
+        {"seeds": [page], "userAgent": "bomb-probe", "scope": {"allowPrivateNetworks": True}}
+    )
+    fetcher = Fetcher(FetchSettings.from_spec(spec))
     warm = await fetcher.fetch(page)  # imports, pool and buffers settle before measuring
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = await fetcher.fetch(bomb)
@@ -610,9 +618,9 @@ async def test_connection_refused_is_a_connect_error(make_fetcher: MakeFetcher) 
 
 async def test_hanging_server_times_out(make_fetcher: MakeFetcher, fresh_site: TestSite) -> None:
     started = time.monotonic()
-    result = await make_fetcher(read_timeout_seconds=0.5, request_attempts=1).fetch(
-        fresh_site.url(0, "/hang")
-    )
+    result = await make_fetcher(
+        fetch={"readTimeoutSeconds": 0.5}, retry={"requestAttempts": 1}
+    ).fetch(fresh_site.url(0, "/hang"))
     assert (result.failure, result.status, result.attempts) == (FailureClass.TIMEOUT, None, 1)
     assert 0.4 < time.monotonic() - started < 2
 
@@ -620,11 +628,13 @@ async def test_hanging_server_times_out(make_fetcher: MakeFetcher, fresh_site: T
 async def test_total_deadline_covers_everything(
     make_fetcher: MakeFetcher, fresh_site: TestSite
 ) -> None:
+    # The first request's read timeout (0.5 s) is retried at once; the deadline cuts the retry.
     started = time.monotonic()
-    result = await make_fetcher(read_timeout_seconds=10.0, total_timeout_seconds=0.6).fetch(
-        fresh_site.url(0, "/hang")
-    )
+    result = await make_fetcher(
+        fetch={"connectTimeoutSeconds": 0.5, "readTimeoutSeconds": 0.5, "totalTimeoutSeconds": 0.6}
+    ).fetch(fresh_site.url(0, "/hang"))
     assert result.failure is FailureClass.TIMEOUT
+    assert result.attempts == 2
     assert "total deadline" in result.message
     assert 0.5 < time.monotonic() - started < 1.5
 
@@ -635,7 +645,7 @@ async def test_total_deadline_covers_everything(
 async def test_loopback_is_refused_without_allow_private_networks(
     make_fetcher: MakeFetcher, fresh_site: TestSite, connections: list[tuple[str, int]]
 ) -> None:
-    fetcher = make_fetcher(allow_private_networks=False)
+    fetcher = make_fetcher(scope={"allowPrivateNetworks": False})
     for url in (fresh_site.url(0, "/"), fresh_site.url(0, "/redirect/chain/3")):
         result = await fetcher.fetch(url)
         assert (result.failure, result.status, result.attempts) == (
@@ -666,7 +676,7 @@ async def test_private_and_metadata_addresses_are_refused_before_connecting(
     allow_private: bool,
 ) -> None:
     started = time.monotonic()
-    result = await make_fetcher(allow_private_networks=allow_private).fetch(url)
+    result = await make_fetcher(scope={"allowPrivateNetworks": allow_private}).fetch(url)
     assert (result.failure, result.attempts) == (FailureClass.FORBIDDEN_ADDRESS, 0)
     assert time.monotonic() - started < 0.5
     assert connections == []
@@ -715,7 +725,9 @@ async def test_dns_rebinding_between_check_and_connect_is_refused(
     # Public for the check, the site's loopback address for the connect; no caching between.
     dns.answers["rebind.test"] = [["93.184.216.34"], [host]]
     guard = AddressGuard(allow_private=False, resolver=dns, cache_ttl_seconds=0)
-    fetcher = make_fetcher(allow_private_networks=False, guard=guard, request_attempts=1)
+    fetcher = make_fetcher(
+        guard=guard, scope={"allowPrivateNetworks": False}, retry={"requestAttempts": 1}
+    )
     result = await fetcher.fetch(f"http://rebind.test:{port}/")
     assert result.failure is FailureClass.FORBIDDEN_ADDRESS, result.message
     assert dns.lookups == ["rebind.test", "rebind.test"]
@@ -737,15 +749,21 @@ def test_settings_from_spec() -> None:
         }
     )
     settings = FetchSettings.from_spec(spec)
-    assert settings == FetchSettings(
-        user_agent="ua/1",
-        read_timeout_seconds=7.0,
-        max_redirects=2,
-        max_body_bytes=1000,
-        request_attempts=4,
-        backoff_base_seconds=0.5,
-        allow_private_networks=True,
-    )
+    fetch, retry = FetchSpec(), RetrySpec()  # the model's defaults, for what the job leaves
+    assert dataclasses.asdict(settings) == {
+        "user_agent": "ua/1",
+        "connect_timeout_seconds": fetch.connect_timeout_seconds,
+        "read_timeout_seconds": 7.0,
+        "total_timeout_seconds": fetch.total_timeout_seconds,
+        "max_body_bytes": 1000,
+        "max_decompressed_bytes": fetch.max_decompressed_bytes,
+        "max_redirects": 2,
+        "request_attempts": 4,
+        "backoff_base_seconds": 0.5,
+        "backoff_factor": retry.backoff_factor,
+        "backoff_max_seconds": retry.backoff_max_seconds,
+        "allow_private_networks": True,
+    }
 
 
 def test_a_guard_contradicting_the_settings_is_refused() -> None:

@@ -11,14 +11,16 @@ import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from crawlfleet.crawler.robots import MAX_ROBOTS_BYTES, RobotsPolicy, product_token
 from crawlfleet.errors import ConfigError, InvalidURL
-from crawlfleet.frontier import Frontier, FrontierSettings, JobKeys, connect
+from crawlfleet.frontier import Frontier, JobKeys, connect
 from crawlfleet.local.redis_server import RedisServer
+from tests.support.specs import frontier_settings, job_spec, merged
 
 UA = "crawlfleet/0.1 (+https://example.invalid/bot)"
 A, B, C = "http://a.test", "http://b.test", "https://c.test:8443"
@@ -66,7 +68,7 @@ async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
 
 @pytest.fixture
 async def frontier(client: aioredis.Redis) -> Frontier:
-    return await Frontier.open(client, FrontierSettings(job_id=f"test.robots-{next(_jobs)}"))
+    return await Frontier.open(client, frontier_settings(f"test.robots-{next(_jobs)}"))
 
 
 @pytest.fixture
@@ -80,15 +82,21 @@ def clock() -> Clock:
 
 
 PolicyFactory = Callable[..., RobotsPolicy]
+#: A fetch deadline short enough to wait out in a test (the model keeps its timeouts below it).
+QUICK_FETCH = {"connectTimeoutSeconds": 0.1, "readTimeoutSeconds": 0.1, "totalTimeoutSeconds": 0.1}
 
 
 @pytest.fixture
 def make_policy(frontier: Frontier, clock: Clock) -> PolicyFactory:
     """A new policy (one "worker") on the test's job; every call shares Redis and the clock."""
 
-    def _make(fetch: FakeRobots, **options: object) -> RobotsPolicy:
-        settings: dict[str, object] = {"user_agent": UA, "clock": clock, **options}
-        return RobotsPolicy(frontier.robots, fetch, **settings)  # type: ignore[arg-type]
+    def _make(
+        robots_txt: FakeRobots, /, local_cache_size: int = 4096, **changes: Any
+    ) -> RobotsPolicy:
+        spec = job_spec(merged({"userAgent": UA}, changes))
+        return RobotsPolicy.from_spec(
+            frontier.robots, robots_txt, spec, clock=clock, local_cache_size=local_cache_size
+        )
 
     return _make
 
@@ -113,7 +121,7 @@ async def test_group_for_our_product_token_wins_over_star(make_policy: PolicyFac
     text = "User-agent: crawlfleet\nDisallow: /\n\nUser-agent: *\nAllow: /\n"
     fetch = FakeRobots({A + "/robots.txt": robots(text)})
     assert await make_policy(fetch).allowed(A + "/x") is False
-    assert await make_policy(fetch, user_agent="otherbot/2.0").allowed(A + "/x") is True
+    assert await make_policy(fetch, userAgent="otherbot/2.0").allowed(A + "/x") is True
 
 
 def test_product_token_is_the_part_before_the_slash() -> None:
@@ -148,13 +156,13 @@ async def test_status_semantics(
 
 async def test_hung_fetch_counts_as_unreachable(make_policy: PolicyFactory) -> None:
     fetch = FakeRobots({}, delay_seconds=5.0)
-    policy = make_policy(fetch, fetch_timeout_seconds=0.1)
+    policy = make_policy(fetch, fetch=QUICK_FETCH)
     assert await policy.allowed(A + "/page") is False
 
 
 async def test_obey_false_never_fetches(make_policy: PolicyFactory) -> None:
     fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /\n")})
-    policy = make_policy(fetch, obey=False)
+    policy = make_policy(fetch, robots={"obey": False})
     assert await policy.allowed(A + "/x") is True
     assert await policy.allowed_many([A + "/x", B + "/y"]) == [True, True]
     assert await policy.crawl_delay(A) is None
@@ -204,7 +212,7 @@ async def test_answer_is_shared_through_redis(
 async def test_ttl_expiry_refetches(make_policy: PolicyFactory, clock: Clock) -> None:
     url = A + "/robots.txt"
     fetch = FakeRobots({url: robots("User-agent: *\nDisallow: /\n")})
-    policy = make_policy(fetch, ttl_seconds=3600.0)
+    policy = make_policy(fetch, robots={"ttlSeconds": 3600.0})
     assert await policy.allowed(A + "/x") is False
     clock.now += 3599
     assert await policy.allowed(A + "/x") is False
@@ -222,7 +230,7 @@ async def test_server_error_is_retried_after_the_short_ttl(
 ) -> None:
     url = A + "/robots.txt"
     fetch = FakeRobots({url: (503, b"")})
-    policy = make_policy(fetch, error_ttl_seconds=600.0)
+    policy = make_policy(fetch, robots={"errorTtlSeconds": 600.0})
     assert await policy.allowed(A + "/x") is False
     clock.now += 599
     assert await policy.allowed(A + "/x") is False
@@ -278,7 +286,7 @@ async def test_crawl_delay_is_read_and_clamped(make_policy: PolicyFactory) -> No
             C + "/robots.txt": robots("User-agent: crawlfleet\nRequest-rate: 1/10s\n"),
         }
     )
-    policy = make_policy(fetch, max_crawl_delay_seconds=60.0)
+    policy = make_policy(fetch, robots={"maxCrawlDelaySeconds": 60.0})
     assert await policy.crawl_delay(A) == 2.5
     assert await policy.crawl_delay(B) == 60.0
     assert await policy.crawl_delay(C) == 10.0

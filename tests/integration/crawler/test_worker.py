@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize, connect
+from crawlfleet.crawljob import load_crawljob
+from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 
@@ -97,8 +98,9 @@ class Crawl:
         return records
 
     async def frontier(self) -> Frontier:
-        return await Frontier.open(
-            connect(self.redis_url), FrontierSettings(job_id=f"default.{self.name}")
+        job = load_crawljob(self.job_file)
+        return await Frontier.connect(
+            self.redis_url, FrontierSettings.from_spec(job.job_id, job.spec)
         )
 
 

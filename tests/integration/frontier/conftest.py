@@ -8,26 +8,29 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from crawlfleet.frontier import Frontier, FrontierSettings
+from crawlfleet.frontier import Frontier
+from tests.support.specs import frontier_settings, merged
 
 OpenFrontier = Callable[..., Awaitable[Frontier]]
+
+#: The tests' job: politeness off, few attempts, a small filter.
+TEST_JOB: dict[str, Any] = {
+    "concurrency": {"perHost": 4, "hostDelaySeconds": 0.0},
+    "lease": {"ttlSeconds": 30.0},
+    "retry": {"taskAttempts": 3},
+    "dedup": {"capacity": 100_000},
+}
+#: A lease that expires within a test (its heartbeat kept below it, as the model asks).
+SHORT_LEASE: dict[str, float] = {"ttlSeconds": 1.0, "heartbeatSeconds": 0.5}
 
 
 @pytest.fixture
 def open_frontier(redis_client: aioredis.Redis, job_id: str, backend: str) -> OpenFrontier:
-    """Open the test's job with settings overridden per call (politeness off by default)."""
+    """Open the test's job with spec sections changed per call (``concurrency={...}``)."""
 
-    async def _open(**overrides: Any) -> Frontier:
-        settings: dict[str, Any] = {
-            "job_id": job_id,
-            "per_host": 4,
-            "host_delay_seconds": 0.0,
-            "lease_ttl_seconds": 30.0,
-            "task_attempts": 3,
-            "capacity": 100_000,
-        }
-        settings.update(overrides)
-        frontier = await Frontier.open(redis_client, FrontierSettings(**settings))
+    async def _open(**changes: Any) -> Frontier:
+        settings = frontier_settings(job_id, merged(TEST_JOB, changes))
+        frontier = await Frontier.open(redis_client, settings)
         assert frontier.backend == backend
         return frontier
 

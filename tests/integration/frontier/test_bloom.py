@@ -17,7 +17,7 @@ async def test_false_positive_rate_within_one_and_a_half_times_target(
     open_frontier: OpenFrontier, backend: str
 ) -> None:
     capacity, target = 100_000, 0.01
-    frontier = await open_frontier(capacity=capacity, error_rate=target)
+    frontier = await open_frontier(dedup={"capacity": capacity, "errorRate": target})
     inserted = [f"http://host{i % 97}.example/page/{i}" for i in range(capacity)]
     new = 0
     for start in range(0, capacity, 2000):
@@ -43,7 +43,7 @@ async def test_false_positive_rate_within_one_and_a_half_times_target(
 async def test_concurrent_adders_each_url_new_exactly_once(
     open_frontier: OpenFrontier, redis_url: str, job_id: str, tmp_path: Path
 ) -> None:
-    await open_frontier(capacity=200_000)
+    await open_frontier(dedup={"capacity": 200_000})
     # Four processes add overlapping halves of the same 20k URLs, in different orders.
     urls = [f"http://h{i % 31}.example/p/{i}" for i in range(20_000)]
     procs = []

@@ -59,10 +59,9 @@ async def test_claimers_killed_mid_batch_lose_nothing(
     open_frontier: OpenFrontier, redis_url: str, job_id: str, tmp_path: Path
 ) -> None:
     frontier = await open_frontier(
-        per_host=PER_HOST,
-        host_delay_seconds=HOST_DELAY,
-        task_attempts=TASK_ATTEMPTS,
-        lease_ttl_seconds=60,
+        concurrency={"perHost": PER_HOST, "hostDelaySeconds": HOST_DELAY},
+        retry={"taskAttempts": TASK_ATTEMPTS},
+        lease={"ttlSeconds": 60},
     )
     urls = [
         canonicalize(f"http://10.1.0.{h}:8{h:03d}/page/{i}")

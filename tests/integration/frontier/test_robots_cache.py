@@ -13,8 +13,9 @@ import itertools
 import pytest
 import redis.asyncio as aioredis
 
-from crawlfleet.frontier import Frontier, FrontierSettings, RobotsEntry
+from crawlfleet.frontier import Frontier, RobotsEntry
 from crawlfleet.frontier.robots_cache import FetchEntry
+from tests.support.specs import frontier_settings
 
 ORIGIN = "http://a.test"
 ENTRY = RobotsEntry(200, "User-agent: *\nDisallow: /\n", 1_700_000_000.0)
@@ -24,7 +25,7 @@ _jobs = itertools.count()
 
 @pytest.fixture
 async def frontier(redis_client: aioredis.Redis) -> Frontier:
-    settings = FrontierSettings(job_id=f"test.robots-cache-{next(_jobs)}")
+    settings = frontier_settings(f"test.robots-cache-{next(_jobs)}")
     return await Frontier.open(redis_client, settings)
 
 

@@ -12,7 +12,7 @@ from crawlfleet.frontier import (
     Link,
     canonicalize,
 )
-from tests.integration.frontier.conftest import OpenFrontier
+from tests.integration.frontier.conftest import SHORT_LEASE, OpenFrontier
 
 
 def links(urls: list[str], depth: int = 1, parent: str = "http://a.com/") -> list[Link]:
@@ -52,17 +52,17 @@ async def test_add_if_new_is_shared_with_enqueue(open_frontier: OpenFrontier) ->
 async def test_max_pages_refuses_past_limit_without_marking_seen(
     open_frontier: OpenFrontier,
 ) -> None:
-    frontier = await open_frontier(max_pages=3)
+    frontier = await open_frontier(scope={"maxPages": 3})
     await frontier.seed(["http://a.com/"])
     result = await frontier.enqueue(links([f"http://a.com/{i}" for i in range(4)]))
     assert result == [Admission.NEW, Admission.NEW, Admission.OVER_LIMIT, Admission.OVER_LIMIT]
     # Raising the limit later admits what was refused: it was never added to the filter.
-    frontier = await open_frontier(max_pages=10)
+    frontier = await open_frontier(scope={"maxPages": 10})
     assert await frontier.enqueue(links(["http://a.com/2"])) == [Admission.NEW]
 
 
 async def test_claim_is_breadth_first_per_host(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(per_host=10)
+    frontier = await open_frontier(concurrency={"perHost": 10})
     await frontier.enqueue(links(["http://a.com/deep"], depth=3))
     await frontier.enqueue(links(["http://a.com/mid"], depth=2))
     await frontier.seed(["http://a.com/"])
@@ -78,7 +78,7 @@ async def test_claim_is_breadth_first_per_host(open_frontier: OpenFrontier) -> N
 
 
 async def test_per_host_cap(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(per_host=2)
+    frontier = await open_frontier(concurrency={"perHost": 2})
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(5)]))
     await frontier.enqueue(links([f"http://b.com/{i}" for i in range(5)]))
     first = await frontier.claim("w", 100)
@@ -92,7 +92,7 @@ async def test_per_host_cap(open_frontier: OpenFrontier) -> None:
 async def test_fetched_leases_free_their_host_slot_but_stay_leased(
     open_frontier: OpenFrontier,
 ) -> None:
-    frontier = await open_frontier(per_host=2)
+    frontier = await open_frontier(concurrency={"perHost": 2})
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(6)]))
     first = await frontier.claim("w", 100)
     assert len(first) == 2
@@ -123,7 +123,7 @@ async def test_fetched_leases_free_their_host_slot_but_stay_leased(
 
 
 async def test_requeue_of_fetched_leases_frees_no_slot_twice(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(per_host=2)
+    frontier = await open_frontier(concurrency={"perHost": 2})
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(4)]))
     first = await frontier.claim("dead", 100)
     await frontier.claim("dead", 0, fetched=[first[0].lease_id])
@@ -137,7 +137,7 @@ async def test_requeue_of_fetched_leases_frees_no_slot_twice(open_frontier: Open
 
 
 async def test_host_delay_spaces_claims(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(per_host=4, host_delay_seconds=0.3)
+    frontier = await open_frontier(concurrency={"perHost": 4, "hostDelaySeconds": 0.3})
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(3)]))
     loop = asyncio.get_running_loop()
     times = []
@@ -151,7 +151,7 @@ async def test_host_delay_spaces_claims(open_frontier: OpenFrontier) -> None:
 
 
 async def test_crawl_delay_override_per_host(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(per_host=4, host_delay_seconds=0.0)
+    frontier = await open_frontier(concurrency={"perHost": 4, "hostDelaySeconds": 0.0})
     await frontier.set_host_delay("a.com", 5.0)
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(3)]))
     await frontier.enqueue(links([f"http://b.com/{i}" for i in range(3)]))
@@ -193,7 +193,7 @@ async def test_requeued_lease_cannot_be_acked_by_old_owner(open_frontier: OpenFr
 
 
 async def test_fail_retries_then_dead_letters(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(task_attempts=3)
+    frontier = await open_frontier(retry={"taskAttempts": 3})
     await frontier.seed(["http://a.com/x"])
     for attempt in range(3):
         (lease,) = await frontier.claim("w", 1)
@@ -215,7 +215,7 @@ async def test_fail_retries_then_dead_letters(open_frontier: OpenFrontier) -> No
 
 
 async def test_permanent_failure_dead_at_once(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(task_attempts=5)
+    frontier = await open_frontier(retry={"taskAttempts": 5})
     await frontier.seed(["http://a.com/gone"])
     (lease,) = await frontier.claim("w", 1)
     assert await frontier.fail("w", [Failure(lease.lease_id, "http_404", "404", False)]) == [
@@ -251,7 +251,7 @@ async def test_release_counts_no_attempt(open_frontier: OpenFrontier) -> None:
 
 
 async def test_extend_keeps_lease_alive(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(lease_ttl_seconds=1.0)
+    frontier = await open_frontier(lease=SHORT_LEASE)
     await frontier.seed(["http://a.com/x", "http://b.com/y"])
     leases = await frontier.claim("w", 2)
     await asyncio.sleep(0.6)
@@ -262,7 +262,7 @@ async def test_extend_keeps_lease_alive(open_frontier: OpenFrontier) -> None:
 
 
 async def test_requeue_expired_dead_letters_past_attempts(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(lease_ttl_seconds=1.0, task_attempts=1)
+    frontier = await open_frontier(lease=SHORT_LEASE, retry={"taskAttempts": 1})
     await frontier.seed(["http://a.com/x"])
     await frontier.claim("w", 1)
     await asyncio.sleep(1.05)
@@ -285,8 +285,8 @@ async def test_heartbeats_age_on_server_clock(open_frontier: OpenFrontier) -> No
 
 
 async def test_bloom_shape_fixed_at_creation(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(capacity=1000)
-    reopened = await open_frontier(capacity=5_000_000, error_rate=0.001)
+    frontier = await open_frontier(dedup={"capacity": 1000})
+    reopened = await open_frontier(dedup={"capacity": 5_000_000, "errorRate": 0.001})
     assert reopened.bloom == frontier.bloom
 
 

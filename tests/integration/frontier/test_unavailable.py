@@ -16,13 +16,13 @@ from crawlfleet.errors import FrontierUnavailable
 from crawlfleet.frontier import (
     Failure,
     Frontier,
-    FrontierSettings,
     Link,
     RobotsCache,
     RobotsEntry,
     canonicalize,
 )
 from crawlfleet.local.redis_server import RedisServer
+from tests.support.specs import frontier_settings
 
 Call = Callable[[Frontier], Awaitable[object]]
 
@@ -90,7 +90,7 @@ def test_every_public_method_has_a_case() -> None:
 async def stopped(tmp_path: Path) -> AsyncIterator[tuple[Frontier, str]]:
     """A frontier opened on a real redis-server that has since been stopped."""
     server = RedisServer(tmp_path / "redis").start()
-    settings = FrontierSettings(job_id="test.unavailable", host_delay_seconds=0.0)
+    settings = frontier_settings("test.unavailable", {"concurrency": {"hostDelaySeconds": 0.0}})
     frontier = await Frontier.connect(server.url, settings, timeout_seconds=1.0)
     await frontier.seed([URL])
     server.stop()
@@ -111,7 +111,7 @@ async def test_opening_on_a_stopped_redis_is_frontier_unavailable(
     stopped: tuple[Frontier, str],
 ) -> None:
     frontier, url = stopped
-    settings = FrontierSettings(job_id="test.unavailable")
+    settings = frontier_settings("test.unavailable")
     with pytest.raises(FrontierUnavailable):
         await Frontier.connect(url, settings, timeout_seconds=1.0)
     with pytest.raises(FrontierUnavailable):

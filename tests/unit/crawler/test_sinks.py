@@ -6,20 +6,17 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlfleet.crawler.sinks import (
-    OutputWriter,
-    PageOutput,
-    PageRecord,
-    new_fetch_id,
-    safe_file_token,
-)
+from crawlfleet.crawler.sinks import OutputWriter, PageOutput, PageRecord, safe_file_token
 from crawlfleet.crawljob import OutputSpec
 from crawlfleet.errors import ConfigError
+from tests.support.specs import job_spec
 
 BODY = b"<html><head><title>Hello</title></head><body>" + b"x" * 200 + b"</body></html>"
 
@@ -40,9 +37,14 @@ def record(url: str = "https://example.com/a", **changes: object) -> PageRecord:
         failure_class=None,
         attempt=1,
         worker="worker-1",
-        fetch_id=new_fetch_id(),
+        fetch_id=uuid.uuid4().hex,
     )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def writer_for(directory: Path, worker: str = "w", **output: Any) -> OutputWriter:
+    """The writer a job's ``output`` section (camelCase, model defaults) asks for."""
+    return OutputWriter.from_spec(directory, worker, job_spec({"output": output}).output)
 
 
 def read_lines(path: Path) -> list[dict[str, object]]:
@@ -51,7 +53,7 @@ def read_lines(path: Path) -> list[dict[str, object]]:
 
 def test_jsonl_lines_parse_with_every_field(tmp_path: Path) -> None:
     first, second = record(), record("https://example.com/b", status=None, failure_class="timeout")
-    with OutputWriter(tmp_path, "worker-1") as writer:
+    with writer_for(tmp_path, "worker-1") as writer:
         writer.write_page(first)
         writer.write_pages([PageOutput(second)])
         assert writer.files == [tmp_path / "pages-worker-1-00000.jsonl"]
@@ -62,7 +64,7 @@ def test_jsonl_lines_parse_with_every_field(tmp_path: Path) -> None:
 
 
 def test_lines_are_flushed_after_each_batch(tmp_path: Path) -> None:
-    writer = OutputWriter(tmp_path, "w")
+    writer = writer_for(tmp_path)
     writer.write_pages([PageOutput(record()), PageOutput(record())])
     # Still open, nothing closed: another process (or a post-SIGKILL reader) sees both lines.
     assert len(read_lines(tmp_path / "pages-w-00000.jsonl")) == 2
@@ -73,7 +75,7 @@ def test_lines_are_flushed_after_each_batch(tmp_path: Path) -> None:
 
 
 def test_requeued_page_keeps_url_and_changes_fetch_id(tmp_path: Path) -> None:
-    with OutputWriter(tmp_path, "w") as writer:
+    with writer_for(tmp_path) as writer:
         writer.write_page(record(attempt=1))
         writer.write_page(record(attempt=2))
     first, second = read_lines(tmp_path / "pages-w-00000.jsonl")
@@ -83,7 +85,7 @@ def test_requeued_page_keeps_url_and_changes_fetch_id(tmp_path: Path) -> None:
 
 def test_jsonl_rotates_past_max_file_bytes(tmp_path: Path) -> None:
     line_bytes = len(record().to_json().encode()) + 1
-    with OutputWriter(tmp_path, "w", max_file_bytes=line_bytes * 2) as writer:
+    with writer_for(tmp_path, maxFileBytes=line_bytes * 2) as writer:
         writer.write_pages([PageOutput(record(f"https://example.com/{i}")) for i in range(5)])
     files = sorted(tmp_path.glob("pages-w-*.jsonl"))
     assert [f.name for f in files] == [
@@ -99,7 +101,7 @@ def test_jsonl_rotates_past_max_file_bytes(tmp_path: Path) -> None:
 def test_a_restarted_worker_starts_a_new_file(tmp_path: Path) -> None:
     (tmp_path / "pages-w-00003.jsonl").write_text('{"url": "cut by a SIGKI')
     (tmp_path / "pages-w-x-00009.jsonl").write_text("")  # another worker "w-x": not ours
-    with OutputWriter(tmp_path, "w") as writer:
+    with writer_for(tmp_path) as writer:
         writer.write_page(record())
     assert read_lines(tmp_path / "pages-w-00004.jsonl")[0]["url"] == record().url
     assert (tmp_path / "pages-w-00003.jsonl").read_text() == '{"url": "cut by a SIGKI'
@@ -109,7 +111,7 @@ def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
     redirected = record(
         "https://example.com/old", final_url="https://example.com/new?q=1", status=200
     )
-    with OutputWriter(tmp_path, "w", format="warc") as writer:
+    with writer_for(tmp_path, format="warc") as writer:
         writer.write_page(
             record(),
             request_headers={"User-Agent": "crawlfleet/0.1", "Accept": "text/html"},
@@ -163,7 +165,7 @@ def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
 
 
 def test_warc_rotates_and_each_file_starts_with_warcinfo(tmp_path: Path) -> None:
-    with OutputWriter(tmp_path, "w", format="warc", max_file_bytes=1) as writer:
+    with writer_for(tmp_path, format="warc", maxFileBytes=1) as writer:
         for i in range(3):
             writer.write_page(record(f"https://example.com/{i}"), body=BODY)
     files = sorted(tmp_path.glob("warc-w-*.warc.gz"))
@@ -180,7 +182,7 @@ def test_warc_rotates_and_each_file_starts_with_warcinfo(tmp_path: Path) -> None
 
 
 def test_dead_letters_file(tmp_path: Path) -> None:
-    with OutputWriter(tmp_path, "w") as writer:
+    with writer_for(tmp_path) as writer:
         writer.write_dead_letter(
             "https://example.com/gone", "http_404", "404 Not Found", 1, 2, "https://example.com/"
         )
@@ -201,7 +203,7 @@ def test_dead_letters_file(tmp_path: Path) -> None:
 
 def test_dead_letters_survive_a_cut_last_line(tmp_path: Path) -> None:
     (tmp_path / "failures-w.jsonl").write_bytes(b'{"url":"https://example.com/x","fail')
-    with OutputWriter(tmp_path, "w") as writer:
+    with writer_for(tmp_path) as writer:
         writer.write_dead_letter("https://example.com/y", "timeout", "t", 5, 0, "")
     last = (tmp_path / "failures-w.jsonl").read_text().splitlines()[-1]
     assert json.loads(last)["url"] == "https://example.com/y"
@@ -209,7 +211,7 @@ def test_dead_letters_survive_a_cut_last_line(tmp_path: Path) -> None:
 
 def test_format_none_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with OutputWriter(out, "w", format="none") as writer:
+    with writer_for(out, format="none") as writer:
         writer.write_page(record(), body=BODY)
         writer.write_pages([PageOutput(record(), body=BODY)])
         writer.write_dead_letter("https://example.com/x", "timeout", "t", 5, 0, "")
@@ -222,7 +224,7 @@ def test_worker_ids_are_sanitised_for_file_names(tmp_path: Path) -> None:
     assert safe_file_token("pod-7f9c/abc:1") == "pod-7f9c_abc_1"
     assert safe_file_token("") == "worker"
     assert len(safe_file_token("x" * 500)) == 100
-    with OutputWriter(tmp_path, "../evil worker") as writer:
+    with writer_for(tmp_path, "../evil worker") as writer:
         writer.write_page(record())
     assert [p.name for p in tmp_path.iterdir()] == ["pages-_evil_worker-00000.jsonl"]
 
@@ -234,7 +236,8 @@ def test_from_spec_and_bad_settings(tmp_path: Path) -> None:
         writer.write_page(record(), body=BODY)
     with gzip.open(tmp_path / "warc-w-00000.warc.gz") as stream:
         assert b"WARC/1.0" in stream.read()
-    with pytest.raises(ConfigError):
-        OutputWriter(tmp_path, "w", max_file_bytes=0)
-    with pytest.raises(ConfigError):
-        OutputWriter(tmp_path, "w", format="csv")  # type: ignore[arg-type]
+    # The writer has no checks of its own: the model refuses, naming the field.
+    with pytest.raises(ConfigError, match=r"spec\.output\.maxFileBytes"):
+        writer_for(tmp_path, maxFileBytes=0)
+    with pytest.raises(ConfigError, match=r"spec\.output\.format"):
+        writer_for(tmp_path, format="csv")
