@@ -166,7 +166,9 @@ end
 
 -- Give back in-flight slots of hosts whose leases ended. A host that was below its cap is
 -- in the index already at the right time; one that was at its cap goes back in.
--- `requeued` names hosts that got work back, which must be (re)placed in any case.
+-- `requeued` names hosts that got work back, which must be (re)placed in any case: also
+-- those that free no slot here (fetched leases gave theirs back already), since a host
+-- whose queue ran dry has left the index and nothing else would put it back.
 local function release_slots(per_host, cfg, now, requeued)
   for host, count in pairs(per_host) do
     local st = load_host(host)
@@ -174,6 +176,9 @@ local function release_slots(per_host, cfg, now, requeued)
     st.inflight = st.inflight - count
     save_host(host, st)
     if was_capped or (requeued and requeued[host]) then place_host(host, st, cfg, now) end
+  end
+  for host in pairs(requeued or {}) do
+    if not per_host[host] then place_host(host, load_host(host), cfg, now) end
   end
 end
 

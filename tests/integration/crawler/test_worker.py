@@ -275,6 +275,28 @@ async def test_sigkill_costs_only_in_flight_pages(
     assert len(twice) <= PER_WORKER, twice
 
 
+async def test_a_peer_lost_after_its_response_arrived_does_not_stall_the_survivors(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # What the SIGKILL above can leave behind, made certain: the dead peer held a lease whose
+    # response had arrived (its host slot already given back: perHost counts requests in
+    # progress) and never acked it, and that host's queue ran dry before the lease expired.
+    # The survivor must crawl the URL when it comes back, not wait for it forever.
+    crawl = make_crawl(
+        site, redis_server, tmp_path, seeds=[site.url(0), site.url(1)], scope={"maxDepth": 0}
+    )
+    frontier = await crawl.frontier()
+    await frontier.seed([site.url(1)])  # the survivor seeds the rest (seeding is idempotent)
+    lost = await frontier.claim("lost", 10)
+    await frontier.claim("lost", 0, fetched=[lease.lease_id for lease in lost])
+    assert [lease.url for lease in lost] == [canonicalize(site.url(1))]
+
+    survivor = crawl.start("survivor")
+    assert wait_all([survivor], timeout=30) == [0]
+    assert {r["url"] for r in crawl.pages()} == {canonicalize(site.url(i)) for i in (0, 1)}
+    assert (await frontier.stats()).requeued == 1  # the lost peer's lease, once it expired
+
+
 async def test_sigterm_releases_leases_and_exits_zero(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:

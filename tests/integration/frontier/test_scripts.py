@@ -5,10 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from crawlfleet.frontier import (
     Admission,
     FailOutcome,
     Failure,
+    Frontier,
+    Lease,
     Link,
     canonicalize,
 )
@@ -309,3 +313,39 @@ async def test_an_idle_claim_writes_nothing(open_frontier: OpenFrontier) -> None
     assert await frontier.claim("w", 10) == []
     # Idle workers poll often; a poll that finds nothing must not touch the keys (nor the AOF).
     assert await frontier.client.hgetall(stats_key) == before
+
+
+async def _give_back(frontier: Frontier, how: str, lease: Lease) -> None:
+    if how == "release":
+        assert await frontier.release("gone", [lease.lease_id]) == [True]
+    elif how == "fail":
+        failure = Failure(lease.lease_id, "timeout", "read timed out", True, delay_seconds=0)
+        assert await frontier.fail("gone", [failure]) == [FailOutcome.RETRY]
+    elif how == "requeue_owner":
+        assert (await frontier.requeue_owner("gone")).requeued == 1
+    else:
+        await asyncio.sleep(1.1)  # past the lease's ttl
+        assert (await frontier.requeue_expired()).requeued == 1
+
+
+@pytest.mark.parametrize("how", ["release", "fail", "requeue_owner", "requeue_expired"])
+async def test_work_given_back_to_a_host_that_ran_dry_is_claimed_again(
+    open_frontier: OpenFrontier, how: str
+) -> None:
+    # A host whose queue runs dry leaves the ready index at the next claim. A lease whose
+    # response had arrived (fetched form) no longer holds a slot, so giving its URL back
+    # frees none: the host must still go back into the index, or the URL waits forever and
+    # the job never completes (e.g. a SIGKILLed worker's fetched, unacked pages).
+    frontier = await open_frontier(concurrency={"perHost": 2}, lease=SHORT_LEASE)
+    await frontier.enqueue(links(["http://a.com/0", "http://a.com/1"]))
+    (held,) = await frontier.claim("gone", 1)
+    await frontier.claim("gone", 0, fetched=[held.lease_id])
+    (other,) = await frontier.claim("live", 100)
+    assert await frontier.ack("live", [other.lease_id]) == [True]
+    assert await frontier.claim("live", 100) == []  # ran dry: out of the ready index
+
+    await _give_back(frontier, how, held)
+    back = await frontier.claim("live", 100)
+    assert [lease.url for lease in back] == [held.url]
+    assert await frontier.ack("live", [back[0].lease_id]) == [True]
+    assert (await frontier.stats()).pending == 0
