@@ -119,6 +119,7 @@ _MAX_ATTEMPTS: Final = 100
 _MAX_TEXT_LENGTH: Final = 1024  # a User-Agent, an image reference
 _MAX_REDIS_URL_LENGTH: Final = 2048
 _GIB: Final = 1024 * _MIB
+_MAX_SPEC_JSON_BYTES: Final = 880_000  # see CrawlJobSpec._fits_the_workers_config_map
 
 Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
 
@@ -1093,6 +1094,24 @@ class CrawlJobSpec(_Section):
             seed_hosts = _unique(tuple(normalize_host(host) for host in hosts if host))
             scope = self.scope.model_copy(update={"allowed_domains": seed_hosts})
             object.__setattr__(self, "scope", scope)  # still inside validation
+        return self
+
+    @model_validator(mode="after")
+    def _fits_the_workers_config_map(self) -> Self:
+        # The operator hands the whole spec to the workers in a ConfigMap, which Kubernetes caps
+        # at 1 MiB, while the API server stores a CrawlJob of up to ~1.5 MB: a job in between
+        # would be admitted and then fail on every reconcile. Measured as JSON (the YAML the
+        # ConfigMap holds is at most ~15 % larger: a list item's "- " and indent against '",').
+        lists = (self.seeds, self.scope.include, self.scope.exclude, self.scope.allowed_domains)
+        if sum(len(item) for values in lists for item in values) < _MAX_SPEC_JSON_BYTES // 2:
+            return self  # far below: spare the serialisation
+        size = len(json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True)))
+        if size > _MAX_SPEC_JSON_BYTES:
+            raise _problem(
+                f"must be at most {_MAX_SPEC_JSON_BYTES} bytes as JSON to fit in the ConfigMap the"
+                " workers read it from (Kubernetes caps one at 1 MiB): use fewer or shorter"
+                f" seeds (got {size})"
+            )
         return self
 
     @classmethod

@@ -3,7 +3,9 @@
 Settings that matter in production, and why:
 
 - progress and the last-handled spec live in annotations (``crawlfleet.io/…``), not in
-  ``status.kopf``: the CRD's status schema is structural and stays ours;
+  ``status.kopf``: the CRD's status schema is structural and stays ours. The last-handled spec
+  is kept as a digest (``SpecDigestDiffBase``): Kubernetes caps an object's annotations at
+  256 kB, a spec may be four times that, and kopf's patch would then fail on every event;
 - watch requests carry a server-side timeout (and a client-side one a little longer), so a
   stream that went silent through a load balancer is re-established instead of hanging;
 - peering (``KopfPeering`` objects) lets two replicas run while only one acts; the other
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import hashlib
+import json
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,7 +32,24 @@ from crawlfleet.operator.handlers import CrawlJobOperator, OperatorConfig
 from crawlfleet.operator.kube import Kube, login
 from crawlfleet.operator.metrics import OperatorMetrics
 
-__all__ = ["OperatorOptions", "run_operator"]
+__all__ = ["OperatorOptions", "SpecDigestDiffBase", "run_operator"]
+
+
+class SpecDigestDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's last-handled configuration with the spec replaced by its SHA-256.
+
+    kopf compares this essence with the one it stored to decide that a CrawlJob changed; the
+    handlers re-read the whole spec and never look at kopf's diff, so a digest tells them all
+    they use, and fits in an annotation however many seeds the job has.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        spec = essence.get("spec")
+        if spec is not None:
+            encoded = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+            essence["spec"] = {"sha256": hashlib.sha256(encoded).hexdigest()}
+        return essence
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +69,7 @@ def _configure(options: OperatorOptions) -> Any:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
             prefix="crawlfleet.io"
         )
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        settings.persistence.diffbase_storage = SpecDigestDiffBase(
             prefix="crawlfleet.io", key="last-handled-configuration"
         )
         settings.persistence.finalizer = "crawlfleet.io/finalizer"

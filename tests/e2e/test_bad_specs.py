@@ -79,6 +79,22 @@ def test_the_operator_marks_each_admitted_bad_spec_invalid_and_keeps_running(
     cases = bad_specs("operator")
     with running_operator(cluster, namespace, tmp_path) as operator:
         apply(cluster, *(case.document() for case in cases), namespace=namespace)
+        # Too large to keep as a file: the API server stores it (up to ~1.5 MB), the workers'
+        # ConfigMap could not hold it (1 MiB). Created directly: kubectl apply would also copy
+        # it into an annotation, which is capped at 256 kB.
+        longest = [f"https://books.example/{index:05d}".ljust(2048, "p") for index in range(600)]
+        oversized = BadSpec(
+            path=Path("spec-too-large-for-the-workers-config-map.yaml"),
+            door="operator",
+            field="spec",
+            message="must be at most 880000 bytes as JSON to fit in the ConfigMap",
+        )
+        client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL,
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "CrawlJob",
+             "metadata": {"name": oversized.name}, "spec": {"seeds": longest}},
+        )  # fmt: skip
+        cases = [*cases, oversized]
 
         for case in cases:
 

@@ -790,3 +790,12 @@ def test_worker_resources_are_checked_as_the_api_server_will_check_the_pod() -> 
 )
 def test_an_output_volume_is_one_volume_source(volume: dict[str, Any], expected: str) -> None:
     assert expected in config_error(job_doc(output={"volume": volume}))
+
+
+def test_a_spec_the_workers_config_map_could_not_hold_is_refused() -> None:
+    # ~600 seeds of 2048 characters: the API server stores it, a ConfigMap (1 MiB) could not.
+    longest = [f"https://books.example/{index:05d}".ljust(2048, "p") for index in range(600)]
+    message = config_error(job_doc(seeds=longest))
+    assert "\n  spec: must be at most 880000 bytes as JSON to fit in the ConfigMap" in message
+    fits = CrawlJobSpec.from_mapping({"seeds": longest[:420]})  # 863 kB
+    assert len(fits.seeds) == 420
