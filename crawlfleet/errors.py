@@ -6,6 +6,7 @@
     ├── ConfigError            a CrawlJob or setting is invalid (names the field)
     ├── FrontierError          the Redis protocol refused or failed
     │   ├── InvalidURL         not an absolute http(s) URL; nothing was written
+    │   │   └── UnsupportedScheme  an absolute URL, but not http or https
     │   └── FrontierUnavailable  Redis could not be reached or answered with an error
     ├── FetchError             a URL could not be fetched (carries a failure class)
     └── ZygoteError            the local runner's worker zygote is gone or did not answer
@@ -33,6 +34,10 @@ class FrontierError(CrawlfleetError):
 
 class InvalidURL(FrontierError, ValueError):
     """A URL is not an absolute http(s) URL and was refused before anything was written."""
+
+
+class UnsupportedScheme(InvalidURL):
+    """An absolute URL whose scheme is not http or https: nothing else is crawled."""
 
 
 class FrontierUnavailable(FrontierError):

@@ -35,7 +35,7 @@ from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import safe_url_string
 
-from crawlfleet.crawler.prefix import authority_prefix
+from crawlfleet.frontier.urls import DEFAULT_PORTS, authority_prefix
 from crawlfleet.hosts import normalize_host
 
 __all__ = ["PARSER_NAME", "PageLinks", "extract_links"]
@@ -86,7 +86,7 @@ def _load_parser() -> tuple[_ParserFactory, str, tuple[type[Exception], ...]]:
 _parse, PARSER_NAME, _PARSE_ERRORS = _load_parser()
 
 _LINK_SELECTOR = "a[href], area[href]"
-_HTTP_SCHEMES = frozenset({"http", "https"})
+_HTTP_SCHEMES = frozenset(DEFAULT_PORTS)
 # Leading/trailing characters browsers strip from an href (C0 controls and space).
 _STRIP_CHARS = "".join(chr(code) for code in range(0x21))
 # The URL standard's forbidden domain code points, plus '"`{}' that no DNS name holds either.

@@ -33,14 +33,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
-from urllib.parse import urlsplit
 
 from protego import Protego
 
-from crawlfleet.crawler.prefix import per_authority
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import ConfigError, FetchError, InvalidURL
+from crawlfleet.errors import ConfigError, FetchError
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
+from crawlfleet.frontier.urls import origin_of
 
 __all__ = [
     "LOCAL_CACHE_ORIGINS",
@@ -63,7 +62,6 @@ LOCAL_CACHE_ORIGINS: Final = 4096
 
 # Bodies above this are parsed in a thread so a huge robots.txt does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 64 * 1024
-_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _UTF8_BOM: Final = "\ufeff"
 
 
@@ -115,29 +113,6 @@ def product_token(user_agent: str) -> str:
     if not token or any(c.isspace() for c in token):
         raise ConfigError(f"userAgent {user_agent!r} must start with a product token ('name/…')")
     return token
-
-
-def _split_origin(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError as exc:
-        raise InvalidURL(f"malformed URL {url[:200]!r}: {exc}") from exc
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not host:
-        raise InvalidURL(f"not an absolute http(s) URL: {url[:200]!r}")
-    if ":" in host:
-        host = f"[{host}]"
-    return (
-        f"{scheme}://{host}"
-        if port in (None, _DEFAULT_PORTS[scheme])
-        else f"{scheme}://{host}:{port}"
-    )
-
-
-#: ``scheme://host[:port]`` of a URL, default port dropped (canonical URLs already are).
-#: Asked before every fetch, for URLs of a few origins: cached per ``authority_prefix``.
-_origin = per_authority(_split_origin, errors=InvalidURL, maxsize=1024)
 
 
 def _decode_body(body: bytes) -> str:
@@ -225,7 +200,7 @@ class RobotsPolicy:
         """May ``url`` (absolute http(s), canonical) be fetched? Fetches robots.txt if needed."""
         if not self._obey:
             return True
-        origin = _origin(url)
+        origin = origin_of(url)
         rules = self._local_get(origin, self._clock())
         if rules is None:
             rules = (await self._rules_for([origin]))[origin]
@@ -238,7 +213,7 @@ class RobotsPolicy:
         """
         if not self._obey or not urls:
             return [True] * len(urls)
-        origins = [_origin(url) for url in urls]
+        origins = [origin_of(url) for url in urls]
         rules = await self._rules_for(origins)
         return [rules[o].allows(url, self._agent) for url, o in zip(urls, origins, strict=True)]
 
@@ -255,7 +230,7 @@ class RobotsPolicy:
         now = self._clock()
         rules: _Rules | None
         if "://" in host:
-            origin = _origin(host)
+            origin = origin_of(host)
             rules = self._local_get(origin, now) or (await self._rules_for([origin]))[origin]
         else:
             rules = await self._known_rules((f"https://{host}", f"http://{host}"), now)

@@ -30,10 +30,9 @@ import ipaddress
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit
 
-from crawlfleet.crawler.prefix import per_authority
-from crawlfleet.errors import FetchError
+from crawlfleet.errors import FetchError, InvalidURL, UnsupportedScheme
+from crawlfleet.frontier.urls import authority_of, per_authority
 
 __all__ = [
     "DEFAULT_CACHE_MAX_ENTRIES",
@@ -106,7 +105,6 @@ _FORBIDDEN_V6 = tuple(
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # A resolver returns the IP address strings a host name resolves to for a TCP connection.
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -179,17 +177,12 @@ def _parse_ip(host: str) -> IPAddress | None:
 def _target(url: str) -> tuple[str, int]:
     """(host, port) of an absolute http(s) URL; FetchError when it has no usable one."""
     try:
-        parts = urlsplit(url)
-        scheme = parts.scheme
-        host = parts.hostname
-        port = parts.port
-    except ValueError as error:
-        raise FetchError("invalid_url", f"cannot parse {url!r}: {error}") from error
-    if scheme not in _DEFAULT_PORTS:
-        raise FetchError("bad_scheme", f"only http and https are fetched, not {scheme!r}")
-    if not host:
-        raise FetchError("invalid_url", f"no host in {url!r}")
-    return host, _DEFAULT_PORTS[scheme] if port is None else port
+        authority = authority_of(url)
+    except UnsupportedScheme as error:
+        raise FetchError("bad_scheme", str(error)) from error
+    except InvalidURL as error:
+        raise FetchError("invalid_url", str(error)) from error
+    return authority.host, authority.port
 
 
 # Pure functions of their arguments, asked before every request (see check_url, check_host).

@@ -27,16 +27,16 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from urllib.parse import SplitResult, urlsplit
 
-from crawlfleet.crawler.prefix import authority_prefix
-from crawlfleet.errors import ConfigError
+from crawlfleet.errors import ConfigError, InvalidURL, UnsupportedScheme
+from crawlfleet.frontier.urls import Authority, authority_of, authority_prefix
 from crawlfleet.hosts import normalize_host, split_host_port
 from crawlfleet.patterns import PatternError, URLPatterns, compile_patterns
 
 __all__ = ["Scope", "ScopeVerdict"]
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Verdicts of the hosts of one batch's URLs that offer no authority prefix.
+_HostVerdicts = dict[Authority, "ScopeVerdict | None"]
 
 # Ports allowed for one host: None means any port.
 _Ports = frozenset[int] | None
@@ -125,7 +125,7 @@ class Scope:
         kept: list[str] = []
         refused = 0
         check = self._check_url
-        host_verdicts: dict[tuple[str, str], ScopeVerdict | None] = {}
+        host_verdicts: _HostVerdicts = {}
         for url in urls:
             if check(url, host_verdicts) is None:
                 kept.append(url)
@@ -166,20 +166,17 @@ class Scope:
     def _url_verdict(self, url: str) -> ScopeVerdict | None:
         """INVALID_URL or BAD_SCHEME when the URL itself is unusable, else None."""
         try:
-            parts = urlsplit(url)
-            if parts.scheme not in _DEFAULT_PORTS:
-                return ScopeVerdict.BAD_SCHEME
-            if not parts.hostname:
-                return ScopeVerdict.INVALID_URL
-            _ = parts.port
-        except ValueError:
+            authority_of(url)
+        except UnsupportedScheme:
+            return ScopeVerdict.BAD_SCHEME
+        except InvalidURL:
             return ScopeVerdict.INVALID_URL
         return None
 
     def _check_url(
         self,
         url: str,
-        host_verdicts: dict[tuple[str, str], ScopeVerdict | None] | None = None,
+        host_verdicts: _HostVerdicts | None = None,
     ) -> ScopeVerdict | None:
         """Every check except depth, in the documented order; ``host_verdicts`` memoises hosts.
 
@@ -211,40 +208,22 @@ class Scope:
         verdict = verdicts[prefix] = self._split_verdict(prefix, None)
         return verdict
 
-    def _split_verdict(
-        self,
-        url: str,
-        host_verdicts: dict[tuple[str, str], ScopeVerdict | None] | None,
-    ) -> ScopeVerdict | None:
+    def _split_verdict(self, url: str, host_verdicts: _HostVerdicts | None) -> ScopeVerdict | None:
         """INVALID_URL, BAD_SCHEME, OUT_OF_DOMAIN or None, from the URL's scheme and netloc."""
         try:
-            parts = urlsplit(url)
-        except ValueError:  # unbalanced brackets
-            return ScopeVerdict.INVALID_URL
-        scheme = parts.scheme
-        if scheme not in _DEFAULT_PORTS:
+            authority = authority_of(url)
+        except UnsupportedScheme:
             return ScopeVerdict.BAD_SCHEME
-        key = (scheme, parts.netloc)
-        if host_verdicts is not None and key in host_verdicts:
-            return host_verdicts[key]
-        verdict = self._host_verdict(parts.hostname, parts, scheme)
+        except InvalidURL:
+            return ScopeVerdict.INVALID_URL
+        if host_verdicts is not None and authority in host_verdicts:
+            return host_verdicts[authority]
+        verdict = (
+            None if self.allows_host(authority.host, authority.port) else ScopeVerdict.OUT_OF_DOMAIN
+        )
         if host_verdicts is not None:
-            host_verdicts[key] = verdict
+            host_verdicts[authority] = verdict
         return verdict
-
-    def _host_verdict(
-        self, host: str | None, parts: SplitResult, scheme: str
-    ) -> ScopeVerdict | None:
-        """INVALID_URL, OUT_OF_DOMAIN or None for the host and port of a split URL."""
-        if not host:
-            return ScopeVerdict.INVALID_URL
-        try:
-            port = parts.port
-        except ValueError:  # port out of range or not a number
-            return ScopeVerdict.INVALID_URL
-        if not self.allows_host(host, _DEFAULT_PORTS[scheme] if port is None else port):
-            return ScopeVerdict.OUT_OF_DOMAIN
-        return None
 
 
 def _parse_domain_entry(entry: str, field_name: str) -> tuple[str, int | None]:

@@ -37,6 +37,7 @@ from crawlfleet.frontier.models import (
 )
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
+from crawlfleet.frontier.urls import CanonicalURL, canonicalize
 
 __all__ = ["Frontier"]
 
@@ -253,8 +254,6 @@ class Frontier:
 
         Seeding twice is harmless: the Bloom filter refuses what was seeded before.
         """
-        from crawlfleet.frontier.urls import canonicalize
-
         links = [Link(canonicalize(url), 0, "") for url in urls]
         if not links:
             raise InvalidURL("a job needs at least one seed URL")
@@ -279,7 +278,15 @@ class Frontier:
         for token in raw[2:]:
             _, _, attempts, depth, url, parent = token.split("\t", 5)
             leases.append(
-                Lease(token, url, int(depth), int(attempts), parent, claimed_at, expires_at)
+                Lease(
+                    token,
+                    CanonicalURL(url),  # it was canonical when it was queued
+                    int(depth),
+                    int(attempts),
+                    parent,
+                    claimed_at,
+                    expires_at,
+                )
             )
         return leases
 

@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from crawlfleet.frontier.bloom import BloomBackend
-from crawlfleet.frontier.urls import CanonicalURL
+from crawlfleet.frontier.urls import CanonicalURL, host_of
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec
@@ -87,7 +87,7 @@ class Lease:
     """
 
     lease_id: str
-    url: str
+    url: CanonicalURL
     depth: int
     attempts: int
     parent: str
@@ -101,8 +101,8 @@ class Lease:
 
     @property
     def host(self) -> str:
-        rest = self.url.split("://", 1)[1]
-        return rest.split("/", 1)[0].split("?", 1)[0]
+        """The frontier's host key of the URL (``host[:port]``), the unit of politeness."""
+        return host_of(self.url)
 
 
 @dataclass(frozen=True, slots=True)

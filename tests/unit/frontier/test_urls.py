@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from crawlfleet.errors import InvalidURL
+from crawlfleet.errors import InvalidURL, UnsupportedScheme
 from crawlfleet.frontier.keys import JobKeys
-from crawlfleet.frontier.urls import canonicalize, host_of
+from crawlfleet.frontier.urls import authority_of, canonicalize, host_of
 
 
 @pytest.mark.parametrize(
@@ -80,3 +80,52 @@ def test_keys_share_one_hash_tag() -> None:
 def test_job_id_refused(job_id: str) -> None:
     with pytest.raises(ValueError, match="job id"):
         JobKeys(job_id)
+
+
+@pytest.mark.parametrize(
+    ("url", "scheme", "host", "port", "netloc"),
+    [
+        ("http://a.test/x", "http", "a.test", 80, "a.test"),
+        ("HTTPS://A.Test/x", "https", "a.test", 443, "a.test"),
+        ("https://a.test:443/", "https", "a.test", 443, "a.test"),
+        ("http://a.test:8080", "http", "a.test", 8080, "a.test:8080"),
+        ("http://u:p@a.test:81/?q", "http", "a.test", 81, "a.test:81"),
+        ("http://[::1]:8080/", "http", "::1", 8080, "[::1]:8080"),
+    ],
+)
+def test_authority_fills_the_default_port(
+    url: str, scheme: str, host: str, port: int, netloc: str
+) -> None:
+    authority = authority_of(url)
+    assert (authority.scheme, authority.host, authority.port) == (scheme, host, port)
+    assert authority.netloc == netloc
+    assert authority.origin == f"{scheme}://{netloc}"
+
+
+def test_host_of_a_canonical_url_is_its_authoritys_netloc() -> None:
+    for raw in (
+        "http://a.test:8080/x?y",
+        "https://B.test:443/",
+        "http://[::1]:81/",
+        "http://c.test",
+    ):
+        canonical = canonicalize(raw)
+        assert host_of(canonical) == authority_of(canonical).netloc
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("ftp://a.test/x", UnsupportedScheme),
+        ("ftp://a.test:99999/x", UnsupportedScheme),  # the scheme is the more telling reason
+        ("mailto:a@b.test", UnsupportedScheme),
+        ("http:///x", InvalidURL),
+        ("http://a.test:99999/", InvalidURL),
+        ("http://a.test:x/", InvalidURL),
+        ("http://[::1/", InvalidURL),
+    ],
+)
+def test_authority_refuses_with_the_reason(url: str, error: type[InvalidURL]) -> None:
+    with pytest.raises(error) as refused:
+        authority_of(url)
+    assert type(refused.value) is error

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawlfleet.crawler.robots import _origin, _split_origin
 from crawlfleet.errors import InvalidURL
+from crawlfleet.frontier.urls import authority_of, origin_of
 
 
 @pytest.mark.parametrize(
@@ -25,8 +25,8 @@ from crawlfleet.errors import InvalidURL
     ],
 )
 def test_origin(url: str, origin: str) -> None:
-    assert _origin(url) == origin == _split_origin(url)
-    assert _origin(url) == origin  # from the cache the second time
+    assert origin_of(url) == origin == authority_of(url).origin
+    assert origin_of(url) == origin  # from the cache the second time
 
 
 @pytest.mark.parametrize(
@@ -34,5 +34,5 @@ def test_origin(url: str, origin: str) -> None:
 )
 def test_unusable_urls_are_refused_and_named(url: str) -> None:
     with pytest.raises(InvalidURL) as refused:
-        _origin(url)
+        origin_of(url)
     assert repr(url)[1:-1][:50] in str(refused.value)
