@@ -136,10 +136,6 @@ class WorkerMetrics:
 
     # -- reporting verbs ------------------------------------------------------------------
 
-    def observe_fetch(self, status: int | None, seconds: float, response_bytes: int) -> None:
-        """A fetch finished (with or without a response)."""
-        self.observe_fetches([(status, seconds, response_bytes)])
-
     def observe_fetches(self, fetches: Iterable[tuple[int | None, float, int]]) -> None:
         """Fetches that finished, as (status, seconds, response bytes): one call per batch.
 

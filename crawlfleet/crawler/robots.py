@@ -206,17 +206,6 @@ class RobotsPolicy:
             rules = (await self._rules_for([origin]))[origin]
         return rules.allows(url, self._agent)
 
-    async def allowed_many(self, urls: Sequence[str]) -> list[bool]:
-        """:meth:`allowed` for a batch: one HMGET for every origin not cached locally.
-
-        Origins missing from Redis (or stale there) are fetched concurrently, once each.
-        """
-        if not self._obey or not urls:
-            return [True] * len(urls)
-        origins = [origin_of(url) for url in urls]
-        rules = await self._rules_for(origins)
-        return [rules[o].allows(url, self._agent) for url, o in zip(urls, origins, strict=True)]
-
     async def crawl_delay(self, host: str) -> float | None:
         """Crawl-delay (or Request-rate as seconds per request) for our agent, at most the max.
 

@@ -198,17 +198,6 @@ class OutputWriter:
 
     # -- writing --------------------------------------------------------------------------
 
-    def write_page(
-        self,
-        record: PageRecord,
-        *,
-        request_headers: Mapping[str, str] | None = None,
-        response_headers: Mapping[str, str] | None = None,
-        body: bytes | None = None,
-    ) -> None:
-        """Write one page (a batch of one: flushed before returning)."""
-        self.write_pages([PageOutput(record, request_headers, response_headers, body)])
-
     def write_pages(self, pages: Sequence[PageOutput]) -> None:
         """Write a batch of pages, then flush once: the unit a crash may lose."""
         with self._lock:

@@ -164,7 +164,7 @@ async def test_obey_false_never_fetches(make_policy: PolicyFactory) -> None:
     fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /\n")})
     policy = make_policy(fetch, robots={"obey": False})
     assert await policy.allowed(A + "/x") is True
-    assert await policy.allowed_many([A + "/x", B + "/y"]) == [True, True]
+    assert await policy.allowed(B + "/y") is True
     assert await policy.crawl_delay(A) is None
     assert fetch.calls == []
 
@@ -305,7 +305,7 @@ async def test_crawl_delay_by_frontier_host_key(make_policy: PolicyFactory) -> N
     assert len(fetch.calls) == 1
 
 
-# -- batches ----------------------------------------------------------------------------------
+# -- Redis reads ------------------------------------------------------------------------------
 
 
 async def _hmget_calls(client: aioredis.Redis) -> int:
@@ -313,7 +313,7 @@ async def _hmget_calls(client: aioredis.Redis) -> int:
     return int(stats.get("cmdstat_hmget", {}).get("calls", 0))
 
 
-async def test_allowed_many_fetches_each_host_once_and_reads_redis_once(
+async def test_each_host_is_fetched_once_and_read_from_redis_once_per_worker(
     make_policy: PolicyFactory, client: aioredis.Redis
 ) -> None:
     fetch = FakeRobots(
@@ -322,23 +322,27 @@ async def test_allowed_many_fetches_each_host_once_and_reads_redis_once(
             B + "/robots.txt": (500, b""),
         }
     )
-    policy = make_policy(fetch)
     urls = [A + "/x", A + "/y", B + "/x", C + "/x", A + "/x/1", C + "/z"]
+    expected = [False, True, False, True, False, True]
+
+    async def answers(policy: RobotsPolicy) -> list[bool]:
+        return [await policy.allowed(url) for url in urls]
+
+    policy = make_policy(fetch)
     before = await _hmget_calls(client)
-    assert await policy.allowed_many(urls) == [False, True, False, True, False, True]
-    assert await _hmget_calls(client) - before == 1
+    assert await answers(policy) == expected
+    assert await _hmget_calls(client) - before == 3  # one read per origin, then local
     assert sorted(fetch.calls) == sorted(o + "/robots.txt" for o in (A, B, C))
 
-    other = make_policy(fetch)  # another worker: one HMGET, no fetch
+    other = make_policy(fetch)  # another worker: one read per origin, no fetch
     before = await _hmget_calls(client)
-    assert await other.allowed_many(urls) == [False, True, False, True, False, True]
-    assert await _hmget_calls(client) - before == 1
+    assert await answers(other) == expected
+    assert await _hmget_calls(client) - before == 3
     assert len(fetch.calls) == 3
 
     before = await _hmget_calls(client)
-    assert await other.allowed_many(urls[:2]) == [False, True]  # local cache: no Redis at all
+    assert await answers(other) == expected  # local cache: no Redis at all
     assert await _hmget_calls(client) == before
-    assert await policy.allowed_many([]) == []
 
 
 async def test_local_cache_is_bounded(make_policy: PolicyFactory) -> None:

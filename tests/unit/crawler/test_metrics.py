@@ -29,10 +29,8 @@ def test_status_class(status: int | None, label: str) -> None:
 
 def test_observations_land_in_the_right_series() -> None:
     metrics = WorkerMetrics()
-    metrics.observe_fetch(200, 0.2, 1000)
-    metrics.observe_fetch(200, 0.02, 500)
-    metrics.observe_fetch(503, 3.0, 0)
-    metrics.observe_fetch(None, 30.0, 0)
+    metrics.observe_fetches([(200, 0.2, 1000), (200, 0.02, 500)])
+    metrics.observe_fetches([(503, 3.0, 0), (None, 30.0, 0)])
     assert value(metrics, "pages_fetched_total", status_class="2xx") == 2
     assert value(metrics, "pages_fetched_total", status_class="5xx") == 1
     assert value(metrics, "pages_fetched_total", status_class="none") == 1
@@ -73,7 +71,7 @@ def test_a_batch_of_fetches_counts_as_its_fetches_one_by_one() -> None:
     batched, single = WorkerMetrics(), WorkerMetrics()
     batched.observe_fetches(fetches)
     for fetch in fetches:
-        single.observe_fetch(*fetch)
+        single.observe_fetches([fetch])
     for family in single.registry.collect():
         for sample in family.samples:
             if sample.name.endswith("_created"):
@@ -99,7 +97,7 @@ def test_every_metric_follows_the_naming_rule() -> None:
 
 def test_serve_exposes_metrics_on_loopback() -> None:
     metrics = WorkerMetrics()
-    metrics.observe_fetch(200, 0.1, 42)
+    metrics.observe_fetches([(200, 0.1, 42)])
     port = free_port()
     metrics.serve(port, "127.0.0.1")
     try:

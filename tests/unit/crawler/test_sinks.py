@@ -54,7 +54,7 @@ def read_lines(path: Path) -> list[dict[str, object]]:
 def test_jsonl_lines_parse_with_every_field(tmp_path: Path) -> None:
     first, second = record(), record("https://example.com/b", status=None, failure_class="timeout")
     with writer_for(tmp_path, "worker-1") as writer:
-        writer.write_page(first)
+        writer.write_pages([PageOutput(first)])
         writer.write_pages([PageOutput(second)])
         assert writer.files == [tmp_path / "pages-worker-1-00000.jsonl"]
     lines = read_lines(tmp_path / "pages-worker-1-00000.jsonl")
@@ -71,13 +71,13 @@ def test_lines_are_flushed_after_each_batch(tmp_path: Path) -> None:
     writer.close()
     writer.close()  # idempotent
     with pytest.raises(ValueError, match="closed"):
-        writer.write_page(record())
+        writer.write_pages([PageOutput(record())])
 
 
 def test_requeued_page_keeps_url_and_changes_fetch_id(tmp_path: Path) -> None:
     with writer_for(tmp_path) as writer:
-        writer.write_page(record(attempt=1))
-        writer.write_page(record(attempt=2))
+        writer.write_pages([PageOutput(record(attempt=1))])
+        writer.write_pages([PageOutput(record(attempt=2))])
     first, second = read_lines(tmp_path / "pages-w-00000.jsonl")
     assert first["url"] == second["url"]
     assert first["fetch_id"] != second["fetch_id"]
@@ -102,7 +102,7 @@ def test_a_restarted_worker_starts_a_new_file(tmp_path: Path) -> None:
     (tmp_path / "pages-w-00003.jsonl").write_text('{"url": "cut by a SIGKI')
     (tmp_path / "pages-w-x-00009.jsonl").write_text("")  # another worker "w-x": not ours
     with writer_for(tmp_path) as writer:
-        writer.write_page(record())
+        writer.write_pages([PageOutput(record())])
     assert read_lines(tmp_path / "pages-w-00004.jsonl")[0]["url"] == record().url
     assert (tmp_path / "pages-w-00003.jsonl").read_text() == '{"url": "cut by a SIGKI'
 
@@ -112,15 +112,19 @@ def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
         "https://example.com/old", final_url="https://example.com/new?q=1", status=200
     )
     with writer_for(tmp_path, format="warc") as writer:
-        writer.write_page(
-            record(),
-            request_headers={"User-Agent": "crawlfleet/0.1", "Accept": "text/html"},
-            response_headers={
-                "Content-Type": "text/html",
-                "Content-Encoding": "gzip",
-                "Content-Length": "17",
-            },
-            body=BODY,
+        writer.write_pages(
+            [
+                PageOutput(
+                    record(),
+                    request_headers={"User-Agent": "crawlfleet/0.1", "Accept": "text/html"},
+                    response_headers={
+                        "Content-Type": "text/html",
+                        "Content-Encoding": "gzip",
+                        "Content-Length": "17",
+                    },
+                    body=BODY,
+                )
+            ]
         )
         writer.write_pages(
             [
@@ -167,7 +171,7 @@ def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
 def test_warc_rotates_and_each_file_starts_with_warcinfo(tmp_path: Path) -> None:
     with writer_for(tmp_path, format="warc", maxFileBytes=1) as writer:
         for i in range(3):
-            writer.write_page(record(f"https://example.com/{i}"), body=BODY)
+            writer.write_pages([PageOutput(record(f"https://example.com/{i}"), body=BODY)])
     files = sorted(tmp_path.glob("warc-w-*.warc.gz"))
     assert len(files) == 3
     for i, path in enumerate(files):
@@ -212,7 +216,7 @@ def test_dead_letters_survive_a_cut_last_line(tmp_path: Path) -> None:
 def test_format_none_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with writer_for(out, format="none") as writer:
-        writer.write_page(record(), body=BODY)
+        writer.write_pages([PageOutput(record(), body=BODY)])
         writer.write_pages([PageOutput(record(), body=BODY)])
         writer.write_dead_letter("https://example.com/x", "timeout", "t", 5, 0, "")
         assert writer.files == []
@@ -225,7 +229,7 @@ def test_worker_ids_are_sanitised_for_file_names(tmp_path: Path) -> None:
     assert safe_file_token("") == "worker"
     assert len(safe_file_token("x" * 500)) == 100
     with writer_for(tmp_path, "../evil worker") as writer:
-        writer.write_page(record())
+        writer.write_pages([PageOutput(record())])
     assert [p.name for p in tmp_path.iterdir()] == ["pages-_evil_worker-00000.jsonl"]
 
 
@@ -233,7 +237,7 @@ def test_from_spec_and_bad_settings(tmp_path: Path) -> None:
     spec = OutputSpec.model_validate({"format": "warc", "maxFileBytes": 1000})
     with OutputWriter.from_spec(tmp_path, "w", spec) as writer:
         assert writer.format == "warc"
-        writer.write_page(record(), body=BODY)
+        writer.write_pages([PageOutput(record(), body=BODY)])
     with gzip.open(tmp_path / "warc-w-00000.warc.gz") as stream:
         assert b"WARC/1.0" in stream.read()
     # The writer has no checks of its own: the model refuses, naming the field.
