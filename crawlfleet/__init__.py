@@ -4,4 +4,6 @@ Layout follows the architecture: ``frontier`` speaks Redis, ``crawler`` fetches,
 ``fleet`` decides, ``operator`` and ``local`` apply decisions.
 """
 
+__all__ = ["__version__"]
+
 __version__ = "0.1.0"

@@ -19,6 +19,17 @@ This module imports nothing, so the zygote (which starts before anything heavy) 
 
 from __future__ import annotations
 
+__all__ = [
+    "ConfigError",
+    "CrawlfleetError",
+    "FetchError",
+    "FrontierError",
+    "FrontierUnavailable",
+    "InvalidURL",
+    "UnsupportedScheme",
+    "ZygoteError",
+]
+
 
 class CrawlfleetError(Exception):
     """Base of every error crawlfleet raises on purpose."""
