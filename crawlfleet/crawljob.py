@@ -374,6 +374,14 @@ _SEED_CREDENTIALS: Final = (
 )
 
 
+def _without_userinfo(url: str) -> str:
+    """``url`` with a ``user:password@`` before its host masked, for a message (an Event, a log)."""
+    scheme, separator, rest = url.partition("://")
+    ends = [found for found in (rest.find(char) for char in "/?#") if found >= 0]
+    at = rest.rfind("@", 0, min(ends, default=len(rest)))
+    return url if not separator or at < 0 else f"{scheme}{separator}***@{rest[at + 1 :]}"
+
+
 def _seed_url(url: str) -> str:
     """Refuse what the frontier would refuse later, while the user still has the file open.
 
@@ -395,14 +403,14 @@ def _seed_url(url: str) -> str:
     except ValueError:
         valid = False
     if not valid:
-        raise _problem(f"must be {_SEED_MEANING} (got {_show(url)})")
+        raise _problem(f"must be {_SEED_MEANING} (got {_show(_without_userinfo(url))})")
     if parts.username is not None or parts.password is not None:
         # Never echo the URL back: it holds a password.
         raise _problem(_SEED_CREDENTIALS)
     from crawlfleet.frontier.urls import try_canonicalize  # the frontier imports this module
 
     if try_canonicalize(url) is None:
-        raise _problem(f"must be {_SEED_MEANING} (got {_show(url)})")
+        raise _problem(f"must be {_SEED_MEANING} (got {_show(_without_userinfo(url))})")
     return url
 
 

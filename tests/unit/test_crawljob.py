@@ -190,6 +190,10 @@ def test_a_seed_with_credentials_is_refused_without_echoing_them() -> None:
 
     assert "spec.seeds[0]: must not hold a user name or password" in message
     assert "s3cret" not in message
+    # A seed wrong in another way too is shown, but masked (the message becomes an Event).
+    other = config_error(job_doc(seeds=["http://ann:s3cret@example.com:0/p?q=@x"]))
+    assert '(got "http://***@example.com:0/p?q=@x")' in other
+    assert "s3cret" not in other
 
 
 @pytest.mark.parametrize(
