@@ -7,6 +7,10 @@ a Ready pod is a running process and a deleted one is gone.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ import redis
 from kubernetes import client
 
 from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.controlplane import LOOPBACK_LOCK_DIR, LoopbackBlock
 from tests.e2e.cluster.kubelet import KubeletDouble
 
 REPO = Path(__file__).resolve().parents[2]
@@ -377,3 +382,43 @@ def test_a_pod_reaches_a_service_by_name_and_runs_the_worker_entrypoint(
     cluster_ip = core.read_namespaced_service(deployment, namespace).spec.cluster_ip
     assert f"PING True {cluster_ip} 6379" in logs
     assert "usage: crawlfleet worker" in kubelet.logs(namespace, "client", "worker")
+
+
+def test_loopback_blocks_are_never_shared_while_held() -> None:
+    held = [LoopbackBlock.claim() for _ in range(5)]
+    try:
+        assert len({block.number for block in held}) == 5
+        # Another session holds one until it dies, however it dies.
+        other = subprocess.Popen(
+            [
+                sys.executable, "-c",
+                "from tests.e2e.cluster.controlplane import LoopbackBlock; import time;"
+                "print(LoopbackBlock.claim().number, flush=True); time.sleep(60)",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert other.stdout is not None
+        theirs = int(other.stdout.readline())
+        assert theirs not in {block.number for block in held}
+        assert not _lockable(theirs)
+        other.kill()
+        other.wait()
+        assert _lockable(theirs)
+    finally:
+        for block in held:
+            block.release()
+    assert _lockable(held[0].number)
+
+
+def _lockable(number: int) -> bool:
+    """Whether block ``number`` is free: its lock file can be flocked now."""
+    fd = os.open(LOOPBACK_LOCK_DIR / f"{number}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True

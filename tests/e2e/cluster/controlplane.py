@@ -17,6 +17,7 @@ even a pytest killed with SIGKILL leaves nothing behind; ``stop()`` sends SIGTER
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -24,6 +25,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -75,9 +77,46 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def random_loopback_block() -> int:
-    """A second octet for 127.N.0.0/16, random so that two sessions on one machine rarely meet."""
-    return random.randint(64, 250)
+LOOPBACK_BLOCKS = range(64, 251)
+LOOPBACK_LOCK_DIR = Path(tempfile.gettempdir()) / "crawlfleet-e2e-loopback-blocks"
+
+
+@dataclass
+class LoopbackBlock:
+    """A /16 of loopback, ``127.N.0.0/16``, that no other session on this machine uses meanwhile.
+
+    The test bed's pod IPs and Service cluster IPs live in such blocks. Several sessions share
+    a machine (CI jobs, developers' runs, benchmarks); when each picked N at random, two could
+    hand out the same addresses, and a pod of one then failed to bind, or a Service of one
+    forwarded to the other's pods. A block is held by an flock on its file, which the kernel
+    drops when the holder releases it or dies, however it dies.
+    """
+
+    number: int
+    _lock_fd: int
+
+    @classmethod
+    def claim(cls) -> LoopbackBlock:
+        LOOPBACK_LOCK_DIR.mkdir(exist_ok=True)
+        candidates = list(LOOPBACK_BLOCKS)
+        random.shuffle(candidates)  # sessions rarely even try the same block
+        for number in candidates:
+            fd = os.open(LOOPBACK_LOCK_DIR / f"{number}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return cls(number, fd)
+        raise ControlPlaneError(
+            f"every loopback block 127.{LOOPBACK_BLOCKS[0]}-{LOOPBACK_BLOCKS[-1]}.0.0/16 is "
+            f"held by another session (locks in {LOOPBACK_LOCK_DIR})"
+        )
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing the only descriptor drops the flock
+            self._lock_fd = -1
 
 
 def tail(path: Path, lines: int = 20) -> str:
@@ -153,13 +192,13 @@ class Pki:
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on 127.0.0.1, data under ``directory``.
 
-    ``service_block`` picks the Service cluster-IP range 127.N.0.0/16: cluster IPs are then
+    ``service_block`` is the Service cluster-IP range 127.N.0.0/16: cluster IPs are then
     loopback addresses that the kubelet double can really listen on (see kubelet.py).
     """
 
     bin_dir: Path
     directory: Path
-    service_block: int = field(default_factory=random_loopback_block)
+    service_block: LoopbackBlock = field(default_factory=LoopbackBlock.claim)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -170,7 +209,7 @@ class ControlPlane:
 
     @property
     def service_cidr(self) -> str:
-        return f"127.{self.service_block}.0.0/16"
+        return f"127.{self.service_block.number}.0.0/16"
 
     def log(self, name: str) -> Path:
         return self.directory / "logs" / f"{name}.log"
@@ -199,6 +238,7 @@ class ControlPlane:
         """Stop in reverse order of start; the API server drains before etcd goes."""
         for name in reversed(list(self.processes)):
             terminate(self.processes.pop(name))
+        self.service_block.release()
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         self.processes[name] = spawn([str(self.bin_dir / name), *argv], log=self.log(name))

@@ -15,7 +15,8 @@ not run:
   so: the pod stays Pending, as with an image that cannot be pulled.
 - **network**: each pod gets its own loopback address ``127.P.x.y`` as its pod IP; the process
   is made to listen there (``redis-server --bind``), so container ports stay as declared and two
-  pods never fight over a port. Service cluster IPs are loopback addresses too (the control
+  pods never fight over a port (P is a ``LoopbackBlock`` this session holds, so no other
+  session on the machine uses it). Service cluster IPs are loopback addresses too (the control
   plane's service range is ``127.S.0.0/16``), and the double listens on each ``clusterIP:port``
   and forwards connections to a Ready pod, as kube-proxy's old userspace mode did. So a Service
   address is a real, reachable address. There is no DNS: ``service_address()`` resolves a name
@@ -73,7 +74,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster.controlplane import random_loopback_block
+from tests.e2e.cluster.controlplane import LoopbackBlock
 from tests.e2e.cluster.processes import kill_group, spawn, terminate
 
 log = logging.getLogger(__name__)
@@ -296,7 +297,6 @@ class KubeletDouble:
         images: tuple[ImageRule, ...] = DEFAULT_IMAGES,
         backoff_base_seconds: float = 1.0,
         backoff_max_seconds: float = 10.0,
-        pod_ip_block: int | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.directory = directory
@@ -304,7 +304,7 @@ class KubeletDouble:
         self.images = images
         self.backoff_base_seconds = backoff_base_seconds
         self.backoff_max_seconds = backoff_max_seconds
-        self._pod_ip_block = pod_ip_block or random_loopback_block()
+        self._pod_ip_block = LoopbackBlock.claim()  # released by stop()
         self._next_ip = 0
         self._free_ips: list[str] = []
         self.pods: dict[str, Pod] = {}
@@ -337,6 +337,7 @@ class KubeletDouble:
         for proxy in self._proxies.values():
             proxy.close()
         self._proxies.clear()
+        self._pod_ip_block.release()
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -530,7 +531,7 @@ class KubeletDouble:
             return self._free_ips.pop(0)
         self._next_ip += 1
         high, low = divmod(self._next_ip, 250)
-        return f"127.{self._pod_ip_block}.{high}.{low + 2}"
+        return f"127.{self._pod_ip_block.number}.{high}.{low + 2}"
 
     def _forget(self, pod: Pod) -> None:
         del self.pods[pod.uid]
