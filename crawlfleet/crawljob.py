@@ -76,6 +76,7 @@ __all__ = [
     "CrawlJobStatus",
     "DedupSpec",
     "FetchSpec",
+    "FleetStatus",
     "LeaseSpec",
     "ManagedRedis",
     "ObjectMeta",
@@ -1182,6 +1183,20 @@ class Condition(_Observed):
     """The metadata.generation of the spec the condition was set from."""
 
 
+class FleetStatus(_Observed):
+    """What the fleet brain remembers between ticks, kept here so that an operator restart (or
+    a standby taking over) resumes the same decisions instead of starting its clocks again."""
+
+    replicas: int = 0
+    """Worker pods the brain last decided on."""
+    low_demand_since: datetime | None = None
+    """Since when the backlog has asked for fewer workers than run: the scale-down delay runs
+    from here."""
+    idle_since: datetime | None = None
+    """Since when nothing has been queued, delayed or in flight: the completion grace runs from
+    here."""
+
+
 class CrawlJobStatus(_Observed):
     """What the operator observed; counters default to 0 so printer columns never show blanks."""
 
@@ -1225,6 +1240,8 @@ class CrawlJobStatus(_Observed):
     """When the number of workers last changed."""
     message: str | None = None
     """The latest news about the job, in words for people."""
+    fleet: FleetStatus | None = None
+    """The fleet brain's memory (scale-down window, completion grace), for the operator."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -9,12 +9,16 @@
     │   │   └── UnsupportedScheme  an absolute URL, but not http or https
     │   └── FrontierUnavailable  Redis could not be reached or answered with an error
     ├── FetchError             a URL could not be fetched (carries a failure class)
+    ├── KubeError              the Kubernetes API answered with an error status
     └── ZygoteError            the local runner's worker zygote is gone or did not answer
 
-Foreign errors (redis, httpx) are translated once, at the module that talks to them,
-with ``raise ... from`` so the cause stays visible. A lease the caller no longer owns is
-not an error: ``ack``, ``fail`` and ``release`` answer per lease (fencing is an outcome).
-This module imports nothing, so the zygote (which starts before anything heavy) can use it.
+Foreign errors (redis, httpx, aiohttp) are translated once, at the module that talks to them,
+with ``raise ... from`` so the cause stays visible. The operator's kopf handlers then turn
+them into kopf's decisions on purpose: a Kubernetes 429 or 5xx, or a frontier that cannot be
+reached, is ``kopf.TemporaryError(delay=...)``, retried soon; never an unhandled traceback.
+A lease the caller no longer owns is not an error: ``ack``, ``fail`` and ``release`` answer
+per lease (fencing is an outcome). This module imports nothing, so the zygote (which starts
+before anything heavy) can use it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,31 @@ class FetchError(CrawlfleetError):
         super().__init__(f"{failure_class}: {message}")
         self.failure_class = failure_class
         self.message = message
+
+
+class KubeError(CrawlfleetError):
+    """A Kubernetes API call answered with an error status.
+
+    ``status`` is the HTTP code (0: no answer came at all); ``retry_after_seconds`` the
+    server's Retry-After, if any. ``transient`` says whether waiting and asking again can
+    help (throttling, a server error, no answer).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        method: str,
+        path: str,
+        message: str,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(f"{method} {path}: {status} {message}")
+        self.status = status
+        self.retry_after_seconds = retry_after_seconds
+
+    @property
+    def transient(self) -> bool:
+        return self.status in (0, 429) or self.status >= 500
 
 
 class ZygoteError(CrawlfleetError):

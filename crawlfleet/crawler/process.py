@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from pathlib import Path
 from typing import Final
 
+from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsPolicy
@@ -44,15 +44,14 @@ async def run_worker(
     *,
     redis_url: str,
     worker_id: str,
-    output_dir: Path,
-    metrics_port: int = 0,
-    metrics_host: str = "0.0.0.0",
-    grace_seconds: float = 25.0,
+    config: WorkerConfig,
     exit_when_done: bool = True,
     install_signal_handlers: bool = False,
 ) -> int:
     """Crawl ``job`` as one worker until it is complete or stopped; returns the exit code.
 
+    ``config`` is the process's knobs (output folder, metrics, drain budget). The two given
+    apart are resolved values: the Redis URL (the config's may be unset) and the worker id.
     ``install_signal_handlers`` says that the worker owns this process (``crawlfleet
     worker``): SIGTERM and SIGINT then stop it gracefully, and the garbage collector is set
     for a long-lived crawl loop (see ``_settle_garbage_collector``). Embedders keep both.
@@ -71,7 +70,7 @@ async def run_worker(
             return result.status, result.body
 
         robots = RobotsPolicy.from_spec(frontier.robots, fetch_robots, spec)
-        writer = OutputWriter.from_spec(output_dir, worker_id, spec.output)
+        writer = OutputWriter.from_spec(config.output_dir, worker_id, spec.output)
         worker = Worker(
             spec=spec,
             frontier=frontier,
@@ -80,14 +79,10 @@ async def run_worker(
             writer=writer,
             metrics=metrics,
             guard=guard,
-            options=WorkerOptions(
-                worker_id=worker_id,
-                grace_seconds=grace_seconds,
-                exit_when_done=exit_when_done,
-            ),
+            options=WorkerOptions.from_config(worker_id, config, exit_when_done=exit_when_done),
         )
-        if metrics_port:
-            metrics.serve(metrics_port, metrics_host)
+        if config.metrics_port:
+            metrics.serve(config.metrics_port, config.metrics_host)
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from hashlib import sha256
 
+from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler.admission import LinkAdmission, PageLinksToAdmit
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
@@ -55,15 +56,35 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
 @dataclass(frozen=True, slots=True)
 class WorkerOptions:
-    """How this process runs, as opposed to what the job asks (the spec)."""
+    """How this process runs, as opposed to what the job asks (the spec).
+
+    Flat copies of the process knobs (:class:`crawlfleet.config.WorkerConfig`), read in the
+    claim loop; build it with :meth:`from_config`.
+    """
 
     worker_id: str
-    grace_seconds: float = 25.0
-    exit_when_done: bool = True
-    flush_linger_seconds: float = 0.005
-    idle_poll_seconds: float = 0.05
-    claim_batch_wait_seconds: float = 0.005
-    max_buffered: int = 512
+    exit_when_done: bool
+    grace_seconds: float
+    settle_seconds: float
+    flush_linger_seconds: float
+    idle_poll_seconds: float
+    claim_batch_wait_seconds: float
+    max_buffered: int
+
+    @classmethod
+    def from_config(
+        cls, worker_id: str, config: WorkerConfig, *, exit_when_done: bool
+    ) -> WorkerOptions:
+        return cls(
+            worker_id=worker_id,
+            exit_when_done=exit_when_done,
+            grace_seconds=config.drain.grace_seconds,
+            settle_seconds=config.drain.settle_seconds,
+            flush_linger_seconds=config.flush_linger_seconds,
+            idle_poll_seconds=config.idle_poll_seconds,
+            claim_batch_wait_seconds=config.claim_batch_wait_seconds,
+            max_buffered=config.max_buffered,
+        )
 
 
 @dataclass(slots=True)
@@ -155,7 +176,7 @@ class Worker:
             # Redis call can surface as a connection error and be lost.
             self._closed.set()
             self._flush_wanted.set()  # the flush loop may be waiting for work: let it end now
-            _, stuck = await asyncio.wait(background, timeout=10)
+            _, stuck = await asyncio.wait(background, timeout=self.options.settle_seconds)
             for task in stuck:
                 task.cancel()
             await self._flush()

@@ -1,23 +1,42 @@
-"""Fleet policy shared by the operator and the local runner (DESIGN §5)."""
+"""The one brain of the fleet (DESIGN §5): pure policy, the steering tick, the backend Protocol.
 
+``policy`` decides from observations (no I/O); ``steer`` observes, decides and applies, once
+per tick, over a ``backend.FleetBackend`` that the local runner and the operator implement.
+"""
+
+from crawlfleet.fleet import steer
+from crawlfleet.fleet.backend import EventReason, FleetBackend, FleetEvent, FleetView, Unit, unit_of
 from crawlfleet.fleet.policy import (
     Decision,
     FleetMemory,
     FleetPolicy,
     Observation,
     Phase,
+    Requeue,
+    RequeueReason,
     WorkerView,
     decide,
     demand,
+    wants_tick,
 )
 
 __all__ = [
     "Decision",
+    "EventReason",
+    "FleetBackend",
+    "FleetEvent",
     "FleetMemory",
     "FleetPolicy",
+    "FleetView",
     "Observation",
     "Phase",
+    "Requeue",
+    "RequeueReason",
+    "Unit",
     "WorkerView",
     "decide",
     "demand",
+    "steer",
+    "unit_of",
+    "wants_tick",
 ]

@@ -1,16 +1,32 @@
 """The fleet brain: how many workers a job wants, which are dead, and when it is done.
 
 Pure functions of what was observed, shared by the operator and ``crawlfleet run`` (DESIGN
-§5): no I/O here, so every rule is a table test. The caller observes (frontier counters,
-heartbeats, its workers), calls :func:`decide`, and applies the decision with its backend.
+§5): no I/O here, so every rule is a table test. :mod:`crawlfleet.fleet.steer` observes
+(frontier counters, heartbeats, the backend's workers), calls :func:`decide`, and applies
+the decision through the backend.
+
+A worker is in one of four states, and each has its rule:
+
+- **starting**: running, no heartbeat yet. Dead once ``startup_grace_seconds`` pass.
+- **running**: heartbeating. Dead once its heartbeat is older than ``deadAfterSeconds``:
+  replaced, and its leases requeued.
+- **draining**: told to stop (scale-down, suspend, completion). It finishes or releases its
+  leases itself, so nothing of it is requeued and it is not capacity. Once it has exited its
+  leftovers (normally none) are requeued; past its drain deadline it is killed first.
+- **exited** without being told to: crashed. Its leases are requeued at once.
+
+A heartbeat whose worker the backend does not know (a pod that is gone) is **vanished**.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Literal
 
+from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.frontier.models import FrontierStats
 
@@ -20,38 +36,70 @@ __all__ = [
     "FleetPolicy",
     "Observation",
     "Phase",
+    "Requeue",
+    "RequeueReason",
     "WorkerView",
     "decide",
     "demand",
+    "wants_tick",
 ]
 
 Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+#: Why a worker's leases go back to the queue (also the label of the requeue metric).
+RequeueReason = Literal[
+    "exited", "no_heartbeat", "stale_heartbeat", "drained", "drain_overrun", "gone"
+]
 
 
 @dataclass(frozen=True, slots=True)
 class FleetPolicy:
-    """The spec's knobs that steer the fleet, in plain values."""
+    """The knobs that steer one job's fleet, in plain values; build it with :meth:`from_spec`.
 
-    min_replicas: int = 1
-    max_replicas: int = 10
-    target_backlog_per_replica: int = 500
-    scale_down_delay_seconds: float = 60.0
-    dead_after_seconds: float = 20.0
-    #: How long a started worker may take to send its first heartbeat (imports, a pulled
-    #: image, a loaded node) before it counts as dead: a startup probe's budget. It claims
-    #: nothing before that heartbeat, so waiting costs no leases.
-    startup_grace_seconds: float = 60.0
-    completion_grace_seconds: float = 5.0
+    ``pinned_replicas``: a count someone else chose (``crawlfleet run --workers N``, or
+    ``workers.autoscale: external`` with ``workers.replicas`` set by kubectl scale or an HPA).
+    The brain then runs exactly that many while the job runs, and still zero when it is
+    suspended or done.
+    """
+
+    min_replicas: int
+    max_replicas: int
+    target_backlog_per_replica: int
+    scale_down_delay_seconds: float
+    dead_after_seconds: float
+    startup_grace_seconds: float
+    completion_grace_seconds: float
+    retry_lead_seconds: float
+    pinned_replicas: int | None
 
     @classmethod
-    def from_spec(cls, spec: CrawlJobSpec, completion_grace_seconds: float = 5.0) -> FleetPolicy:
+    def from_spec(
+        cls,
+        spec: CrawlJobSpec,
+        steering: SteeringConfig,
+        *,
+        completion_grace_seconds: float,
+        pinned_replicas: int | None = None,
+    ) -> FleetPolicy:
+        """The spec's rules, the process's knobs, and a pin from the command line if any.
+
+        ``workers.autoscale: external`` pins to ``workers.replicas`` (unset: ``minReplicas``);
+        an explicit ``pinned_replicas`` (``--workers``) wins over both.
+        """
+        workers = spec.workers
+        if pinned_replicas is None and workers.autoscale == "external":
+            pinned_replicas = (
+                workers.replicas if workers.replicas is not None else workers.min_replicas
+            )
         return cls(
-            min_replicas=spec.workers.min_replicas,
-            max_replicas=spec.workers.max_replicas,
-            target_backlog_per_replica=spec.workers.target_backlog_per_replica,
-            scale_down_delay_seconds=spec.workers.scale_down_delay_seconds,
+            min_replicas=workers.min_replicas,
+            max_replicas=workers.max_replicas,
+            target_backlog_per_replica=workers.target_backlog_per_replica,
+            scale_down_delay_seconds=workers.scale_down_delay_seconds,
             dead_after_seconds=spec.lease.dead_after_seconds,
+            startup_grace_seconds=steering.startup_grace_seconds,
             completion_grace_seconds=completion_grace_seconds,
+            retry_lead_seconds=steering.retry_lead_seconds,
+            pinned_replicas=pinned_replicas,
         )
 
 
@@ -59,14 +107,23 @@ class FleetPolicy:
 class WorkerView:
     """One worker as the backend and the heartbeats see it.
 
+    ``worker_id``: the id it heartbeats with (the unit's name until its first heartbeat).
+    ``unit``: the backend's name for it (a pod, a local process), for replace and forget.
     ``running``: the process or pod exists and has not exited. ``heartbeat_age_seconds``:
     None when it never heartbeated. ``started_at``: when the backend started it.
+    ``drain_deadline``: set once the worker was told to stop; it must be gone by then.
     """
 
     worker_id: str
+    unit: str
     running: bool
     started_at: float
     heartbeat_age_seconds: float | None = None
+    drain_deadline: float | None = None
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_deadline is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +137,8 @@ class Observation:
     workers: tuple[WorkerView, ...] = ()
     #: Workers the frontier knows (heartbeat table) that the backend does not run any more.
     vanished: tuple[str, ...] = ()
+    #: Seconds until the earliest delayed retry is due (<= 0: due now); None: none waits.
+    next_retry_in_seconds: float | None = None
 
     @classmethod
     def of(
@@ -101,16 +160,75 @@ class Observation:
             suspended=suspended,
             workers=workers,
             vanished=vanished,
+            next_retry_in_seconds=stats.next_retry_in_seconds,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class FleetMemory:
-    """What the brain remembers between ticks (kept on the CrawlJob status in a cluster)."""
+    """What the brain remembers between ticks: durable, so a restart resumes its decisions.
+
+    Kept in the CrawlJob's ``status.fleet`` in a cluster and in the run's ``state.json``
+    locally (both through :meth:`to_mapping`): an operator restart must not forget that demand
+    has been low for 50 of the 60 seconds of the scale-down delay, nor restart the count.
+    Times are wall-clock seconds, so they mean the same to the next process.
+    """
 
     replicas: int = 0
     low_demand_since: float | None = None
     idle_since: float | None = None
+
+    def to_mapping(self) -> dict[str, int | str]:
+        """camelCase, times as RFC 3339 with microseconds (``status.fleet``'s shape)."""
+        out: dict[str, int | str] = {"replicas": self.replicas}
+        if self.low_demand_since is not None:
+            out["lowDemandSince"] = _timestamp(self.low_demand_since)
+        if self.idle_since is not None:
+            out["idleSince"] = _timestamp(self.idle_since)
+        return out
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, object] | None) -> FleetMemory | None:
+        """The memory :meth:`to_mapping` wrote; None when there is none or it is unreadable."""
+        if not raw:
+            return None
+        try:
+            replicas = raw.get("replicas", 0)
+            if not isinstance(replicas, int) or replicas < 0:
+                return None
+            return cls(
+                replicas=replicas,
+                low_demand_since=_seconds(raw.get("lowDemandSince")),
+                idle_since=_seconds(raw.get("idleSince")),
+            )
+        except (TypeError, ValueError):
+            return None
+
+
+def _timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _seconds(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):  # a status model parsed it already
+        moment = value
+    elif isinstance(value, str):
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    else:
+        raise TypeError(f"not a timestamp: {value!r}")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """One worker whose leases go back to the queue now, and why."""
+
+    worker_id: str
+    reason: RequeueReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,68 +236,141 @@ class Decision:
     desired_replicas: int
     phase: Phase
     complete: bool = False
-    #: Workers whose leases go back to the queue now (gone, or stopped heartbeating).
-    requeue_owners: tuple[str, ...] = ()
-    #: Workers still running but not heartbeating: stop and replace them.
+    #: Workers whose leases go back to the queue now (gone, dead, or drained and exited).
+    requeues: tuple[Requeue, ...] = ()
+    #: Units still running but dead (no heartbeat, or past their drain deadline): kill them.
     replace: tuple[str, ...] = ()
+    #: Units that exited: the backend may drop them from its books.
+    forget: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def reason(self) -> str:
         return "; ".join(self.reasons)
 
+    @property
+    def requeue_owners(self) -> tuple[str, ...]:
+        return tuple(r.worker_id for r in self.requeues)
 
-def _is_dead(worker: WorkerView, now: float, policy: FleetPolicy) -> bool:
+
+def _fate(worker: WorkerView, now: float, policy: FleetPolicy) -> RequeueReason | None:
+    """Why this worker's leases must go back now, or None while it is fine (or draining)."""
+    if worker.draining:
+        if not worker.running:
+            return "drained"
+        return "drain_overrun" if now > (worker.drain_deadline or 0.0) else None
     if not worker.running:
-        return True
+        return "exited"
     if worker.heartbeat_age_seconds is None:
         startup = max(policy.dead_after_seconds, policy.startup_grace_seconds)
-        return now - worker.started_at > startup
-    return worker.heartbeat_age_seconds > policy.dead_after_seconds
+        return "no_heartbeat" if now - worker.started_at > startup else None
+    return "stale_heartbeat" if worker.heartbeat_age_seconds > policy.dead_after_seconds else None
 
 
-def demand(policy: FleetPolicy, queued: int, in_flight: int) -> int:
-    """Replicas the backlog asks for, before stabilisation: DESIGN §5's formula."""
+def demand(
+    policy: FleetPolicy, queued: int, in_flight: int, next_retry_in_seconds: float | None = None
+) -> int:
+    """Replicas the backlog asks for, before stabilisation: DESIGN §5's formula.
+
+    Delayed retries are demand too, but at most one worker's worth, and only once the earliest
+    is due within ``retry_lead_seconds``: a worker claims them as they come due (a claim moves
+    due retries into their queues), and then they count as queued like any other URL. Without
+    this, ``minReplicas: 0`` with only retries left would wait for them forever.
+    """
     wanted = math.ceil((queued + in_flight) / max(1, policy.target_backlog_per_replica))
+    if next_retry_in_seconds is not None and next_retry_in_seconds <= policy.retry_lead_seconds:
+        wanted = max(wanted, 1)
     return max(policy.min_replicas, min(policy.max_replicas, wanted))
+
+
+def _wanted(policy: FleetPolicy, queued: int, in_flight: int, retry_in: float | None) -> int:
+    if policy.pinned_replicas is not None:
+        return policy.pinned_replicas
+    return demand(policy, queued, in_flight, retry_in)
+
+
+def wants_tick(
+    policy: FleetPolicy, stats: FrontierStats, memory: FleetMemory, *, suspended: bool
+) -> bool:
+    """Whether one read of the counters calls for a full tick before the next is due.
+
+    The cheap check between ticks: the crawl is done or a moment from it (completion should
+    not wait a tick), or the fleet is smaller than the backlog (or the pin) asks for.
+    Shrinking waits for the stabilisation delay anyway, so it waits for a tick too.
+    """
+    if suspended:
+        return memory.replicas != 0
+    if stats.pending == 0:
+        return True
+    wanted = _wanted(policy, stats.queued, stats.leased, stats.next_retry_in_seconds)
+    if policy.pinned_replicas is not None:
+        return wanted != memory.replicas
+    return wanted > memory.replicas
 
 
 def decide(
     policy: FleetPolicy, seen: Observation, memory: FleetMemory
 ) -> tuple[Decision, FleetMemory]:
     """One tick of the brain."""
-    dead = [w for w in seen.workers if _is_dead(w, seen.now, policy)]
-    stale_running = tuple(w.worker_id for w in dead if w.running)
-    requeue = tuple(sorted({w.worker_id for w in dead} | set(seen.vanished)))
+    requeues: list[Requeue] = []
+    replace_units: list[str] = []
+    forget_units: list[str] = []
+    for worker in seen.workers:
+        reason = _fate(worker, seen.now, policy)
+        if reason is None:
+            continue
+        requeues.append(Requeue(worker.worker_id, reason))
+        if worker.running:
+            replace_units.append(worker.unit)
+        else:
+            forget_units.append(worker.unit)
+    requeues += [Requeue(worker, "gone") for worker in sorted(set(seen.vanished))]
+    requeues.sort(key=lambda r: r.worker_id)
     reasons: list[str] = []
-    if requeue:
-        reasons.append(f"requeue leases of {', '.join(requeue)}")
+    if requeues:
+        reasons.append(f"requeue leases of {', '.join(r.worker_id for r in requeues)}")
+
+    def made(desired: int, phase: Phase, *, complete: bool = False) -> Decision:
+        return Decision(
+            desired,
+            phase,
+            complete=complete,
+            requeues=tuple(requeues),
+            replace=tuple(replace_units),
+            forget=tuple(forget_units),
+            reasons=tuple(reasons),
+        )
 
     if seen.suspended:
         reasons.append("suspended")
-        decision = Decision(0, "Suspended", requeue_owners=requeue, reasons=tuple(reasons))
-        return decision, replace(memory, replicas=0, low_demand_since=None, idle_since=None)
+        return made(0, "Suspended"), replace(
+            memory, replicas=0, low_demand_since=None, idle_since=None
+        )
 
     pending = seen.queued + seen.delayed + seen.in_flight
     if seen.seeded and pending == 0:
         idle_since = memory.idle_since if memory.idle_since is not None else seen.now
         if seen.now - idle_since >= policy.completion_grace_seconds:
             reasons.append("nothing queued, delayed or in flight: complete")
-            decision = Decision(
-                0, "Succeeded", complete=True, requeue_owners=requeue, reasons=tuple(reasons)
+            return made(0, "Succeeded", complete=True), replace(
+                memory, replicas=0, idle_since=idle_since
             )
-            return decision, replace(memory, replicas=0, idle_since=idle_since)
     else:
         idle_since = None
 
-    wanted = demand(policy, seen.queued, seen.in_flight)
+    wanted = _wanted(policy, seen.queued, seen.in_flight, seen.next_retry_in_seconds)
     current = memory.replicas
     low_since = memory.low_demand_since
-    if wanted >= current:
+    if policy.pinned_replicas is not None:
+        desired, low_since = wanted, None
+        if wanted != current:
+            reasons.append(f"pinned at {wanted} (--workers, or workers.replicas when external)")
+    elif wanted >= current:
         desired, low_since = wanted, None
         if wanted > current:
             reasons.append(
                 f"scale up {current} -> {wanted}: backlog {seen.queued + seen.in_flight}"
+                + (f", {seen.delayed} delayed" if seen.delayed else "")
             )
     else:  # HPA-style stabilisation: shrink only after the delay of lower demand
         low_since = low_since if low_since is not None else seen.now
@@ -189,13 +380,6 @@ def decide(
         else:
             desired = current
     phase: Phase = "Running" if seen.seeded else "Pending"
-    decision = Decision(
-        desired,
-        phase,
-        requeue_owners=requeue,
-        replace=stale_running,
-        reasons=tuple(reasons),
-    )
-    return decision, FleetMemory(
+    return made(desired, phase), FleetMemory(
         replicas=desired, low_demand_since=low_since, idle_since=idle_since
     )

@@ -390,13 +390,17 @@ class Frontier:
         return result
 
     async def stats(self) -> FrontierStats:
-        """The job's counters in one round trip."""
+        """The job's counters in one round trip (one pipeline of O(1) reads)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
         pipe.hget(self.keys.key("meta"), "seeded_ms")
+        # The earliest retry's due time (ms) against the server's clock: the fleet brain
+        # wakes a worker for it (a claim is what promotes a due retry).
+        pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)
+        pipe.time()
         if self.backend == "native":
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
-        values, seeded, *card = await call(pipe.execute())
+        values, seeded, earliest, (seconds, micros), *card = await call(pipe.execute())
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
         if card:  # the native filter counts what BF.MADD added outside our scripts too
             counts["seen"] = int(card[0])
@@ -406,6 +410,9 @@ class Frontier:
             bloom_backend=self.backend,
             bloom_fill_ratio=self.bloom.fill_ratio(counts["seen"]),
             bloom_false_positive_rate=self.bloom.false_positive_rate(counts["seen"]),
+            next_retry_in_seconds=earliest[0][1] / 1000.0 - (seconds + micros / 1e6)
+            if earliest
+            else None,
         )
 
     async def is_complete(self) -> bool:

@@ -199,6 +199,9 @@ class FrontierStats:
     bloom_backend: str = ""
     bloom_fill_ratio: float = 0.0
     bloom_false_positive_rate: float = 0.0
+    #: Seconds until the earliest delayed retry is due, on the server's clock (<= 0: due
+    #: already, waiting for a claim to promote it); None when no retry waits.
+    next_retry_in_seconds: float | None = None
 
     @property
     def in_flight(self) -> int:

@@ -1,28 +1,39 @@
 """The local backend: crawl workers as child processes of ``crawlfleet run``.
 
-The same three verbs a cluster backend has (start, stop, list), applied to processes
-instead of pods: the fleet brain does not know the difference. Workers are forked by the
+The five verbs of :class:`~crawlfleet.fleet.backend.FleetBackend`, applied to processes
+instead of pods: the steering tick does not know the difference. Workers are forked by the
 run's :class:`~crawlfleet.local.zygote.Zygote` when it has one (milliseconds, no imports),
 else started as ``crawlfleet worker`` interpreters.
+
+A worker told to stop (scale-down, suspend, the end of the run) gets SIGTERM and stays in
+the books, *draining*, until it has exited: the tick neither counts it as capacity nor
+requeues its leases while it finishes or releases them itself. Past its drain budget it is
+killed, and only then are its leftovers requeued.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from crawlfleet.fleet import WorkerView
+from crawlfleet.config import DrainConfig
+from crawlfleet.fleet.backend import FleetEvent, FleetView, Unit
 from crawlfleet.local.zygote import Zygote, ZygoteError
 
-__all__ = ["LocalProcessBackend"]
+__all__ = ["WORKER_PREFIX", "LocalProcessBackend"]
 
 logger = logging.getLogger(__name__)
+
+#: Local worker ids are ``local-<n>``, numbered on across resumed runs (see ``first_number``).
+WORKER_PREFIX = "local-"
 
 
 class _Process(Protocol):
@@ -41,7 +52,13 @@ class _Child:
     worker_id: str
     process: _Process
     started_at: float
-    stopping: bool = False
+    #: Set when it was told to stop (wall-clock seconds): gone by then, or killed.
+    drain_deadline: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """Running and not asked to stop: part of the fleet's count."""
+        return self.drain_deadline is None and self.process.poll() is None
 
 
 @dataclass
@@ -51,21 +68,72 @@ class LocalProcessBackend:
     job_file: Path
     redis_url: str
     output_dir: Path
-    grace_seconds: float = 10.0
+    drain: DrainConfig
     zygote: Zygote | None = None
+    #: The number of the first worker this backend starts (a resumed run goes on counting,
+    #: so a worker of the run before is never mistaken for one of this run).
+    first_number: int = 1
+    #: Where :meth:`record` appends its events (one JSON object a line); None: log only.
+    events_file: Path | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
-    _next: int = 0
+    _started: int = 0
+
+    @property
+    def next_number(self) -> int:
+        """The number the next worker started will get (kept in the run's state file)."""
+        return self.first_number + self._started
+
+    # -- the FleetBackend protocol --------------------------------------------------------
+
+    async def observe(self) -> FleetView:
+        units = tuple(
+            Unit(
+                child.worker_id,
+                running=child.process.poll() is None,
+                started_at=child.started_at,
+                drain_deadline=child.drain_deadline,
+            )
+            for child in self._children.values()
+        )
+        count = len(self.active())
+        return FleetView(units, replicas=count, ready=count, owns=WORKER_PREFIX)
+
+    async def scale(self, replicas: int) -> None:
+        active = self.active()
+        for _ in range(replicas - len(active)):
+            self.start()
+        for worker_id in reversed(active[replicas:]):  # the newest go first
+            self.stop(worker_id)
+
+    async def replace(self, unit: str) -> None:
+        """SIGKILL: a worker that stopped answering gets no drain."""
+        child = self._children.get(unit)
+        if child is not None and child.process.poll() is None:
+            child.process.kill()
+
+    async def forget(self, unit: str) -> None:
+        self._children.pop(unit, None)
+
+    async def record(self, event: FleetEvent) -> None:
+        """A line of events.jsonl: the local stand-in for a Kubernetes Event."""
+        log = logger.warning if event.warning else logger.info
+        log("%s: %s", event.reason, event.message)
+        if self.events_file is not None:
+            entry = {"kind": event.reason, "message": event.message, **event.fields}
+            _append_line(self.events_file, entry)
+
+    # -- processes ------------------------------------------------------------------------
 
     def start(self) -> str:
-        self._next += 1
-        worker_id = f"local-{self._next}"
+        worker_id = f"{WORKER_PREFIX}{self.next_number}"
+        self._started += 1
         logs = self.output_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         args = [
             "worker", str(self.job_file),
             "--redis-url", self.redis_url, "--worker-id", worker_id,
             "--out", str(self.output_dir), "--keep-running",
-            "--grace-seconds", str(self.grace_seconds),
+            "--grace-seconds", str(self.drain.grace_seconds),
         ]  # fmt: skip
         process: _Process | None = None
         if self.zygote is not None:
@@ -89,55 +157,30 @@ class LocalProcessBackend:
         self._children[worker_id] = _Child(worker_id, process, time.time())
         return worker_id
 
-    def stop(self, worker_id: str, *, graceful: bool = True) -> None:
-        """SIGTERM (drain and release leases) or SIGKILL (a worker that stopped answering)."""
+    def stop(self, worker_id: str) -> None:
+        """SIGTERM: the worker drains (stops claiming, finishes or releases its leases)."""
         child = self._children.get(worker_id)
-        if child is None or child.process.poll() is not None:
+        if child is None or child.drain_deadline is not None or child.process.poll() is not None:
             return
-        child.stopping = True
-        child.process.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
-
-    def forget(self, worker_id: str) -> None:
-        self._children.pop(worker_id, None)
-
-    def views(self, heartbeat_ages: dict[str, float]) -> list[WorkerView]:
-        return [
-            WorkerView(
-                child.worker_id,
-                running=child.process.poll() is None,
-                started_at=child.started_at,
-                heartbeat_age_seconds=heartbeat_ages.get(child.worker_id),
-            )
-            for child in self._children.values()
-            if not child.stopping
-        ]
+        child.drain_deadline = time.time() + self.drain.budget_seconds
+        child.process.send_signal(signal.SIGTERM)
 
     def active(self) -> list[str]:
         """Workers running and not asked to stop, oldest first."""
-        return [
-            c.worker_id
-            for c in self._children.values()
-            if not c.stopping and c.process.poll() is None
-        ]
+        return [c.worker_id for c in self._children.values() if c.active]
 
     def exited(self) -> bool:
         """Has a worker we did not ask to stop exited? Only a waitpid each: cheap to poll."""
-        return any(not c.stopping and c.process.poll() is not None for c in self._children.values())
+        return any(
+            c.drain_deadline is None and c.process.poll() is not None
+            for c in self._children.values()
+        )
 
-    def reap(self) -> list[tuple[str, int]]:
-        """Forget workers that exited after being asked to stop; their exit codes."""
-        done = []
-        for worker_id, child in list(self._children.items()):
-            code = child.process.poll()
-            if child.stopping and code is not None:
-                done.append((worker_id, code))
-                del self._children[worker_id]
-        return done
-
-    def stop_all(self, timeout_seconds: float) -> None:
+    def stop_all(self) -> None:
+        """Drain every worker and wait for them, within the drain budget; then kill."""
         for worker_id in list(self._children):
             self.stop(worker_id)
-        deadline = time.monotonic() + timeout_seconds
+        deadline = time.monotonic() + self.drain.budget_seconds
         for child in self._children.values():
             remaining = max(0.1, deadline - time.monotonic())
             try:
@@ -146,6 +189,12 @@ class LocalProcessBackend:
                 child.process.kill()
                 child.process.wait()
         self._children.clear()
+
+
+def _append_line(path: Path, entry: Mapping[str, object]) -> None:
+    """One JSON line, appended: a few hundred bytes, so not worth a thread."""
+    with open(path, "a") as f:
+        f.write(json.dumps({"ts": round(time.time(), 3), **entry}) + "\n")
 
 
 def _redacted(url: str) -> str:

@@ -1,12 +1,16 @@
 """``crawlfleet run``: a whole CrawlJob on one machine, steered by the operator's own brain.
 
 A private redis-server (AOF on, data under the output folder, so an interrupted run
-resumes), worker processes from :class:`LocalProcessBackend` (the minimum fleet started
-before seeding, so their imports overlap it), and every quarter second: observe the frontier
-and the processes, :func:`crawlfleet.fleet.decide`, apply. Between ticks a cheap poll (the
-job's counters, a waitpid per worker) brings the next tick forward the moment the crawl is
-done or a worker died. Ctrl-C or SIGTERM drains the workers (they release their leases),
-stops Redis cleanly and says how to resume.
+resumes), worker processes from :class:`LocalProcessBackend`, and the one steering tick
+(:func:`crawlfleet.fleet.steer.tick`) every quarter second. Between ticks a cheap poll (one
+read of the job's counters, a waitpid per worker) brings the next tick forward the moment
+the crawl is done, the backlog outgrows the fleet, or a worker died.
+
+What the tick remembers (the scale-down window, the worker count) is kept in
+``<out>/state.json``, so ``--resume`` goes on with the same decisions; the job file is
+watched, so editing its ``suspend`` or ``workers`` takes effect at the next tick, as
+``kubectl edit`` does in a cluster. Ctrl-C or SIGTERM drains the workers (they release their
+leases), stops Redis cleanly and says how to resume.
 """
 
 from __future__ import annotations
@@ -14,154 +18,204 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.crawljob import CrawlJob
+from crawlfleet.config import Config
+from crawlfleet.crawljob import CrawlJob, load_crawljob
 from crawlfleet.errors import ConfigError
-from crawlfleet.fleet import FleetMemory, FleetPolicy, Observation, decide
+from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, connect
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
 
-__all__ = ["RunOptions", "run_local"]
+__all__ = ["STATE_FILE", "RunOptions", "run_local"]
 
 log = logging.getLogger(__name__)
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: The run's durable steering state, under the output folder.
+STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
+    """One run, as the command line asked for it; the process knobs are in ``config``."""
+
     job_file: Path
     output_dir: Path
-    redis_url: str | None = None
+    config: Config = field(default_factory=Config)
     workers: int | None = None  # pin a fixed count instead of the brain's
     resume: bool = False
     json_summary: bool = False
     # Forks the workers when given (see crawlfleet/local/zygote.py); else each is started.
     zygote: Zygote | None = None
-    # A full tick (heartbeats, lease expiry, the brain, scaling, progress) every
-    # ``tick_seconds``; in between, one HMGET of the job's counters and a waitpid per worker
-    # every ``poll_seconds``, so that the end of the crawl or a dead worker is acted on within
-    # a poll instead of a tick.
-    tick_seconds: float = 0.25
-    poll_seconds: float = 0.05
-    # The frontier's counters are exact and read in one command (a page's links are enqueued
-    # before it is acked, in one script; claims, requeues and retries move counts atomically),
-    # so "seeded, nothing queued, delayed or leased" is final the moment it is seen: no worker
-    # can undo it. The worker's own exit check trusts it without a grace too.
-    completion_grace_seconds: float = 0.0
-    progress_seconds: float = 5.0
 
 
 def _print(*args: Any) -> None:
     print(*args, file=sys.stderr, flush=True)
 
 
+@dataclass
+class _State:
+    """``state.json``: the fleet's memory and the next worker number, written on change."""
+
+    path: Path
+    memory: FleetMemory = field(default_factory=FleetMemory)
+    next_worker: int = 1
+
+    @classmethod
+    def load(cls, path: Path) -> _State:
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as error:
+            log.warning("%s unreadable (%s): starting with a fresh fleet memory", path, error)
+            return cls(path)
+        memory = FleetMemory.from_mapping(raw.get("fleet")) or FleetMemory()
+        number = raw.get("nextWorker")
+        return cls(path, memory, number if isinstance(number, int) and number > 0 else 1)
+
+    def save(self, memory: FleetMemory, next_worker: int) -> None:
+        if (memory, next_worker) == (self.memory, self.next_worker):
+            return
+        self.memory, self.next_worker = memory, next_worker
+        text = json.dumps({"fleet": memory.to_mapping(), "nextWorker": next_worker}, indent=2)
+        partial = self.path.with_suffix(".json.partial")
+        partial.write_text(text + "\n")
+        os.replace(partial, self.path)  # a crash leaves the old state or the new, never half
+
+
+class _JobFile:
+    """The job file, re-read when it changes: its steering fields apply to a running run."""
+
+    def __init__(self, path: Path, job: CrawlJob) -> None:
+        self.path = path
+        self.job = job
+        self._mtime = self._stat()
+
+    def _stat(self) -> int | None:
+        try:
+            return self.path.stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def current(self) -> CrawlJob:
+        """The job as the file says now (one stat call when it has not changed)."""
+        mtime = self._stat()
+        if mtime == self._mtime or mtime is None:
+            return self.job
+        self._mtime = mtime
+        try:
+            job = load_crawljob(self.path)
+        except ConfigError as error:
+            _print(f"crawlfleet: {self.path} changed but is invalid, keeping the last: {error}")
+            return self.job
+        if job.job_id != self.job.job_id:
+            _print(f"crawlfleet: {self.path} now names another job; keeping {self.job.job_id}")
+            return self.job
+        if job.spec != self.job.spec:
+            _print(
+                f"crawlfleet: {self.path} changed: suspend={job.spec.suspend}, "
+                f"workers {job.spec.workers.min_replicas}-{job.spec.workers.max_replicas}"
+            )
+        self.job = job
+        return job
+
+
 async def run_local(job: CrawlJob, options: RunOptions) -> int:
+    config = options.config
     out = options.output_dir
     data_dir = out / "redis"
-    if options.redis_url is None and data_dir.exists() and not options.resume:
+    external_redis = config.run.redis_url
+    if external_redis is None and data_dir.exists() and not options.resume:
         raise ConfigError(
             f"{out} holds an earlier run; continue it with --resume, or choose another --out"
         )
     out.mkdir(parents=True, exist_ok=True)
     _log_to_file(out / "crawlfleet.log")
+    state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
     server: RedisServer | None = None
-    if options.redis_url is None:
+    if external_redis is None:
         server = RedisServer(data_dir, appendonly=True).start()
-    redis_url = options.redis_url or (server.url if server else "")
+    redis_url = external_redis or (server.url if server else "")
     client = connect(redis_url)
     backend = LocalProcessBackend(
-        options.job_file.resolve(), redis_url, out.resolve(), zygote=options.zygote
+        options.job_file.resolve(),
+        redis_url,
+        out.resolve(),
+        drain=config.worker.drain,
+        zygote=options.zygote,
+        first_number=state.next_worker,
+        events_file=out / "events.jsonl",
     )
     stop_signal: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_signal.append, sig)
     started = time.monotonic()
-    events = _Events(out / "events.jsonl")
+    job_file = _JobFile(options.job_file, job)
     max_workers = 0
     try:
-        # A worker's imports take longer than opening and seeding the frontier: start the
-        # fleet's floor first, so that it loads while we seed (a worker joins the frontier
-        # with the same idempotent open and seed, whichever of us comes first).
-        first = 0 if job.spec.suspend else options.workers or job.spec.workers.min_replicas
-        if first:
-            events.emit("scale", **{"from": 0, "to": first}, reason="start-up: minimum fleet")
-        for _ in range(first):
-            backend.start()
-        max_workers = first
         frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
-        new_seeds = await frontier.seed(list(job.spec.seeds))
-        _print(
-            f"crawlfleet: {job.job_id}: {new_seeds} new seed(s); redis {redis_url.split('@')[-1]};"
-            f" output {out}"
-        )
-        policy = FleetPolicy.from_spec(job.spec, options.completion_grace_seconds)
-        memory = FleetMemory(replicas=first)
-        progress = _Progress(job, started, options.progress_seconds)
+        memory = state.memory
+        progress = _Progress(job, started, config.run.progress_seconds)
         complete = False
+        first = True
         next_tick = 0.0
+        policy: FleetPolicy | None = None
         while not stop_signal:
-            stats = await frontier.stats()
+            if policy is None or job_file.current() is not job:
+                job = job_file.current()
+                policy = FleetPolicy.from_spec(
+                    job.spec,
+                    config.steering,
+                    completion_grace_seconds=config.run.completion_grace_seconds,
+                    pinned_replicas=options.workers,
+                )
+            suspended = job.spec.suspend
             now = time.monotonic()
-            if now < next_tick and not stats.complete and not backend.exited():
-                await asyncio.sleep(options.poll_seconds)
+            if (
+                now < next_tick
+                and not backend.exited()
+                and not await steer.check(frontier, policy, memory, suspended=suspended)
+            ):
+                await asyncio.sleep(config.run.poll_seconds)
                 continue
-            next_tick = now + options.tick_seconds
-            beats = {b.worker: b.age_seconds for b in await frontier.workers()}
-            views = backend.views(beats)
-            known = {v.worker_id for v in views}
-            vanished = tuple(w for w in beats if w not in known and w.startswith("local-"))
-            seen = Observation.of(
-                stats,
+            next_tick = now + config.run.tick_seconds
+            done = await steer.tick(
+                frontier,
+                backend,
+                policy,
+                memory,
                 now=time.time(),
-                suspended=job.spec.suspend,
-                workers=tuple(views),
-                vanished=vanished,
+                suspended=suspended,
+                seeds=job.spec.seeds,
             )
-            decision, memory = decide(policy, seen, memory)
-            for worker_id in decision.replace:
-                backend.stop(worker_id, graceful=False)
-                events.emit("replace", worker=worker_id, reason="no heartbeat")
-            for worker_id in decision.requeue_owners:
-                moved = await frontier.requeue_owner(worker_id)
-                await frontier.forget_worker(worker_id)
-                backend.forget(worker_id)
-                events.emit("requeue", worker=worker_id, requeued=moved.requeued, dead=moved.dead)
-            await frontier.requeue_expired()
-            backend.reap()
-            if decision.complete:
-                events.emit("complete", crawled=stats.crawled, dead=stats.dead)
+            assert done is not None  # a local fleet is always in view
+            memory = done.memory
+            state.save(memory, backend.next_number)
+            if first:
+                first = False
+                news = "resumed" if done.seeded is None else f"{done.seeded} new seed(s)"
+                _print(
+                    f"crawlfleet: {job.job_id}: {news}; redis {redis_url.split('@')[-1]};"
+                    f" output {out}"
+                )
+            max_workers = max(max_workers, len(backend.active()))
+            if done.decision.complete:
                 complete = True
                 break
-            desired = decision.desired_replicas
-            if options.workers is not None and desired > 0:
-                desired = options.workers
-            active = backend.active()
-            if desired != len(active):
-                events.emit(
-                    "scale",
-                    **{"from": len(active), "to": desired},
-                    queued=stats.queued,
-                    in_flight=stats.leased,
-                    reason=decision.reason or "replace exited workers",
-                )
-            for _ in range(desired - len(active)):
-                backend.start()
-            for worker_id in reversed(active[desired:]):
-                backend.stop(worker_id)
-            max_workers = max(max_workers, len(backend.active()))
-            progress.show(stats, len(backend.active()))
-            await asyncio.sleep(options.poll_seconds)
-        backend.stop_all(timeout_seconds=30)
+            progress.show(done.stats, len(backend.active()), suspended)
+            await asyncio.sleep(config.run.poll_seconds)
+        backend.stop_all()
         stats = await frontier.stats()
         elapsed = time.monotonic() - started
         if not complete:
@@ -177,7 +231,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             print(json.dumps(summary, sort_keys=True), flush=True)
         return 0
     finally:
-        backend.stop_all(timeout_seconds=30)
+        backend.stop_all()
         await client.aclose()
         if server is not None:
             server.stop()
@@ -221,19 +275,6 @@ def _write_results(out: Path, dead: list[dict[str, Any]], summary: dict[str, Any
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-class _Events:
-    """The run's decisions, one JSON line each (the local stand-in for Kubernetes Events)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def emit(self, kind: str, **fields: Any) -> None:
-        entry = {"ts": round(time.time(), 3), "kind": kind, **fields}
-        log.info("%s %s", kind, fields)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(entry) + "\n")
-
-
 def _log_to_file(path: Path) -> None:
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
@@ -267,13 +308,14 @@ class _Progress:
             text += f"  ETA {max(0, max_pages - stats.crawled) / rate:.0f}s"
         return text
 
-    def show(self, stats: FrontierStats, workers: int) -> None:
+    def show(self, stats: FrontierStats, workers: int, suspended: bool) -> None:
         now = time.monotonic()
+        text = self.line(stats, workers) + ("  (suspended)" if suspended else "")
         if self.tty and self._console is not None:
-            self._console.print(self.line(stats, workers), end="\r", highlight=False)
+            self._console.print(text, end="\r", highlight=False)
         elif now - self.last >= self.every:
             self.last = now
-            _print(self.line(stats, workers))
+            _print(text)
 
     def done(self, stats: FrontierStats, elapsed: float) -> None:
         _print(

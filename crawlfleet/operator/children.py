@@ -18,11 +18,10 @@ from typing import Any, Final
 
 import yaml
 
-from crawlfleet import __version__
+from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec
 
 __all__ = [
-    "DEFAULT_WORKER_IMAGE",
     "METRICS_PORT",
     "REDIS_PORT",
     "ChildNames",
@@ -42,13 +41,10 @@ __all__ = [
 
 Manifest = dict[str, Any]
 
-DEFAULT_WORKER_IMAGE: Final = f"crawlfleet/worker:{__version__}"
 REDIS_PORT: Final = 6379
 METRICS_PORT: Final = 9100
 JOB_FILE: Final = "/etc/crawlfleet/job.yaml"
 OUTPUT_DIR: Final = "/data/out"
-#: The worker's own drain time (its --grace-seconds); the pod gets a little more to exit.
-WORKER_GRACE_SECONDS: Final = 25
 NONROOT_UID: Final = 65532
 
 LABEL_JOB: Final = "crawlfleet.io/job"
@@ -353,8 +349,14 @@ def _redis_env(job: JobRef, spec: CrawlJobSpec) -> list[Manifest]:
     ]
 
 
-def worker_deployment(job: JobRef, spec: CrawlJobSpec, *, replicas: int, image: str) -> Manifest:
-    """The worker fleet. ``replicas`` is only the initial count: the operator's timer owns it."""
+def worker_deployment(
+    job: JobRef, spec: CrawlJobSpec, *, replicas: int, image: str, drain: DrainConfig
+) -> Manifest:
+    """The worker fleet. ``replicas`` is only the initial count: the operator's timer owns it.
+
+    The pod's termination grace is the worker's whole drain budget (fetches, loops, the last
+    flush), so a worker told to stop is never killed while it drains as designed.
+    """
     names = job.names
     labels = _labels(job, "worker")
     resources = spec.workers.resources or {
@@ -393,7 +395,7 @@ def worker_deployment(job: JobRef, spec: CrawlJobSpec, *, replicas: int, image: 
                     # Workers talk to Redis and the web, never to the Kubernetes API.
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "terminationGracePeriodSeconds": WORKER_GRACE_SECONDS + 5,
+                    "terminationGracePeriodSeconds": drain.budget_seconds,
                     "securityContext": _restricted_pod(NONROOT_UID),
                     "containers": [
                         {
@@ -408,7 +410,7 @@ def worker_deployment(job: JobRef, spec: CrawlJobSpec, *, replicas: int, image: 
                                 "--metrics-port",
                                 str(METRICS_PORT),
                                 "--grace-seconds",
-                                str(WORKER_GRACE_SECONDS),
+                                f"{drain.grace_seconds:g}",
                                 # The operator decides when the job is done and scales to 0;
                                 # a worker exiting on its own would only be restarted.
                                 "--keep-running",

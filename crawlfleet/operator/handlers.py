@@ -5,14 +5,22 @@ Three paths, each idempotent:
 - ``ensure`` (create, update, resume): the children exist and match the spec. Fixed names,
   ownerReferences through ``kopf.adopt``, create then patch on 409. A managed Redis's
   password Secret is made once and never rewritten.
-- ``tick`` (a timer per job): read the frontier's O(1) counters and the heartbeats, list the
-  worker pods, run the fleet brain (``crawlfleet.fleet.policy.decide``, the same code
-  ``crawlfleet run`` uses) and apply its decision: Deployment replicas, requeues, stale pods
-  replaced, completion, status and Events.
+- ``tick`` (a timer per job): the one steering tick (:func:`crawlfleet.fleet.steer.tick`, the
+  same code ``crawlfleet run`` uses) over the Kubernetes backend
+  (:class:`~crawlfleet.operator.backend.KubeBackend`), then status. Between full ticks a
+  one-read check of the counters (:func:`crawlfleet.fleet.steer.check`).
 - ``worker_pod_event`` (a watch on worker pods): the fast path. A worker pod that is gone or
-  failed has its leases requeued at once instead of at the next tick or at lease expiry.
+  failed has its leases requeued at once (:func:`crawlfleet.fleet.steer.requeue_unit`)
+  instead of at the next tick or at lease expiry.
 
-A spec that slipped past admission is marked ``InvalidSpec`` with the exact reason and left
+What the tick observes of pods and Deployments comes from kopf indices (``worker_pods``,
+``worker_deployments``): kopf fills them from its watches and lists every indexed kind in
+full before it runs any resource handler, so even the first tick after a restart sees every
+pod. The fleet brain's memory lives in ``status.fleet``; this process only caches it.
+
+Errors are decisions: a Kubernetes 429 or 5xx becomes ``kopf.TemporaryError(delay=...)``; a
+frontier that cannot be reached is reported in the status and retried at the next tick. A
+spec that slipped past admission is marked ``InvalidSpec`` with the exact reason and left
 alone: the handlers return normally, so kopf neither retries nor backs off in a loop; an edit
 of the spec runs ``ensure`` again.
 """
@@ -25,32 +33,33 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import kopf
-from redis.exceptions import RedisError
 
+from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import ConfigError, FrontierError
-from crawlfleet.fleet import (
-    FleetMemory,
-    FleetPolicy,
-    Observation,
-    WorkerView,
-    decide,
-    demand,
-)
-from crawlfleet.frontier import Frontier, FrontierSettings, connect
+from crawlfleet.errors import ConfigError, FrontierError, KubeError
+from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
+from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, connect
 from crawlfleet.operator import children
+from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
 from crawlfleet.operator.children import JobRef
 from crawlfleet.operator.kube import Kube
 from crawlfleet.operator.metrics import OperatorMetrics
 from crawlfleet.operator.status import Observed, invalid_spec_status, job_status
 
-__all__ = ["GROUP", "PLURAL", "VERSION", "CrawlJobOperator", "OperatorConfig"]
+__all__ = [
+    "GROUP",
+    "PLURAL",
+    "VERSION",
+    "CrawlJobOperator",
+    "index_worker_deployment",
+    "index_worker_pod",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +68,40 @@ VERSION: Final = "v1alpha1"
 PLURAL: Final = "crawljobs"
 
 
-@dataclass(frozen=True, slots=True)
-class OperatorConfig:
-    worker_image: str = children.DEFAULT_WORKER_IMAGE
-    #: A full reconcile of each job at least this often (status, heartbeats, requeues).
-    tick_seconds: float = 5.0
-    #: In between, a one-read check of the frontier's counters (one HGETALL): a backlog
-    #: that needs more workers, or a queue that ran dry, is acted on within this time.
-    check_seconds: float = 1.0
-    #: How much a check may be late, at random, so a thousand jobs created at once do not
-    #: all hit their Redis and the API server in the same instant.
-    tick_jitter_seconds: float = 0.2
-    completion_grace_seconds: float = 5.0
-    #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy.
-    operator_labels: Mapping[str, str] = field(
-        default_factory=lambda: {"app.kubernetes.io/name": "crawlfleet-operator"}
-    )
+#: The labels every worker pod and worker Deployment the operator made carries.
+WORKER_LABELS: Final[Mapping[str, Any]] = {  # str, or kopf.PRESENT (its type is private)
+    children.LABEL_COMPONENT: "worker",
+    children.LABEL_JOB: kopf.PRESENT,
+    "app.kubernetes.io/managed-by": "crawlfleet-operator",
+}
+
+PodIndex = kopf.Index[tuple[str, str], PodInfo]
+DeploymentIndex = kopf.Index[tuple[str, str], DeploymentInfo]
+
+
+def index_worker_pod(
+    name: str,
+    namespace: str | None,
+    labels: kopf.Labels,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[tuple[str, str], PodInfo]:
+    """The ``worker_pods`` index: (namespace, job label) -> the job's pods."""
+    return {
+        (namespace or "", labels[children.LABEL_JOB]): PodInfo.of(name, status.get("phase"), meta)
+    }
+
+
+def index_worker_deployment(
+    name: str, namespace: str | None, spec: kopf.Spec, status: kopf.Status, **_: Any
+) -> dict[tuple[str, str], DeploymentInfo]:
+    """The ``worker_deployments`` index: (namespace, name) -> replicas wanted and ready."""
+    return {(namespace or "", name): DeploymentInfo.of(spec, status)}
+
+
+def _first(store: Collection[DeploymentInfo] | None) -> DeploymentInfo | None:
+    return next(iter(store), None) if store else None
 
 
 @dataclass
@@ -83,6 +110,7 @@ class JobState:
 
     owner: dict[str, Any]
     frontier: Frontier | None = None
+    #: A cache of ``status.fleet`` (read from there after a restart): the brain's memory.
     memory: FleetMemory | None = None
     last_crawled: int | None = None
     last_time: float = 0.0
@@ -90,6 +118,8 @@ class JobState:
     last_full: float = 0.0
     #: Set by the watches when a worker pod or the Deployment changed: reconcile now.
     dirty: bool = True
+    #: The worker Deployment as its last event showed it (a change makes the job dirty).
+    deployment: DeploymentInfo | None = None
     #: The spec validated once per generation, not at every one-second check (None: invalid).
     spec: CrawlJobSpec | None = None
     spec_generation: int | None = None
@@ -132,16 +162,13 @@ def _owner(body: Mapping[str, Any]) -> dict[str, Any]:
 class CrawlJobOperator:
     """The handlers, bound to one API client, one configuration and one metrics registry."""
 
-    def __init__(self, kube: Kube, config: OperatorConfig, metrics: OperatorMetrics) -> None:
+    def __init__(self, kube: Kube, config: Config, metrics: OperatorMetrics) -> None:
         self.kube = kube
         self.config = config
+        self.knobs = config.operator
         self.metrics = metrics
         #: By (namespace, job label): the label is what a worker pod carries.
         self.jobs: dict[tuple[str, str], JobState] = {}
-        # What the watches saw, so a reconcile reads memory instead of listing: the worker
-        # pods by job, and each worker Deployment's (replicas, ready replicas).
-        self.pods: dict[tuple[str, str], dict[str, PodInfo]] = {}
-        self.deployments: dict[tuple[str, str], tuple[int, int]] = {}
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -151,34 +178,33 @@ class CrawlJobOperator:
             *resource,
             registry=registry,
             id="tick",
-            interval=min(self.config.check_seconds, self.config.tick_seconds),
+            interval=min(self.knobs.check_seconds, self.knobs.tick_seconds),
             initial_delay=0.5,
             sharp=False,
         )(self.tick)
         kopf.on.delete(*resource, registry=registry, id="cleanup")(self.cleanup)
-        kopf.on.event(
-            "",
+        # The index ids are the names handlers receive them by (worker_pods=...).
+        kopf.index("", "v1", "pods", registry=registry, id="worker_pods", labels=WORKER_LABELS)(
+            index_worker_pod
+        )
+        kopf.index(
+            "apps",
             "v1",
-            "pods",
+            "deployments",
             registry=registry,
-            id="worker-pods",
-            labels={
-                children.LABEL_COMPONENT: "worker",
-                children.LABEL_JOB: kopf.PRESENT,
-                "app.kubernetes.io/managed-by": "crawlfleet-operator",
-            },
-        )(self.worker_pod_event)
+            id="worker_deployments",
+            labels=WORKER_LABELS,
+        )(index_worker_deployment)
+        kopf.on.event("", "v1", "pods", registry=registry, id="worker-pods", labels=WORKER_LABELS)(
+            self.worker_pod_event
+        )
         kopf.on.event(
             "apps",
             "v1",
             "deployments",
             registry=registry,
             id="worker-deployments",
-            labels={
-                children.LABEL_COMPONENT: "worker",
-                children.LABEL_JOB: kopf.PRESENT,
-                "app.kubernetes.io/managed-by": "crawlfleet-operator",
-            },
+            labels=WORKER_LABELS,
         )(self.worker_deployment_event)
 
     def _state(self, body: Mapping[str, Any]) -> JobState:
@@ -215,9 +241,7 @@ class CrawlJobOperator:
                 manifests.append((pvc, {}))  # a claim's spec is immutable
             manifests.append((children.redis_deployment(ref, parsed), None))
             manifests.append((children.redis_service(ref), None))
-            manifests.append(
-                (children.network_policy(ref, dict(self.config.operator_labels)), None)
-            )
+            manifests.append((children.network_policy(ref, dict(self.knobs.operator_labels)), None))
         elif parsed.redis.url is not None:
             manifests.append((children.external_redis_secret(ref, parsed.redis.url), None))
         manifests.append((children.config_map(ref, parsed), None))
@@ -225,7 +249,8 @@ class CrawlJobOperator:
             ref,
             parsed,
             replicas=0,  # the tick scales up once Redis answers and the seeds are in
-            image=parsed.workers.image or self.config.worker_image,
+            image=parsed.workers.image or self.knobs.worker_image,
+            drain=self.config.worker.drain,
         )
         # Replicas belong to the tick (or to kubectl scale / an HPA): never reset them here.
         workers_patch = {key: value for key, value in workers.items() if key != "spec"}
@@ -236,7 +261,10 @@ class CrawlJobOperator:
             kopf.adopt(manifest, owner=body)
             if patch_body:
                 kopf.adopt(patch_body, owner=body)
-            created = await self.kube.ensure(manifest, patch=patch_body)
+            try:
+                created = await self.kube.ensure(manifest, patch=patch_body)
+            except KubeError as error:
+                raise _retry_later(error) from error
             if created:
                 log.info(
                     "created %s %s/%s",
@@ -282,10 +310,12 @@ class CrawlJobOperator:
         status: kopf.Status,
         meta: kopf.Meta,
         patch: kopf.Patch,
-        **_: Any,
+        **indices: Any,
     ) -> None:
-        if self.config.tick_jitter_seconds > 0:
-            await asyncio.sleep(random.uniform(0, self.config.tick_jitter_seconds))
+        worker_pods: PodIndex = indices["worker_pods"]
+        worker_deployments: DeploymentIndex = indices["worker_deployments"]
+        if self.knobs.tick_jitter_seconds > 0:
+            await asyncio.sleep(random.uniform(0, self.knobs.tick_jitter_seconds))
         if meta.get("deletionTimestamp"):
             return  # being deleted: cleanup() owns it, and a tick would recreate its keys
         ref = _ref(body)
@@ -293,63 +323,70 @@ class CrawlJobOperator:
         parsed = state.spec_for(meta.get("generation"), spec)
         if parsed is None:
             return  # ensure() marked it InvalidSpec; nothing to steer
+        policy = FleetPolicy.from_spec(
+            parsed,
+            self.config.steering,
+            completion_grace_seconds=self.knobs.completion_grace_seconds,
+        )
         try:
-            if not await self._due(state, parsed):
+            if not await self._due(state, policy, parsed.suspend):
                 return
-        except (RedisError, FrontierError, OSError):
+        except (FrontierError, OSError):
             pass  # the full reconcile below reconnects and reports it
         started = time.perf_counter()
         state.last_full, state.dirty = time.monotonic(), False
+        backend = KubeBackend(
+            self.kube,
+            ref,
+            state.owner,
+            pods=tuple(worker_pods.get((ref.namespace, ref.label), ())),
+            deployment=_first(worker_deployments.get((ref.namespace, ref.names.workers))),
+            metrics=self.metrics,
+        )
         try:
-            await self._reconcile(body, ref, parsed, state, status, meta, patch)
-        except (RedisError, FrontierError, OSError) as error:
+            await self._reconcile(body, ref, parsed, policy, backend, state, status, meta, patch)
+        except (FrontierError, OSError) as error:
             # Redis restarting or moving: reconnect next tick; leases stay valid meanwhile.
             self.metrics.reconcile_errors.inc()
             await state.disconnect()
             log.warning("tick of %s/%s: %s", ref.namespace, ref.name, error)
             patch.status["message"] = f"Redis unavailable: {error}"
+        except KubeError as error:
+            self.metrics.reconcile_errors.inc()
+            raise _retry_later(error) from error
         except Exception:
             self.metrics.reconcile_errors.inc()
             raise
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 
-    async def _due(self, state: JobState, spec: CrawlJobSpec) -> bool:
-        """Whether this check must be a full reconcile; at most one Redis read to find out."""
+    async def _due(self, state: JobState, policy: FleetPolicy, suspended: bool) -> bool:
+        """Whether this check must be a full tick; at most one Redis read to find out."""
         if state.frontier is None or state.memory is None or state.dirty:
             return True
-        if time.monotonic() - state.last_full >= self.config.tick_seconds:
+        if time.monotonic() - state.last_full >= self.knobs.tick_seconds:
             return True
-        stats = await state.frontier.stats()
-        if stats.pending == 0:
-            return True  # done, or a moment from it: completion should not wait a tick
-        if spec.workers.autoscale == "internal":
-            policy = FleetPolicy.from_spec(spec, self.config.completion_grace_seconds)
-            return demand(policy, stats.queued, stats.leased) > state.memory.replicas
-        if spec.suspend:
-            return False
-        wanted = spec.workers.replicas
-        wanted = spec.workers.min_replicas if wanted is None else wanted
-        return wanted != state.memory.replicas  # kubectl scale or an HPA changed it
+        return await steer.check(state.frontier, policy, state.memory, suspended=suspended)
 
     async def _reconcile(
         self,
         body: kopf.Body,
         ref: JobRef,
         spec: CrawlJobSpec,
+        policy: FleetPolicy,
+        backend: KubeBackend,
         state: JobState,
         status: kopf.Status,
         meta: kopf.Meta,
         patch: kopf.Patch,
     ) -> None:
-        names = ref.names
         now = _now()
         generation = meta.get("generation")
         selector = children.selector_string(children.worker_selector(ref))
-        deployment = self.deployments.get((ref.namespace, names.workers))
+        deployment = backend.deployment
         if deployment is None:
             return  # not made yet by ensure(), or not seen by the watch yet
-        current, ready = deployment
+        current, ready = deployment.replicas, deployment.ready
         if status.get("phase") == "Succeeded":
             await self._finished(body, ref, spec, status, current)
             _patch_changed(
@@ -378,87 +415,43 @@ class CrawlJobOperator:
             )
             _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
             return
-        stats = await frontier.stats()
-        if not stats.seeded and not spec.suspend:
-            added = await frontier.seed(list(spec.seeds))
-            kopf.info(body, reason="Seeded", message=f"{added} seed URL(s) queued")
-            stats = await frontier.stats()
-
-        beats = {beat.worker: beat.age_seconds for beat in await frontier.workers()}
-        pods = list(self.pods.get((ref.namespace, ref.label), {}).values())
-        views, superseded = _worker_views(pods, beats)
-        pod_names = {pod.name for pod in pods}
-        gone = [w for w in beats if pod_of(w) not in pod_names]
-        observation = Observation.of(
-            stats,
+        stored = FleetMemory.from_mapping(status.get("fleet"))
+        memory = state.memory or stored or FleetMemory(replicas=current)
+        done = await steer.tick(
+            frontier,
+            backend,
+            policy,
+            memory,
             now=time.time(),
             suspended=spec.suspend,
-            workers=views,
-            vanished=tuple(sorted({*gone, *superseded})),
+            seeds=spec.seeds,
         )
-        policy = FleetPolicy.from_spec(spec, self.config.completion_grace_seconds)
-        memory = state.memory or FleetMemory(replicas=current)
-        decision, state.memory = decide(policy, observation, memory)
-
-        for worker_id in decision.replace:
-            pod_name = pod_of(worker_id)
-            await self.kube.delete_pod(ref.namespace, pod_name)
-            kopf.warn(
-                body,
-                reason="WorkerReplaced",
-                message=f"pod {pod_name} is running but sent no heartbeat for "
-                f"{spec.lease.dead_after_seconds:g} s: deleted, its leases requeued",
-            )
-        for worker in decision.requeue_owners:
-            await self._requeue_owner(body, frontier, worker, "stale_heartbeat")
-        expired = await frontier.requeue_expired()
-        if expired.requeued or expired.dead:
-            self.metrics.requeued.labels("expired").inc(expired.requeued)
-            kopf.info(
-                body,
-                reason="LeasesExpired",
-                message=f"{expired.requeued} expired lease(s) requeued, {expired.dead} dead",
-            )
-
+        if done is None:
+            return
+        state.memory = done.memory
+        if done.memory != stored:  # explicit nulls: a merge patch drops what is None now
+            patch.status["fleet"] = {
+                "lowDemandSince": None,
+                "idleSince": None,
+                **done.memory.to_mapping(),
+            }
+        stats, decision = done.stats, done.decision
         desired = decision.desired_replicas
-        if spec.workers.autoscale == "external" and decision.phase in ("Running", "Pending"):
-            wanted = spec.workers.replicas
-            desired = wanted if wanted is not None else spec.workers.min_replicas
-            state.memory = FleetMemory(replicas=desired)
-        scaled = desired != current
-        if scaled:
-            await self.kube.scale_deployment(ref.namespace, names.workers, desired)
-            self.metrics.scale_decisions.labels("up" if desired > current else "down").inc()
-            reason = decision.reason or (
-                "scaled by spec.workers.replicas (autoscale: external)"
-                if spec.workers.autoscale == "external"
-                else "fleet brain"
-            )
-            kopf.info(body, reason="Scaled", message=f"workers {current} -> {desired}: {reason}")
-
-        if decision.complete:
-            stats = await frontier.stats()
-            kopf.info(
-                body,
-                reason="Completed",
-                message=f"{stats.crawled} pages crawled, {stats.dead} dead-lettered",
-            )
         self._rate(state, stats.crawled)
-        message = _message(decision.phase, stats, desired)
         seen = Observed(
             phase=decision.phase,
             redis_ready=True,
             desired_replicas=desired,
-            replicas=current if not scaled else desired,
+            replicas=desired if done.scaled else current,
             ready_replicas=ready,
             stats=stats,
             selector=selector,
             pages_per_second=state.pages_per_second,
-            message=message,
-            scaled=scaled,
+            message=_message(decision.phase, stats, desired),
+            scaled=done.scaled,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
-        self._observe(ref, decision.phase, stats.queued + stats.delayed, stats, desired, ready)
+        self._observe(ref, decision.phase, stats, desired, ready)
 
     async def _finished(
         self,
@@ -489,29 +482,15 @@ class CrawlJobOperator:
         state.last_crawled, state.last_time = crawled, now
 
     def _observe(
-        self, ref: JobRef, phase: str, queued: int, stats: Any, desired: int, ready: int
+        self, ref: JobRef, phase: str, stats: FrontierStats, desired: int, ready: int
     ) -> None:
         labels = (ref.namespace, ref.name)
         self.metrics.set_phase(ref.namespace, ref.name, phase)
-        self.metrics.queued.labels(*labels).set(queued)
+        self.metrics.queued.labels(*labels).set(stats.queued + stats.delayed)
         self.metrics.in_flight.labels(*labels).set(stats.leased)
         self.metrics.crawled.labels(*labels).set(stats.crawled)
         self.metrics.desired.labels(*labels).set(desired)
         self.metrics.ready.labels(*labels).set(ready)
-
-    async def _requeue_owner(
-        self, body: Mapping[str, Any], frontier: Frontier, worker: str, reason: str
-    ) -> None:
-        moved = await frontier.requeue_owner(worker)
-        await frontier.forget_worker(worker)
-        if moved.requeued or moved.dead:
-            self.metrics.requeued.labels(reason).inc(moved.requeued)
-            kopf.info(
-                cast(Any, body),  # kopf posts Events for any mapping with metadata
-                reason="LeasesRequeued",
-                message=f"worker {worker} is gone ({reason.replace('_', ' ')}): "
-                f"{moved.requeued} lease(s) requeued, {moved.dead} dead-lettered",
-            )
 
     async def _frontier(self, ref: JobRef, spec: CrawlJobSpec, state: JobState) -> Frontier | None:
         if state.frontier is not None:
@@ -519,16 +498,17 @@ class CrawlJobOperator:
         url = await self._redis_url(ref, spec)
         if url is None:
             return None
-        client = connect(url)
+        client = None
         try:
-            await client.ping()
+            client = connect(url)
             state.frontier = await Frontier.open(
                 client, FrontierSettings.from_spec(f"{ref.namespace}.{ref.name}", spec)
             )
-        except (RedisError, FrontierError, OSError) as error:
+        except (FrontierError, OSError, ValueError) as error:
             log.info("Redis of %s/%s not reachable yet: %s", ref.namespace, ref.name, error)
-            with contextlib.suppress(Exception):
-                await client.aclose()
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.aclose()
             return None
         return state.frontier
 
@@ -556,29 +536,18 @@ class CrawlJobOperator:
 
     async def worker_deployment_event(
         self,
-        event: Mapping[str, Any],
         body: kopf.Body,
-        name: str,
         namespace: str | None,
         labels: kopf.Labels,
         **_: Any,
     ) -> None:
-        if namespace is None:
+        """A worker Deployment changed its replicas or readiness: reconcile its job now."""
+        state = self.jobs.get((namespace or "", labels[children.LABEL_JOB]))
+        if state is None:
             return
-        key = (namespace, name)
-        if event.get("type") == "DELETED":
-            self.deployments.pop(key, None)
-        else:
-            replicas = body.get("spec", {}).get("replicas") or 0
-            ready = body.get("status", {}).get("readyReplicas") or 0
-            if self.deployments.get(key) != (replicas, ready):
-                self.deployments[key] = (replicas, ready)
-                self._touch(namespace, labels[children.LABEL_JOB])
-
-    def _touch(self, namespace: str, job_label: str) -> None:
-        state = self.jobs.get((namespace, job_label))
-        if state is not None:
-            state.dirty = True
+        info = DeploymentInfo.of(body.spec, body.status)
+        if state.deployment != info:
+            state.deployment, state.dirty = info, True
 
     async def worker_pod_event(
         self,
@@ -589,35 +558,27 @@ class CrawlJobOperator:
         labels: kopf.Labels,
         **_: Any,
     ) -> None:
-        if namespace is None:
-            return
-        job_label = labels[children.LABEL_JOB]
-        pods = self.pods.setdefault((namespace, job_label), {})
+        """A worker pod gone or failed: its leases go back now, not at the next tick."""
         gone = event.get("type") == "DELETED"
-        phase = body.get("status", {}).get("phase")
-        if gone:
-            pods.pop(name, None)
-        else:
-            pods[name] = PodInfo.of(name, phase, body["metadata"].get("creationTimestamp"))
-        failed = phase in ("Failed", "Succeeded")
-        if not (gone or failed):
+        if not (gone or body.status.get("phase") in ("Failed", "Succeeded")):
             return
-        self._touch(namespace, job_label)
-        state = self.jobs.get((namespace, job_label))
-        if state is None or state.frontier is None:
+        state = self.jobs.get((namespace or "", labels[children.LABEL_JOB]))
+        if state is None:
+            return
+        state.dirty = True
+        if state.frontier is None:
             return  # the next tick sees its heartbeat without a pod and requeues then
+        backend = KubeBackend(
+            self.kube, _ref(state.owner), state.owner, (), None, metrics=self.metrics
+        )
         try:
-            beats = await state.frontier.workers()
-            for worker in {name, *(b.worker for b in beats if pod_of(b.worker) == name)}:
-                await self._requeue_owner(
-                    state.owner, state.frontier, worker, "pod_gone" if gone else "pod_failed"
-                )
-        except (RedisError, FrontierError, OSError) as error:
+            await steer.requeue_unit(state.frontier, backend, name, "gone" if gone else "exited")
+        except (FrontierError, OSError) as error:
             log.warning("requeue for pod %s/%s failed: %s", namespace, name, error)
 
     # -- deletion ----------------------------------------------------------------------
 
-    async def cleanup(self, body: kopf.Body, spec: kopf.Spec, **_: Any) -> None:
+    async def cleanup(self, body: kopf.Body, spec: kopf.Spec, **indices: Any) -> None:
         """Forget the job; with an external Redis, remove its keys (a managed one is GC'd).
 
         The keys go only after the job's workers have stopped: a worker still draining
@@ -629,8 +590,12 @@ class CrawlJobOperator:
         except ConfigError:
             parsed = None
         external = parsed is not None and parsed.redis.managed is None
-        if external and self.pods.get((ref.namespace, ref.label)):
-            await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
+        worker_pods: PodIndex = indices["worker_pods"]
+        if external and worker_pods.get((ref.namespace, ref.label)):
+            try:
+                await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
+            except KubeError as error:
+                raise _retry_later(error) from error
             raise kopf.TemporaryError(
                 "waiting for the workers to stop before removing the job's keys", delay=2
             )
@@ -650,29 +615,6 @@ class CrawlJobOperator:
             await state.disconnect()
 
 
-def pod_of(worker_id: str) -> str:
-    """The pod a worker id belongs to: workers in pods are ``<pod name>#<incarnation>``."""
-    return worker_id.split("#", 1)[0]
-
-
-@dataclass(frozen=True, slots=True)
-class PodInfo:
-    """A worker pod as the watch last saw it."""
-
-    name: str
-    phase: str | None
-    started_at: float
-
-    @classmethod
-    def of(cls, name: str, phase: str | None, created: str | None) -> PodInfo:
-        started = (
-            datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
-            if created
-            else time.time()
-        )
-        return cls(name, phase, started)
-
-
 def _patch_changed(patch: kopf.Patch, status: Mapping[str, Any], new: Mapping[str, Any]) -> None:
     """Put into the status patch only what differs: an unchanged status costs no API call."""
     for key, value in new.items():
@@ -680,38 +622,18 @@ def _patch_changed(patch: kopf.Patch, status: Mapping[str, Any], new: Mapping[st
             patch.status[key] = value
 
 
-def _worker_views(
-    pods: Sequence[PodInfo], beats: Mapping[str, float]
-) -> tuple[tuple[WorkerView, ...], list[str]]:
-    """One view per pod, and the worker ids of earlier incarnations of live pods.
+def _retry_later(error: KubeError) -> kopf.TemporaryError:
+    """The decision for an API error: retry soon when waiting helps, else in a minute.
 
-    A container that crashed and restarted keeps its pod's name but is a new worker: the
-    pod's freshest heartbeat stands for the pod, and older incarnations are gone (their
-    leases are requeued at once). A terminating pod still counts as running while it drains.
+    Throttling (429, with the server's Retry-After), a server error or no answer: seconds.
+    Anything else (a 403 from RBAC, say) needs a person, so kopf retries it slowly and logs
+    the one line, not a traceback.
     """
-    by_pod: dict[str, list[tuple[float, str]]] = {}
-    for beating, beat_age in beats.items():
-        by_pod.setdefault(pod_of(beating), []).append((beat_age, beating))
-    views: list[WorkerView] = []
-    superseded: list[str] = []
-    for pod in pods:
-        name = pod.name
-        incarnations = sorted(by_pod.get(name, ()))
-        age: float | None = incarnations[0][0] if incarnations else None
-        worker = incarnations[0][1] if incarnations else name
-        superseded += [w for _, w in incarnations[1:]]
-        views.append(
-            WorkerView(
-                worker_id=worker,
-                running=pod.phase in (None, "Pending", "Running"),
-                started_at=pod.started_at,
-                heartbeat_age_seconds=age,
-            )
-        )
-    return tuple(views), superseded
+    delay = error.retry_after_seconds or (5.0 if error.transient else 60.0)
+    return kopf.TemporaryError(f"Kubernetes API: {error}", delay=delay)
 
 
-def _message(phase: str, stats: Any, desired: int) -> str:
+def _message(phase: str, stats: FrontierStats, desired: int) -> str:
     if phase == "Succeeded":
         return f"complete: {stats.crawled} pages crawled, {stats.dead} dead-lettered"
     if phase == "Suspended":

@@ -21,6 +21,8 @@ import aiohttp
 import kopf
 import yaml
 
+from crawlfleet.errors import KubeError
+
 __all__ = ["Kube", "KubeError", "login"]
 
 Manifest = dict[str, Any]
@@ -41,14 +43,6 @@ _KINDS: Final[Mapping[str, tuple[str, str]]] = {
     "PersistentVolumeClaim": ("/api/v1", "persistentvolumeclaims"),
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
-
-
-class KubeError(Exception):
-    """An API call answered with an error status; ``status`` is the HTTP code."""
-
-    def __init__(self, status: int, method: str, path: str, message: str) -> None:
-        super().__init__(f"{method} {path}: {status} {message}")
-        self.status = status
 
 
 def login() -> kopf.ConnectionInfo:
@@ -166,7 +160,8 @@ class Kube:
         content_type: str | None = None,
         missing_ok: bool = False,
     ) -> Any:
-        """One API call; the decoded JSON answer, or :class:`KubeError` for an error status.
+        """One API call; the decoded JSON answer, or :class:`KubeError` for an error status
+        (status 0 when no answer came at all).
 
         ``missing_ok``: a 404 answers None (reads of what may not exist yet, deletes and
         scales of what may be gone already).
@@ -175,18 +170,28 @@ class Kube:
             session = await self._connect()
             headers = {"Content-Type": content_type or "application/json"}
             data = None if body is None else json.dumps(body)
-            async with session.request(
-                method, self._server + path, data=data, headers=headers
-            ) as response:
-                if response.status == 401 and attempt == 1:
-                    await self._forget(session)
-                    continue
-                if response.status == 404 and missing_ok:
-                    return None
-                text = await response.text()
-                if response.status >= 400:
-                    raise KubeError(response.status, method, path, _message(text))
-                return json.loads(text) if text else None
+            try:
+                async with session.request(
+                    method, self._server + path, data=data, headers=headers
+                ) as response:
+                    if response.status == 401 and attempt == 1:
+                        await self._forget(session)
+                        continue
+                    if response.status == 404 and missing_ok:
+                        return None
+                    text = await response.text()
+                    if response.status >= 400:
+                        raise KubeError(
+                            response.status,
+                            method,
+                            path,
+                            _message(text),
+                            _retry_after(response.headers.get("Retry-After")),
+                        )
+                    return json.loads(text) if text else None
+            except (aiohttp.ClientError, TimeoutError) as error:
+                # No answer at all (connection refused or reset, a timeout): status 0.
+                raise KubeError(0, method, path, f"no answer: {error!r}") from error
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _forget(self, session: aiohttp.ClientSession) -> None:
@@ -240,6 +245,14 @@ class Kube:
     async def delete_crawljob(self, namespace: str, name: str) -> None:
         path = f"/apis/crawlfleet.io/v1alpha1/namespaces/{namespace}/crawljobs/{name}"
         await self.request("DELETE", path, missing_ok=True)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """A Retry-After in seconds (the API server sends whole seconds, never a date)."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
 
 
 def _message(text: str) -> str:

@@ -22,17 +22,17 @@ import hashlib
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kopf
 
-from crawlfleet.operator.handlers import CrawlJobOperator, OperatorConfig
+from crawlfleet.config import Config, OperatorConfig
+from crawlfleet.operator.handlers import CrawlJobOperator
 from crawlfleet.operator.kube import Kube, login
 from crawlfleet.operator.metrics import OperatorMetrics
 
-__all__ = ["OperatorOptions", "SpecDigestDiffBase", "run_operator"]
+__all__ = ["SpecDigestDiffBase", "run_operator"]
 
 
 class SpecDigestDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -52,19 +52,7 @@ class SpecDigestDiffBase(kopf.AnnotationsDiffBaseStorage):
         return essence
 
 
-@dataclass(frozen=True, slots=True)
-class OperatorOptions:
-    namespaces: Sequence[str] = ()
-    all_namespaces: bool = False
-    peering: str = "crawlfleet"
-    standalone: bool = False
-    metrics_port: int = 9090
-    health_port: int = 8080
-    bind_host: str = "0.0.0.0"
-    config: OperatorConfig = field(default_factory=OperatorConfig)
-
-
-def _configure(options: OperatorOptions) -> Any:
+def _configure(config: OperatorConfig, *, all_namespaces: bool, standalone: bool) -> Any:
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
             prefix="crawlfleet.io"
@@ -77,14 +65,14 @@ def _configure(options: OperatorOptions) -> Any:
         settings.watching.client_timeout = 150
         settings.watching.connect_timeout = 10
         settings.posting.level = logging.INFO
-        settings.peering.name = options.peering
-        settings.peering.standalone = options.standalone
-        settings.peering.mandatory = not options.standalone
+        settings.peering.name = config.peering
+        settings.peering.standalone = standalone
+        settings.peering.mandatory = not standalone
         # Peers of equal priority all pause; distinct ones let exactly one (the highest) act.
         settings.peering.priority = random.randint(1, 1_000_000)
         # Namespaced: no cluster-wide listing of namespaces and CRDs, which the namespaced
         # RBAC (rightly) refuses; the resources are known in advance.
-        settings.scanning.disabled = not options.all_namespaces
+        settings.scanning.disabled = not all_namespaces
         # A Kubernetes API hiccup: retry soon, but do not hammer (kopf's default is 60 s).
         settings.networking.request_timeout = 30
 
@@ -141,33 +129,36 @@ async def _start_trimmer(**_: Any) -> None:
     task.add_done_callback(_background.discard)
 
 
-def run_operator(options: OperatorOptions) -> int:
+def run_operator(config: Config, *, all_namespaces: bool = False, standalone: bool = False) -> int:
     """Run until SIGTERM/SIGINT (kopf handles both and stops the handlers gracefully)."""
-    if not options.all_namespaces and not options.namespaces:
+    knobs = config.operator
+    if not all_namespaces and not knobs.namespaces:
         raise ValueError("name the namespaces to watch, or pass --all-namespaces")
     _limit_malloc_arenas()
     registry = kopf.OperatorRegistry()
     metrics = OperatorMetrics()
     kube = Kube(login)
-    operator = CrawlJobOperator(kube, options.config, metrics)
+    operator = CrawlJobOperator(kube, config, metrics)
     operator.register(registry)
-    kopf.on.startup(registry=registry)(_configure(options))
+    kopf.on.startup(registry=registry)(
+        _configure(knobs, all_namespaces=all_namespaces, standalone=standalone)
+    )
     # A registry of our own starts without kopf's default login handlers: ours, the same
     # credentials the children are made with (service account in a pod, else the kubeconfig).
     kopf.on.login(registry=registry)(_login)
     kopf.on.cleanup(registry=registry)(_closer(kube))
     kopf.on.startup(registry=registry)(_start_trimmer)
-    metrics.serve(options.metrics_port, options.bind_host)
+    metrics.serve(knobs.metrics_port, knobs.bind_host)
     liveness = (
-        f"http://{options.bind_host}:{options.health_port}/healthz" if options.health_port else None
+        f"http://{knobs.bind_host}:{knobs.health_port}/healthz" if knobs.health_port else None
     )
     asyncio.run(
         kopf.operator(
             registry=registry,
-            clusterwide=options.all_namespaces,
-            namespaces=list(options.namespaces),
-            standalone=options.standalone,
-            peering_name=options.peering,
+            clusterwide=all_namespaces,
+            namespaces=list(knobs.namespaces),
+            standalone=standalone,
+            peering_name=knobs.peering,
             liveness_endpoint=liveness,
         )
     )

@@ -216,7 +216,7 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
 
         (event,) = wait_until(requeued, timeout=10, interval=0.1, what="the victim's requeue")
         assert time.monotonic() - deleted_at < 5
-        assert "pod gone" in event.message
+        assert "is gone" in event.message
         wait_for_phase(cluster, namespace, "deleted", "Succeeded", timeout=150, operator=operator)
         assert served_pages(site) == set(site.expected_pages())
 

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 import pytest
 
+from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler import process
 from crawlfleet.crawljob import parse_crawljob
 from crawlfleet.frontier import Frontier, Lease, Outcomes
@@ -81,7 +82,7 @@ async def test_pages_are_written_before_their_leases_are_acked(
         }
     )
     code = await process.run_worker(
-        job, redis_url=redis_server.url, worker_id="order-0", output_dir=out
+        job, redis_url=redis_server.url, worker_id="order-0", config=WorkerConfig(output_dir=out)
     )
     assert code == 0
     assert len(log.acked) >= 60  # the whole site went through ack

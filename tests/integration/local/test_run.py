@@ -201,9 +201,9 @@ def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -
         events = [
             json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()
         ]
-        scales = [e for e in events if e["kind"] == "scale"]
-        assert scales[0]["to"] == 1, scales  # the minimum, started while seeding
-        assert scales[1]["to"] == 3, scales  # 180 seeds / 30 per replica, capped at 3
+        scales = [e for e in events if e["kind"] == "Scaled"]
+        # The first tick seeds, then scales: 180 seeds / 30 per replica, capped at 3.
+        assert (scales[0]["from"], scales[0]["to"]) == (0, 3), scales
         assert any(e["to"] < e["from"] for e in scales), scales  # and down as the queue drained
         assert summary["max_workers"] == 3
         served = {

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crawlfleet.config import DrainConfig
 from crawlfleet.errors import CrawlfleetError
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
@@ -99,12 +100,16 @@ def test_a_dead_zygote_costs_the_speed_not_the_run(tmp_path: Path) -> None:
     zygote.process.kill()
     zygote.process.wait()
     backend = LocalProcessBackend(
-        write_job(tmp_path), "redis://127.0.0.1:9/0", tmp_path / "out", zygote=zygote
+        write_job(tmp_path),
+        "redis://127.0.0.1:9/0",
+        tmp_path / "out",
+        drain=DrainConfig(),
+        zygote=zygote,
     )
     worker_id = backend.start()
     assert backend.zygote is None
     assert backend.active() == [worker_id]
-    backend.stop_all(timeout_seconds=10)
+    backend.stop_all()
     zygote.close()
 
 

@@ -1,10 +1,25 @@
-"""The fleet brain, rule by rule: scaling, stabilisation, dead workers, completion, suspend."""
+"""The fleet brain, rule by rule: scaling, stabilisation, dead, draining and pinned workers,
+delayed retries, completion, suspend, and the memory that survives a restart."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from crawlfleet.fleet import FleetMemory, FleetPolicy, Observation, WorkerView, decide, demand
+from crawlfleet.config import SteeringConfig
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.fleet import (
+    FleetMemory,
+    FleetPolicy,
+    Observation,
+    Requeue,
+    WorkerView,
+    decide,
+    demand,
+    wants_tick,
+)
+from crawlfleet.frontier import FrontierStats
 
 POLICY = FleetPolicy(
     min_replicas=1,
@@ -12,7 +27,10 @@ POLICY = FleetPolicy(
     target_backlog_per_replica=100,
     scale_down_delay_seconds=60,
     dead_after_seconds=20,
+    startup_grace_seconds=60,
     completion_grace_seconds=5,
+    retry_lead_seconds=10,
+    pinned_replicas=None,
 )
 
 
@@ -25,8 +43,22 @@ def seen(
     suspended: bool = False,
     workers: tuple[WorkerView, ...] = (),
     vanished: tuple[str, ...] = (),
+    next_retry_in: float | None = None,
 ) -> Observation:
-    return Observation(now, queued, delayed, in_flight, seeded, suspended, workers, vanished)
+    return Observation(
+        now, queued, delayed, in_flight, seeded, suspended, workers, vanished, next_retry_in
+    )
+
+
+def worker(
+    name: str,
+    *,
+    running: bool = True,
+    started_at: float = 900,
+    age: float | None = 1.0,
+    drain_deadline: float | None = None,
+) -> WorkerView:
+    return WorkerView(name, name, running, started_at, age, drain_deadline)
 
 
 @pytest.mark.parametrize(
@@ -65,18 +97,52 @@ def test_a_burst_of_demand_resets_the_stabilisation_window() -> None:
 
 def test_dead_workers_are_requeued_and_stale_ones_replaced() -> None:
     workers = (
-        WorkerView("alive", running=True, started_at=900, heartbeat_age_seconds=2),
-        WorkerView("stale", running=True, started_at=900, heartbeat_age_seconds=25),
-        WorkerView("exited", running=False, started_at=900, heartbeat_age_seconds=1),
-        WorkerView("starting", running=True, started_at=995, heartbeat_age_seconds=None),
-        WorkerView("slow-start", running=True, started_at=970, heartbeat_age_seconds=None),
-        WorkerView("never-beat", running=True, started_at=930, heartbeat_age_seconds=None),
+        worker("alive", age=2),
+        worker("stale", age=25),
+        worker("exited", running=False, age=1),
+        worker("starting", started_at=995, age=None),
+        worker("slow-start", started_at=970, age=None),
+        worker("never-beat", started_at=930, age=None),
     )
     decision, _ = decide(
         POLICY, seen(queued=100, workers=workers, vanished=("gone-pod",)), FleetMemory(1)
     )
-    assert decision.requeue_owners == ("exited", "gone-pod", "never-beat", "stale")
+    assert decision.requeues == (
+        Requeue("exited", "exited"),
+        Requeue("gone-pod", "gone"),
+        Requeue("never-beat", "no_heartbeat"),
+        Requeue("stale", "stale_heartbeat"),
+    )
     assert decision.replace == ("stale", "never-beat")
+    assert decision.forget == ("exited",)
+
+
+def test_a_draining_worker_is_neither_requeued_nor_replaced_while_it_drains() -> None:
+    # Told to stop at 995 with 40 s to go; its heartbeat is fresh, or stale as it finishes.
+    draining = (
+        worker("busy", drain_deadline=1035, age=1),
+        worker("quiet", drain_deadline=1035, age=30),
+        worker("unborn", drain_deadline=1035, started_at=0, age=None),
+    )
+    decision, _ = decide(POLICY, seen(queued=100, workers=draining), FleetMemory(1))
+    assert decision.requeues == ()
+    assert decision.replace == ()
+    assert decision.forget == ()
+
+
+def test_a_drained_worker_is_forgotten_once_it_has_exited_and_its_leftovers_requeued() -> None:
+    drained = worker("done", running=False, drain_deadline=1035)
+    decision, _ = decide(POLICY, seen(queued=100, workers=(drained,)), FleetMemory(1))
+    assert decision.requeues == (Requeue("done", "drained"),)
+    assert decision.forget == ("done",)
+    assert decision.replace == ()
+
+
+def test_a_worker_past_its_drain_deadline_is_killed_and_requeued() -> None:
+    late = worker("late", drain_deadline=999.5)
+    decision, _ = decide(POLICY, seen(now=1000, workers=(late,), queued=5), FleetMemory(1))
+    assert decision.requeues == (Requeue("late", "drain_overrun"),)
+    assert decision.replace == ("late",)
 
 
 def test_completion_after_the_grace() -> None:
@@ -107,7 +173,7 @@ def test_not_complete_before_seeding() -> None:
 
 
 def test_suspend_scales_to_zero_and_keeps_requeueing() -> None:
-    workers = (WorkerView("exited", running=False, started_at=900),)
+    workers = (worker("exited", running=False),)
     decision, memory = decide(
         POLICY, seen(queued=1000, suspended=True, workers=workers), FleetMemory(replicas=4)
     )
@@ -116,13 +182,136 @@ def test_suspend_scales_to_zero_and_keeps_requeueing() -> None:
     assert memory.replicas == 0
 
 
-def test_policy_from_spec_uses_the_crawljob_defaults() -> None:
-    from crawlfleet.crawljob import CrawlJobSpec
+# -- delayed retries are demand ---------------------------------------------------------------
 
-    policy = FleetPolicy.from_spec(CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"]}))
+SCALE_TO_ZERO = dataclasses.replace(POLICY, min_replicas=0)
+
+
+@pytest.mark.parametrize(
+    ("next_retry_in", "wanted"),
+    [(None, 0), (-3.0, 1), (0.0, 1), (9.9, 1), (10.0, 1), (10.1, 0), (3600.0, 0)],
+)
+def test_a_delayed_retry_asks_for_one_worker_once_it_is_near(
+    next_retry_in: float | None, wanted: int
+) -> None:
+    assert demand(SCALE_TO_ZERO, 0, 0, next_retry_in) == wanted
+
+
+def test_delayed_retries_never_ask_for_more_than_one_worker_on_their_own() -> None:
+    assert demand(SCALE_TO_ZERO, 0, 0, -100.0) == 1
+    assert demand(SCALE_TO_ZERO, 250, 0, -100.0) == 3  # the backlog decides past one
+
+
+def test_a_fleet_at_zero_wakes_for_a_retry_that_comes_due() -> None:
+    """minReplicas 0, only a retry left, due in 30 s: no worker yet, one 10 s before it."""
+    memory = FleetMemory(replicas=0)
+    decision, memory = decide(SCALE_TO_ZERO, seen(delayed=1, next_retry_in=30), memory)
+    assert decision.desired_replicas == 0
+    assert not decision.complete  # a retry waits: the job is not done
+    later = seen(now=1020, delayed=1, next_retry_in=10)
+    decision, memory = decide(SCALE_TO_ZERO, later, memory)
+    assert decision.desired_replicas == 1
+    assert "1 delayed" in decision.reason
+    stats = FrontierStats(delayed=1, seeded=True, next_retry_in_seconds=10)
+    assert wants_tick(SCALE_TO_ZERO, stats, FleetMemory(replicas=0), suspended=False)
+
+
+# -- pinned replicas are a policy input --------------------------------------------------------
+
+PINNED = dataclasses.replace(POLICY, pinned_replicas=3)
+
+
+def test_pinned_replicas_hold_whatever_the_backlog() -> None:
+    decision, memory = decide(PINNED, seen(queued=5000), FleetMemory(replicas=3))
+    assert decision.desired_replicas == 3
+    decision, memory = decide(PINNED, seen(queued=0, in_flight=1), memory)
+    assert decision.desired_replicas == 3
+    assert memory.low_demand_since is None  # no stabilisation clock for a pinned count
+
+
+def test_a_new_pin_applies_at_once_both_ways() -> None:
+    decision, _ = decide(PINNED, seen(queued=5), FleetMemory(replicas=7))
+    assert decision.desired_replicas == 3  # no scale-down delay: someone chose 3
+    assert "pinned at 3" in decision.reason
+
+
+def test_pinned_fleets_still_stop_when_suspended_or_done() -> None:
+    decision, _ = decide(PINNED, seen(queued=5, suspended=True), FleetMemory(replicas=3))
+    assert decision.desired_replicas == 0
+    done = dataclasses.replace(PINNED, completion_grace_seconds=0)
+    decision, _ = decide(done, seen(), FleetMemory(replicas=3))
+    assert (decision.complete, decision.desired_replicas) == (True, 0)
+
+
+def test_wants_tick_follows_the_pin() -> None:
+    stats = FrontierStats(queued=5000, seeded=True)
+    assert not wants_tick(PINNED, stats, FleetMemory(replicas=3), suspended=False)
+    assert wants_tick(PINNED, stats, FleetMemory(replicas=2), suspended=False)
+    assert wants_tick(POLICY, stats, FleetMemory(replicas=3), suspended=False)  # wants 10
+
+
+@pytest.mark.parametrize(
+    ("workers", "flag", "pinned"),
+    [
+        ({}, None, None),
+        ({}, 4, 4),
+        ({"autoscale": "external"}, None, 1),  # replicas unset: minReplicas
+        ({"autoscale": "external", "replicas": 6}, None, 6),
+        ({"autoscale": "external", "replicas": 6}, 2, 2),  # the flag wins
+        ({"replicas": 6}, None, None),  # replicas is ignored when autoscale is internal
+    ],
+)
+def test_pins_come_from_the_command_line_or_external_autoscale(
+    workers: dict[str, object], flag: int | None, pinned: int | None
+) -> None:
+    spec = CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"], "workers": workers})
+    policy = FleetPolicy.from_spec(
+        spec, SteeringConfig(), completion_grace_seconds=0, pinned_replicas=flag
+    )
+    assert policy.pinned_replicas == pinned
+
+
+def test_policy_from_spec_uses_the_crawljob_defaults() -> None:
+    spec = CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"]})
+    policy = FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=5)
     assert (policy.min_replicas, policy.max_replicas, policy.target_backlog_per_replica) == (
         1,
         10,
         500,
     )
     assert (policy.scale_down_delay_seconds, policy.dead_after_seconds) == (60, 20)
+    assert policy.completion_grace_seconds == 5
+    assert policy.startup_grace_seconds == SteeringConfig().startup_grace_seconds
+
+
+# -- the memory is durable ---------------------------------------------------------------------
+
+
+def test_memory_round_trips_through_its_mapping() -> None:
+    memory = FleetMemory(replicas=4, low_demand_since=1_790_000_123.456789, idle_since=None)
+    raw = memory.to_mapping()
+    assert raw == {"replicas": 4, "lowDemandSince": "2026-09-21T14:15:23.456789Z"}
+    back = FleetMemory.from_mapping(raw)
+    assert back is not None
+    assert back.replicas == 4
+    assert back.low_demand_since == pytest.approx(memory.low_demand_since, abs=1e-6)
+    assert back.idle_since is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [None, {}, {"replicas": -1}, {"replicas": "3"}, {"replicas": 1, "idleSince": "yesterday"}],
+)
+def test_unreadable_memory_is_none_not_an_error(raw: dict[str, object] | None) -> None:
+    assert FleetMemory.from_mapping(raw) is None
+
+
+def test_a_restart_resumes_the_scale_down_window_from_the_stored_memory() -> None:
+    """50 s of the 60 s delay passed before the restart: 10 more, not 60, after it."""
+    _, before = decide(POLICY, seen(now=1000, queued=50), FleetMemory(replicas=5))
+    restored = FleetMemory.from_mapping(before.to_mapping())
+    assert restored is not None
+    decision, _ = decide(POLICY, seen(now=1050, queued=50), restored)
+    assert decision.desired_replicas == 5
+    decision, _ = decide(POLICY, seen(now=1060, queued=50), restored)
+    assert decision.desired_replicas == 1

@@ -7,11 +7,13 @@ import re
 import pytest
 import yaml
 
+from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import CrawlJobSpec, parse_crawljob
 from crawlfleet.operator import children
 from crawlfleet.operator.children import JobRef, child_name
 
 JOB = JobRef(namespace="crawls", name="books")
+DRAIN = DrainConfig()
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -38,7 +40,9 @@ def test_child_names_are_fixed_and_valid_service_names() -> None:
 
 
 def test_selector_matches_the_pod_template_and_the_status_string() -> None:
-    deployment = children.worker_deployment(JOB, spec(), replicas=0, image="crawlfleet/worker:x")
+    deployment = children.worker_deployment(
+        JOB, spec(), replicas=0, image="crawlfleet/worker:x", drain=DRAIN
+    )
     selector = deployment["spec"]["selector"]["matchLabels"]
     template_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert selector.items() <= template_labels.items()
@@ -52,7 +56,9 @@ def test_selector_matches_the_pod_template_and_the_status_string() -> None:
 
 
 def test_worker_pod_is_locked_down() -> None:
-    pod = children.worker_deployment(JOB, spec(), replicas=2, image="img")["spec"]["template"]
+    pod = children.worker_deployment(JOB, spec(), replicas=2, image="img", drain=DRAIN)["spec"][
+        "template"
+    ]
     pod_spec = pod["spec"]
     assert pod_spec["automountServiceAccountToken"] is False
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
@@ -65,13 +71,17 @@ def test_worker_pod_is_locked_down() -> None:
     # Every path the worker writes is a volume: the root filesystem is read-only.
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/data", "/tmp", "/etc/crawlfleet"} <= mounts
-    assert pod_spec["terminationGracePeriodSeconds"] > children.WORKER_GRACE_SECONDS
+    # The pod outlives the worker's whole drain: fetches, loops and the last flush.
+    grace = pod_spec["terminationGracePeriodSeconds"]
+    assert grace == DRAIN.budget_seconds
+    assert grace >= DRAIN.grace_seconds + DRAIN.settle_seconds + DRAIN.exit_seconds
+    assert container["args"][container["args"].index("--grace-seconds") + 1] == "25"
 
 
 def test_worker_env_has_no_secret_and_names_the_pod() -> None:
-    container = children.worker_deployment(JOB, spec(), replicas=0, image="img")["spec"][
-        "template"
-    ]["spec"]["containers"][0]
+    container = children.worker_deployment(JOB, spec(), replicas=0, image="img", drain=DRAIN)[
+        "spec"
+    ]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["CRAWLFLEET_WORKER_ID"]["value"] == "$(POD_NAME)"
@@ -100,9 +110,9 @@ def test_worker_env_has_no_secret_and_names_the_pod() -> None:
     ],
 )
 def test_external_redis_url_comes_from_a_secret(redis: dict[str, object], expected: object) -> None:
-    container = children.worker_deployment(JOB, spec(redis=redis), replicas=0, image="img")["spec"][
-        "template"
-    ]["spec"]["containers"][0]
+    container = children.worker_deployment(
+        JOB, spec(redis=redis), replicas=0, image="img", drain=DRAIN
+    )["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["CRAWLFLEET_REDIS_URL"]["valueFrom"]["secretKeyRef"] == expected
     assert "REDIS_PASSWORD" not in env
@@ -119,7 +129,7 @@ def test_config_map_holds_a_job_file_the_worker_accepts() -> None:
 
 def test_spec_change_rolls_the_workers() -> None:
     def template_hash(job_spec: CrawlJobSpec) -> str:
-        deployment = children.worker_deployment(JOB, job_spec, replicas=0, image="img")
+        deployment = children.worker_deployment(JOB, job_spec, replicas=0, image="img", drain=DRAIN)
         return deployment["spec"]["template"]["metadata"]["annotations"][
             children.ANNOTATION_SPEC_HASH
         ]
@@ -158,7 +168,7 @@ def test_network_policy_admits_only_the_jobs_workers_and_the_operator() -> None:
 
 
 def test_workers_are_told_to_be_a_new_worker_after_each_restart() -> None:
-    container = children.worker_deployment(JOB, spec(), replicas=0, image="img")["spec"][
-        "template"
-    ]["spec"]["containers"][0]
+    container = children.worker_deployment(JOB, spec(), replicas=0, image="img", drain=DRAIN)[
+        "spec"
+    ]["template"]["spec"]["containers"][0]
     assert "--incarnation" in container["args"]

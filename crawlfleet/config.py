@@ -1,0 +1,241 @@
+"""Process knobs: how crawlfleet's own processes run, once, as frozen documented values.
+
+What a crawl does belongs to the CrawlJob (``crawljob.py`` holds every default and bound of the
+spec). How the processes that run it behave -- how long a worker drains, how often the steering
+tick runs, which ports a process listens on -- is here, and nowhere else: the CLI, the local
+runner, the operator, the workers and the manifests the operator writes all read these values.
+
+Precedence, lowest first: the defaults below; ``CRAWLFLEET_*`` environment variables, read once
+at start-up by :meth:`Config.from_env` (each field names its variable); command-line flags
+(``cli.py`` applies them with :func:`dataclasses.replace`); the job's spec, where it has a say.
+
+The drain budget is the one figure two processes must agree on: a worker told to stop gives its
+fetches ``grace_seconds``, its loops ``settle_seconds`` and its last flush ``exit_seconds``, so
+the pod's ``terminationGracePeriodSeconds`` and the local runner's wait are
+:attr:`DrainConfig.budget_seconds`, derived, never typed a second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from crawlfleet import __version__
+from crawlfleet.errors import ConfigError
+
+__all__ = [
+    "ENV_PREFIX",
+    "Config",
+    "DrainConfig",
+    "OperatorConfig",
+    "RunConfig",
+    "SteeringConfig",
+    "WorkerConfig",
+    "environment_variables",
+]
+
+ENV_PREFIX: Final = "CRAWLFLEET_"
+
+
+def _env(name: str) -> dict[str, str]:
+    """Field metadata: the field is read from ``CRAWLFLEET_<name>``."""
+    return {"env": ENV_PREFIX + name}
+
+
+@dataclass(frozen=True, slots=True)
+class DrainConfig:
+    """A worker's shutdown after SIGTERM, in three steps with a budget each.
+
+    It stops claiming at once; in-flight fetches get ``grace_seconds`` to finish (what is left
+    is released, not failed: no attempt counted); the heartbeat and flush loops then get
+    ``settle_seconds`` to end; the last flush (write, then ack) and closing get
+    ``exit_seconds``. A worker that overruns the sum is killed, and only then are its leftover
+    leases requeued.
+    """
+
+    grace_seconds: float = field(default=25.0, metadata=_env("GRACE_SECONDS"))
+    settle_seconds: float = 10.0
+    exit_seconds: float = 5.0
+
+    @property
+    def budget_seconds(self) -> int:
+        """Whole seconds from SIGTERM to exit, at the most: the pod's termination grace."""
+        return math.ceil(self.grace_seconds + self.settle_seconds + self.exit_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """``crawlfleet worker``: one crawl process (a pod's container, or a child of a run)."""
+
+    job_file: str | None = field(default=None, metadata=_env("JOB_FILE"))
+    #: The job's Redis; may hold a password, so it is kept out of ``repr``.
+    redis_url: str | None = field(default=None, repr=False, metadata=_env("REDIS_URL"))
+    #: None: the pod name (POD_NAME), else ``<host>-<pid>``.
+    worker_id: str | None = field(default=None, metadata=_env("WORKER_ID"))
+    #: Append ``#<random>``: a restarted container is a new worker (pods keep their name).
+    incarnation: bool = field(default=False, metadata=_env("INCARNATION"))
+    output_dir: Path = field(default=Path("crawl-output"), metadata=_env("OUTPUT_DIR"))
+    #: 0: no /metrics endpoint.
+    metrics_port: int = field(default=0, metadata=_env("METRICS_PORT"))
+    metrics_host: str = field(default="0.0.0.0", metadata=_env("METRICS_HOST"))
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    #: How long a finished fetch waits for others to share its flush (one ack per batch).
+    flush_linger_seconds: float = 0.005
+    #: How long the claim loop sleeps when it has no room or found nothing.
+    idle_poll_seconds: float = 0.05
+    #: With little room, how long to wait for more before claiming (claims in batches).
+    claim_batch_wait_seconds: float = 0.005
+    #: Finished pages held before the claim loop stops claiming (backpressure).
+    max_buffered: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class SteeringConfig:
+    """Knobs of the steering tick that a CrawlJob does not set (shared by run and operator)."""
+
+    #: How long a started worker may take to send its first heartbeat (imports, a pulled
+    #: image, a loaded node) before it counts as dead: a startup probe's budget. It claims
+    #: nothing before that heartbeat, so waiting costs no leases.
+    startup_grace_seconds: float = field(default=60.0, metadata=_env("STARTUP_GRACE_SECONDS"))
+    #: A delayed retry due within this many seconds asks for one worker (a worker takes about
+    #: this long to start), so a fleet scaled to zero wakes in time for it; see
+    #: docs/steering.md, "Delayed retries are demand".
+    retry_lead_seconds: float = field(default=10.0, metadata=_env("RETRY_LEAD_SECONDS"))
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """``crawlfleet run``: a whole job on one machine."""
+
+    #: Use this Redis instead of starting a private one; may hold a password.
+    redis_url: str | None = field(default=None, repr=False, metadata=_env("REDIS_URL"))
+    #: A full steering tick at least this often.
+    tick_seconds: float = field(default=0.25, metadata=_env("RUN_TICK_SECONDS"))
+    #: In between, one read of the job's counters and a waitpid per worker this often: the
+    #: end of the crawl or a dead worker is acted on within a poll, not a tick.
+    poll_seconds: float = field(default=0.05, metadata=_env("RUN_POLL_SECONDS"))
+    #: The frontier's counters are exact and read in one command (a page's links are enqueued
+    #: before it is acked, in one script), so "seeded, nothing queued, delayed or leased" is
+    #: final the moment it is seen: no worker can undo it, and a run needs no grace.
+    completion_grace_seconds: float = 0.0
+    #: A plain progress line this often when stderr is not a terminal.
+    progress_seconds: float = field(default=5.0, metadata=_env("PROGRESS_SECONDS"))
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """``crawlfleet operator``: the kopf controller of CrawlJobs."""
+
+    namespaces: tuple[str, ...] = field(default=(), metadata=_env("NAMESPACES"))
+    peering: str = field(default="crawlfleet", metadata=_env("PEERING"))
+    metrics_port: int = field(default=9090, metadata=_env("METRICS_PORT"))
+    health_port: int = field(default=8080, metadata=_env("HEALTH_PORT"))
+    bind_host: str = field(default="0.0.0.0", metadata=_env("BIND_HOST"))
+    #: The image of jobs that name none.
+    worker_image: str = field(
+        default=f"crawlfleet/worker:{__version__}", metadata=_env("WORKER_IMAGE")
+    )
+    #: A full steering tick of each job at least this often (status, heartbeats, requeues).
+    tick_seconds: float = field(default=5.0, metadata=_env("TICK_SECONDS"))
+    #: In between, a one-read check of the frontier's counters: a backlog that needs more
+    #: workers, or a queue that ran dry, is acted on within this time.
+    check_seconds: float = field(default=1.0, metadata=_env("CHECK_SECONDS"))
+    #: How late a check may be, at random, so a thousand jobs created at once do not all hit
+    #: their Redis and the API server in the same instant.
+    tick_jitter_seconds: float = field(default=0.2, metadata=_env("TICK_JITTER_SECONDS"))
+    #: Seeded and nothing left for this long: the job is complete. Longer than a run's zero,
+    #: since the operator reads the counters through a network that may lag behind.
+    completion_grace_seconds: float = field(default=5.0, metadata=_env("COMPLETION_GRACE_SECONDS"))
+    #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy.
+    operator_labels: Mapping[str, str] = field(
+        default_factory=lambda: types.MappingProxyType(
+            {"app.kubernetes.io/name": "crawlfleet-operator"}
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Every process knob, by the process it belongs to."""
+
+    log_level: str | None = field(default=None, metadata=_env("LOG_LEVEL"))
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    steering: SteeringConfig = field(default_factory=SteeringConfig)
+    operator: OperatorConfig = field(default_factory=OperatorConfig)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """The defaults, overridden by ``CRAWLFLEET_*`` variables; call once, at start-up.
+
+        A variable that does not parse is a :class:`ConfigError` naming it.
+        """
+        loaded: Config = _load(cls, os.environ if environ is None else environ)
+        return loaded
+
+
+def environment_variables() -> list[tuple[str, str, object]]:
+    """Every variable :meth:`Config.from_env` reads: (name, field path, default), for docs."""
+    found: list[tuple[str, str, object]] = []
+
+    def walk(cls: type[Any], path: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(hints[f.name]):
+                walk(hints[f.name], f"{path}{f.name}.")
+            elif "env" in f.metadata:
+                default = f.default if f.default is not dataclasses.MISSING else None
+                found.append((f.metadata["env"], path + f.name, default))
+
+    walk(Config, "")
+    return found
+
+
+def _load(cls: type[Any], environ: Mapping[str, str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        if dataclasses.is_dataclass(kind):
+            values[f.name] = _load(typing.cast(type[Any], kind), environ)
+            continue
+        name = f.metadata.get("env")
+        raw = environ.get(name) if name else None
+        if name is None or raw is None:
+            continue
+        values[f.name] = _parse(name, raw, kind)
+    return cls(**values)
+
+
+def _parse(name: str, raw: str, kind: Any) -> object:
+    """One variable's text as its field's type; the variable is named when it does not fit."""
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    base = args[0] if typing.get_origin(kind) in (typing.Union, types.UnionType) else kind
+    text = raw.strip()
+    try:
+        if base is bool:
+            lowered = text.lower()
+            if lowered not in ("", "0", "1", "true", "false", "yes", "no"):
+                raise ValueError("not a boolean (use true or false)")
+            return lowered in ("1", "true", "yes")
+        if base is int:
+            return int(text)
+        if base is float:
+            value = float(text)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError("not a finite number of at least 0")
+            return value
+        if base is Path:
+            return Path(text)
+        if typing.get_origin(base) is tuple:
+            return tuple(item.strip() for item in text.split(",") if item.strip())
+    except ValueError as error:
+        raise ConfigError(f"{name}={raw!r}: {error}") from None
+    return raw
