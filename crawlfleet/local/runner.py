@@ -30,7 +30,7 @@ from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, load_crawljob
 from crawlfleet.errors import ConfigError
 from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
-from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, connect
+from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
@@ -146,7 +146,6 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
     if external_redis is None:
         server = RedisServer(data_dir, appendonly=True).start()
     redis_url = external_redis or (server.url if server else "")
-    client = connect(redis_url)
     backend = LocalProcessBackend(
         options.job_file.resolve(),
         redis_url,
@@ -163,8 +162,11 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
     started = time.monotonic()
     job_file = _JobFile(options.job_file, job)
     max_workers = 0
+    frontier: Frontier | None = None
     try:
-        frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
+        frontier = await Frontier.connect(
+            redis_url, FrontierSettings.from_spec(job.job_id, job.spec)
+        )
         memory = state.memory
         progress = _Progress(job, started, config.run.progress_seconds)
         complete = False
@@ -232,7 +234,8 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         return 0
     finally:
         backend.stop_all()
-        await client.aclose()
+        if frontier is not None:
+            await frontier.aclose()
         if server is not None:
             server.stop()
 

@@ -28,7 +28,6 @@ of the spec runs ``ensure`` again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import secrets
@@ -44,7 +43,7 @@ from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FrontierError, KubeError
 from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
-from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, connect
+from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.operator import children
 from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
 from crawlfleet.operator.children import JobRef
@@ -135,8 +134,7 @@ class JobState:
 
     async def disconnect(self) -> None:
         if self.frontier is not None:
-            with contextlib.suppress(Exception):
-                await self.frontier.client.aclose()
+            await self.frontier.aclose()
         self.frontier = None
 
 
@@ -498,17 +496,12 @@ class CrawlJobOperator:
         url = await self._redis_url(ref, spec)
         if url is None:
             return None
-        client = None
         try:
-            client = connect(url)
-            state.frontier = await Frontier.open(
-                client, FrontierSettings.from_spec(f"{ref.namespace}.{ref.name}", spec)
+            state.frontier = await Frontier.connect(
+                url, FrontierSettings.from_spec(f"{ref.namespace}.{ref.name}", spec)
             )
-        except (FrontierError, OSError, ValueError) as error:
+        except (FrontierError, ValueError) as error:  # ValueError: a URL redis cannot parse
             log.info("Redis of %s/%s not reachable yet: %s", ref.namespace, ref.name, error)
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.aclose()
             return None
         return state.frontier
 
@@ -608,7 +601,7 @@ class CrawlJobOperator:
             if frontier is not None:
                 removed = await frontier.delete()
                 log.info("removed %d keys of %s/%s", removed, ref.namespace, ref.name)
-                await frontier.client.aclose()
+                await frontier.aclose()
                 if state is not None:
                     state.frontier = None
         if state is not None:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from crawlfleet.config import DrainConfig, SteeringConfig
 from crawlfleet.crawler.fetch import FetchSettings
 from crawlfleet.crawler.robots import product_token
 from crawlfleet.crawler.scope import Scope
@@ -108,14 +109,16 @@ def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
         exclude=spec.scope.exclude,
         max_pages=spec.scope.max_pages,
     )
-    FleetPolicy.from_spec(spec)
+    FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
     OutputWriter.from_spec(tmp_path, "worker-1", spec.output).close()
     for seed in spec.seeds:
         canonicalize(seed)
     job = JobRef(namespace="crawl", name="books")
     config_map(job, spec)
     redis_deployment(job, spec)
-    worker_deployment(job, spec, replicas=spec.workers.max_replicas, image="worker:1")
+    worker_deployment(
+        job, spec, replicas=spec.workers.max_replicas, image="worker:1", drain=DrainConfig()
+    )
 
 
 def test_specs_at_and_between_the_bounds_build_every_component(tmp_path: Path) -> None:
