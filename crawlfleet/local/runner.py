@@ -64,11 +64,16 @@ def _print(*args: Any) -> None:
 
 @dataclass
 class _State:
-    """``state.json``: the fleet's memory and the next worker number, written on change."""
+    """``state.json``: the run's local status, written when it changes.
+
+    The fleet's memory (what the next tick decides from) and the next worker number are read
+    back by ``--resume``; the phase is for people and scripts, as ``status.phase`` is.
+    """
 
     path: Path
     memory: FleetMemory = field(default_factory=FleetMemory)
     next_worker: int = 1
+    phase: str = "Pending"
 
     @classmethod
     def load(cls, path: Path) -> _State:
@@ -83,11 +88,13 @@ class _State:
         number = raw.get("nextWorker")
         return cls(path, memory, number if isinstance(number, int) and number > 0 else 1)
 
-    def save(self, memory: FleetMemory, next_worker: int) -> None:
-        if (memory, next_worker) == (self.memory, self.next_worker):
+    def save(self, memory: FleetMemory, next_worker: int, phase: str) -> None:
+        if (memory, next_worker, phase) == (self.memory, self.next_worker, self.phase):
             return
-        self.memory, self.next_worker = memory, next_worker
-        text = json.dumps({"fleet": memory.to_mapping(), "nextWorker": next_worker}, indent=2)
+        self.memory, self.next_worker, self.phase = memory, next_worker, phase
+        text = json.dumps(
+            {"phase": phase, "fleet": memory.to_mapping(), "nextWorker": next_worker}, indent=2
+        )
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(text + "\n")
         os.replace(partial, self.path)  # a crash leaves the old state or the new, never half
@@ -174,8 +181,9 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         next_tick = 0.0
         policy: FleetPolicy | None = None
         while not stop_signal:
-            if policy is None or job_file.current() is not job:
-                job = job_file.current()
+            edited = job_file.current()  # one stat call
+            if policy is None or edited is not job:
+                job = edited
                 policy = FleetPolicy.from_spec(
                     job.spec,
                     config.steering,
@@ -203,7 +211,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             )
             assert done is not None  # a local fleet is always in view
             memory = done.memory
-            state.save(memory, backend.next_number)
+            state.save(memory, backend.next_number, done.decision.phase)
             if first:
                 first = False
                 news = "resumed" if done.seeded is None else f"{done.seeded} new seed(s)"

@@ -427,12 +427,10 @@ class CrawlJobOperator:
         if done is None:
             return
         state.memory = done.memory
-        if done.memory != stored:  # explicit nulls: a merge patch drops what is None now
-            patch.status["fleet"] = {
-                "lowDemandSince": None,
-                "idleSince": None,
-                **done.memory.to_mapping(),
-            }
+        remembered = done.memory.to_mapping()
+        if remembered != dict(status.get("fleet") or {}):  # strings compare exactly
+            # Explicit nulls: a merge patch keeps whatever it is not told to drop.
+            patch.status["fleet"] = {"lowDemandSince": None, "idleSince": None, **remembered}
         stats, decision = done.stats, done.decision
         desired = decision.desired_replicas
         self._rate(state, stats.crawled)

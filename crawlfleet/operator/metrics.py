@@ -42,7 +42,7 @@ class OperatorMetrics:
         )
         self.requeued = Counter(
             "crawlfleet_requeued_leases",
-            "leases returned to the queue, by why (pod_gone, stale_heartbeat, expired)",
+            "leases returned to the queue, by why (gone, exited, stale_heartbeat, expired, ...)",
             ("reason",),
             registry=self.registry,
         )

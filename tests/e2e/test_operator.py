@@ -2,12 +2,13 @@
 
 Real kube-apiserver, etcd and kube-controller-manager; pods run as processes by the kubelet
 double; the operator is ``crawlfleet operator`` in its own process; the workers crawl the
-loopback test site and the assertions read the site's own request log.
+loopback test site and the assertions read the site's own request log. The steering rules
+(scaling, draining, replacement, pins, suspend, restarts) are the contract suite's, run on
+both backends: tests/e2e/test_steering.py. What is here is the operator's own.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -30,7 +31,6 @@ from tests.e2e.operator_support import (
     apply,
     condition,
     crawljob,
-    get_job,
     install_crd,
     job_redis,
     leases_held,
@@ -141,42 +141,9 @@ def slow_site(pages_per_host: int = 100, latency: float = 0.3) -> TestSite:
     )
 
 
-def scale_events(core: client.CoreV1Api, namespace: str) -> list[tuple[int, int]]:
-    """(from, to) of every Scaled event, oldest first."""
-    found = []
-    for event in sorted(
-        events(core, namespace, "Scaled"), key=lambda e: e.metadata.creation_timestamp
-    ):
-        numbers = event.message.split(":", 1)[0].split()  # "workers 0 -> 3: ..."
-        found.append((int(numbers[1]), int(numbers[3])))
-    return found
-
-
 def worker_pid(pod: Any) -> int:
     (status,) = pod.status.container_statuses
     return int(status.container_id.removeprefix("process://"))
-
-
-def test_workers_climb_to_max_under_a_big_seed_list_and_fall_back_when_it_drains(
-    cluster: Cluster,
-    crd: None,
-    kubelet: KubeletDouble,
-    namespace: str,
-    tmp_path: Path,
-    core: client.CoreV1Api,
-) -> None:
-    with slow_site(latency=0.1) as site, running_operator(cluster, namespace, tmp_path) as operator:
-        seeds = sorted(site.expected_pages())
-        job = crawljob(
-            "big", site, seeds=seeds, workers={"maxReplicas": 3, "targetBacklogPerReplica": 50}
-        )
-        apply(cluster, job, namespace=namespace)
-        wait_for_phase(cluster, namespace, "big", "Succeeded", timeout=150, operator=operator)
-        scales = scale_events(core, namespace)
-        assert scales[0] == (0, 3), scales  # 200 queued / 50 per replica, capped at 3
-        assert any(to < before for before, to in scales if to > 0), scales  # down as it drained
-        assert scales[-1][1] == 0, scales  # and to zero when done
-        assert served_pages(site) == set(seeds)
 
 
 def test_a_deleted_worker_pods_leases_are_requeued_at_once(
@@ -221,51 +188,7 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
         assert served_pages(site) == set(site.expected_pages())
 
 
-def test_a_hung_worker_is_replaced_after_dead_after_seconds(
-    cluster: Cluster,
-    crd: None,
-    kubelet: KubeletDouble,
-    namespace: str,
-    tmp_path: Path,
-    core: client.CoreV1Api,
-) -> None:
-    with slow_site() as site, running_operator(cluster, namespace, tmp_path) as operator:
-        job = crawljob("hung", site, lease={"ttlSeconds": 300, "deadAfterSeconds": 3})
-        apply(cluster, job, namespace=namespace)
-
-        wait_crawled(cluster, namespace, "hung", 10)
-
-        def crawling_pod() -> Any:
-            pods = [p for p in worker_pods(core, namespace) if p.status.phase == "Running"]
-            return pods[0] if pods else None
-
-        pod = wait_until(crawling_pod, timeout=60, what="a worker crawling")
-        pid = worker_pid(pod)
-        os.kill(pid, signal.SIGSTOP)  # alive, holding leases, silent: the stale-heartbeat path
-        stopped_at = time.monotonic()
-        try:
-
-            def replaced() -> Any:
-                found = events(core, namespace, "WorkerReplaced")
-                return found if any(pod.metadata.name in e.message for e in found) else None
-
-            wait_until(replaced, timeout=20, what="the hung worker replaced")
-            # After deadAfterSeconds, long before the 300 s lease would have expired.
-            assert 3 <= time.monotonic() - stopped_at < 15
-            requeues = [
-                e
-                for e in events(core, namespace, "LeasesRequeued")
-                if pod.metadata.name in e.message
-            ]
-            assert requeues, "the hung worker's leases were not requeued"
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        wait_for_phase(cluster, namespace, "hung", "Succeeded", timeout=150, operator=operator)
-        assert served_pages(site) == set(site.expected_pages())
-
-
-def test_an_operator_restart_mid_crawl_duplicates_nothing(
+def test_an_operator_restart_makes_no_second_set_of_children(
     cluster: Cluster,
     crd: None,
     kubelet: KubeletDouble,
@@ -288,82 +211,6 @@ def test_an_operator_restart_mid_crawl_duplicates_nothing(
         assert sorted(d.metadata.name for d in deployments) == ["restart-redis", "restart-workers"]
         secrets = [s.metadata.name for s in core.list_namespaced_secret(namespace).items]
         assert secrets.count("restart-redis-auth") == 1
-        assert served_pages(site) == set(site.expected_pages())
-
-
-def test_kubectl_scale_drives_workers_when_autoscale_is_external(
-    cluster: Cluster,
-    crd: None,
-    kubelet: KubeletDouble,
-    namespace: str,
-    tmp_path: Path,
-    apps: client.AppsV1Api,
-) -> None:
-    with slow_site(latency=1.0) as site, running_operator(cluster, namespace, tmp_path) as op:
-        job = crawljob("external", site, workers={"autoscale": "external", "replicas": 1})
-        apply(cluster, job, namespace=namespace)
-
-        def replicas() -> int | None:
-            found = apps.list_namespaced_deployment(
-                namespace, field_selector="metadata.name=external-workers"
-            ).items
-            return found[0].spec.replicas if found else None
-
-        wait_until(lambda: replicas() == 1, timeout=60, what="one worker, as spec.workers.replicas")
-        cluster.kubectl("scale", "crawljob/external", "--replicas", "3", "-n", namespace)
-        try:
-            wait_until(
-                lambda: replicas() == 3, timeout=30, what="three workers after kubectl scale"
-            )
-        except AssertionError:
-            raise AssertionError(op.log()) from None
-        scale = client.CustomObjectsApi(cluster.api).get_namespaced_custom_object_scale(
-            "crawlfleet.io", "v1alpha1", namespace, "crawljobs", "external"
-        )
-        assert scale["spec"]["replicas"] == 3
-        assert "crawlfleet.io/job=external" in scale["status"]["selector"]
-
-
-def test_suspend_keeps_the_frontier_and_resume_finishes(
-    cluster: Cluster,
-    crd: None,
-    kubelet: KubeletDouble,
-    namespace: str,
-    tmp_path: Path,
-    core: client.CoreV1Api,
-    apps: client.AppsV1Api,
-) -> None:
-    with slow_site() as site, running_operator(cluster, namespace, tmp_path) as operator:
-        apply(cluster, crawljob("pause", site), namespace=namespace)
-        wait_crawled(cluster, namespace, "pause", 10)
-        cluster.kubectl(
-            "patch",
-            "crawljob/pause",
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            '{"spec":{"suspend":true}}',
-        )
-        job = wait_for_phase(cluster, namespace, "pause", "Suspended", timeout=30)
-        suspended = condition(job, "Suspended")
-        assert suspended is not None
-        assert suspended["status"] == "True"
-        wait_until(lambda: not worker_pods(core, namespace), timeout=60, what="workers gone")
-        queued = get_job(cluster, namespace, "pause")["status"]["queued"]
-        assert queued > 0  # the frontier is kept, not dropped
-        time.sleep(2)
-        assert apps.read_namespaced_deployment("pause-workers", namespace).spec.replicas == 0
-        cluster.kubectl(
-            "patch",
-            "crawljob/pause",
-            "-n",
-            namespace,
-            "--type=merge",
-            "-p",
-            '{"spec":{"suspend":false}}',
-        )
-        wait_for_phase(cluster, namespace, "pause", "Succeeded", timeout=150, operator=operator)
         assert served_pages(site) == set(site.expected_pages())
 
 

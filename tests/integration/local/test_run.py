@@ -175,45 +175,6 @@ def _job(site: TestSite, name: str, **spec: object) -> dict[str, object]:
     }
 
 
-def test_scales_up_under_a_big_seed_list_and_down_as_it_drains(tmp_path: Path) -> None:
-    # Slow enough that the last 60 pages (below 3 replicas' worth) outlast the 1 s delay.
-    config = SiteConfig(hosts=3, pages_per_host=60, hostile=False, latency_seconds=0.25)
-    with TestSite(config) as site:
-        job = _job(
-            site,
-            "autoscaled",
-            seeds=sorted(site.expected_pages()),
-            workers={
-                "minReplicas": 1,
-                "maxReplicas": 3,
-                "targetBacklogPerReplica": 30,
-                "scaleDownDelaySeconds": 1,
-            },
-        )
-        job_file = tmp_path / "job.yaml"
-        job_file.write_text(yaml.safe_dump(job))
-        proc = crawlfleet(
-            "run", str(job_file), "--out", str(tmp_path / "out"), "--json", cwd=tmp_path
-        )
-        stdout, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err[-3000:]
-        summary = json.loads(stdout.strip().splitlines()[-1])
-        events = [
-            json.loads(x) for x in (tmp_path / "out" / "events.jsonl").read_text().splitlines()
-        ]
-        scales = [e for e in events if e["kind"] == "Scaled"]
-        # The first tick seeds, then scales: 180 seeds / 30 per replica, capped at 3.
-        assert (scales[0]["from"], scales[0]["to"]) == (0, 3), scales
-        assert any(e["to"] < e["from"] for e in scales), scales  # and down as the queue drained
-        assert summary["max_workers"] == 3
-        served = {
-            canonicalize(r.url)
-            for r in site.all_requests()
-            if r.status == 200 and r.path != "/robots.txt"
-        }
-        assert summary["crawled"] == len(served) == len(site.expected_pages())
-
-
 def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
     # 20 ms a response at 8 requests in flight: at most ~400 pages/s, so the 2,000 pages last
     # several seconds however fast the workers start (forked) and crawl.
