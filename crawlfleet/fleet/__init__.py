@@ -1,10 +1,10 @@
 """The one brain of the fleet (DESIGN §5): pure policy, the steering tick, the backend Protocol.
 
 ``policy`` decides from observations (no I/O); ``steer`` observes, decides and applies, once
-per tick, over a ``backend.FleetBackend`` that the local runner and the operator implement.
+per tick, over a ``backend.FleetBackend`` that the local runner and the operator implement
+(import it as ``from crawlfleet.fleet import steer``).
 """
 
-from crawlfleet.fleet import steer
 from crawlfleet.fleet.backend import EventReason, FleetBackend, FleetEvent, FleetView, Unit, unit_of
 from crawlfleet.fleet.policy import (
     Decision,
@@ -36,7 +36,6 @@ __all__ = [
     "WorkerView",
     "decide",
     "demand",
-    "steer",
     "unit_of",
     "wants_tick",
 ]
