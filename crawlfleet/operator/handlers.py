@@ -592,18 +592,31 @@ class CrawlJobOperator:
             )
         state = self.jobs.pop((ref.namespace, ref.label), None)
         self.metrics.set_phase(ref.namespace, ref.name, None)
-        if external and parsed is not None:
-            frontier = state.frontier if state else None
-            if frontier is None:
-                frontier = await self._frontier(ref, parsed, JobState(owner=_owner(body)))
-            if frontier is not None:
-                removed = await frontier.delete()
-                log.info("removed %d keys of %s/%s", removed, ref.namespace, ref.name)
-                await frontier.aclose()
-                if state is not None:
-                    state.frontier = None
+        try:
+            if external and parsed is not None:
+                await self._remove_keys(ref, parsed, state, body)
+        except KubeError as error:  # reading the Redis URL's Secret
+            raise _retry_later(error) from error
+        except FrontierError as error:
+            raise kopf.TemporaryError(f"removing the job's keys: {error}", delay=5) from error
+        finally:
+            if state is not None:
+                await state.disconnect()
+
+    async def _remove_keys(
+        self, ref: JobRef, spec: CrawlJobSpec, state: JobState | None, body: kopf.Body
+    ) -> None:
+        frontier = state.frontier if state else None
+        if frontier is None:
+            frontier = await self._frontier(ref, spec, JobState(owner=_owner(body)))
+        if frontier is None:
+            log.warning("Redis of %s/%s unreachable: its keys stay there", ref.namespace, ref.name)
+            return
+        removed = await frontier.delete()
+        log.info("removed %d keys of %s/%s", removed, ref.namespace, ref.name)
+        await frontier.aclose()
         if state is not None:
-            await state.disconnect()
+            state.frontier = None
 
 
 def _patch_changed(patch: kopf.Patch, status: Mapping[str, Any], new: Mapping[str, Any]) -> None:
