@@ -9,69 +9,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
-import gc
-import json
-import logging
-import os
-import secrets
 import shutil
-import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crawlfleet.config import Config
 from crawlfleet.errors import CrawlfleetError
+from crawlfleet.startup import setup_logging, without_gc
 
 if TYPE_CHECKING:
     from crawlfleet.local.zygote import Zygote
 
 __all__ = ["main"]
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per line, with the structured fields (layer, worker, job) kept."""
-
-    _FIELDS = ("layer", "worker", "job", "host")
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for name in self._FIELDS:
-            value = getattr(record, name, None)
-            if value is not None:
-                entry[name] = value
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
-
-
-def _setup_logging(level: str) -> None:
-    """JSON lines on stderr at ``level``; crawlfleet's own INFO still reaches file handlers."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter())
-    handler.setLevel(level.upper())
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
-    logging.getLogger("crawlfleet").setLevel(min(logging.INFO, handler.level))
-    # httpx logs every request at INFO: a JSON line per page is noise and CPU. Our own
-    # request layer logs what matters (retries, failures) with its layer field.
-    if handler.level > logging.DEBUG:
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def _default_worker_id() -> str:
-    """The pod name in a cluster (POD_NAME); host and pid where several share a machine."""
-    pod = os.environ.get("POD_NAME")
-    if pod:
-        return pod
-    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 def _parser(config: Config) -> argparse.ArgumentParser:
@@ -84,37 +36,9 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    worker = commands.add_parser("worker", help="run one crawl worker against a job's Redis")
-    knobs = config.worker
-    worker.add_argument("job", nargs="?", default=knobs.job_file, help="CrawlJob YAML file")
-    worker.add_argument("--redis-url", default=knobs.redis_url)
-    worker.add_argument("--worker-id", default=knobs.worker_id)
-    worker.add_argument(
-        "--incarnation",
-        action="store_true",
-        default=knobs.incarnation,
-        help="append '#<random>' to the worker id: a restarted container is a new worker, so "
-        "the leases of the one that died are not mistaken for its own (pods keep their name)",
-    )
-    worker.add_argument("--out", default=knobs.output_dir, type=Path)
-    worker.add_argument("--metrics-port", type=int, default=knobs.metrics_port)
-    worker.add_argument(
-        "--metrics-host",
-        default=knobs.metrics_host,
-        help=f"address /metrics listens on (a pod passes its pod IP) [{knobs.metrics_host}]",
-    )
-    worker.add_argument(
-        "--grace-seconds",
-        type=float,
-        default=knobs.drain.grace_seconds,
-        help="after SIGTERM, how long in-flight fetches may finish before their leases are "
-        f"released [{knobs.drain.grace_seconds:g}]",
-    )
-    worker.add_argument(
-        "--keep-running",
-        action="store_true",
-        help="do not exit when the job is complete (the operator scales workers to zero)",
-    )
+    # The worker's own entry parses its flags (crawler/process.py:main): the zygote runs it
+    # in a forked child without this module, and `crawlfleet worker --help` shows them.
+    commands.add_parser("worker", help="run one crawl worker against a job's Redis", add_help=False)
 
     run = commands.add_parser("run", help="run a CrawlJob on this machine (private Redis)")
     run.add_argument("job", help="CrawlJob YAML file")
@@ -179,12 +103,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CrawlfleetError as exc:
         print(f"crawlfleet: {exc}", file=sys.stderr)
         return 2
-    args = _parser(config).parse_args(argv)
+    parser = _parser(config)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "worker":
+        with without_gc():
+            from crawlfleet.crawler.process import main as worker_main
+        return worker_main(rest, log_level=args.log_level, config=config)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     quiet = args.command in ("run", "demo")
-    _setup_logging(args.log_level or ("warning" if quiet else "info"))
+    setup_logging(args.log_level or ("warning" if quiet else "info"))
     try:
-        if args.command == "worker":
-            return _worker(args, config)
         if args.command == "validate":
             return _validate(args)
         if args.command == "run":
@@ -203,7 +132,8 @@ def _operator(args: argparse.Namespace, config: Config) -> int:
     from crawlfleet.errors import ConfigError
 
     # kopf imports the official `kubernetes` client whenever it is installed, only to
-    # recognise its model objects (20 MB the operator never uses: it speaks aiohttp).
+    # recognise its model objects (memory the operator never uses: it speaks aiohttp; the
+    # figure is in docs/benchmarks.md).
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     try:
         from crawlfleet.operator.main import run_operator
@@ -238,22 +168,6 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _start_up() -> Iterator[None]:
-    """No cyclic GC while a command imports its modules and parses its job.
-
-    Start-up builds only long-lived objects (modules, pydantic's validators), so the
-    collections their allocations trigger find nothing to free: ~45 ms of the ~0.7 s of CPU
-    a worker spends before its first request (median of eight alternating runs), which a
-    crawl run pays once per worker it starts.
-    """
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _run(args: argparse.Namespace, job_file: Path, config: Config) -> int:
     from crawlfleet.local.zygote import Zygote
 
@@ -266,7 +180,7 @@ def _run(args: argparse.Namespace, job_file: Path, config: Config) -> int:
 
 
 def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: Zygote) -> int:
-    with _start_up():
+    with without_gc():
         from crawlfleet.crawljob import load_crawljob
         from crawlfleet.errors import ConfigError
         from crawlfleet.local.runner import RunOptions, run_local
@@ -311,43 +225,6 @@ def _demo(args: argparse.Namespace, config: Config) -> int:
         print(f"crawlfleet demo: serving {len(site.hosts)} loopback hosts", file=sys.stderr)
         args.out = out
         return _run(args, job_file, config)
-
-
-def _worker(args: argparse.Namespace, config: Config) -> int:
-    with _start_up():
-        from crawlfleet.crawler.process import run_worker
-        from crawlfleet.crawljob import load_crawljob
-        from crawlfleet.errors import ConfigError
-
-        if not args.job:
-            raise ConfigError("no CrawlJob given: pass a file or set CRAWLFLEET_JOB_FILE")
-        if not args.redis_url:
-            raise ConfigError("no Redis given: pass --redis-url or set CRAWLFLEET_REDIS_URL")
-        job = load_crawljob(args.job)
-    knobs = dataclasses.replace(
-        config.worker,
-        job_file=args.job,
-        redis_url=args.redis_url,
-        output_dir=args.out,
-        metrics_port=args.metrics_port,
-        metrics_host=args.metrics_host,
-        drain=dataclasses.replace(config.worker.drain, grace_seconds=args.grace_seconds),
-    )
-    worker_id = args.worker_id or _default_worker_id()
-    if args.incarnation:
-        worker_id = f"{worker_id}#{secrets.token_hex(3)}"
-
-    async def _run() -> int:
-        return await run_worker(
-            job,
-            redis_url=args.redis_url,
-            worker_id=worker_id,
-            config=knobs,
-            exit_when_done=not args.keep_running,
-            install_signal_handlers=True,
-        )
-
-    return asyncio.run(_run())
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ __all__ = [
     "FrontierError",
     "FrontierUnavailable",
     "InvalidURL",
+    "KubeError",
     "UnsupportedScheme",
     "ZygoteError",
 ]

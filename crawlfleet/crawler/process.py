@@ -1,23 +1,40 @@
-"""Assemble one worker process: the one Redis client, the one HTTP client, and the loop."""
+"""One worker process: its entry (``crawlfleet worker``), the one Redis client, the one HTTP
+client, and the loop.
+
+:func:`main` is the worker's own entry: ``crawlfleet worker`` hands it its arguments, and the
+local runner's zygote calls it in a forked child, so a forked worker never imports the command
+line (``cli.py``) and the zygote has no import circle with it. :func:`run_worker` is the part an
+embedder calls with values already resolved.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import gc
+import os
+import secrets
 import signal
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
-from crawlfleet.config import WorkerConfig
+from crawlfleet.config import Config, WorkerConfig
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsPolicy
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.sinks import OutputWriter
 from crawlfleet.crawler.worker import Worker, WorkerOptions
-from crawlfleet.crawljob import CrawlJob
+from crawlfleet.crawljob import CrawlJob, load_crawljob
+from crawlfleet.errors import ConfigError, CrawlfleetError
 from crawlfleet.frontier import Frontier, FrontierSettings
+from crawlfleet.startup import setup_logging, without_gc
 
-__all__ = ["run_worker"]
+__all__ = ["main", "run_worker"]
 
 #: Net new container objects between young-generation collections (CPython's default: 700).
 GC_YOUNG_THRESHOLD: Final = 10_000
@@ -93,3 +110,108 @@ async def run_worker(
         await fetcher.aclose()
         if frontier is not None:
             await frontier.aclose()
+
+
+# -- the entry ------------------------------------------------------------------------------
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    log_level: str | None = None,
+    config: Config | None = None,
+) -> int:
+    """``crawlfleet worker ARGV``: crawl one job's Redis until the job is done or stopped.
+
+    ``config`` is the process's knobs when the caller has read them already (the command
+    line); else the environment is read here, once. Exit 2 with one line for a bad setting.
+    """
+    try:
+        config = config if config is not None else Config.from_env()
+    except CrawlfleetError as exc:
+        print(f"crawlfleet: {exc}", file=sys.stderr)
+        return 2
+    args = _parser(config.worker).parse_args(argv)
+    setup_logging(log_level or config.log_level or "info")
+    try:
+        with without_gc():
+            job, knobs = _resolve(args, config.worker)
+    except CrawlfleetError as exc:
+        print(f"crawlfleet: {exc}", file=sys.stderr)
+        return 2
+    worker_id = args.worker_id or _default_worker_id()
+    if args.incarnation:
+        worker_id = f"{worker_id}#{secrets.token_hex(3)}"
+    return asyncio.run(
+        run_worker(
+            job,
+            redis_url=args.redis_url,
+            worker_id=worker_id,
+            config=knobs,
+            exit_when_done=not args.keep_running,
+            install_signal_handlers=True,
+        )
+    )
+
+
+def _parser(knobs: WorkerConfig) -> argparse.ArgumentParser:
+    """Flags whose defaults are ``knobs``' (defaults, then the environment, read once)."""
+    parser = argparse.ArgumentParser(
+        prog="crawlfleet worker", description="Run one crawl worker against a job's Redis."
+    )
+    parser.add_argument("job", nargs="?", default=knobs.job_file, help="CrawlJob YAML file")
+    parser.add_argument("--redis-url", default=knobs.redis_url)
+    parser.add_argument("--worker-id", default=knobs.worker_id)
+    parser.add_argument(
+        "--incarnation",
+        action="store_true",
+        default=knobs.incarnation,
+        help="append '#<random>' to the worker id: a restarted container is a new worker, so "
+        "the leases of the one that died are not mistaken for its own (pods keep their name)",
+    )
+    parser.add_argument("--out", default=knobs.output_dir, type=Path)
+    parser.add_argument("--metrics-port", type=int, default=knobs.metrics_port)
+    parser.add_argument(
+        "--metrics-host",
+        default=knobs.metrics_host,
+        help=f"address /metrics listens on (a pod passes its pod IP) [{knobs.metrics_host}]",
+    )
+    parser.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=knobs.drain.grace_seconds,
+        help="after SIGTERM, how long in-flight fetches may finish before their leases are "
+        f"released [{knobs.drain.grace_seconds:g}]",
+    )
+    parser.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="do not exit when the job is complete (the operator scales workers to zero)",
+    )
+    return parser
+
+
+def _resolve(args: argparse.Namespace, knobs: WorkerConfig) -> tuple[CrawlJob, WorkerConfig]:
+    """The job and the process's knobs with the flags applied; ConfigError names what lacks."""
+    if not args.job:
+        raise ConfigError("no CrawlJob given: pass a file or set CRAWLFLEET_JOB_FILE")
+    if not args.redis_url:
+        raise ConfigError("no Redis given: pass --redis-url or set CRAWLFLEET_REDIS_URL")
+    job = load_crawljob(args.job)
+    return job, dataclasses.replace(
+        knobs,
+        job_file=args.job,
+        redis_url=args.redis_url,
+        output_dir=args.out,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        drain=dataclasses.replace(knobs.drain, grace_seconds=args.grace_seconds),
+    )
+
+
+def _default_worker_id() -> str:
+    """The pod name in a cluster (POD_NAME); host and pid where several share a machine."""
+    pod = os.environ.get("POD_NAME")
+    if pod:
+        return pod
+    return f"{socket.gethostname()}-{os.getpid()}"

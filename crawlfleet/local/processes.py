@@ -130,7 +130,7 @@ class LocalProcessBackend:
         logs = self.output_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         args = [
-            "worker", str(self.job_file),
+            str(self.job_file),
             "--redis-url", self.redis_url, "--worker-id", worker_id,
             "--out", str(self.output_dir), "--keep-running",
             "--grace-seconds", str(self.drain.grace_seconds),
@@ -139,7 +139,7 @@ class LocalProcessBackend:
         if self.zygote is not None:
             # The title is the command line it stands for, minus the password: `ps` and
             # `pkill -f` find a forked worker as they find a started one.
-            title = " ".join(["crawlfleet", *args])
+            title = " ".join(["crawlfleet", "worker", *args])
             title = title.replace(self.redis_url, _redacted(self.redis_url))
             try:
                 process = self.zygote.spawn(args, logs / f"{worker_id}.log", title)
@@ -149,7 +149,7 @@ class LocalProcessBackend:
         if process is None:
             with open(logs / f"{worker_id}.log", "ab") as log:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "crawlfleet", *args],
+                    [sys.executable, "-m", "crawlfleet", "worker", *args],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,

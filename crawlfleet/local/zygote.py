@@ -12,7 +12,8 @@ preloaded app).
 The zygote is a plain child of the runner, talking JSON lines over its stdin and stdout:
 
 * runner → zygote: ``{"argv": [...], "log": PATH, "title": TITLE}`` — fork a worker running
-  ``crawlfleet ARGV`` with stdout and stderr appended to PATH, titled TITLE in ``ps``;
+  ``crawlfleet worker ARGV`` (the worker's own entry, ``crawler/process.py:main``, never the
+  command line) with stdout and stderr appended to PATH, titled TITLE in ``ps``;
 * zygote → runner: ``{"spawned": PID}`` per request, in order, and ``{"exited": PID,
   "code": CODE}`` when a worker exits (CODE as :attr:`subprocess.Popen.returncode`: minus
   the signal for a killed worker).
@@ -71,7 +72,7 @@ class Zygote:
         return cls(process)
 
     def spawn(self, argv: list[str], log: Path, title: str) -> ForkedProcess:
-        """Fork a worker running ``crawlfleet ARGV``; its handle, as soon as it exists."""
+        """Fork a worker running ``crawlfleet worker ARGV``; its handle, as soon as it exists."""
         request = json.dumps({"argv": argv, "log": str(log), "title": title}) + "\n"
         assert self.process.stdin is not None
         try:
@@ -181,9 +182,7 @@ def serve() -> int:
     gc.disable()
     import setproctitle  # noqa: F401 - imported for the workers
 
-    import crawlfleet.cli
-    import crawlfleet.crawler.process
-    import crawlfleet.crawljob  # noqa: F401
+    import crawlfleet.crawler.process  # noqa: F401 - the worker's entry and all it uses
 
     gc.enable()
     gc.freeze()  # shared with every worker copy-on-write; never scanned again
@@ -248,7 +247,7 @@ def _become_worker(request: dict[str, Any]) -> int:
     import setproctitle
 
     setproctitle.setproctitle(request["title"])
-    from crawlfleet.cli import main
+    from crawlfleet.crawler.process import main
 
     return main(request["argv"])
 

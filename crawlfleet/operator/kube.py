@@ -2,8 +2,8 @@
 
 kopf watches and posts status through its own aiohttp client; the children are created and
 steered here over the same library, with credentials from the same login (:func:`login`).
-The official ``kubernetes`` client would add 20 MB of generated models and a thread per
-blocking call for the eight REST calls below, so the operator does not use it.
+The official ``kubernetes`` client would add its generated models' memory (docs/benchmarks.md)
+and a thread per blocking call for the REST calls below, so the operator does not use it.
 """
 
 from __future__ import annotations

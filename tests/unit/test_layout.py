@@ -1,21 +1,37 @@
-"""The package's shape: each package names its public face, and each module's ``__all__`` is true.
+"""The package's shape: public faces, the one error tree, and who may speak Redis.
 
 As httpx checks its exported members: a package's ``__all__`` must list exactly the public
 names its ``__init__`` binds (a name imported there and left out is a public name nobody
-chose; a name listed and missing breaks ``from package import *``).
+chose; a name listed and missing breaks ``from package import *``). Errors raised on purpose
+belong to ``CrawlfleetError``'s tree, documented in ``crawlfleet/errors.py``. Redis is spoken
+by ``crawlfleet.frontier`` alone (DESIGN §3), which translates its errors once.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import pkgutil
+import re
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 import crawlfleet
+from crawlfleet import errors
+from crawlfleet.errors import CrawlfleetError
+
+PACKAGE_DIR = Path(crawlfleet.__file__).parent
+#: Errors outside the tree, and why none of them reaches a user.
+OUTSIDE_THE_TREE = {
+    "crawlfleet.hosts.InvalidHost": "a ValueError of a pure helper; callers translate it",
+    "crawlfleet.patterns.PatternError": "a ValueError of a pure helper; the model translates it",
+    "crawlfleet.operator.crd.SchemaError": "a bug in crawljob.py, found by the CRD's tests",
+}
 
 #: Packages whose ``__init__`` imports its public face.
 PACKAGES = (
@@ -91,3 +107,74 @@ def test_the_zygote_starts_before_anything_heavy() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def _error_classes() -> dict[str, type[BaseException]]:
+    found = {}
+    for name in _modules():
+        module = importlib.import_module(name)
+        for member, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__ == name
+            ):
+                found[f"{name}.{member}"] = value
+    return found
+
+
+def test_every_error_raised_on_purpose_is_in_the_one_tree() -> None:
+    outside = {
+        name for name, error in _error_classes().items() if not issubclass(error, CrawlfleetError)
+    }
+    assert outside == set(OUTSIDE_THE_TREE)
+
+
+def test_the_tree_is_drawn_where_it_is_defined() -> None:
+    tree = errors.__doc__ or ""
+    defined = [
+        name for name, error in _error_classes().items() if issubclass(error, CrawlfleetError)
+    ]
+    assert all(name.startswith("crawlfleet.errors.") for name in defined), defined
+    block = tree.split("::", 1)[1].split("\n\n")[1]  # the drawing, one error a line
+    drawn = set(re.findall(r"^[\s│├└─]*(\w+)", block, re.M))
+    assert {name.rsplit(".", 1)[1] for name in defined} == drawn
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at the top or inside a function."""
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.add(node.module)
+    return imported
+
+
+def test_nothing_outside_the_frontier_speaks_redis() -> None:
+    speakers = sorted(
+        str(path.relative_to(PACKAGE_DIR.parent))
+        for path in PACKAGE_DIR.rglob("*.py")
+        if "frontier" not in path.relative_to(PACKAGE_DIR).parts[:1]
+        and any(m == "redis" or m.startswith("redis.") for m in _imported_modules(path))
+    )
+    assert speakers == []
+
+
+def test_the_crawler_and_the_operator_never_import_each_other() -> None:
+    """STYLE: crawler and operator depend on frontier and fleet, never on each other."""
+    for side, other in (("crawler", "operator"), ("operator", "crawler")):
+        for path in (PACKAGE_DIR / side).rglob("*.py"):
+            imported = _imported_modules(path)
+            assert not any(m.startswith(f"crawlfleet.{other}") for m in imported), path
+
+
+def test_only_the_command_line_imports_the_command_line() -> None:
+    """The zygote used to import cli.py to run a worker: the one import circle there was."""
+    importers = sorted(
+        str(path.relative_to(PACKAGE_DIR.parent))
+        for path in PACKAGE_DIR.rglob("*.py")
+        if path.name != "__main__.py" and "crawlfleet.cli" in _imported_modules(path)
+    )
+    assert importers == []

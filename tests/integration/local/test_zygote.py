@@ -43,26 +43,29 @@ def write_job(tmp_path: Path, spec_changes: dict[str, object] | None = None) -> 
     return path
 
 
-def test_a_forked_command_exits_with_its_code_and_writes_its_log(
+def test_a_forked_worker_exits_with_its_code_and_writes_its_log(
     zygote: Zygote, tmp_path: Path
 ) -> None:
-    good = write_job(tmp_path)
-    ok = zygote.spawn(["validate", str(good)], tmp_path / "ok.log", "crawlfleet validate")
-    assert ok.wait(30) == 0
+    helped = zygote.spawn(["--help"], tmp_path / "help.log", "crawlfleet worker --help")
+    assert helped.wait(30) == 0
+    assert "usage: crawlfleet worker" in (tmp_path / "help.log").read_text()
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({**JOB, "kind": "CronJob"}))
-    refused = zygote.spawn(["validate", str(bad)], tmp_path / "bad.log", "crawlfleet validate")
+    argv = [str(bad), "--redis-url", "redis://127.0.0.1:9/0"]
+    refused = zygote.spawn(argv, tmp_path / "bad.log", "crawlfleet worker")
     assert refused.wait(30) == 2
-    assert "CronJob" in (tmp_path / "bad.log").read_text()
+    log = (tmp_path / "bad.log").read_text()
+    assert "CronJob" in log
+    assert "Traceback" not in log
 
 
 def test_a_forked_worker_is_found_by_its_title_and_a_kill_is_reported(
     zygote: Zygote, tmp_path: Path, redis_server: RedisServer
 ) -> None:
     job = write_job(tmp_path)
-    argv = ["worker", str(job), "--redis-url", redis_server.url, "--worker-id", "z-1"]
+    argv = [str(job), "--redis-url", redis_server.url, "--worker-id", "z-1"]
     argv += ["--out", str(tmp_path / "out"), "--keep-running"]
-    worker = zygote.spawn(argv, tmp_path / "z-1.log", " ".join(["crawlfleet", *argv]))
+    worker = zygote.spawn(argv, tmp_path / "z-1.log", " ".join(["crawlfleet", "worker", *argv]))
     assert worker.poll() is None
     deadline = time.monotonic() + 10  # the child titles itself just after the fork
     while worker_pid(job, "z-1") is None and time.monotonic() < deadline:
@@ -77,18 +80,16 @@ def test_a_forked_worker_is_found_by_its_title_and_a_kill_is_reported(
 
 def test_ctrl_c_reaches_workers_not_the_zygote(zygote: Zygote, tmp_path: Path) -> None:
     """A terminal's SIGINT goes to the whole process group; the zygote must outlive it."""
-    job = write_job(tmp_path)
-    first = zygote.spawn(["validate", str(job)], tmp_path / "first.log", "crawlfleet validate")
+    first = zygote.spawn(["--help"], tmp_path / "first.log", "crawlfleet worker --help")
     assert first.wait(30) == 0  # the zygote is up and has set its signal dispositions
     os.kill(zygote.process.pid, signal.SIGINT)
-    after = zygote.spawn(["validate", str(job)], tmp_path / "after.log", "crawlfleet validate")
+    after = zygote.spawn(["--help"], tmp_path / "after.log", "crawlfleet worker --help")
     assert after.wait(30) == 0
 
 
 def test_closing_ends_the_zygote_once_its_workers_are_gone(tmp_path: Path) -> None:
     zygote = Zygote.start()
-    job = write_job(tmp_path)
-    child = zygote.spawn(["validate", str(job)], tmp_path / "v.log", "crawlfleet validate")
+    child = zygote.spawn(["--help"], tmp_path / "v.log", "crawlfleet worker --help")
     zygote.close()
     assert zygote.process.returncode == 0
     assert child.poll() == 0
@@ -119,5 +120,5 @@ def test_a_dead_zygote_is_a_crawlfleet_error(tmp_path: Path) -> None:
     zygote.process.kill()
     zygote.process.wait()
     with pytest.raises(CrawlfleetError, match="zygote"):
-        zygote.spawn(["validate", str(write_job(tmp_path))], tmp_path / "v.log", "crawlfleet")
+        zygote.spawn(["--help"], tmp_path / "v.log", "crawlfleet worker --help")
     zygote.close()
