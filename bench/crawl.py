@@ -41,7 +41,7 @@ from httpx_aiohttp import AiohttpTransport
 from bench.static_site import StaticSite
 from crawlfleet.crawler.links import extract_links
 from crawlfleet.crawljob import parse_crawljob
-from crawlfleet.frontier import Frontier, FrontierSettings, connect
+from crawlfleet.frontier import Frontier, FrontierSettings
 from crawlfleet.local.redis_server import RedisServer
 
 CONCURRENCY = 64
@@ -109,11 +109,10 @@ async def crawlfleet_rate(
             raise RuntimeError(f"worker exited with {proc.returncode}")
     elapsed = time.perf_counter() - started
     cpu = children_cpu_seconds() - cpu_before
-    client = connect(redis_url)
     job = parse_crawljob(document)
-    frontier = await Frontier.open(client, FrontierSettings.from_spec(job.job_id, job.spec))
+    frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, job.spec))
     stats = await frontier.stats()
-    await client.aclose()
+    await frontier.aclose()
     if not stats.complete:
         raise RuntimeError(f"crawl {name} did not complete: {stats}")
     return stats.crawled / elapsed, stats.crawled, cpu

@@ -33,7 +33,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from crawlfleet.frontier import Admission, Frontier, Link, canonicalize, connect
+from crawlfleet.frontier import Admission, Frontier, Link, canonicalize
+from crawlfleet.frontier.connection import connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.redis import redisbloom_module
 from tests.support.specs import frontier_settings

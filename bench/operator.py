@@ -32,7 +32,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from crawlfleet.frontier import Frontier, Link, canonicalize, connect
+from crawlfleet.frontier import Frontier, Link, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
@@ -142,11 +142,10 @@ def _one_sample(
 
 async def _enqueue(url: str, job_id: str, urls: list[str]) -> None:
     """Enqueue through the frontier's own script, as a worker's flush would."""
-    aclient = connect(url)
     settings = frontier_settings(job_id, {"dedup": {"capacity": 100_000}})
-    frontier = await Frontier.open(aclient, settings)
+    frontier = await Frontier.connect(url, settings)
     await frontier.enqueue([Link(u, 1, u) for u in urls])
-    await aclient.aclose()
+    await frontier.aclose()
 
 
 def hundred_jobs(cluster: Cluster, log_dir: Path, jobs: int) -> tuple[float, float]:

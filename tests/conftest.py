@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from crawlfleet.frontier import connect
+from crawlfleet.frontier.connection import connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.redis import redisbloom_module
 from tests.support.s3 import S3Server

@@ -1,7 +1,12 @@
-"""The frontier: dedup, per-host queues, leases and counters in Redis (DESIGN §3)."""
+"""The frontier: dedup, per-host queues, leases and counters in Redis (DESIGN §3).
+
+The one speaker of Redis: open a job's frontier with :meth:`Frontier.connect` (it owns its
+client; :meth:`Frontier.aclose` closes it) and every call's errors come back as
+:class:`~crawlfleet.errors.FrontierUnavailable`. A raw redis-py client is not part of this
+face (``crawlfleet.frontier.connection.connect`` makes one, for tests and benchmarks).
+"""
 
 from crawlfleet.frontier.bloom import BloomBackend, BloomParams
-from crawlfleet.frontier.connection import connect
 from crawlfleet.frontier.frontier import Frontier
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
@@ -40,7 +45,6 @@ __all__ = [
     "RobotsEntry",
     "WorkerHeartbeat",
     "canonicalize",
-    "connect",
     "host_of",
     "try_canonicalize",
 ]

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.frontier import Failure, Frontier, connect
+from crawlfleet.frontier import Failure, Frontier
 from tests.support.specs import frontier_settings
 
 
@@ -123,7 +123,6 @@ async def main() -> None:
     parser.add_argument("--hang-after-batches", type=int, default=0)
     parser.add_argument("--hang-seconds", type=float, default=3.0)
     args = parser.parse_args()
-    client = connect(args.redis_url)
     lease_ttl = args.lease_ttl
     settings = frontier_settings(
         args.job,
@@ -134,13 +133,13 @@ async def main() -> None:
             "retry": {"taskAttempts": args.task_attempts},
         },
     )
-    frontier = await Frontier.open(client, settings)
+    frontier = await Frontier.connect(args.redis_url, settings)
     with open(args.out, "a") as out:
         if args.mode == "add":
             await run_add(args, frontier, out)
         else:
             await run_claim(args, frontier, out)
-    await client.aclose()
+    await frontier.aclose()
 
 
 if __name__ == "__main__":

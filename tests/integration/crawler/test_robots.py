@@ -18,7 +18,8 @@ import redis.asyncio as aioredis
 
 from crawlfleet.crawler.robots import MAX_ROBOTS_BYTES, RobotsPolicy, product_token
 from crawlfleet.errors import ConfigError, InvalidURL
-from crawlfleet.frontier import Frontier, JobKeys, connect
+from crawlfleet.frontier import Frontier, JobKeys
+from crawlfleet.frontier.connection import connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.specs import frontier_settings, job_spec, merged
 
