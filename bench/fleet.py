@@ -153,12 +153,12 @@ def run_scrapy_redis(
 
 
 def stored_urls(tmp: Path, name: str) -> Iterator[str]:
-    """URLs of the pages one crawl wrote out (crawlfleet's pages-*.jsonl, the Scrapy feeds).
+    """URLs of the pages one crawl wrote out (crawlfleet's pages/*.jsonl, the Scrapy feeds).
 
     The site's log shows what was requested; a page a killed process fetched but never wrote
     is served yet lost to the user, and only the output shows that.
     """
-    for path in [*(tmp / name).glob("pages-*.jsonl"), *tmp.glob(f"{name}-items-*.jsonl")]:
+    for path in [*(tmp / name).glob("pages/*.jsonl"), *tmp.glob(f"{name}-items-*.jsonl")]:
         for line in path.read_text().splitlines():
             try:
                 record = json.loads(line)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import logging
+import os
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from crawlfleet.config import Config
 from crawlfleet.errors import CrawlfleetError
@@ -23,7 +26,7 @@ from crawlfleet.startup import setup_logging, without_gc
 if TYPE_CHECKING:
     from crawlfleet.local.zygote import Zygote
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 
 def _parser(config: Config) -> argparse.ArgumentParser:
@@ -49,6 +52,23 @@ def _parser(config: Config) -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check a CrawlJob as the CRD will")
     validate.add_argument("job", help="CrawlJob YAML file")
+
+    output = commands.add_parser(
+        "output", help="list, print or verify a crawl's output (a folder or a bucket)"
+    )
+    output.add_argument(
+        "action",
+        choices=("ls", "cat", "verify"),
+        help="ls: the files; cat: the page records, latest fetch per URL; verify: the manifest",
+    )
+    output.add_argument(
+        "target", help="a CrawlJob YAML file (its output.destination) or a destination"
+    )
+    output.add_argument(
+        "--all", action="store_true", help="cat: every fetch, not only the latest per URL"
+    )
+    output.add_argument("--endpoint", help="S3 endpoint URL of an s3:// target [AWS]")
+    output.add_argument("--region", help="S3 region of an s3:// target")
 
     operator = commands.add_parser(
         "operator", help="run the Kubernetes operator (kopf) that reconciles CrawlJobs"
@@ -90,7 +110,13 @@ def _parser(config: Config) -> argparse.ArgumentParser:
 
 
 def _run_flags(parser: argparse.ArgumentParser, config: Config) -> None:
-    parser.add_argument("--out", type=Path, help="output folder [./crawl-output/<name>]")
+    parser.add_argument(
+        "--out", type=Path, help="the run's folder: Redis, logs, summary [./crawl-output/<name>]"
+    )
+    parser.add_argument(
+        "--output",
+        help="where pages go: a folder, file:// or s3://bucket/prefix/ [the job's, else --out]",
+    )
     parser.add_argument("--redis-url", default=config.run.redis_url, help="use this Redis")
     parser.add_argument("--workers", type=int, help="a fixed number of workers")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -116,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "output":
+            return _output(args)
         if args.command == "run":
             return _run(args, Path(args.job), config)
         if args.command == "demo":
@@ -168,6 +196,65 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _output(args: argparse.Namespace) -> int:
+    """``crawlfleet output ls|cat|verify``: read what a crawl wrote, wherever it went."""
+    from crawlfleet.crawljob import S3Spec, load_crawljob
+    from crawlfleet.output.destination import destination_flag
+    from crawlfleet.output.reader import page_records, verify
+    from crawlfleet.output.stores import open_store
+
+    target = Path(args.target)
+    if target.is_file() and target.suffix in (".yaml", ".yml"):
+        job = load_crawljob(target)
+        destination = destination_flag(
+            job.spec.output.destination or str(Path("crawl-output") / job.metadata.name),
+            f"{target}: spec.output.destination",
+        )
+        s3 = job.spec.output.s3
+    else:
+        destination = destination_flag(args.target, "target")
+        s3 = None
+    if args.endpoint or args.region:
+        s3 = S3Spec(endpoint=args.endpoint or (s3.endpoint if s3 else None), region=args.region)
+    store = open_store(destination, s3)
+
+    async def run() -> int:
+        if args.action == "ls":
+            for stored in await store.files():
+                print(f"{stored.size:>12}  {stored.key}")
+            return 0
+        if args.action == "cat":
+            out = sys.stdout.buffer
+            async for line in page_records(store, every_fetch=args.all):
+                out.write(line + b"\n")
+            out.flush()
+            return 0
+        result = await verify(store)
+        if result.problem:
+            print(f"crawlfleet: {result.problem}", file=sys.stderr)
+            return 1
+        for path in result.missing:
+            print(f"missing: {destination.key(path)}", file=sys.stderr)
+        for path in result.changed:
+            print(f"changed: {destination.key(path)} (size or sha256 differs)", file=sys.stderr)
+        for path in result.unlisted:
+            print(f"not in the manifest (a duplicate nobody acked): {path}", file=sys.stderr)
+        verdict = "verified" if result.ok else "FAILED"
+        print(
+            f"{destination.url}: {verdict}: {result.checked} of"
+            f" {result.checked + len(result.missing)} listed files checked,"
+            f" {len(result.missing)} missing, {len(result.changed)} changed"
+        )
+        return 0 if result.ok else 1
+
+    try:
+        return asyncio.run(run())
+    except FileNotFoundError as error:
+        from crawlfleet.errors import OutputError
+
+        raise OutputError(f"{destination.url}: not found ({error.strerror or error})") from None
+
+
 def _run(args: argparse.Namespace, job_file: Path, config: Config) -> int:
     from crawlfleet.local.zygote import Zygote
 
@@ -184,6 +271,7 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         from crawlfleet.crawljob import load_crawljob
         from crawlfleet.errors import ConfigError
         from crawlfleet.local.runner import RunOptions, run_local
+        from crawlfleet.output.destination import destination_flag
 
         job = load_crawljob(job_file)
     if args.workers is not None and args.workers < 1:
@@ -191,9 +279,12 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
     config = dataclasses.replace(
         config, run=dataclasses.replace(config.run, redis_url=args.redis_url)
     )
+    if args.output is not None:
+        destination_flag(args.output, "--output")
     options = RunOptions(
         job_file=job_file,
         output_dir=args.out or Path("crawl-output") / job.metadata.name,
+        destination=args.output,
         config=config,
         workers=args.workers,
         resume=args.resume,
@@ -227,5 +318,25 @@ def _demo(args: argparse.Namespace, config: Config) -> int:
         return _run(args, job_file, config)
 
 
+def run() -> NoReturn:
+    """The ``crawlfleet`` command: :func:`main`, then an exit that a native runtime cannot spoil.
+
+    obstore (the S3 client) completes its futures on a Tokio runtime that Python never shuts
+    down; a worker thread still handing back a result while the interpreter finalizes panics,
+    and the process aborts with SIGABRT after everything succeeded (a known race of
+    pyo3-async-runtimes: roughly one exit in ten here, after a listing or a download). Once
+    obstore is loaded the process therefore ends with ``os._exit`` after flushing what
+    finalization would have flushed: the output is durable by then, the logs written.
+    """
+    code = main()
+    if "obstore" not in sys.modules:
+        sys.exit(code)
+    logging.shutdown()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -10,8 +10,9 @@ at start-up by :meth:`Config.from_env` (each field names its variable); command-
 (``cli.py`` applies them with :func:`dataclasses.replace`); the job's spec, where it has a say.
 
 The drain budget is the one figure two processes must agree on: a worker told to stop gives its
-fetches ``grace_seconds``, its loops ``settle_seconds`` and its last flush ``exit_seconds``, so
-the pod's ``terminationGracePeriodSeconds`` and the local runner's wait are
+fetches ``grace_seconds``, its last output files ``output_seconds`` to become durable, its loops
+``settle_seconds`` and its last flush ``exit_seconds``, so the pod's
+``terminationGracePeriodSeconds`` and the local runner's wait are
 :attr:`DrainConfig.budget_seconds`, derived, never typed a second time.
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "Config",
     "DrainConfig",
     "OperatorConfig",
+    "OutputConfig",
     "RunConfig",
     "SteeringConfig",
     "WorkerConfig",
@@ -50,24 +52,54 @@ def _env(name: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputConfig:
+    """How a worker makes its output durable (DESIGN §8); what it writes is the spec's."""
+
+    #: A generation of output files is sealed at this many records, whatever its size or
+    #: age, so the leases waiting for it (extended at every heartbeat) stay a bounded batch.
+    max_records_per_file: int = 10_000
+    #: Generations sealed and not yet durable before the worker stops claiming (backpressure).
+    max_pending_files: int = 4
+    #: Longest wait between two attempts to make a file durable (the backoff's cap).
+    retry_max_seconds: float = 30.0
+    #: One request to an S3-compatible store: connecting, then the whole exchange.
+    connect_timeout_seconds: float = 5.0
+    request_timeout_seconds: float = 30.0
+    #: Where files bound for a bucket are written before their upload. None: the temporary
+    #: folder (an emptyDir at /tmp in a pod).
+    spool_dir: Path | None = field(default=None, metadata=_env("SPOOL_DIR"))
+
+    @property
+    def upload_attempt_seconds(self) -> float:
+        """The longest one upload attempt takes before it fails: the drain's output budget."""
+        return self.connect_timeout_seconds + self.request_timeout_seconds
+
+
+@dataclass(frozen=True, slots=True)
 class DrainConfig:
-    """A worker's shutdown after SIGTERM, in three steps with a budget each.
+    """A worker's shutdown after SIGTERM, in four steps with a budget each.
 
     It stops claiming at once; in-flight fetches get ``grace_seconds`` to finish (what is left
-    is released, not failed: no attempt counted); the heartbeat and flush loops then get
-    ``settle_seconds`` to end; the last flush (write, then ack) and closing get
-    ``exit_seconds``. A worker that overruns the sum is killed, and only then are its leftover
-    leases requeued.
+    is released, not failed: no attempt counted); its open output files are then sealed and
+    get ``output_seconds`` to become durable and their pages acked (pages whose file is still
+    not durable are released, to be crawled again); the heartbeat and flush loops then get
+    ``settle_seconds`` to end; the last flush and closing get ``exit_seconds``. A worker that
+    overruns the sum is killed, and only then are its leftover leases requeued.
     """
 
     grace_seconds: float = field(default=25.0, metadata=_env("GRACE_SECONDS"))
+    #: One upload attempt's worst case (OutputConfig.upload_attempt_seconds), so the last
+    #: files get at least one whole try; a destination down for longer costs a re-crawl.
+    output_seconds: float = field(default=35.0, metadata=_env("OUTPUT_DRAIN_SECONDS"))
     settle_seconds: float = 10.0
     exit_seconds: float = 5.0
 
     @property
     def budget_seconds(self) -> int:
         """Whole seconds from SIGTERM to exit, at the most: the pod's termination grace."""
-        return math.ceil(self.grace_seconds + self.settle_seconds + self.exit_seconds)
+        return math.ceil(
+            self.grace_seconds + self.output_seconds + self.settle_seconds + self.exit_seconds
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +118,10 @@ class WorkerConfig:
     metrics_port: int = field(default=0, metadata=_env("METRICS_PORT"))
     metrics_host: str = field(default="0.0.0.0", metadata=_env("METRICS_HOST"))
     drain: DrainConfig = field(default_factory=DrainConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    #: Where pages go (``--output``): a folder, file:// or s3:// URL, over the job's own
+    #: output.destination; with neither, the folder ``output_dir``.
+    destination: str | None = field(default=None, metadata=_env("OUTPUT"))
     #: How long a finished fetch waits for others to share its flush (one ack per batch).
     flush_linger_seconds: float = 0.005
     #: How long the claim loop sleeps when it has no room or found nothing.

@@ -63,6 +63,13 @@ from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
 from crawlfleet.errors import ConfigError
 from crawlfleet.hosts import normalize_host, split_host_port
+from crawlfleet.output.destination import (
+    DESTINATION_CREDENTIALS,
+    DESTINATION_MEANING,
+    MAX_DESTINATION_LENGTH,
+    InvalidDestination,
+    parse_destination,
+)
 from crawlfleet.patterns import PatternError, compile_patterns
 
 __all__ = [
@@ -74,6 +81,7 @@ __all__ = [
     "CrawlJob",
     "CrawlJobSpec",
     "CrawlJobStatus",
+    "CredentialsSecretRef",
     "DedupSpec",
     "FetchSpec",
     "FleetStatus",
@@ -87,6 +95,7 @@ __all__ = [
     "RetrySpec",
     "RobotsSpec",
     "Rule",
+    "S3Spec",
     "ScopeSpec",
     "SecretRef",
     "WorkersSpec",
@@ -119,6 +128,7 @@ _DAY_SECONDS: Final = 86_400
 _MAX_ATTEMPTS: Final = 100
 _MAX_TEXT_LENGTH: Final = 1024  # a User-Agent, an image reference
 _MAX_REDIS_URL_LENGTH: Final = 2048
+_MAX_ENDPOINT_LENGTH: Final = 2048
 _GIB: Final = 1024 * _MIB
 _MAX_SPEC_JSON_BYTES: Final = 880_000  # see CrawlJobSpec._fits_the_workers_config_map
 
@@ -337,8 +347,13 @@ _QUANTITY: Final = _Pattern(
 _IMAGE: Final = _Pattern(
     r"[^\s]+", "a container image reference without spaces, such as redis:7.4-alpine"
 )
+_REGION: Final = _Pattern(
+    r"[a-z0-9][a-z0-9-]*", "a region name such as us-east-1 or auto", max_length=64
+)
+
+
 #: Every string shape, for the CRD generator to find each one's message by its pattern.
-STRING_SHAPES: Final = (_OBJECT_NAME, _NAMESPACE, _SECRET_KEY, _QUANTITY, _IMAGE)
+STRING_SHAPES: Final = (_OBJECT_NAME, _NAMESPACE, _SECRET_KEY, _QUANTITY, _IMAGE, _REGION)
 
 
 def _allowed_domain(entry: str) -> str:
@@ -502,6 +517,54 @@ _REDIS_URL_CEL: Final = _Cel(
     r" || self.matches(r'^unix:///[^?#\s]*$')",
     _REDIS_URL,
 )
+
+
+def _destination(text: str) -> str:
+    """``output.destination``: a folder, a file:// URL or s3://bucket/prefix/ (see the parser)."""
+    try:
+        parse_destination(text)
+    except InvalidDestination as error:
+        raise _problem(str(error)) from None
+    return text
+
+
+_MAX_DESTINATION_LENGTH: Final = MAX_DESTINATION_LENGTH
+# The API server refuses the two mistakes CEL can see (credentials, a scheme we do not speak);
+# the bucket's name and the prefix's shape are the operator's InvalidSpec.
+_DESTINATION_CEL: Final = (
+    _Cel(r"!self.matches(r'^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*@')", DESTINATION_CREDENTIALS),
+    _Cel(
+        r"!self.matches(r'^[a-zA-Z][a-zA-Z0-9+.-]*:') || self.startsWith('s3://')"
+        r" || self.startsWith('file://')",
+        DESTINATION_MEANING,
+    ),
+)
+_ENDPOINT_MEANING: Final = (
+    "must be an http(s)://host[:port] URL of an S3-compatible store, without a path, query"
+    " or credentials"
+)
+
+
+def _endpoint_url(url: str) -> str:
+    """``output.s3.endpoint``: where the S3 client sends its requests (obstore's ``endpoint``)."""
+    try:
+        parts = urlsplit(url)
+        valid = (
+            parts.scheme in ("http", "https")
+            and bool(parts.hostname)
+            and parts.path in ("", "/")
+            and not parts.query
+            and not parts.fragment
+            and not any(char.isspace() or ord(char) < 32 for char in url)
+            and parts.port != 0  # .port raises ValueError on a bad port
+        )
+    except ValueError:
+        valid = False
+    if valid and "@" in parts.netloc:
+        raise _problem(DESTINATION_CREDENTIALS)
+    if not valid:
+        raise _problem(f"{_ENDPOINT_MEANING} (got {_show(_without_userinfo(url))})")
+    return url
 
 
 _RESOURCE_KEYS: Final = frozenset({"limits", "requests"})
@@ -961,18 +1024,94 @@ class RedisSpec(_Section):
         return data
 
 
+class CredentialsSecretRef(_Section):
+    """A Secret in the job's namespace that holds an access key pair, by the AWS names."""
+
+    name: Annotated[str, _OBJECT_NAME]
+    """Name of the Secret, in the CrawlJob's namespace. Its keys AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, when present) reach the workers as environment
+    variables, never through a ConfigMap or a command line."""
+
+
+class S3Spec(_Section):
+    """How to reach an s3:// destination: any S3-compatible store (AWS, MinIO, Ceph, R2, ...)."""
+
+    endpoint: (
+        Annotated[str, _MaxLength(_MAX_ENDPOINT_LENGTH), AfterValidator(_endpoint_url)] | None
+    ) = None
+    """The store's URL, such as https://minio.example:9000 (http:// only where the network
+    is trusted). Unset: AWS S3 of the region."""
+    region: Annotated[str, _REGION] | None = None
+    """The bucket's region (us-east-1, eu-west-3, auto ...). Unset: AWS_REGION or
+    AWS_DEFAULT_REGION of the workers' environment, else us-east-1."""
+    path_style: bool = True
+    """Name the bucket in the path (https://endpoint/bucket/key), as MinIO, versitygw, Ceph and
+    most S3-compatible stores expect. false: in the host name (https://bucket.endpoint/key),
+    which some providers require."""
+    secret_ref: CredentialsSecretRef | None = None
+    """The Secret with the access key pair the workers sign with (in a cluster). Unset: the
+    workers' own environment (instance roles, web identity); crawlfleet run always uses the
+    standard AWS environment variables and files of the user who runs it."""
+
+
 class OutputSpec(_Section):
-    """What the workers write about each page, and where."""
+    """What the workers write about each page, and where it is kept."""
 
     format: Literal["jsonl", "warc", "none"] = "jsonl"
     """jsonl: one JSON line per fetched page (URL, status, headers, links found). warc: the same
     lines plus WARC archives of every request and response. none: no files at all."""
+    destination: (
+        Annotated[
+            str,
+            _MaxLength(_MAX_DESTINATION_LENGTH),
+            AfterValidator(_destination),
+            *_DESTINATION_CEL,
+        ]
+        | None
+    ) = None
+    """Where the files go: a folder (a path or a file:///path URL) or s3://bucket/prefix/ on
+    any S3-compatible store (see s3). The layout is the same everywhere: pages/, items/,
+    warc/, dead-letters.jsonl and manifest.json. Unset: ./crawl-output/<name>/ for crawlfleet
+    run; in a cluster, the operator's default destination, else a folder on output.volume."""
+    s3: S3Spec | None = None
+    """Endpoint, region and credentials of an s3:// destination."""
     max_file_bytes: Annotated[int, _Range(ge=1, le=64 * _GIB)] = 256 * _MIB
     """Size in bytes at which a worker starts a new output file (a record is never split)."""
+    max_file_age_seconds: Annotated[float, _Range(ge=1, le=3600)] = 30.0
+    """Longest time, in seconds, a worker keeps an output file open. A page counts as crawled
+    only once the file holding its record is durable (uploaded, or written to disk with
+    fsync), so this bounds how long finished pages wait; their leases are kept alive
+    meanwhile."""
     volume: Annotated[dict[str, JsonValue], AfterValidator(_volume_source)] | None = None
-    """Where the workers' files go in a cluster: a Pod volume source, for example
-    {persistentVolumeClaim: {claimName: crawl-output}}, mounted at /data. Unset: an emptyDir,
-    lost with the pod."""
+    """A Pod volume source for the workers' files in a cluster, for example
+    {persistentVolumeClaim: {claimName: crawl-output}} (ReadWriteMany when there are several
+    workers), mounted at /data; a folder destination is then a path inside it. Unset, with no
+    s3:// destination: an emptyDir, deleted with each pod (see ephemeral)."""
+    ephemeral: bool = False
+    """Accept output that lives only as long as each worker pod (an emptyDir). Without it, a
+    cluster job whose output would go nowhere durable does not start (condition
+    OutputNotDurable)."""
+
+    cross_field_rules: ClassVar[tuple[Rule[OutputSpec], ...]] = (
+        Rule(
+            field="s3",
+            message="is only for an s3:// destination",
+            cel="!has(self.s3) || (has(self.destination) && self.destination.startsWith('s3://'))",
+            holds=lambda output: (
+                output.s3 is None or (output.destination or "").startswith("s3://")
+            ),
+        ),
+        Rule(
+            field="volume",
+            message="must not be set with an s3:// destination: the workers write to one of"
+            " the two",
+            cel="!has(self.volume) || !has(self.destination)"
+            " || !self.destination.startsWith('s3://')",
+            holds=lambda output: (
+                output.volume is None or not (output.destination or "").startswith("s3://")
+            ),
+        ),
+    )
 
 
 class RobotsSpec(_Section):

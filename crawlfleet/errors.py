@@ -10,6 +10,8 @@
     │   └── FrontierUnavailable  Redis could not be reached or answered with an error
     ├── FetchError             a URL could not be fetched (carries a failure class)
     ├── KubeError              the Kubernetes API answered with an error status
+    ├── OutputError            the output destination cannot be used (found at start)
+    │   └── OutputUnavailable  the destination failed for now (the sink retries, never drops)
     └── ZygoteError            the local runner's worker zygote is gone or did not answer
 
 Foreign errors (redis, httpx, aiohttp) are translated once, at the module that talks to them,
@@ -31,6 +33,8 @@ __all__ = [
     "FrontierUnavailable",
     "InvalidURL",
     "KubeError",
+    "OutputError",
+    "OutputUnavailable",
     "UnsupportedScheme",
     "ZygoteError",
 ]
@@ -92,6 +96,16 @@ class KubeError(CrawlfleetError):
     @property
     def transient(self) -> bool:
         return self.status in (0, 429) or self.status >= 500
+
+
+class OutputError(CrawlfleetError):
+    """The output destination refused or could not be reached; the message is one sentence
+    that names the destination (never its credentials) and what to fix."""
+
+
+class OutputUnavailable(OutputError):
+    """A write to the destination failed in a way that may pass (a 5xx, a refused connection,
+    a full disk); the sink keeps the file and retries, and acks nothing meanwhile."""
 
 
 class ZygoteError(CrawlfleetError):

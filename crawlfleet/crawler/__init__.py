@@ -14,7 +14,7 @@ from crawlfleet.crawler.process import run_worker
 from crawlfleet.crawler.robots import RobotsPolicy
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.scope import Scope, ScopeVerdict
-from crawlfleet.crawler.sinks import OutputWriter, PageRecord
+from crawlfleet.crawler.sinks import OutputSink, PageRecord
 from crawlfleet.crawler.worker import Worker, WorkerOptions
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "FetchResult",
     "FetchSettings",
     "Fetcher",
-    "OutputWriter",
+    "OutputSink",
     "PageLinks",
     "PageRecord",
     "RobotsPolicy",

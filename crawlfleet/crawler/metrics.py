@@ -125,6 +125,37 @@ class WorkerMetrics:
             "URLs leased from the frontier.",
             registry=reg,
         )
+        self.output_files = Counter(
+            _PREFIX + "output_files_total",
+            "Output files made durable in the destination (uploaded, or fsynced and renamed).",
+            registry=reg,
+        )
+        self.output_bytes = Counter(
+            _PREFIX + "output_bytes_total",
+            "Bytes of the output files made durable.",
+            registry=reg,
+        )
+        self.output_failures = Counter(
+            _PREFIX + "output_failures_total",
+            "Attempts to make an output file durable that failed and will be retried.",
+            registry=reg,
+        )
+        self.output_pending = Gauge(
+            _PREFIX + "output_pending_files",
+            "Output files closed and not yet durable (uploading, or waiting to retry).",
+            registry=reg,
+        )
+        self.output_waiting = Gauge(
+            _PREFIX + "output_waiting_pages",
+            "Finished pages whose leases wait for their output file to become durable.",
+            registry=reg,
+        )
+        self.output_blocked = Gauge(
+            _PREFIX + "output_blocked",
+            "1 while the worker claims nothing because its destination is failing or too many"
+            " files wait to become durable (backpressure), else 0.",
+            registry=reg,
+        )
         self._pages_by_class = {
             label: self.pages_fetched.labels(status_class=label) for label in _STATUS_CLASSES
         }
@@ -188,6 +219,19 @@ class WorkerMetrics:
     def observe_claims(self, count: int) -> None:
         if count > 0:
             self.claims.inc(count)
+
+    def observe_output_durable(self, files: int, total_bytes: int) -> None:
+        if files > 0:
+            self.output_files.inc(files)
+            self.output_bytes.inc(total_bytes)
+
+    def observe_output_failure(self) -> None:
+        self.output_failures.inc()
+
+    def set_output_state(self, *, pending_files: int, waiting_pages: int, blocked: bool) -> None:
+        self.output_pending.set(pending_files)
+        self.output_waiting.set(waiting_pages)
+        self.output_blocked.set(1 if blocked else 0)
 
     # -- exposition -----------------------------------------------------------------------
 

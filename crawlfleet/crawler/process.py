@@ -27,11 +27,12 @@ from crawlfleet.crawler.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsPolicy
 from crawlfleet.crawler.safety import AddressGuard
-from crawlfleet.crawler.sinks import OutputWriter
 from crawlfleet.crawler.worker import Worker, WorkerOptions
 from crawlfleet.crawljob import CrawlJob, load_crawljob
 from crawlfleet.errors import ConfigError, CrawlfleetError
 from crawlfleet.frontier import Frontier, FrontierSettings
+from crawlfleet.output.destination import destination_flag
+from crawlfleet.output.stores import checked_store
 from crawlfleet.startup import setup_logging, without_gc
 
 __all__ = ["main", "run_worker"]
@@ -72,8 +73,14 @@ async def run_worker(
     ``install_signal_handlers`` says that the worker owns this process (``crawlfleet
     worker``): SIGTERM and SIGINT then stop it gracefully, and the garbage collector is set
     for a long-lived crawl loop (see ``_settle_garbage_collector``). Embedders keep both.
+
+    The output goes to ``config.destination`` (``--output``), else the spec's
+    ``output.destination``, else the folder ``config.output_dir``; a destination it cannot
+    write to is an :class:`~crawlfleet.errors.OutputError` before anything is claimed.
     """
     spec = job.spec
+    destination = config.destination or spec.output.destination or str(config.output_dir)
+    store = await checked_store(spec, destination, config.output)
     guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
     fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
     metrics = WorkerMetrics()
@@ -87,13 +94,12 @@ async def run_worker(
             return result.status, result.body
 
         robots = RobotsPolicy.from_spec(frontier.robots, fetch_robots, spec)
-        writer = OutputWriter.from_spec(config.output_dir, worker_id, spec.output)
         worker = Worker(
             spec=spec,
             frontier=frontier,
             fetcher=fetcher,
             robots=robots,
-            writer=writer,
+            store=store,
             metrics=metrics,
             guard=guard,
             options=WorkerOptions.from_config(worker_id, config, exit_when_done=exit_when_done),
@@ -142,16 +148,20 @@ def main(
     worker_id = args.worker_id or _default_worker_id()
     if args.incarnation:
         worker_id = f"{worker_id}#{secrets.token_hex(3)}"
-    return asyncio.run(
-        run_worker(
-            job,
-            redis_url=args.redis_url,
-            worker_id=worker_id,
-            config=knobs,
-            exit_when_done=not args.keep_running,
-            install_signal_handlers=True,
+    try:
+        return asyncio.run(
+            run_worker(
+                job,
+                redis_url=args.redis_url,
+                worker_id=worker_id,
+                config=knobs,
+                exit_when_done=not args.keep_running,
+                install_signal_handlers=True,
+            )
         )
-    )
+    except CrawlfleetError as exc:  # a destination or a Redis refused at start: one sentence
+        print(f"crawlfleet: {exc}", file=sys.stderr)
+        return 2
 
 
 def _parser(knobs: WorkerConfig) -> argparse.ArgumentParser:
@@ -169,7 +179,17 @@ def _parser(knobs: WorkerConfig) -> argparse.ArgumentParser:
         help="append '#<random>' to the worker id: a restarted container is a new worker, so "
         "the leases of the one that died are not mistaken for its own (pods keep their name)",
     )
-    parser.add_argument("--out", default=knobs.output_dir, type=Path)
+    parser.add_argument(
+        "--out",
+        default=knobs.output_dir,
+        type=Path,
+        help="output folder when neither --output nor the job names a destination",
+    )
+    parser.add_argument(
+        "--output",
+        default=knobs.destination,
+        help="output destination (a folder, file:// or s3://bucket/prefix/), over the job's",
+    )
     parser.add_argument("--metrics-port", type=int, default=knobs.metrics_port)
     parser.add_argument(
         "--metrics-host",
@@ -198,11 +218,14 @@ def _resolve(args: argparse.Namespace, knobs: WorkerConfig) -> tuple[CrawlJob, W
     if not args.redis_url:
         raise ConfigError("no Redis given: pass --redis-url or set CRAWLFLEET_REDIS_URL")
     job = load_crawljob(args.job)
+    if args.output is not None:
+        destination_flag(args.output, "--output")
     return job, dataclasses.replace(
         knobs,
         job_file=args.job,
         redis_url=args.redis_url,
         output_dir=args.out,
+        destination=args.output,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         drain=dataclasses.replace(knobs.drain, grace_seconds=args.grace_seconds),

@@ -1,55 +1,80 @@
-"""Crawl output: one JSONL line per fetch, optional WARC archives, and a dead-letter file.
+"""Crawl output: one JSONL line per fetch and optional WARC archives, durable before acked.
 
-Each worker writes only its own files (names carry its id), so workers never share a file and
-never need a lock across processes; the job's output is the union of every worker's files.
+Each worker writes only its own files (names carry its id and a random incarnation), so workers
+never share a file and need no lock across processes; the job's output is the union of every
+worker's files, in the same layout in every destination (docs/output.md):
 
-* ``pages-<worker>-<n>.jsonl``: one :class:`PageRecord` per fetch attempt that reached the
-  output stage (formats ``jsonl`` and ``warc``). Output is *at least once*: a page whose lease
-  was lost after it was written is fetched again by another worker, so the same ``url`` may
-  appear twice, told apart by ``fetch_id`` (unique per fetch). Readers keep one line per
-  ``url`` (e.g. the latest ``fetched_at``): that is what "idempotent by URL" means (DESIGN §4).
-* ``warc-<worker>-<n>.warc.gz`` (format ``warc``): a ``warcinfo`` record at the head of each
-  file, then a ``request`` + ``response`` pair per fetched page (``WARC-Concurrent-To`` links
-  them), one gzip member per record so any file can be read from any record boundary.
-* ``failures-<worker>.jsonl``: URLs that reached the dead-letter set, for people to read.
-  Format ``none`` writes no file at all (not even this one): a job that asks for no output may
-  have no volume to write to, and dead letters stay in the frontier's dead set anyway.
+* ``pages/<worker>-<incarnation>-<n>.jsonl``: one :class:`PageRecord` per fetch attempt that
+  reached the output stage (formats ``jsonl`` and ``warc``). Output is *at least once*: a page
+  whose lease was lost after it was written is fetched again by another worker, so the same
+  ``url`` may appear twice, told apart by ``fetch_id`` (unique per fetch). Readers keep one line
+  per ``url`` (the latest ``fetched_at``): that is what "idempotent by URL" means (DESIGN §4).
+* ``warc/<worker>-<incarnation>-<n>.warc.gz`` (format ``warc``): a ``warcinfo`` record at the
+  head of each file, then a ``request`` + ``response`` pair per fetched page
+  (``WARC-Concurrent-To`` links them), one gzip member per record so any file can be read from
+  any record boundary.
 
-Page files rotate once they pass ``max_file_bytes`` (a record is never split, so a file may
-overshoot by one record). Every writer starts a new ``<n>`` after the highest one on disk and
-creates it exclusively, so a restarted worker never appends to a file whose last record a
-SIGKILL may have cut. Files are opened lazily and flushed after every batch, without fsync:
-a crash loses at most the batch being written, which the frontier re-crawls because its
-leases were never acknowledged.
+**Durable before ack** (DESIGN §8). Pages are written into the worker's current *generation*:
+one page file and, for WARC, one archive with the same number, spooled to local disk as the
+records come (one write per flushed batch, no fsync). A generation is sealed when a file passes
+``maxFileBytes``, when it is ``maxFileAgeSeconds`` old, when it holds
+``max_records_per_file`` records, when the worker finds nothing left to claim, or when the
+worker drains; sealing hands its files to the store (fsync and rename, or an upload) in the
+background, and only when every file of the generation is durable does the sink call
+``on_durable``, which is where the worker acks the generation's leases, all in one call. Until
+then the worker extends those leases with its in-flight ones, so a kill at any moment costs a
+re-crawl, never a record the frontier counts as done.
 
-Methods block (plain file I/O, gzip for WARC): call them from a thread
-(``asyncio.to_thread``) when bodies are large; calls are serialised by an internal lock.
+A store that fails keeps its file: the sink retries with exponential backoff (up to
+``retry_max_seconds`` apart) for as long as the worker lives, never drops a record and never
+acks one early. Meanwhile :attr:`OutputSink.blocked` is true, as it is while
+``max_pending_files`` generations wait to become durable, and the worker claims nothing
+(backpressure): the local buffer is bounded by what was in flight when the destination failed.
+
+Format ``none`` writes no file at all: :meth:`OutputSink.write` returns None and the worker acks
+at once. Dead letters are not the workers' files: they live in the frontier, and one
+``dead-letters.jsonl`` is written from there at completion (``crawlfleet.output.manifest``),
+which an append-less object store could not do with a file per worker.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import hashlib
 import http
 import io
 import json
+import logging
+import random
 import re
-import threading
+import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
-from typing import IO, TYPE_CHECKING, Final, Literal, Self
+from typing import IO, TYPE_CHECKING, Final, Literal
 from urllib.parse import urlsplit
-
-from crawlfleet.crawljob import OutputSpec
 
 if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every worker
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
-__all__ = ["OutputFormat", "OutputWriter", "PageOutput", "PageRecord", "safe_file_token"]
+    from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawljob import OutputSpec
+    from crawlfleet.output.stores import OutputStore
+
+__all__ = [
+    "DurableFile",
+    "OutputFormat",
+    "OutputSink",
+    "PageOutput",
+    "PageRecord",
+    "safe_file_token",
+]
+
+log = logging.getLogger(__name__)
 
 OutputFormat = Literal["jsonl", "warc", "none"]
 
@@ -103,7 +128,7 @@ _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 @dataclass(frozen=True, slots=True)
 class PageOutput:
-    """A page for :meth:`OutputWriter.write_pages`: its record plus what a WARC archives.
+    """A page for :meth:`OutputSink.write`: its record plus what a WARC archives.
 
     ``body`` is the decoded body as the crawler read it; without a body or a status the page
     gets no WARC records (there is nothing to archive), only its JSONL line.
@@ -115,190 +140,341 @@ class PageOutput:
     body: bytes | None = None
 
 
-class _RotatingFile:
-    """``<stem>-<n><suffix>`` files of one kind, rotated by size and created exclusively."""
+@dataclass(frozen=True, slots=True)
+class DurableFile:
+    """A file the store has made durable: what the manifest lists for it."""
 
-    def __init__(self, directory: Path, stem: str, suffix: str, max_bytes: int) -> None:
-        self.directory = directory
-        self.stem = stem
-        self.suffix = suffix
-        self.max_bytes = max_bytes
-        self.file: IO[bytes] | None = None
-        self.path: Path | None = None
-        self.paths: list[Path] = []
-        self._pattern = re.compile(rf"^{re.escape(stem)}-(\d+){re.escape(suffix)}$")
-        self._next: int | None = None
+    key: str
+    """Relative to the destination: ``pages/<name>.jsonl``."""
+    size: int
+    sha256: str
+    records: int
+    """Page records in it (a WARC file: the pages it archives)."""
 
-    def open(self) -> tuple[IO[bytes], bool]:
-        """The current file, opened if needed; True when it was just created."""
-        if self.file is not None:
-            return self.file, False
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if self._next is None:
-            numbers = (self._pattern.match(p.name) for p in self.directory.iterdir())
-            self._next = max((int(m.group(1)) + 1 for m in numbers if m), default=0)
-        while True:
-            path = self.directory / f"{self.stem}-{self._next:05d}{self.suffix}"
-            self._next += 1
-            try:
-                self.file = path.open("xb")
-            except FileExistsError:
-                continue  # a file left by an earlier run of this worker id: never append to it
-            self.path = path
-            self.paths.append(path)
-            return self.file, True
+    def to_mapping(self) -> dict[str, str | int]:
+        return {"path": self.key, "size": self.size, "sha256": self.sha256, "records": self.records}
 
-    def rotate_if_full(self) -> None:
-        if self.file is not None and self.file.tell() >= self.max_bytes:
-            self.close()
 
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
+#: Called with a generation's number and its files once all of them are durable; the worker
+#: acks the generation's leases there. An exception makes the sink call it again later.
+OnDurable = Callable[[int, Sequence[DurableFile]], Awaitable[None]]
+
+
+class _Spool:
+    """One file of a generation while it is written: local, unsynced, created exclusively."""
+
+    def __init__(self, path: Path, key: str) -> None:
+        self.path = path
+        self.key = key
+        self.file: IO[bytes] = path.open("xb")
+        self.records = 0
+
+    @property
+    def size(self) -> int:
+        return self.file.tell()
+
+    def describe(self) -> DurableFile:
+        """Size and SHA-256 of the closed file: once per file, off the event loop."""
+        with self.path.open("rb") as source:
+            digest = hashlib.file_digest(source, "sha256").hexdigest()
+        return DurableFile(self.key, self.path.stat().st_size, digest, self.records)
+
+
+@dataclass(slots=True)
+class _Generation:
+    """The files a worker writes together and that become durable together."""
+
+    number: int
+    opened_at: float
+    pages: _Spool
+    warc: _Spool | None = None
+    warc_writer: WARCWriter | None = None
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def spools(self) -> list[_Spool]:
+        return [self.pages] if self.warc is None else [self.pages, self.warc]
+
+    @property
+    def size(self) -> int:
+        return max(spool.size for spool in self.spools)
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-            self.path = None
+        for spool in self.spools:
+            spool.file.close()
 
 
-class OutputWriter:
-    """Writes one worker's pages, WARC records and dead letters; see the module docstring.
+class OutputSink:
+    """One worker's output: spooled, sealed by size and age, made durable, then acked.
 
-    Build it with :meth:`from_spec`: the format and the rotation size have no defaults and no
-    checks here, the CrawlJob model holds both.
+    See the module docstring. All methods run on the worker's event loop; the blocking work
+    (hashing, fsync, a rename) runs in a thread, uploads on obstore's own threads. Build it with
+    :meth:`from_spec`: format, sizes and ages come from the CrawlJob model.
     """
 
     def __init__(
-        self, directory: Path, worker: str, *, format: OutputFormat, max_file_bytes: int
+        self,
+        store: OutputStore | None,
+        worker: str,
+        *,
+        format: OutputFormat,
+        max_file_bytes: int,
+        max_file_age_seconds: float,
+        max_records_per_file: int,
+        max_pending_files: int,
+        retry_max_seconds: float,
+        on_durable: OnDurable,
+        metrics: WorkerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
-        self.directory = Path(directory)
+        self.store = store
         self.worker = worker
-        self.format: OutputFormat = format
-        token = safe_file_token(worker)
-        self._pages = _RotatingFile(self.directory, f"pages-{token}", ".jsonl", max_file_bytes)
-        self._warc = _RotatingFile(self.directory, f"warc-{token}", ".warc.gz", max_file_bytes)
-        self._warc_writer: WARCWriter | None = None
-        self._failures_path = self.directory / f"failures-{token}.jsonl"
-        self._failures: IO[bytes] | None = None
-        self._lock = threading.Lock()
+        self.format: OutputFormat = format if store is not None else "none"
+        self.max_file_bytes = max_file_bytes
+        self.max_file_age_seconds = max_file_age_seconds
+        self.max_records_per_file = max_records_per_file
+        self.max_pending_files = max_pending_files
+        self.retry_max_seconds = retry_max_seconds
+        self.on_durable = on_durable
+        self.metrics = metrics
+        self._clock = clock
+        self._rng = rng or random.Random()
+        # A random incarnation: a restarted worker (same id, locally) never meets its old names.
+        self._stem = f"{safe_file_token(worker)}-{secrets.token_hex(3)}"
+        self._next_number = 0
+        self._current: _Generation | None = None
+        self._sealed: dict[int, _Generation] = {}
+        self._failing = False
         self._closed = False
 
     @classmethod
-    def from_spec(cls, directory: Path, worker: str, output: OutputSpec) -> OutputWriter:
-        """The writer a CrawlJob's ``output`` section asks for."""
-        return cls(directory, worker, format=output.format, max_file_bytes=output.max_file_bytes)
+    def from_spec(
+        cls,
+        store: OutputStore | None,
+        worker: str,
+        output: OutputSpec,
+        *,
+        on_durable: OnDurable,
+        max_records_per_file: int,
+        max_pending_files: int,
+        retry_max_seconds: float,
+        metrics: WorkerMetrics | None = None,
+    ) -> OutputSink:
+        """The sink a CrawlJob's ``output`` section asks for; the counts are process knobs."""
+        return cls(
+            store,
+            worker,
+            format=output.format,
+            max_file_bytes=output.max_file_bytes,
+            max_file_age_seconds=output.max_file_age_seconds,
+            max_records_per_file=max_records_per_file,
+            max_pending_files=max_pending_files,
+            retry_max_seconds=retry_max_seconds,
+            on_durable=on_durable,
+            metrics=metrics,
+        )
+
+    # -- state the worker steers by -------------------------------------------------------
 
     @property
-    def files(self) -> list[Path]:
-        """Every file this writer created or appended to, in the order it opened them."""
-        failures = [self._failures_path] if self._failures is not None else []
-        return [*self._pages.paths, *self._warc.paths, *failures]
+    def blocked(self) -> bool:
+        """Claim nothing: the destination is failing, or too many files wait for it."""
+        return self._failing or len(self._sealed) >= self.max_pending_files
+
+    @property
+    def pending_files(self) -> int:
+        """Generations sealed and not yet durable (each is one or two files)."""
+        return len(self._sealed)
+
+    @property
+    def open_records(self) -> int:
+        """Records in the generation being written (0: nothing waits to be sealed)."""
+        return self._current.pages.records if self._current is not None else 0
 
     # -- writing --------------------------------------------------------------------------
 
-    def write_pages(self, pages: Sequence[PageOutput]) -> None:
-        """Write a batch of pages, then flush once: the unit a crash may lose."""
-        with self._lock:
-            self._check_open()
-            if self.format == "none" or not pages:
-                return
+    def write(self, pages: Sequence[PageOutput]) -> int | None:
+        """Spool a batch of pages; returns the generation that holds them, whose leases must
+        wait for :data:`OnDurable`. None: nothing to wait for (format none, or no pages)."""
+        if self._closed:
+            raise ValueError("OutputSink is closed")
+        if self.format == "none" or not pages:
+            return None
+        generation = self._current or self._open()
+        lines = "".join([page.record.to_json() + "\n" for page in pages])
+        generation.pages.file.write(lines.encode("utf-8", errors="replace"))
+        generation.pages.records += len(pages)
+        if generation.warc is not None:
             for page in pages:
-                self._write_line(page.record)
-                if self.format == "warc":
-                    self._write_warc(page)
-            self._pages.flush()
-            self._warc.flush()
+                self._write_warc(generation, page)
+        if self._full(generation):
+            self.rotate()
+        return generation.number
 
-    def write_dead_letter(
-        self,
-        url: str,
-        failure_class: str,
-        message: str,
-        attempts: int,
-        depth: int,
-        parent: str,
-    ) -> None:
-        """Record a URL that will not be tried again (flushed at once: these are rare)."""
-        with self._lock:
-            self._check_open()
-            if self.format == "none":
-                return
-            line = {
-                "url": url,
-                "failure_class": failure_class,
-                "message": message,
-                "attempts": attempts,
-                "depth": depth,
-                "parent": parent,
-                "worker": self.worker,
-                "failed_at": time.time(),
-            }
-            out = self._open_failures()
-            out.write(_json_line(line))
-            out.flush()
+    def tick(self) -> None:
+        """Seal the current generation if it is full or old (the worker calls this often)."""
+        generation = self._current
+        if generation is not None and (
+            self._full(generation)
+            or self._clock() - generation.opened_at >= self.max_file_age_seconds
+        ):
+            self.rotate()
 
-    def flush(self) -> None:
-        """Hand buffered lines to the OS (no fsync: the frontier re-crawls what a crash loses)."""
-        with self._lock:
-            self._pages.flush()
-            self._warc.flush()
-            if self._failures is not None:
-                self._failures.flush()
+    def rotate(self, *, force: bool = False) -> bool:
+        """Seal the current generation and make it durable in the background.
 
-    def close(self) -> None:
-        """Flush and close every file; later writes raise ``ValueError``. Idempotent."""
-        with self._lock:
-            self._closed = True
-            self._pages.close()
-            self._close_warc()
-            if self._failures is not None:
-                self._failures.close()
-                self._failures = None
+        Refused (False) while :attr:`blocked` by pending files, unless ``force``: the current
+        generation then keeps taking what is already in flight, and claiming stops.
+        """
+        generation = self._current
+        if generation is None or (not force and len(self._sealed) >= self.max_pending_files):
+            return False
+        self._current = None
+        generation.close()
+        self._sealed[generation.number] = generation
+        generation.task = asyncio.create_task(self._make_durable(generation))
+        self._report()
+        return True
 
-    def __enter__(self) -> Self:
-        return self
+    async def drain(self, timeout_seconds: float) -> list[int]:
+        """Seal what is open and wait up to ``timeout_seconds`` for everything to be durable
+        and acked; returns the generations still waiting (their leases were not acked)."""
+        self.rotate(force=True)
+        tasks = [g.task for g in self._sealed.values() if g.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, timeout_seconds))
+        return sorted(self._sealed)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+    async def aclose(self) -> None:
+        """Stop every upload and remove the spooled files nobody acked. Idempotent.
+
+        Their records' leases were never acked, so the frontier hands the pages out again: a
+        spooled file left behind would only be a duplicate no reader counts.
+        """
+        self._closed = True
+        unfinished = list(self._sealed.values())
+        if self._current is not None:
+            self._current.close()
+            unfinished.append(self._current)
+            self._current = None
+        tasks = [g.task for g in unfinished if g.task is not None and not g.task.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for generation in unfinished:
+            for spool in generation.spools:
+                spool.path.unlink(missing_ok=True)
+        self._sealed.clear()
+        self._report()
 
     # -- internals ------------------------------------------------------------------------
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("OutputWriter is closed")
+    def _open(self) -> _Generation:
+        assert self.store is not None
+        number = self._next_number
+        self._next_number += 1
+        name = f"{self._stem}-{number:05d}"
+        spool_dir = self.store.spool_dir
+        spool_dir.mkdir(parents=True, exist_ok=True)
+        generation = _Generation(
+            number, self._clock(), _Spool(spool_dir / f"{name}.jsonl", f"pages/{name}.jsonl")
+        )
+        if self.format == "warc":
+            generation.warc = _Spool(spool_dir / f"{name}.warc.gz", f"warc/{name}.warc.gz")
+        self._current = generation
+        return generation
 
-    def _write_line(self, record: PageRecord) -> None:
-        out, _ = self._pages.open()
-        out.write((record.to_json() + "\n").encode("utf-8", errors="replace"))
-        self._pages.rotate_if_full()
+    def _full(self, generation: _Generation) -> bool:
+        return (
+            generation.size >= self.max_file_bytes
+            or generation.pages.records >= self.max_records_per_file
+        )
 
-    def _write_warc(self, page: PageOutput) -> None:
+    async def _make_durable(self, generation: _Generation) -> None:
+        """Describe, commit (retrying), then hand the generation to ``on_durable`` (retrying)."""
+        assert self.store is not None
+        store = self.store
+        try:
+            files = await asyncio.to_thread(lambda: [s.describe() for s in generation.spools])
+            for spool in generation.spools:
+                await self._retrying(
+                    f"making {spool.key} durable",
+                    lambda spool=spool: store.commit(spool.path, spool.key),  # type: ignore[misc]
+                    destination=True,
+                )
+            if self.metrics is not None:
+                self.metrics.observe_output_durable(len(files), sum(f.size for f in files))
+            await self._retrying(
+                f"completing the pages of {generation.pages.key}",
+                lambda: self.on_durable(generation.number, files),
+                destination=False,
+            )
+        finally:
+            self._sealed.pop(generation.number, None)
+            self._report()
+
+    async def _retrying(
+        self, what: str, action: Callable[[], Awaitable[None]], *, destination: bool
+    ) -> None:
+        """``action`` until it succeeds, with capped exponential backoff and ±30 % jitter."""
+        attempt = 0
+        while True:
+            try:
+                await action()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                attempt += 1
+                delay = min(self.retry_max_seconds, 0.5 * 2 ** min(attempt - 1, 16))
+                delay *= self._rng.uniform(0.7, 1.3)
+                if destination:
+                    self._failing = True
+                    if self.metrics is not None:
+                        self.metrics.observe_output_failure()
+                    self._report()
+                log.warning(
+                    "%s failed (attempt %d), retrying in %.1f s: %s",
+                    what,
+                    attempt,
+                    delay,
+                    exc,
+                    extra={"layer": "output", "worker": self.worker},
+                )
+                await asyncio.sleep(delay)
+            else:
+                if destination and self._failing:
+                    self._failing = False
+                    log.info(
+                        "output destination writable again",
+                        extra={"layer": "output", "worker": self.worker},
+                    )
+                    self._report()
+                return
+
+    def _report(self) -> None:
+        if self.metrics is not None:
+            self.metrics.output_pending.set(len(self._sealed))
+            self.metrics.output_blocked.set(1 if self.blocked else 0)
+
+    def _write_warc(self, generation: _Generation, page: PageOutput) -> None:
         record = page.record
         if page.body is None or record.status is None:
             return
         from warcio.timeutils import datetime_to_iso_date
         from warcio.warcwriter import WARCWriter
 
-        out, created = self._warc.open()
-        if created or self._warc_writer is None:
-            self._warc_writer = WARCWriter(out, gzip=True)
-            assert self._warc.path is not None
+        assert generation.warc is not None
+        if generation.warc_writer is None:
+            writer = generation.warc_writer = WARCWriter(generation.warc.file, gzip=True)
             info = {
                 "software": "crawlfleet",
                 "format": "WARC File Format 1.0",
                 "crawlfleet-worker": self.worker,
             }
-            self._warc_writer.write_record(
-                self._warc_writer.create_warcinfo_record(self._warc.path.name, info)
-            )
-        writer = self._warc_writer
+            name = generation.warc.key.rsplit("/", 1)[-1]
+            writer.write_record(writer.create_warcinfo_record(name, info))
+        writer = generation.warc_writer
         uri = record.final_url or record.url
         date = datetime_to_iso_date(
             datetime.fromtimestamp(record.fetched_at, UTC).replace(tzinfo=None)
@@ -318,26 +494,7 @@ class OutputWriter:
             http_headers=_request_head(uri, page.request_headers),
         )
         writer.write_request_response_pair(request, response)
-        self._warc.rotate_if_full()
-        if self._warc.file is None:
-            self._warc_writer = None
-
-    def _close_warc(self) -> None:
-        self._warc.close()
-        self._warc_writer = None
-
-    def _open_failures(self) -> IO[bytes]:
-        if self._failures is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            out = self._failures_path.open("ab")
-            # A line cut by a SIGKILL of an earlier run must not swallow our first line.
-            if out.tell() > 0:
-                with self._failures_path.open("rb") as previous:
-                    previous.seek(-1, io.SEEK_END)
-                    if previous.read(1) != b"\n":
-                        out.write(b"\n")
-            self._failures = out
-        return self._failures
+        generation.warc.records += 1
 
 
 def _json_line(value: Mapping[str, object]) -> bytes:

@@ -9,8 +9,12 @@ for the fleet brain, and on SIGTERM stops claiming, finishes or releases what it
 exits 0. A SIGKILL costs only the leases in flight, which expire back into the queue.
 
 Completed fetches wait in a small buffer and are flushed together: one ``enqueue`` of all
-new links, one ``ack`` and one ``fail`` per flush, however many pages it holds. Links this
-worker has already settled never reach the ``enqueue`` (``admission.LinkAdmission``).
+new links and one write into the output sink per flush, however many pages it holds. Links this
+worker has already settled never reach the ``enqueue`` (``admission.LinkAdmission``). A page's
+lease is acked only once the file holding its record is durable (DESIGN §8, ``sinks.py``): the
+sink calls back per file generation, and its leases are acked (and failures failed) in one call
+each; until then the heartbeat extends them with the in-flight ones. The sink's backpressure
+(a failing destination, too many files waiting) stops claiming.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 
@@ -34,7 +38,7 @@ from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsPolicy
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import OutputWriter, PageOutput, PageRecord
+from crawlfleet.crawler.sinks import DurableFile, OutputSink, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import FetchError, FrontierUnavailable
 from crawlfleet.frontier import (
@@ -46,6 +50,7 @@ from crawlfleet.frontier import (
     host_of,
     try_canonicalize,
 )
+from crawlfleet.output.stores import OutputStore
 
 __all__ = ["Worker", "WorkerOptions"]
 
@@ -70,6 +75,10 @@ class WorkerOptions:
     idle_poll_seconds: float
     claim_batch_wait_seconds: float
     max_buffered: int
+    output_drain_seconds: float
+    max_records_per_file: int
+    max_pending_files: int
+    output_retry_max_seconds: float
 
     @classmethod
     def from_config(
@@ -84,6 +93,10 @@ class WorkerOptions:
             idle_poll_seconds=config.idle_poll_seconds,
             claim_batch_wait_seconds=config.claim_batch_wait_seconds,
             max_buffered=config.max_buffered,
+            output_drain_seconds=config.drain.output_seconds,
+            max_records_per_file=config.output.max_records_per_file,
+            max_pending_files=config.output.max_pending_files,
+            output_retry_max_seconds=config.output.retry_max_seconds,
         )
 
 
@@ -98,6 +111,20 @@ class _Outcome:
     result: FetchResult | None = None
 
 
+@dataclass(slots=True)
+class _Settlement:
+    """Outcomes whose records wait in one output generation: acked and failed together once
+    it is durable. The steps done are remembered, so a retry after a Redis error repeats none."""
+
+    outcomes: list[_Outcome] = field(default_factory=list)
+    files_recorded: bool = False
+    acked: bool = False
+
+    @property
+    def lease_ids(self) -> list[str]:
+        return [outcome.lease.lease_id for outcome in self.outcomes]
+
+
 class Worker:
     """One crawl worker process's loop over a shared frontier."""
 
@@ -108,7 +135,7 @@ class Worker:
         frontier: Frontier,
         fetcher: Fetcher,
         robots: RobotsPolicy,
-        writer: OutputWriter,
+        store: OutputStore | None,
         metrics: WorkerMetrics,
         options: WorkerOptions,
         guard: AddressGuard | None = None,
@@ -118,7 +145,6 @@ class Worker:
         self.frontier = frontier
         self.fetcher = fetcher
         self.robots = robots
-        self.writer = writer
         self.metrics = metrics
         self.options = options
         self.guard = None if spec.scope.allow_private_networks else guard
@@ -140,7 +166,20 @@ class Worker:
         self._stopping = False
         self._closed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
+        self._flushes_done = False  # draining: the flush loop ends, run() flushes the rest
         self._hosts_with_delay: set[str] = set()
+        # Finished pages by the output generation their records wait in (see sinks.py).
+        self._awaiting: dict[int, _Settlement] = {}
+        self.output = OutputSink.from_spec(
+            store,
+            self.worker_id,
+            spec.output,
+            on_durable=self._settle_generation,
+            max_records_per_file=options.max_records_per_file,
+            max_pending_files=options.max_pending_files,
+            retry_max_seconds=options.output_retry_max_seconds,
+            metrics=metrics,
+        )
         self.counters: dict[str, float] = {
             "fetched": 0,
             "succeeded": 0,
@@ -148,6 +187,7 @@ class Worker:
             "links_new": 0,
             "leases_lost": 0,
             "released": 0,
+            "output_failures": 0,
         }
 
     # -- control ------------------------------------------------------------------------
@@ -161,16 +201,25 @@ class Worker:
 
     async def run(self) -> int:
         """Crawl until the job is complete (or stop is requested); returns the exit code."""
+        flushing = asyncio.create_task(self._flush_loop())
         background = [
             asyncio.create_task(
                 self._every(self.spec.lease.heartbeat_seconds, self._heartbeat_once)
             ),
-            asyncio.create_task(self._flush_loop()),
+            flushing,
         ]
         try:
             await self._heartbeat_once()
             await self._claim_loop()
             await self._drain()
+            # The flush loop ends after the batch it has in hand; the last pages go into the
+            # sink, then their files are made durable and acked, while the heartbeat still
+            # extends the leases that wait for them.
+            self._flushes_done = True
+            self._flush_wanted.set()
+            await asyncio.wait([flushing], timeout=self.options.settle_seconds)
+            await self._flush()
+            await self._drain_output()
         finally:
             # Loops end on this event, not on cancel(): a cancellation that lands inside a
             # Redis call can surface as a connection error and be lost.
@@ -180,7 +229,8 @@ class Worker:
             for task in stuck:
                 task.cancel()
             await self._flush()
-            self.writer.close()
+            await self.output.aclose()
+            await self._release_unsaved()
             with contextlib.suppress(Exception):
                 await self.frontier.forget_worker(self.worker_id)
         return 0
@@ -191,7 +241,7 @@ class Worker:
         outage = 0.0
         while not self._stopping:
             room = self.limit.limit - len(self._inflight)
-            if room <= 0 or len(self._done) >= self.options.max_buffered:
+            if room <= 0 or len(self._done) >= self.options.max_buffered or self.output.blocked:
                 await self._wait(self.options.idle_poll_seconds)  # backpressure
                 continue
             if self._inflight and room < max(1, self.limit.limit // 4):
@@ -215,17 +265,28 @@ class Worker:
             outage = 0.0
             self.metrics.observe_claims(len(leases))
             if not leases:
-                if not self._inflight and not self._done and self.options.exit_when_done:
-                    stats = await self.frontier.stats()
-                    if stats.complete:
-                        log.info("job complete", extra={"layer": "flow"})
-                        return
+                if not self._inflight and not self._done and await self._idle_and_complete():
+                    log.info("job complete", extra={"layer": "flow"})
+                    return
                 await self._wait(self.options.idle_poll_seconds)
                 continue
             for lease in leases:
                 task = asyncio.create_task(self._process(lease))
                 self._inflight[lease.lease_id] = (lease, task)
             self.metrics.set_in_flight(len(self._inflight))
+
+    async def _idle_and_complete(self) -> bool:
+        """Nothing to claim and nothing in hand: seal the open output file if the frontier has
+        nothing left to hand out either (so the crawl's last pages need not wait for the file's
+        age), and say whether the job is complete (only a worker that exits when done asks)."""
+        stats = None
+        if self.output.open_records:
+            stats = await self.frontier.stats()
+            if stats.queued == 0 and stats.delayed == 0:
+                self.output.rotate()
+        if not self.options.exit_when_done or self._awaiting:
+            return False
+        return (stats or await self.frontier.stats()).complete
 
     async def _wait(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -358,13 +419,14 @@ class Worker:
 
     async def _flush_loop(self) -> None:
         """Flush soon after pages finish: outputs and new links should not wait for a tick."""
-        while not self._closed.is_set():
+        while not (self._closed.is_set() or self._flushes_done):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.5):
                     await self._flush_wanted.wait()
             self._flush_wanted.clear()
-            if self._closed.is_set():
+            if self._closed.is_set() or self._flushes_done:
                 return
+            self.output.tick()  # seal an output file that is full or old
             await asyncio.sleep(self.options.flush_linger_seconds)  # let a batch gather
             try:
                 flushed = await self._flush()
@@ -391,11 +453,12 @@ class Worker:
                 log.exception("%s failed", action.__name__, extra={"layer": "flow"})
 
     async def _flush(self) -> int:
-        """Admit new links, write the outputs, then ack and fail: one batch, three trips.
+        """Admit new links and spool the pages: two steps, one round trip.
 
-        Links go in and pages are written before the page is acked: a crash in between
-        re-fetches the page (output is at least once), and the Bloom filter makes its links a
-        no-op the second time. Returns the pages flushed.
+        Links go in and pages are written before any page is acked (which waits for the
+        file to become durable, see ``_settle_generation``): a crash in between re-fetches
+        the page (output is at least once), and the Bloom filter makes its links a no-op the
+        second time. Returns the pages flushed.
         """
         batch, self._done = self._done, []
         if not batch:
@@ -420,9 +483,7 @@ class Worker:
             self.counters["links_new"] += new
             self.metrics.observe_bloom(code == 1 for code in admitted)
         self._admission.settle(pending, admitted)
-        # Written and flushed before the acks: a SIGKILL after the ack must not lose pages
-        # the frontier counts as done (output is at least once; see sinks.py).
-        self.writer.write_pages(
+        generation = self.output.write(
             [
                 PageOutput(
                     outcome.record,
@@ -432,17 +493,6 @@ class Worker:
                 for outcome in batch
             ]
         )
-        succeeded = [o for o in batch if o.failure is None]
-        failed = [o for o in batch if o.failure is not None]
-        acked = await self.frontier.ack(self.worker_id, [o.lease.lease_id for o in succeeded])
-        fail_codes = await self.frontier.fail(
-            self.worker_id, [o.failure for o in failed if o.failure is not None]
-        )
-        lost = acked.count(False) + sum(1 for c in fail_codes if c is FailOutcome.NOT_OWNER)
-        if lost:
-            self.counters["leases_lost"] += lost
-            self.metrics.observe_leases_lost(lost)
-            log.warning("%d leases were lost before completion", lost, extra={"layer": "flow"})
         # Metrics per batch, not per page: each update takes a lock and a label lookup.
         self.metrics.observe_fetches(
             (result.status, result.elapsed_seconds, result.wire_bytes)
@@ -451,27 +501,72 @@ class Worker:
         )
         self.metrics.set_concurrency_limit(self.limit.limit)
         self.metrics.set_in_flight(len(self._inflight))
-        self.counters["fetched"] += len(batch)
+        if generation is None:  # nothing written (format none): nothing to wait for
+            await self._settle(_Settlement(batch))
+        else:
+            self._awaiting.setdefault(generation, _Settlement()).outcomes.extend(batch)
+        self._report_output()
+
+    async def _settle_generation(self, generation: int, files: Sequence[DurableFile]) -> None:
+        """The sink's callback: every file of ``generation`` is durable. Record the files for
+        the manifest, then ack and fail the leases whose records they hold. Raising makes the
+        sink call again; the steps already done are not repeated."""
+        settlement = self._awaiting.get(generation)
+        if settlement is None:
+            return
+        if not settlement.files_recorded:
+            await self.frontier.record_output_files([f.to_mapping() for f in files])
+            settlement.files_recorded = True
+        await self._settle(settlement)
+        del self._awaiting[generation]
+        self._report_output()
+
+    async def _settle(self, settlement: _Settlement) -> None:
+        """Ack the successes and fail the failures of durable pages: one call each."""
+        outcomes = settlement.outcomes
+        succeeded = [o for o in outcomes if o.failure is None]
+        failed = [o for o in outcomes if o.failure is not None]
+        lost = 0
+        if not settlement.acked:
+            acked = await self.frontier.ack(self.worker_id, [o.lease.lease_id for o in succeeded])
+            settlement.acked = True
+            lost += acked.count(False)
+        fail_codes = await self.frontier.fail(
+            self.worker_id, [o.failure for o in failed if o.failure is not None]
+        )
+        lost += sum(1 for c in fail_codes if c is FailOutcome.NOT_OWNER)
+        if lost:
+            self.counters["leases_lost"] += lost
+            self.metrics.observe_leases_lost(lost)
+            log.warning("%d leases were lost before completion", lost, extra={"layer": "flow"})
+        self.counters["fetched"] += len(outcomes)
         self.counters["succeeded"] += len(succeeded)
         self.counters["failed"] += len(failed)
-        for outcome, code in zip(failed, fail_codes, strict=True):
-            if code is FailOutcome.DEAD and outcome.failure is not None:
-                self.writer.write_dead_letter(
-                    outcome.lease.url,
-                    outcome.failure.failure_class,
-                    outcome.failure.message,
-                    outcome.lease.attempts + 1,
-                    outcome.lease.depth,
-                    outcome.lease.parent,
-                )
-        self.writer.flush()
+
+    def _waiting_lease_ids(self) -> list[str]:
+        return [lease_id for s in self._awaiting.values() for lease_id in s.lease_ids]
+
+    def _report_output(self) -> None:
+        waiting = sum(len(s.outcomes) for s in self._awaiting.values())
+        self.metrics.set_output_state(
+            pending_files=self.output.pending_files,
+            waiting_pages=waiting,
+            blocked=self.output.blocked,
+        )
 
     # -- flow: heartbeats, lease extension, shutdown ------------------------------------
 
     async def _heartbeat_once(self) -> None:
-        counters = {**self.counters, "in_flight": len(self._inflight), "limit": self.limit.limit}
+        counters = {
+            **self.counters,
+            "in_flight": len(self._inflight),
+            "limit": self.limit.limit,
+            "output_waiting": sum(len(s.outcomes) for s in self._awaiting.values()),
+            "output_blocked": 1 if self.output.blocked else 0,
+        }
         await self.frontier.heartbeat(self.worker_id, counters)
-        ids = list(self._inflight)
+        # Pages waiting for their file to become durable are still ours: one call for all.
+        ids = [*self._inflight, *self._waiting_lease_ids()]
         if ids:
             extended = await self.frontier.extend(self.worker_id, ids)
             lost = extended.count(False)
@@ -497,6 +592,34 @@ class Worker:
         )
         self.counters["released"] += sum(released)
         log.info("released %d leases at shutdown", sum(released), extra={"layer": "flow"})
+
+    async def _drain_output(self) -> None:
+        """Seal the open output file and wait for every file to be durable and acked."""
+        waiting = await self.output.drain(self.options.output_drain_seconds)
+        if waiting:
+            log.warning(
+                "%d output file generation(s) not durable after %.0f s; their pages are"
+                " released to be crawled again",
+                len(waiting),
+                self.options.output_drain_seconds,
+                extra={"layer": "output", "worker": self.worker_id},
+            )
+
+    async def _release_unsaved(self) -> None:
+        """Give back the leases of pages whose file never became durable (no attempt counted):
+        another worker crawls them now instead of after their lease expires."""
+        ids = self._waiting_lease_ids() + [o.lease.lease_id for o in self._done]
+        self._awaiting.clear()
+        self._done.clear()
+        if not ids:
+            return
+        try:
+            released = await self.frontier.release(self.worker_id, ids)
+        except FrontierUnavailable as exc:
+            log.warning("could not release %d leases: %s", len(ids), exc, extra={"layer": "flow"})
+            return
+        self.counters["released"] += sum(released)
+        log.info("released %d unsaved pages at shutdown", sum(released), extra={"layer": "flow"})
 
 
 def _is_html(content_type: str | None) -> bool:

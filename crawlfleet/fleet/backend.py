@@ -22,7 +22,14 @@ __all__ = ["EventReason", "FleetBackend", "FleetEvent", "FleetView", "Unit", "un
 #: The Kubernetes Event reasons of the tick's decisions (locally, the ``kind`` of a line of
 #: events.jsonl).
 EventReason = Literal[
-    "Seeded", "Scaled", "WorkerReplaced", "LeasesRequeued", "LeasesExpired", "Completed"
+    "Seeded",
+    "Scaled",
+    "WorkerReplaced",
+    "LeasesRequeued",
+    "LeasesExpired",
+    "Completed",
+    "OutputBlocked",
+    "OutputResumed",
 ]
 
 

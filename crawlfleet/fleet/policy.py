@@ -131,6 +131,7 @@ class Observation:
     now: float
     queued: int
     delayed: int
+    #: Every lease: completion waits for all of them.
     in_flight: int
     seeded: bool
     suspended: bool = False
@@ -139,6 +140,10 @@ class Observation:
     vanished: tuple[str, ...] = ()
     #: Seconds until the earliest delayed retry is due (<= 0: due now); None: none waits.
     next_retry_in_seconds: float | None = None
+    #: Leases whose request is still in progress (the rest were fetched and wait for their
+    #: output to become durable, which more workers cannot speed up): the demand's share of
+    #: in_flight. None: all of in_flight.
+    fetching: int | None = None
 
     @classmethod
     def of(
@@ -161,7 +166,12 @@ class Observation:
             workers=workers,
             vanished=vanished,
             next_retry_in_seconds=stats.next_retry_in_seconds,
+            fetching=stats.fetching,
         )
+
+    @property
+    def demand_in_flight(self) -> int:
+        return self.in_flight if self.fetching is None else min(self.fetching, self.in_flight)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +282,9 @@ def demand(
 ) -> int:
     """Replicas the backlog asks for, before stabilisation: DESIGN §5's formula.
 
+    ``in_flight`` counts the requests in progress: a page fetched and waiting for its output
+    file to become durable (DESIGN §8) needs no worker, so it asks for none.
+
     Delayed retries are demand too, but at most one worker's worth, and only once the earliest
     is due within ``retry_lead_seconds``: a worker claims them as they come due (a claim moves
     due retries into their queues), and then they count as queued like any other URL. Without
@@ -302,7 +315,7 @@ def wants_tick(
         return memory.replicas != 0
     if stats.pending == 0:
         return True
-    wanted = _wanted(policy, stats.queued, stats.leased, stats.next_retry_in_seconds)
+    wanted = _wanted(policy, stats.queued, stats.fetching, stats.next_retry_in_seconds)
     if policy.pinned_replicas is not None:
         return wanted != memory.replicas
     return wanted > memory.replicas
@@ -358,7 +371,7 @@ def decide(
     else:
         idle_since = None
 
-    wanted = _wanted(policy, seen.queued, seen.in_flight, seen.next_retry_in_seconds)
+    wanted = _wanted(policy, seen.queued, seen.demand_in_flight, seen.next_retry_in_seconds)
     current = memory.replicas
     low_since = memory.low_demand_since
     if policy.pinned_replicas is not None:
@@ -369,7 +382,7 @@ def decide(
         desired, low_since = wanted, None
         if wanted > current:
             reasons.append(
-                f"scale up {current} -> {wanted}: backlog {seen.queued + seen.in_flight}"
+                f"scale up {current} -> {wanted}: backlog {seen.queued + seen.demand_in_flight}"
                 + (f", {seen.delayed} delayed" if seen.delayed else "")
             )
     else:  # HPA-style stabilisation: shrink only after the delay of lower demand

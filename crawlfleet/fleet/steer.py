@@ -40,7 +40,7 @@ from crawlfleet.fleet.policy import (
 )
 from crawlfleet.frontier import Frontier, FrontierStats, WorkerHeartbeat
 
-__all__ = ["Tick", "check", "join", "requeue_unit", "tick"]
+__all__ = ["Tick", "check", "join", "output_event", "requeue_unit", "tick"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,10 @@ class Tick:
     seeded: int | None
     #: The backend was asked for a different count this tick.
     scaled: bool
+    #: Workers (fresh heartbeats) that claim nothing because their output destination is
+    #: failing or too many of their files wait for it (DESIGN §8): the callers turn a change
+    #: into an Event, the operator into a condition.
+    output_blocked: tuple[str, ...] = ()
 
 
 def join(
@@ -119,7 +123,15 @@ async def tick(
             FleetEvent("Seeded", f"{seeded} seed URL(s) queued", fields={"seeds": seeded})
         )
         stats = await frontier.stats()
-    workers, vanished = join(view, await frontier.workers())
+    beats = await frontier.workers()
+    workers, vanished = join(view, beats)
+    output_blocked = tuple(
+        sorted(
+            beat.worker
+            for beat in beats
+            if beat.counters.get("output_blocked") and beat.age_seconds <= policy.dead_after_seconds
+        )
+    )
     observation = Observation.of(
         stats, now=now, suspended=suspended, workers=workers, vanished=vanished
     )
@@ -177,7 +189,22 @@ async def tick(
                 fields={"crawled": stats.crawled, "dead": stats.dead},
             )
         )
-    return Tick(stats, view, decision, memory, seeded, scaled)
+    return Tick(stats, view, decision, memory, seeded, scaled, output_blocked)
+
+
+def output_event(blocked: Sequence[str], was_blocked: bool) -> FleetEvent | None:
+    """The Event for a change in the workers blocked by their output, or None if none."""
+    if bool(blocked) == was_blocked:
+        return None
+    if blocked:
+        return FleetEvent(
+            "OutputBlocked",
+            f"{len(blocked)} worker(s) stopped claiming: their output destination is failing"
+            " (uploads are retried; nothing is acked or dropped meanwhile)",
+            warning=True,
+            fields={"workers": ",".join(blocked)},
+        )
+    return FleetEvent("OutputResumed", "the output destination is writable again")
 
 
 async def requeue_unit(

@@ -47,6 +47,7 @@ _STAT_FIELDS = (
     "queued",
     "delayed",
     "leased",
+    "fetched",
     "crawled",
     "failed",
     "dead",
@@ -443,6 +444,29 @@ class Frontier:
                 )
             if cursor == 0:
                 return
+
+    # -- output files (the manifest's ledger) ------------------------------------------------
+
+    async def record_output_files(self, files: Sequence[Mapping[str, str | int]]) -> None:
+        """Remember output files that are durable, by path (``{"path", "size", "sha256",
+        "records"}``), before their pages are acked: whoever writes the manifest at completion
+        lists every file that holds an acked record without reading the destination back."""
+        if not files:
+            return
+        entries = {str(f["path"]): json.dumps(dict(f), separators=(",", ":")) for f in files}
+        await call(self.client.hset(self.keys.key("output"), mapping=entries))  # type: ignore[arg-type]
+
+    async def output_files(self, batch: int = 1000) -> list[dict[str, Any]]:
+        """Every file :meth:`record_output_files` was told of, sorted by path."""
+        key = self.keys.key("output")
+        found: list[dict[str, Any]] = []
+        cursor = 0
+        while True:
+            reply = await call(self.client.hscan(key, cursor, count=batch))
+            cursor, page = cast("tuple[int, dict[str, str]]", reply)
+            found.extend(json.loads(raw) for raw in page.values())
+            if cursor == 0:
+                return sorted(found, key=lambda entry: str(entry["path"]))
 
     async def delete(self) -> int:
         """Remove every key of the job (used when a job with an external Redis is deleted)."""

@@ -181,12 +181,15 @@ class FrontierStats:
     """Counters the scripts keep incrementally: one HGETALL, whatever the crawl's size.
 
     ``failed`` counts failed attempts (retries included); ``dead`` counts URLs that ended in
-    the dead-letter set. ``leased`` is the number of URLs in flight.
+    the dead-letter set. ``leased`` is the number of URLs in flight: being fetched, or
+    ``fetched`` (their response arrived) and waiting for their worker to make the output file
+    that holds their record durable before it acks them (DESIGN §8).
     """
 
     queued: int = 0
     delayed: int = 0
     leased: int = 0
+    fetched: int = 0
     crawled: int = 0
     failed: int = 0
     dead: int = 0
@@ -206,6 +209,11 @@ class FrontierStats:
     @property
     def in_flight(self) -> int:
         return self.leased
+
+    @property
+    def fetching(self) -> int:
+        """Leases whose request is still in progress: what more workers could help with."""
+        return max(0, self.leased - self.fetched)
 
     @property
     def pending(self) -> int:

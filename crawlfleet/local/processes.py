@@ -69,6 +69,9 @@ class LocalProcessBackend:
     redis_url: str
     output_dir: Path
     drain: DrainConfig
+    #: Where the workers write their pages (``crawlfleet worker --output``); None: the
+    #: job's own destination, else ``output_dir``.
+    destination: str | None = None
     zygote: Zygote | None = None
     #: The number of the first worker this backend starts (a resumed run goes on counting,
     #: so a worker of the run before is never mistaken for one of this run).
@@ -134,6 +137,7 @@ class LocalProcessBackend:
             "--redis-url", self.redis_url, "--worker-id", worker_id,
             "--out", str(self.output_dir), "--keep-running",
             "--grace-seconds", str(self.drain.grace_seconds),
+            *(("--output", self.destination) if self.destination else ()),
         ]  # fmt: skip
         process: _Process | None = None
         if self.zygote is not None:

@@ -34,6 +34,9 @@ from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
+from crawlfleet.output.destination import parse_destination
+from crawlfleet.output.manifest import finish_output
+from crawlfleet.output.stores import checked_store
 
 __all__ = ["STATE_FILE", "RunOptions", "run_local"]
 
@@ -50,6 +53,8 @@ class RunOptions:
 
     job_file: Path
     output_dir: Path
+    #: Where pages go (--output), over the job's output.destination; else ``output_dir``.
+    destination: str | None = None
     config: Config = field(default_factory=Config)
     workers: int | None = None  # pin a fixed count instead of the brain's
     resume: bool = False
@@ -148,6 +153,9 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         )
     out.mkdir(parents=True, exist_ok=True)
     _log_to_file(out / "crawlfleet.log")
+    # Before anything starts: a destination that cannot be written to is one sentence, exit 2.
+    destination = options.destination or job.spec.output.destination or str(out)
+    store = await checked_store(job.spec, destination, config.worker.output)
     state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
     server: RedisServer | None = None
     if external_redis is None:
@@ -158,6 +166,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         redis_url,
         out.resolve(),
         drain=config.worker.drain,
+        destination=_absolute(destination),
         zygote=options.zygote,
         first_number=state.next_worker,
         events_file=out / "events.jsonl",
@@ -177,6 +186,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         memory = state.memory
         progress = _Progress(job, started, config.run.progress_seconds)
         complete = False
+        output_blocked = False
         first = True
         next_tick = 0.0
         policy: FleetPolicy | None = None
@@ -217,9 +227,14 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                 news = "resumed" if done.seeded is None else f"{done.seeded} new seed(s)"
                 _print(
                     f"crawlfleet: {job.job_id}: {news}; redis {redis_url.split('@')[-1]};"
-                    f" output {out}"
+                    f" output {store.destination.url if store else 'none'}"
                 )
             max_workers = max(max_workers, len(backend.active()))
+            event = steer.output_event(done.output_blocked, output_blocked)
+            if event is not None:
+                output_blocked = bool(done.output_blocked)
+                await backend.record(event)
+                _print(f"crawlfleet: {event.message}")
             if done.decision.complete:
                 complete = True
                 break
@@ -235,8 +250,22 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                 f"  crawlfleet run {options.job_file} --resume --out {out}"
             )
             return EXIT_INTERRUPTED.get(sig, 1)
-        summary = await _summary(frontier, stats, elapsed, max_workers, out)
+        summary = _summary(stats, elapsed, max_workers)
+        if store is not None:
+            manifest = await finish_output(frontier, store, job, stats)
+            summary["output"] = {
+                "destination": store.destination.url,
+                "files": manifest["counts"]["files"],
+                "page_records": manifest["counts"]["pageRecords"],
+            }
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         progress.done(stats, elapsed)
+        if store is not None:
+            _print(
+                f"crawlfleet: output: {summary['output']['files']} files in"
+                f" {store.destination.url}; list them with: crawlfleet output ls"
+                f" {options.job_file if destination != str(out) else out}"
+            )
         if options.json_summary:
             print(json.dumps(summary, sort_keys=True), flush=True)
         return 0
@@ -248,22 +277,10 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             server.stop()
 
 
-async def _summary(
-    frontier: Frontier, stats: FrontierStats, elapsed: float, max_workers: int, out: Path
-) -> dict[str, Any]:
-    dead = []
-    async for letter in frontier.dead_letters():
-        dead.append(
-            {
-                "url": letter.url,
-                "failure_class": letter.failure_class,
-                "message": letter.message,
-                "attempts": letter.attempts,
-                "depth": letter.depth,
-                "parent": letter.parent,
-            }
-        )
-    summary = {
+def _summary(stats: FrontierStats, elapsed: float, max_workers: int) -> dict[str, Any]:
+    """The run's figures (``summary.json`` in the run's folder; the output's own last files,
+    dead-letters.jsonl and manifest.json, are in the destination: see crawlfleet.output)."""
+    summary: dict[str, Any] = {
         "phase": "Succeeded",
         "crawled": stats.crawled,
         "failed": stats.failed,
@@ -275,15 +292,13 @@ async def _summary(
         "pages_per_s": round(stats.crawled / elapsed, 1) if elapsed > 0 else 0.0,
         "max_workers": max_workers,
     }
-    _write_results(out, dead, summary)
     return summary
 
 
-def _write_results(out: Path, dead: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    """The run's last files: every dead letter (also those a requeue made) and the summary."""
-    with open(out / "dead-letters.jsonl", "w") as f:
-        f.writelines(json.dumps(d) + "\n" for d in dead)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+def _absolute(destination: str) -> str:
+    """A folder destination as an absolute path: the workers may run in another directory."""
+    parsed = parse_destination(destination)
+    return destination if parsed.kind == "s3" else str(Path(parsed.path).absolute())
 
 
 def _log_to_file(path: Path) -> None:

@@ -55,7 +55,8 @@ def install_crd(cluster: Cluster) -> None:
 
 
 def crawljob(name: str, site: TestSite, **spec: Any) -> dict[str, Any]:
-    """A CrawlJob for the test site: private addresses allowed, quick leases, fast scale-down."""
+    """A CrawlJob for the test site: private addresses allowed, quick leases, fast scale-down,
+    output files sealed each second."""
     base: dict[str, Any] = {
         "seeds": site.seeds,
         "scope": {"allowedDomains": site.hosts, "allowPrivateNetworks": True, "maxDepth": 10},
@@ -70,6 +71,9 @@ def crawljob(name: str, site: TestSite, **spec: Any) -> dict[str, Any]:
         },
         "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 4},
         "retry": {"backoffBaseSeconds": 0.05, "backoffMaxSeconds": 0.2},
+        # Files sealed every second, so pages are acked (and counted crawled) as the crawl
+        # goes; ephemeral: the pods' own folders will do, unless a test gives a destination.
+        "output": {"maxFileAgeSeconds": 1, "ephemeral": True},
     }
     for key, value in spec.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

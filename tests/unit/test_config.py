@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlfleet.config import Config, DrainConfig, environment_variables
+from crawlfleet.config import Config, DrainConfig, OutputConfig, environment_variables
 from crawlfleet.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def test_environment_overrides_the_defaults_by_type() -> None:
         }
     )
     assert config.worker.drain.grace_seconds == 7.5
-    assert config.worker.drain.budget_seconds == 23  # 7.5 + 10 + 5, rounded up
+    assert config.worker.drain.budget_seconds == 58  # 7.5 + 35 + 10 + 5, rounded up
     # One variable, the port of whichever process reads it.
     assert (config.worker.metrics_port, config.operator.metrics_port) == (9200, 9200)
     assert config.worker.incarnation is True
@@ -67,8 +67,15 @@ def test_a_redis_url_never_shows_in_a_repr() -> None:
 
 def test_the_drain_budget_covers_every_step() -> None:
     drain = DrainConfig(grace_seconds=25.2)
-    assert drain.budget_seconds == 41
-    assert drain.budget_seconds >= drain.grace_seconds + drain.settle_seconds + drain.exit_seconds
+    assert drain.budget_seconds == 76
+    steps = drain.grace_seconds + drain.output_seconds + drain.settle_seconds + drain.exit_seconds
+    assert drain.budget_seconds >= steps
+
+
+def test_the_last_uploads_get_one_whole_attempt() -> None:
+    """The drain's output step outlasts one upload attempt (connect + request timeouts), so
+    a worker stopped mid-upload is not killed before the store could answer."""
+    assert DrainConfig().output_seconds >= OutputConfig().upload_attempt_seconds
 
 
 def test_every_variable_is_documented() -> None:

@@ -90,7 +90,12 @@ def test_minimal_spec_fills_every_default() -> None:
                 "persistence": {"enabled": False, "size": "1Gi"},
             }
         },
-        "output": {"format": "jsonl", "maxFileBytes": 256 * 1024 * 1024},
+        "output": {
+            "format": "jsonl",
+            "maxFileBytes": 256 * 1024 * 1024,
+            "maxFileAgeSeconds": 30.0,
+            "ephemeral": False,
+        },
         "robots": {
             "obey": True,
             "ttlSeconds": 86_400.0,
@@ -600,12 +605,12 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 8
+    assert len(rules) == 10
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases
         assert {name.split(".")[0] for name in rule.shows} <= aliases
-        assert rule.cel.startswith(("self.", "["))
+        assert rule.cel.startswith(("self.", "[", "!has(self."))  # a rule over the section
         assert rule.message
 
 

@@ -30,6 +30,9 @@ PACKAGE_DIR = Path(crawlfleet.__file__).parent
 OUTSIDE_THE_TREE = {
     "crawlfleet.hosts.InvalidHost": "a ValueError of a pure helper; callers translate it",
     "crawlfleet.patterns.PatternError": "a ValueError of a pure helper; the model translates it",
+    "crawlfleet.output.destination.InvalidDestination": (
+        "a ValueError of a pure helper; the model and the command line translate it"
+    ),
     "crawlfleet.operator.crd.SchemaError": "a bug in crawljob.py, found by the CRD's tests",
 }
 
@@ -42,7 +45,7 @@ PACKAGES = (
     "crawlfleet.testsite",
 )
 #: Packages that name their public face but import it on first use (``crawlfleet._exports``).
-LAZY_PACKAGES = ("crawlfleet.local", "crawlfleet.operator")
+LAZY_PACKAGES = ("crawlfleet.local", "crawlfleet.operator", "crawlfleet.output")
 
 
 def _modules() -> list[str]:

@@ -11,22 +11,25 @@ every tick.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from crawlfleet.config import DrainConfig, SteeringConfig
+from crawlfleet.config import DrainConfig, OutputConfig, SteeringConfig
 from crawlfleet.crawler.fetch import FetchSettings
 from crawlfleet.crawler.robots import product_token
 from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import OutputWriter
+from crawlfleet.crawler.sinks import DurableFile, OutputSink
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.fleet.policy import FleetPolicy
 from crawlfleet.frontier import BloomParams, FrontierSettings
 from crawlfleet.frontier.urls import canonicalize
 from crawlfleet.operator.children import JobRef, config_map, redis_deployment, worker_deployment
+from crawlfleet.output.destination import parse_destination
+from crawlfleet.output.stores import open_store
 
 SEEDS = ["https://example.com/", "http://fa\u00df.de:8080/a?b=1", "http://[::1]/x"]
 USER_AGENTS = ["crawlfleet/0.1", "mybot", " padded /1.0 (+https://x.test)", "a~b/1 (x; y)"]
@@ -96,6 +99,10 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
     return spec
 
 
+async def _ignore(generation: int, files: Sequence[DurableFile]) -> None:
+    """An output sink's callback; nothing is written here."""
+
+
 def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
     FrontierSettings.from_spec("crawl.books", spec)
     BloomParams.for_capacity(spec.dedup.capacity, spec.dedup.error_rate)
@@ -110,7 +117,16 @@ def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
         max_pages=spec.scope.max_pages,
     )
     FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
-    OutputWriter.from_spec(tmp_path, "worker-1", spec.output).close()
+    store = open_store(parse_destination(spec.output.destination or str(tmp_path)), spec.output.s3)
+    OutputSink.from_spec(
+        store,
+        "worker-1",
+        spec.output,
+        on_durable=_ignore,
+        max_records_per_file=OutputConfig().max_records_per_file,
+        max_pending_files=OutputConfig().max_pending_files,
+        retry_max_seconds=OutputConfig().retry_max_seconds,
+    )
     for seed in spec.seeds:
         canonicalize(seed)
     job = JobRef(namespace="crawl", name="books")

@@ -125,9 +125,10 @@ end
 -- Remove leases by token, only those `owner` holds (any owner when owner is false): a ZREM
 -- answers whether that exact lease still existed. Returns the removed ones ({task=, host=}
 -- at the token's index, nil where the caller did not hold it) and the in-flight decrement
--- per host (only leases that still held their slot).
+-- per host (only leases that still held their slot). Keeps stats.fetched: the leases in the
+-- fetched form, whose pages wait for their worker's output to become durable.
 local function take_leases(tokens, owner)
-  local taken, per_host = {}, {}
+  local taken, per_host, fetched = {}, {}, 0
   for i, token in ipairs(tokens) do
     local holder, task = split_lease(token)
     if task and ((not owner) or holder == owner) then
@@ -136,10 +137,15 @@ local function take_leases(tokens, owner)
         local _, _, url = split_task(task)
         local host = host_of(url)
         taken[i] = {task = task, host = host}
-        if held_slot then per_host[host] = (per_host[host] or 0) + 1 end
+        if held_slot then
+          per_host[host] = (per_host[host] or 0) + 1
+        else
+          fetched = fetched + 1
+        end
       end
     end
   end
+  if fetched > 0 then redis.call('HINCRBY', K.stats, 'fetched', -fetched) end
   return taken, per_host
 end
 
@@ -147,7 +153,7 @@ end
 -- leases (renamed to the fetched form, same expiry) until ack or fail. Returns the in-flight
 -- decrement per host for release_slots.
 local function mark_fetched(tokens, owner)
-  local per_host = {}
+  local per_host, marked = {}, 0
   for _, token in ipairs(tokens) do
     local holder, task = split_lease(token)
     if task and holder == owner and string.sub(token, 1, 1) ~= FETCHED then
@@ -158,9 +164,11 @@ local function mark_fetched(tokens, owner)
         local _, _, url = split_task(task)
         local host = host_of(url)
         per_host[host] = (per_host[host] or 0) + 1
+        marked = marked + 1
       end
     end
   end
+  if marked > 0 then redis.call('HINCRBY', K.stats, 'fetched', marked) end
   return per_host
 end
 

@@ -1,11 +1,12 @@
-"""A page's output reaches the OS before its lease is acknowledged.
+"""A page's record is durable before its lease is acknowledged (DESIGN §8).
 
-Output is at least once (crawlfleet/crawler/sinks.py): a SIGKILL may cut a batch, and the
-frontier must then re-crawl it. That holds only if the worker writes and flushes a batch's
-pages *before* it acks their leases; acked first, a kill in between loses the pages from the
-output while the frontier counts them done. A kill cannot be aimed at that window, so this
-test runs a real worker (real Redis, real HTTP to the test site) whose frontier, a subclass
-of the real one, looks at the output files at each ack and notes any acked page not in them.
+Output is at least once (crawlfleet/crawler/sinks.py): a SIGKILL may cut a file, and the
+frontier must then re-crawl its pages. That holds only if the worker makes the file holding a
+page's record durable (fsynced and renamed into ``pages/``) *before* it acks or fails the
+page's lease; acked first, a kill in between loses the record while the frontier counts the
+page done. A kill cannot be aimed at that window, so this test runs a real worker (real Redis,
+real HTTP to the test site) whose frontier, a subclass of the real one, looks at the durable
+files at each ack and fail and notes any page not in them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pytest
 from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler import process
 from crawlfleet.crawljob import parse_crawljob
-from crawlfleet.frontier import Frontier, Lease, Outcomes
+from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease, Outcomes
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 
@@ -32,6 +33,14 @@ class AckLog:
     claimed: dict[str, str] = field(default_factory=dict)
     acked: list[str] = field(default_factory=list)
     acked_before_written: list[str] = field(default_factory=list)
+
+    def written(self) -> set[str]:
+        return {
+            json.loads(line)["url"]
+            for path in self.output_dir.glob("pages/*.jsonl")
+            for line in path.read_text().splitlines()
+            if line
+        }
 
 
 class OutputCheckingFrontier(Frontier):
@@ -45,16 +54,18 @@ class OutputCheckingFrontier(Frontier):
         return leases
 
     async def ack(self, worker: str, lease_ids: Sequence[str]) -> Outcomes[bool]:
-        written = {
-            json.loads(line)["url"]
-            for path in self.log.output_dir.glob("pages-*.jsonl")
-            for line in path.read_text().splitlines()
-            if line
-        }
+        self._note(lease_ids)
+        return await super().ack(worker, lease_ids)
+
+    async def fail(self, worker: str, failures: Sequence[Failure]) -> Outcomes[FailOutcome]:
+        self._note([failure.lease_id for failure in failures])
+        return await super().fail(worker, failures)
+
+    def _note(self, lease_ids: Sequence[str]) -> None:
+        written = self.log.written()
         urls = [self.log.claimed[lease_id] for lease_id in lease_ids]
         self.log.acked += urls
         self.log.acked_before_written += [url for url in urls if url not in written]
-        return await super().ack(worker, lease_ids)
 
 
 @pytest.fixture
@@ -78,6 +89,7 @@ async def test_pages_are_written_before_their_leases_are_acked(
                 "seeds": site.seeds,
                 "scope": {"allowedDomains": site.hosts, "allowPrivateNetworks": True},
                 "concurrency": {"perWorker": 8, "perHost": 4, "hostDelaySeconds": 0},
+                "output": {"maxFileAgeSeconds": 1},
             },
         }
     )
@@ -85,5 +97,6 @@ async def test_pages_are_written_before_their_leases_are_acked(
         job, redis_url=redis_server.url, worker_id="order-0", config=WorkerConfig(output_dir=out)
     )
     assert code == 0
-    assert len(log.acked) >= 60  # the whole site went through ack
+    assert len(log.acked) >= 60  # the whole site went through ack or fail
     assert log.acked_before_written == []
+    assert not list((out / ".partial").iterdir())  # every spooled file was committed

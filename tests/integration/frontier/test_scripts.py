@@ -140,6 +140,46 @@ async def test_requeue_of_fetched_leases_frees_no_slot_twice(open_frontier: Open
     assert await frontier.ack("dead", [first[0].lease_id]) == [False]
 
 
+async def test_fetched_leases_are_counted_apart_until_they_end(
+    open_frontier: OpenFrontier,
+) -> None:
+    """stats.fetched: leased pages whose response arrived (they wait for their output to be
+    durable, DESIGN §8). Demand counts the rest; every way a lease ends takes it off."""
+    frontier = await open_frontier(concurrency={"perHost": 4}, lease=SHORT_LEASE)
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(5)]))
+    held = await frontier.claim("w", 100)
+    assert len(held) == 4
+    await frontier.claim("w", 0, fetched=[lease.lease_id for lease in held])
+    await frontier.claim("w", 0, fetched=[held[0].lease_id])  # marking twice counts once
+    stats = await frontier.stats()
+    assert (stats.leased, stats.fetched, stats.fetching) == (4, 4, 0)
+    last = await frontier.claim("w", 100)
+    assert (await frontier.stats()).fetching == 1  # in progress: not marked
+    assert await frontier.ack("w", [held[0].lease_id]) == [True]
+    assert await frontier.fail("w", [Failure(held[1].lease_id, "x", "y", True)]) == [
+        FailOutcome.RETRY
+    ]
+    assert await frontier.release("w", [held[2].lease_id]) == [True]
+    assert await frontier.ack("w", [last[0].lease_id]) == [True]  # never marked: no change
+    stats = await frontier.stats()
+    assert (stats.leased, stats.fetched) == (1, 1)
+    await asyncio.sleep(1.2)  # held[3] expires
+    assert (await frontier.requeue_expired()).requeued >= 1
+    stats = await frontier.stats()
+    assert (stats.leased, stats.fetched) == (0, 0)
+
+
+async def test_output_files_are_remembered_by_path(open_frontier: OpenFrontier) -> None:
+    frontier = await open_frontier()
+    assert await frontier.output_files() == []
+    first = {"path": "pages/w-1-00001.jsonl", "size": 10, "sha256": "a" * 64, "records": 2}
+    second = {"path": "pages/w-1-00000.jsonl", "size": 5, "sha256": "b" * 64, "records": 1}
+    await frontier.record_output_files([first, second])
+    await frontier.record_output_files([first])  # a retry after a lost answer: one entry
+    await frontier.record_output_files([])
+    assert await frontier.output_files() == [second, first]  # sorted by path
+
+
 async def test_host_delay_spaces_claims(open_frontier: OpenFrontier) -> None:
     frontier = await open_frontier(concurrency={"perHost": 4, "hostDelaySeconds": 0.3})
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(3)]))

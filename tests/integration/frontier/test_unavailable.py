@@ -63,6 +63,10 @@ CALLS: dict[str, Call] = {
     "stats": lambda f: f.stats(),
     "is_complete": lambda f: f.is_complete(),
     "dead_letters": _first_dead_letter,
+    "record_output_files": lambda f: f.record_output_files(
+        [{"path": "pages/a.jsonl", "size": 1, "sha256": "0" * 64, "records": 1}]
+    ),
+    "output_files": lambda f: f.output_files(),
     "delete": lambda f: f.delete(),
     "ping": lambda f: f.ping(),
     "robots.read": lambda f: f.robots.read(["http://a.example"]),

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,38 +17,9 @@ import yaml
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.processes import worker_pid
+from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
 
-pytestmark = pytest.mark.slow
-
-
-_started: list[subprocess.Popen[str]] = []
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_runs() -> Iterator[None]:
-    """A failed test must not leave a run (and its workers) behind: SIGTERM drains them."""
-    yield
-    while _started:
-        proc = _started.pop()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def crawlfleet(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "crawlfleet", *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    _started.append(proc)
-    return proc
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
 
 def test_demo_completes_and_summarises(tmp_path: Path) -> None:
@@ -67,7 +37,7 @@ def test_demo_completes_and_summarises(tmp_path: Path) -> None:
     assert json.loads((folder / "summary.json").read_text()) == summary
     pages = [
         json.loads(line)
-        for path in folder.glob("pages-*.jsonl")
+        for path in folder.glob("pages/*.jsonl")
         for line in path.read_text().splitlines()
     ]
     assert len({p["url"] for p in pages if not p["failure_class"]}) == summary["crawled"]

@@ -1,21 +1,35 @@
-"""OutputWriter: JSONL pages, rotation, WARC request/response pairs, dead letters, format none."""
+"""OutputSink on a real folder: spooled, sealed by size, age and count, durable, then handed on.
+
+Every test writes through a :class:`FolderStore` on the test's own disk (fsync and rename for
+real); a failing store is a real one whose folder is blocked by a file in its way.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gzip
 import hashlib
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlfleet.crawler.sinks import OutputWriter, PageOutput, PageRecord, safe_file_token
-from crawlfleet.crawljob import OutputSpec
+from crawlfleet.crawler.metrics import WorkerMetrics
+from crawlfleet.crawler.sinks import (
+    DurableFile,
+    OutputSink,
+    PageOutput,
+    PageRecord,
+    safe_file_token,
+)
 from crawlfleet.errors import ConfigError
+from crawlfleet.output.destination import parse_destination
+from crawlfleet.output.stores import FolderStore
 from tests.support.specs import job_spec
 
 BODY = b"<html><head><title>Hello</title></head><body>" + b"x" * 200 + b"</body></html>"
@@ -42,98 +56,234 @@ def record(url: str = "https://example.com/a", **changes: object) -> PageRecord:
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def writer_for(directory: Path, worker: str = "w", **output: Any) -> OutputWriter:
-    """The writer a job's ``output`` section (camelCase, model defaults) asks for."""
-    return OutputWriter.from_spec(directory, worker, job_spec({"output": output}).output)
+class Durable:
+    """The sink's callback, recording what became durable (and failing when told to)."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.calls: list[tuple[int, list[DurableFile]]] = []
+        self.failures = failures
+
+    async def __call__(self, generation: int, files: Sequence[DurableFile]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("Redis is away")
+        self.calls.append((generation, list(files)))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def sink_for(
+    root: Path,
+    worker: str = "w",
+    durable: Durable | None = None,
+    *,
+    clock: Clock | None = None,
+    max_records_per_file: int = 10_000,
+    max_pending_files: int = 4,
+    metrics: WorkerMetrics | None = None,
+    **output: Any,
+) -> OutputSink:
+    """The sink a job's ``output`` section (camelCase, model defaults) asks for, on a folder."""
+    spec = job_spec({"output": output}).output
+    return OutputSink(
+        FolderStore(parse_destination(str(root))),
+        worker,
+        format=spec.format,
+        max_file_bytes=spec.max_file_bytes,
+        max_file_age_seconds=spec.max_file_age_seconds,
+        max_records_per_file=max_records_per_file,
+        max_pending_files=max_pending_files,
+        retry_max_seconds=0.05,
+        on_durable=durable or Durable(),
+        metrics=metrics,
+        clock=clock or Clock(),
+    )
 
 
 def read_lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
 
 
-def test_jsonl_lines_parse_with_every_field(tmp_path: Path) -> None:
+def pages(root: Path) -> list[Path]:
+    return sorted((root / "pages").glob("*.jsonl")) if (root / "pages").exists() else []
+
+
+async def test_records_are_durable_only_once_sealed_and_then_handed_on(tmp_path: Path) -> None:
+    durable = Durable()
+    sink = sink_for(tmp_path, "worker-1", durable)
     first, second = record(), record("https://example.com/b", status=None, failure_class="timeout")
-    with writer_for(tmp_path, "worker-1") as writer:
-        writer.write_pages([PageOutput(first)])
-        writer.write_pages([PageOutput(second)])
-        assert writer.files == [tmp_path / "pages-worker-1-00000.jsonl"]
-    lines = read_lines(tmp_path / "pages-worker-1-00000.jsonl")
+
+    assert sink.write([PageOutput(first)]) == 0
+    assert sink.write([PageOutput(second)]) == 0
+    assert pages(tmp_path) == []  # spooled, not durable: nothing a reader may count
+    assert durable.calls == []
+    assert sink.open_records == 2
+
+    assert await sink.drain(5) == []
+    (path,) = pages(tmp_path)
+    assert path.name.startswith("worker-1-")
+    assert path.name.endswith("-00000.jsonl")
+    lines = read_lines(path)
     assert lines == [dataclasses.asdict(first), dataclasses.asdict(second)]
     assert set(lines[0]) == {f.name for f in dataclasses.fields(PageRecord)}
-    assert [p.name for p in tmp_path.iterdir()] == ["pages-worker-1-00000.jsonl"]
-
-
-def test_lines_are_flushed_after_each_batch(tmp_path: Path) -> None:
-    writer = writer_for(tmp_path)
-    writer.write_pages([PageOutput(record()), PageOutput(record())])
-    # Still open, nothing closed: another process (or a post-SIGKILL reader) sees both lines.
-    assert len(read_lines(tmp_path / "pages-w-00000.jsonl")) == 2
-    writer.close()
-    writer.close()  # idempotent
+    ((generation, (file,)),) = durable.calls
+    assert generation == 0
+    content = path.read_bytes()
+    assert file == DurableFile(
+        f"pages/{path.name}", len(content), hashlib.sha256(content).hexdigest(), 2
+    )
+    assert list((tmp_path / ".partial").iterdir()) == []  # renamed into place, nothing left
+    await sink.aclose()
     with pytest.raises(ValueError, match="closed"):
-        writer.write_pages([PageOutput(record())])
+        sink.write([PageOutput(record())])
 
 
-def test_requeued_page_keeps_url_and_changes_fetch_id(tmp_path: Path) -> None:
-    with writer_for(tmp_path) as writer:
-        writer.write_pages([PageOutput(record(attempt=1))])
-        writer.write_pages([PageOutput(record(attempt=2))])
-    first, second = read_lines(tmp_path / "pages-w-00000.jsonl")
-    assert first["url"] == second["url"]
-    assert first["fetch_id"] != second["fetch_id"]
-
-
-def test_jsonl_rotates_past_max_file_bytes(tmp_path: Path) -> None:
+async def test_files_seal_by_size_in_order_and_nothing_is_lost(tmp_path: Path) -> None:
+    durable = Durable()
     line_bytes = len(record().to_json().encode()) + 1
-    with writer_for(tmp_path, maxFileBytes=line_bytes * 2) as writer:
-        writer.write_pages([PageOutput(record(f"https://example.com/{i}")) for i in range(5)])
-    files = sorted(tmp_path.glob("pages-w-*.jsonl"))
-    assert [f.name for f in files] == [
-        "pages-w-00000.jsonl",
-        "pages-w-00001.jsonl",
-        "pages-w-00002.jsonl",
-    ]
-    urls = [line["url"] for f in files for line in read_lines(f)]
-    assert urls == [f"https://example.com/{i}" for i in range(5)]  # nothing lost, in order
+    sink = sink_for(tmp_path, durable=durable, maxFileBytes=line_bytes * 2)
+    numbers = [sink.write([PageOutput(record(f"https://example.com/{i}"))]) for i in range(5)]
+    assert numbers == [0, 0, 1, 1, 2]
+    await sink.drain(5)
+    files = pages(tmp_path)
     assert [len(read_lines(f)) for f in files] == [2, 2, 1]
+    urls = [line["url"] for f in files for line in read_lines(f)]
+    assert urls == [f"https://example.com/{i}" for i in range(5)]
+    assert sorted(generation for generation, _ in durable.calls) == [0, 1, 2]
 
 
-def test_a_restarted_worker_starts_a_new_file(tmp_path: Path) -> None:
-    (tmp_path / "pages-w-00003.jsonl").write_text('{"url": "cut by a SIGKI')
-    (tmp_path / "pages-w-x-00009.jsonl").write_text("")  # another worker "w-x": not ours
-    with writer_for(tmp_path) as writer:
-        writer.write_pages([PageOutput(record())])
-    assert read_lines(tmp_path / "pages-w-00004.jsonl")[0]["url"] == record().url
-    assert (tmp_path / "pages-w-00003.jsonl").read_text() == '{"url": "cut by a SIGKI'
+async def test_a_file_seals_at_its_age_and_at_its_record_count(tmp_path: Path) -> None:
+    clock = Clock()
+    durable = Durable()
+    sink = sink_for(tmp_path, durable=durable, clock=clock, maxFileAgeSeconds=30)
+    sink.write([PageOutput(record())])
+    clock.now += 29.9
+    sink.tick()
+    await asyncio.sleep(0.05)
+    assert durable.calls == []
+    clock.now += 0.1
+    sink.tick()
+    await sink.drain(5)
+    assert [generation for generation, _ in durable.calls] == [0]
+
+    counted = sink_for(tmp_path / "counted", durable=Durable(), max_records_per_file=3)
+    assert [counted.write([PageOutput(record())] * 2) for _ in range(3)] == [0, 0, 1]
+    await counted.drain(5)
+    assert [len(read_lines(f)) for f in pages(tmp_path / "counted")] == [4, 2]
 
 
-def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
+async def test_a_failing_destination_blocks_keeps_the_file_and_retries(tmp_path: Path) -> None:
+    """A file where the pages folder belongs: every rename fails until it is moved away."""
+    tmp_path.joinpath("pages").write_text("in the way")
+    metrics = WorkerMetrics()
+    durable = Durable()
+    sink = sink_for(tmp_path, durable=durable, metrics=metrics)
+    sink.write([PageOutput(record())])
+    assert sink.rotate()
+    for _ in range(100):
+        if sink.blocked:
+            break
+        await asyncio.sleep(0.01)
+    assert sink.blocked
+    assert metrics.output_failures._value.get() >= 1
+    assert metrics.output_blocked._value.get() == 1
+    assert durable.calls == []
+    assert len(list((tmp_path / ".partial").iterdir())) == 1  # kept, not dropped
+
+    tmp_path.joinpath("pages").unlink()
+    assert await sink.drain(5) == []
+    assert not sink.blocked
+    assert len(durable.calls) == 1
+    assert len(read_lines(pages(tmp_path)[0])) == 1
+    assert metrics.output_blocked._value.get() == 0
+    assert metrics.output_files._value.get() == 1
+
+
+async def test_too_many_pending_files_block_until_one_is_durable(tmp_path: Path) -> None:
+    tmp_path.joinpath("pages").write_text("in the way")
+    sink = sink_for(tmp_path, max_pending_files=2)
+    for _ in range(2):
+        sink.write([PageOutput(record())])
+        assert sink.rotate()
+    sink.write([PageOutput(record())])
+    assert sink.blocked
+    assert not sink.rotate()  # the third keeps taking what is in flight
+    assert sink.write([PageOutput(record())]) == 2
+    tmp_path.joinpath("pages").unlink()
+    await sink.drain(5)
+    assert [len(read_lines(f)) for f in pages(tmp_path)] == [1, 1, 2]
+
+
+async def test_a_failed_hand_over_is_retried_without_committing_twice(tmp_path: Path) -> None:
+    durable = Durable(failures=2)
+    sink = sink_for(tmp_path, durable=durable)
+    sink.write([PageOutput(record())])
+    assert await sink.drain(5) == []
+    assert [generation for generation, _ in durable.calls] == [0]
+    assert len(pages(tmp_path)) == 1
+
+
+async def test_closing_removes_what_was_never_durable(tmp_path: Path) -> None:
+    tmp_path.joinpath("pages").write_text("in the way")
+    durable = Durable()
+    sink = sink_for(tmp_path, durable=durable)
+    sink.write([PageOutput(record())])
+    sink.rotate()
+    sink.write([PageOutput(record())])  # still open
+    assert await sink.drain(0.2) == [0, 1]  # neither could become durable
+    await sink.aclose()
+    await sink.aclose()  # idempotent
+    assert list((tmp_path / ".partial").iterdir()) == []
+    assert durable.calls == []
+
+
+async def test_a_restarted_worker_never_meets_its_old_names(tmp_path: Path) -> None:
+    for _ in range(2):
+        sink = sink_for(tmp_path, "w")
+        sink.write([PageOutput(record())])
+        await sink.drain(5)
+        await sink.aclose()
+    names = [path.name for path in pages(tmp_path)]
+    assert len(set(names)) == 2
+    assert all(name.startswith("w-") and name.endswith("-00000.jsonl") for name in names)
+
+
+async def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
     redirected = record(
         "https://example.com/old", final_url="https://example.com/new?q=1", status=200
     )
-    with writer_for(tmp_path, format="warc") as writer:
-        writer.write_pages(
-            [
-                PageOutput(
-                    record(),
-                    request_headers={"User-Agent": "crawlfleet/0.1", "Accept": "text/html"},
-                    response_headers={
-                        "Content-Type": "text/html",
-                        "Content-Encoding": "gzip",
-                        "Content-Length": "17",
-                    },
-                    body=BODY,
-                )
-            ]
-        )
-        writer.write_pages(
-            [
-                PageOutput(redirected, body=b"moved here"),
-                PageOutput(record("https://example.com/t", status=None)),  # nothing to archive
-            ]
-        )
-    assert len(read_lines(tmp_path / "pages-w-00000.jsonl")) == 3  # JSONL too
-    with (tmp_path / "warc-w-00000.warc.gz").open("rb") as stream:
+    sink = sink_for(tmp_path, format="warc")
+    sink.write(
+        [
+            PageOutput(
+                record(),
+                request_headers={"User-Agent": "crawlfleet/0.1", "Accept": "text/html"},
+                response_headers={
+                    "Content-Type": "text/html",
+                    "Content-Encoding": "gzip",
+                    "Content-Length": "17",
+                },
+                body=BODY,
+            )
+        ]
+    )
+    sink.write(
+        [
+            PageOutput(redirected, body=b"moved here"),
+            PageOutput(record("https://example.com/t", status=None)),  # nothing to archive
+        ]
+    )
+    await sink.drain(5)
+    assert len(read_lines(pages(tmp_path)[0])) == 3  # JSONL too
+    (warc,) = sorted((tmp_path / "warc").glob("*.warc.gz"))
+    assert warc.name == pages(tmp_path)[0].name.replace(".jsonl", ".warc.gz")
+    with warc.open("rb") as stream:
         records = [
             (
                 r.rec_type,
@@ -168,11 +318,15 @@ def test_warc_has_request_and_response_records(tmp_path: Path) -> None:
     assert records[4][2].statusline == "/new?q=1 HTTP/1.1"
 
 
-def test_warc_rotates_and_each_file_starts_with_warcinfo(tmp_path: Path) -> None:
-    with writer_for(tmp_path, format="warc", maxFileBytes=1) as writer:
-        for i in range(3):
-            writer.write_pages([PageOutput(record(f"https://example.com/{i}"), body=BODY)])
-    files = sorted(tmp_path.glob("warc-w-*.warc.gz"))
+async def test_warc_files_rotate_with_their_pages_and_start_with_warcinfo(
+    tmp_path: Path,
+) -> None:
+    durable = Durable()
+    sink = sink_for(tmp_path, durable=durable, format="warc", maxFileBytes=1)
+    for i in range(3):
+        sink.write([PageOutput(record(f"https://example.com/{i}"), body=BODY)])
+    await sink.drain(5)
+    files = sorted((tmp_path / "warc").glob("*.warc.gz"))
     assert len(files) == 3
     for i, path in enumerate(files):
         with path.open("rb") as stream:
@@ -182,66 +336,45 @@ def test_warc_rotates_and_each_file_starts_with_warcinfo(tmp_path: Path) -> None
             ]
         url = f"https://example.com/{i}"
         assert kinds == [("warcinfo", None), ("response", url), ("request", url)]
-    assert len(sorted(tmp_path.glob("pages-w-*.jsonl"))) == 3
+        with gzip.open(path) as archive:
+            assert b"WARC/1.0" in archive.read()
+    assert len(pages(tmp_path)) == 3
+    # A generation is durable when both its files are: one call each, with both files.
+    assert sorted(len(files) for _, files in durable.calls) == [2, 2, 2]
 
 
-def test_dead_letters_file(tmp_path: Path) -> None:
-    with writer_for(tmp_path) as writer:
-        writer.write_dead_letter(
-            "https://example.com/gone", "http_404", "404 Not Found", 1, 2, "https://example.com/"
-        )
-        writer.write_dead_letter("https://example.com/slow", "timeout", "read timeout", 5, 1, "")
-    lines = read_lines(tmp_path / "failures-w.jsonl")
-    assert [line["url"] for line in lines] == [
-        "https://example.com/gone",
-        "https://example.com/slow",
-    ]
-    first = lines[0]
-    assert first["failure_class"] == "http_404"
-    assert first["message"] == "404 Not Found"
-    assert (first["attempts"], first["depth"], first["parent"]) == (1, 2, "https://example.com/")
-    assert first["worker"] == "w"
-    assert isinstance(first["failed_at"], float)
-    assert not list(tmp_path.glob("pages-*"))  # opened lazily: no empty page file
-
-
-def test_dead_letters_survive_a_cut_last_line(tmp_path: Path) -> None:
-    (tmp_path / "failures-w.jsonl").write_bytes(b'{"url":"https://example.com/x","fail')
-    with writer_for(tmp_path) as writer:
-        writer.write_dead_letter("https://example.com/y", "timeout", "t", 5, 0, "")
-    last = (tmp_path / "failures-w.jsonl").read_text().splitlines()[-1]
-    assert json.loads(last)["url"] == "https://example.com/y"
-
-
-def test_format_none_writes_nothing(tmp_path: Path) -> None:
+async def test_format_none_writes_nothing_and_waits_for_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    with writer_for(out, format="none") as writer:
-        writer.write_pages([PageOutput(record(), body=BODY)])
-        writer.write_pages([PageOutput(record(), body=BODY)])
-        writer.write_dead_letter("https://example.com/x", "timeout", "t", 5, 0, "")
-        assert writer.files == []
+    sink = sink_for(out, format="none")
+    assert sink.write([PageOutput(record(), body=BODY)]) is None
+    assert await sink.drain(1) == []
+    await sink.aclose()
     assert not out.exists()
+    folder = sink_for(tmp_path / "empty")
+    assert folder.write([]) is None  # no pages: nothing to wait for either
 
 
-def test_worker_ids_are_sanitised_for_file_names(tmp_path: Path) -> None:
+def test_worker_ids_are_sanitised_for_file_names() -> None:
     assert safe_file_token("../../etc/passwd") == "_.._etc_passwd"
     assert safe_file_token("pod-7f9c/abc:1") == "pod-7f9c_abc_1"
+    assert safe_file_token("worker-0#a1b2c3") == "worker-0_a1b2c3"
     assert safe_file_token("") == "worker"
     assert len(safe_file_token("x" * 500)) == 100
-    with writer_for(tmp_path, "../evil worker") as writer:
-        writer.write_pages([PageOutput(record())])
-    assert [p.name for p in tmp_path.iterdir()] == ["pages-_evil_worker-00000.jsonl"]
 
 
-def test_from_spec_and_bad_settings(tmp_path: Path) -> None:
-    spec = OutputSpec.model_validate({"format": "warc", "maxFileBytes": 1000})
-    with OutputWriter.from_spec(tmp_path, "w", spec) as writer:
-        assert writer.format == "warc"
-        writer.write_pages([PageOutput(record(), body=BODY)])
-    with gzip.open(tmp_path / "warc-w-00000.warc.gz") as stream:
-        assert b"WARC/1.0" in stream.read()
-    # The writer has no checks of its own: the model refuses, naming the field.
+async def test_an_odd_worker_id_stays_inside_the_folder(tmp_path: Path) -> None:
+    sink = sink_for(tmp_path, "../evil worker")
+    sink.write([PageOutput(record())])
+    await sink.drain(5)
+    (path,) = pages(tmp_path)
+    assert path.name.startswith("_evil_worker-")
+
+
+def test_the_model_refuses_what_the_sink_would_choke_on(tmp_path: Path) -> None:
+    # The sink has no checks of its own: the model refuses, naming the field.
     with pytest.raises(ConfigError, match=r"spec\.output\.maxFileBytes"):
-        writer_for(tmp_path, maxFileBytes=0)
+        sink_for(tmp_path, maxFileBytes=0)
+    with pytest.raises(ConfigError, match=r"spec\.output\.maxFileAgeSeconds"):
+        sink_for(tmp_path, maxFileAgeSeconds=0.5)
     with pytest.raises(ConfigError, match=r"spec\.output\.format"):
-        writer_for(tmp_path, format="csv")
+        sink_for(tmp_path, format="csv")

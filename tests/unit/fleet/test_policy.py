@@ -76,6 +76,19 @@ def test_scale_up_at_once() -> None:
     assert "scale up 1 -> 5" in decision.reason
 
 
+def test_pages_waiting_for_their_output_ask_for_no_worker_but_hold_completion() -> None:
+    """900 leases of pages already fetched (their files not durable yet, DESIGN §8) and 50
+    requests in progress: the backlog is 50, and the job is not complete."""
+    waiting = dataclasses.replace(seen(in_flight=950), fetching=50)
+    decision, _ = decide(POLICY, waiting, FleetMemory(replicas=1))
+    assert decision.desired_replicas == 1
+    assert not decision.complete
+    stats = FrontierStats(queued=0, leased=950, fetched=900, seeded=True)
+    assert stats.fetching == 50
+    assert not wants_tick(POLICY, stats, FleetMemory(replicas=1), suspended=False)
+    assert Observation.of(stats, now=0, suspended=False, workers=(), vanished=()).fetching == 50
+
+
 def test_scale_down_only_after_the_delay() -> None:
     memory = FleetMemory(replicas=5)
     decision, memory = decide(POLICY, seen(now=1000, queued=50), memory)

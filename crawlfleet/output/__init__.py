@@ -1,0 +1,63 @@
+"""Durable crawl output (DESIGN §8): destinations, the stores behind them, manifests, readers.
+
+A worker's files are made durable in the destination before the leases of their records are
+acked (``crawlfleet.crawler.sinks``); this package holds what every side shares: parsing
+``output.destination``, the store of each kind (a folder with fsync, an S3-compatible bucket),
+the manifest written at completion, and the readers behind ``crawlfleet output``. See
+docs/output.md.
+
+Names are imported on first use: the model imports the destination parser, and nothing else
+here should load obstore (or anything heavy) into a process that does not need it.
+"""
+
+from typing import TYPE_CHECKING
+
+from crawlfleet._exports import lazy_exports
+
+if TYPE_CHECKING:
+    from crawlfleet.output.destination import Destination, InvalidDestination, parse_destination
+    from crawlfleet.output.manifest import finish_output
+    from crawlfleet.output.reader import Verification, page_records, verify
+    from crawlfleet.output.stores import (
+        BucketStore,
+        FolderStore,
+        OutputStore,
+        StoredObject,
+        checked_store,
+        open_store,
+    )
+
+__all__ = [
+    "BucketStore",
+    "Destination",
+    "FolderStore",
+    "InvalidDestination",
+    "OutputStore",
+    "StoredObject",
+    "Verification",
+    "checked_store",
+    "finish_output",
+    "open_store",
+    "page_records",
+    "parse_destination",
+    "verify",
+]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "BucketStore": "crawlfleet.output.stores",
+        "Destination": "crawlfleet.output.destination",
+        "FolderStore": "crawlfleet.output.stores",
+        "InvalidDestination": "crawlfleet.output.destination",
+        "OutputStore": "crawlfleet.output.stores",
+        "StoredObject": "crawlfleet.output.stores",
+        "Verification": "crawlfleet.output.reader",
+        "checked_store": "crawlfleet.output.stores",
+        "finish_output": "crawlfleet.output.manifest",
+        "open_store": "crawlfleet.output.stores",
+        "page_records": "crawlfleet.output.reader",
+        "parse_destination": "crawlfleet.output.destination",
+        "verify": "crawlfleet.output.reader",
+    },
+)

@@ -1,0 +1,98 @@
+"""The files that close a crawl's output: ``dead-letters.jsonl`` and ``manifest.json``.
+
+Both are written once, at completion, by one writer (``crawlfleet run`` itself; in a cluster the
+worker that wins :meth:`~crawlfleet.frontier.Frontier.claim_output_finish`), from the frontier:
+
+* ``dead-letters.jsonl``: every URL that will not be tried again, with its last failure class
+  and message, one JSON line each. They live in the frontier's dead set (requeued leases of dead
+  workers included, which no worker's file would hold), and an object store cannot append, so
+  a file per worker would need merging anyway.
+* ``manifest.json``: the job, the spec's SHA-256, the counts, and every file with its size,
+  SHA-256 and record count. The workers recorded each file in the frontier before acking its
+  pages, so the manifest lists every file that holds an acknowledged record, without reading
+  the destination back; ``crawlfleet output verify`` checks the destination against it.
+
+A file can be durable and not listed: one whose pages were acked by no one (its worker lost the
+leases, and another crawled the pages again). Readers treat it as the duplicate it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from crawlfleet.crawljob import CrawlJob, CrawlJobSpec
+    from crawlfleet.frontier import Frontier, FrontierStats
+    from crawlfleet.output.stores import OutputStore
+
+__all__ = ["DEAD_LETTERS", "MANIFEST", "MANIFEST_VERSION", "finish_output", "spec_sha256"]
+
+MANIFEST: Final = "manifest.json"
+DEAD_LETTERS: Final = "dead-letters.jsonl"
+#: Bumped when a reader of an older manifest would misread a newer one.
+MANIFEST_VERSION: Final = 1
+
+
+def spec_sha256(spec: CrawlJobSpec) -> str:
+    """SHA-256 of the spec with every default filled, as canonical JSON (sorted keys)."""
+    text = json.dumps(spec.to_mapping(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+async def finish_output(
+    frontier: Frontier, store: OutputStore, job: CrawlJob, stats: FrontierStats
+) -> dict[str, Any]:
+    """Write ``dead-letters.jsonl``, then ``manifest.json`` (last: its presence says the set is
+    whole); returns the manifest."""
+    lines = []
+    async for letter in frontier.dead_letters():
+        lines.append(
+            json.dumps(
+                {
+                    "url": letter.url,
+                    "failure_class": letter.failure_class,
+                    "message": letter.message,
+                    "attempts": letter.attempts,
+                    "depth": letter.depth,
+                    "parent": letter.parent,
+                    "failed_at": letter.at,
+                },
+                ensure_ascii=False,
+                separators=(",", ":"),
+            )
+        )
+    dead = "".join(line + "\n" for line in sorted(lines)).encode("utf-8")
+    await store.put(DEAD_LETTERS, dead)
+    files = await frontier.output_files()
+    files.append(
+        {
+            "path": DEAD_LETTERS,
+            "size": len(dead),
+            "sha256": hashlib.sha256(dead).hexdigest(),
+            "records": len(lines),
+        }
+    )
+    records = sum(int(f["records"]) for f in files if str(f["path"]).startswith("pages/"))
+    manifest: dict[str, Any] = {
+        "manifestVersion": MANIFEST_VERSION,
+        "job": job.job_id,
+        "specSha256": spec_sha256(job.spec),
+        "format": job.spec.output.format,
+        "destination": store.destination.url,
+        "completedAt": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "counts": {
+            "crawled": stats.crawled,
+            "failedAttempts": stats.failed,
+            "deadLettered": stats.dead,
+            "seen": stats.seen,
+            "pageRecords": records,
+            "files": len(files),
+        },
+        "files": sorted(files, key=lambda entry: str(entry["path"])),
+    }
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    await store.put(MANIFEST, text.encode("utf-8"))
+    return manifest

@@ -1,0 +1,51 @@
+"""``crawlfleet`` commands a test starts as a user would, and the cleanup that stops them.
+
+A failed test must not leave a run (and its workers) behind: ``no_stray_runs`` (use it with
+``pytest.mark.usefixtures``) SIGTERMs what is still running, which drains the workers as
+Ctrl-C would, and kills what outlives the drain.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+__all__ = ["crawlfleet", "no_stray_runs"]
+
+_started: list[subprocess.Popen[str]] = []
+#: Longer than a worker's drain (crawlfleet/config.py, DrainConfig.budget_seconds).
+_STOP_SECONDS = 90
+
+
+def crawlfleet(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``python -m crawlfleet ARGS`` with its output captured (text), remembered for cleanup."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "crawlfleet", *args],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _started.append(proc)
+    return proc
+
+
+@pytest.fixture
+def no_stray_runs() -> Iterator[None]:
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(_STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
