@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -46,15 +47,23 @@ from crawlfleet.frontier import (
     FailOutcome,
     Failure,
     Frontier,
+    FrontierStats,
     Lease,
     host_of,
     try_canonicalize,
 )
+from crawlfleet.output.manifest import finish_output
 from crawlfleet.output.stores import OutputStore
 
 __all__ = ["Worker", "WorkerOptions"]
 
 log = logging.getLogger(__name__)
+
+#: How often an idle worker that keeps running asks whether the job is complete (one read).
+_FINISH_CHECK_SECONDS = 1.0
+#: How long a worker's claim to write the closing files lasts: one that dies meanwhile leaves
+#: them to another.
+_FINISH_CLAIM_SECONDS = 120.0
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 
@@ -79,6 +88,10 @@ class WorkerOptions:
     max_records_per_file: int
     max_pending_files: int
     output_retry_max_seconds: float
+    #: Write the output's closing files (manifest.json, dead-letters.jsonl) when the job is
+    #: complete, if no other worker has: a worker that keeps running is in a cluster, where no
+    #: other process holds the destination's credentials (locally, the run writes them).
+    finish_output: bool = False
 
     @classmethod
     def from_config(
@@ -97,6 +110,7 @@ class WorkerOptions:
             max_records_per_file=config.output.max_records_per_file,
             max_pending_files=config.output.max_pending_files,
             output_retry_max_seconds=config.output.retry_max_seconds,
+            finish_output=not exit_when_done,
         )
 
 
@@ -147,6 +161,9 @@ class Worker:
         self.robots = robots
         self.metrics = metrics
         self.options = options
+        self.store = store
+        self._output_finished = store is None or not options.finish_output
+        self._finish_checked_at = 0.0
         self.guard = None if spec.scope.allow_private_networks else guard
         self.worker_id = options.worker_id
         self.scope = Scope(
@@ -220,6 +237,7 @@ class Worker:
             await asyncio.wait([flushing], timeout=self.options.settle_seconds)
             await self._flush()
             await self._drain_output()
+            await self._finish_output_if_complete()
         finally:
             # Loops end on this event, not on cancel(): a cancellation that lands inside a
             # Redis call can surface as a connection error and be lost.
@@ -284,9 +302,38 @@ class Worker:
             stats = await self.frontier.stats()
             if stats.queued == 0 and stats.delayed == 0:
                 self.output.rotate()
-        if not self.options.exit_when_done or self._awaiting:
+        if self._awaiting:
+            return False
+        if not self.options.exit_when_done:
+            if time.monotonic() - self._finish_checked_at >= _FINISH_CHECK_SECONDS:
+                self._finish_checked_at = time.monotonic()
+                await self._finish_output_if_complete(stats)
             return False
         return (stats or await self.frontier.stats()).complete
+
+    async def _finish_output_if_complete(self, stats: FrontierStats | None = None) -> None:
+        """The job is complete: write manifest.json and dead-letters.jsonl, unless another
+        worker does or did (one claim in Redis elects the writer; see output/manifest.py)."""
+        if self._output_finished or self.store is None or self._awaiting or self._inflight:
+            return
+        stats = stats or await self.frontier.stats()
+        if not stats.complete:
+            return
+        if await self.frontier.output_finished() is None:
+            if not await self.frontier.claim_output_finish(self.worker_id, _FINISH_CLAIM_SECONDS):
+                return  # another worker writes them
+            manifest = await finish_output(
+                self.frontier, self.store, self.frontier.keys.job_id, self.spec, stats
+            )
+            counts = manifest["counts"]
+            await self.frontier.mark_output_finished(json.dumps(counts, separators=(",", ":")))
+            log.info(
+                "output complete: %d files, %d page records",
+                counts["files"],
+                counts["pageRecords"],
+                extra={"layer": "output", "worker": self.worker_id},
+            )
+        self._output_finished = True
 
     async def _wait(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

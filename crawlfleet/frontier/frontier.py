@@ -456,6 +456,24 @@ class Frontier:
         entries = {str(f["path"]): json.dumps(dict(f), separators=(",", ":")) for f in files}
         await call(self.client.hset(self.keys.key("output"), mapping=entries))  # type: ignore[arg-type]
 
+    async def claim_output_finish(self, worker: str, ttl_seconds: float) -> bool:
+        """Become the one writer of the job's closing files (manifest, dead letters) for
+        ``ttl_seconds``: True for the worker that holds the claim, False for the others."""
+        key = self.keys.key("output-finisher")
+        ttl_ms = max(1, round(ttl_seconds * 1000))
+        if await call(self.client.set(key, _worker_id(worker), nx=True, px=ttl_ms)):
+            return True
+        return bool(await call(self.client.get(key)) == worker)
+
+    async def output_finished(self) -> str | None:
+        """What :meth:`mark_output_finished` recorded (the manifest's summary), or None."""
+        value = await call(self.client.get(self.keys.key("output-finished")))
+        return None if value is None else str(value)
+
+    async def mark_output_finished(self, summary: str) -> None:
+        """The closing files are written: no other worker writes them again."""
+        await call(self.client.set(self.keys.key("output-finished"), summary))
+
     async def output_files(self, batch: int = 1000) -> list[dict[str, Any]]:
         """Every file :meth:`record_output_files` was told of, sorted by path."""
         key = self.keys.key("output")

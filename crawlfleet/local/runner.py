@@ -252,7 +252,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             return EXIT_INTERRUPTED.get(sig, 1)
         summary = _summary(stats, elapsed, max_workers)
         if store is not None:
-            manifest = await finish_output(frontier, store, job, stats)
+            manifest = await finish_output(frontier, store, job.job_id, job.spec, stats)
             summary["output"] = {
                 "destination": store.destination.url,
                 "files": manifest["counts"]["files"],

@@ -30,6 +30,7 @@ __all__ = [
     "external_redis_secret",
     "metrics_service",
     "network_policy",
+    "output_secret",
     "redis_deployment",
     "redis_pvc",
     "redis_secret",
@@ -96,6 +97,7 @@ class ChildNames:
     network_policy: str
     metrics: str
     redis_data: str
+    output_secret: str
 
     @classmethod
     def of(cls, job: str) -> ChildNames:
@@ -107,6 +109,7 @@ class ChildNames:
             network_policy=child_name(job, "redis-access"),
             metrics=child_name(job, "metrics"),
             redis_data=child_name(job, "redis-data"),
+            output_secret=child_name(job, "output"),
         )
 
 
@@ -349,13 +352,51 @@ def _redis_env(job: JobRef, spec: CrawlJobSpec) -> list[Manifest]:
     ]
 
 
+def output_secret(job: JobRef, credentials: dict[str, str]) -> Manifest:
+    """The operator's default output credentials, copied for one job: a pod can only take
+    env from a Secret in its own namespace. Owned by the job, so deleted with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(job, job.names.output_secret, "worker"),
+        "type": "Opaque",
+        "stringData": credentials,
+    }
+
+
+#: The keys of an output credentials Secret, by the AWS variable names the workers read.
+OUTPUT_SECRET_KEYS: Final = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def _output_env(spec: CrawlJobSpec) -> list[Manifest]:
+    """The output's credentials as env from its Secret (never in the ConfigMap or argv), and
+    where files bound for a bucket are spooled (the pod's /tmp emptyDir)."""
+    env: list[Manifest] = [{"name": "CRAWLFLEET_SPOOL_DIR", "value": "/tmp/crawlfleet-spool"}]
+    s3 = spec.output.s3
+    if s3 is not None and s3.secret_ref is not None:
+        for key in OUTPUT_SECRET_KEYS:
+            ref: Manifest = {"name": s3.secret_ref.name, "key": key}
+            if key == "AWS_SESSION_TOKEN":
+                ref["optional"] = True
+            env.append({"name": key, "valueFrom": {"secretKeyRef": ref}})
+    return env
+
+
 def worker_deployment(
-    job: JobRef, spec: CrawlJobSpec, *, replicas: int, image: str, drain: DrainConfig
+    job: JobRef,
+    spec: CrawlJobSpec,
+    *,
+    replicas: int,
+    image: str,
+    drain: DrainConfig,
+    output_dir: str = OUTPUT_DIR,
 ) -> Manifest:
     """The worker fleet. ``replicas`` is only the initial count: the operator's timer owns it.
 
-    The pod's termination grace is the worker's whole drain budget (fetches, loops, the last
-    flush), so a worker told to stop is never killed while it drains as designed.
+    The pod's termination grace is the worker's whole drain budget (fetches, its last output
+    files, loops, the last flush), so a worker told to stop is never killed while it drains as
+    designed. ``spec`` is the one the workers read (``operator/output.py`` decides its output);
+    ``output_dir`` is their folder when that names no destination.
     """
     names = job.names
     labels = _labels(job, "worker")
@@ -370,6 +411,7 @@ def worker_deployment(
         {"name": "CRAWLFLEET_WORKER_ID", "value": "$(POD_NAME)"},
         {"name": "CRAWLFLEET_METRICS_HOST", "value": "$(POD_IP)"},
         *_redis_env(job, spec),
+        *_output_env(spec),
     ]
     return {
         "apiVersion": "apps/v1",
@@ -406,7 +448,7 @@ def worker_deployment(
                                 "worker",
                                 JOB_FILE,
                                 "--out",
-                                OUTPUT_DIR,
+                                output_dir,
                                 "--metrics-port",
                                 str(METRICS_PORT),
                                 "--grace-seconds",

@@ -28,6 +28,7 @@ of the spec runs ``ensure`` again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 import secrets
@@ -35,12 +36,12 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import kopf
 
 from crawlfleet.config import Config
-from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob import CrawlJobSpec, Phase
 from crawlfleet.errors import ConfigError, FrontierError, KubeError
 from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
@@ -49,7 +50,13 @@ from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
 from crawlfleet.operator.children import JobRef
 from crawlfleet.operator.kube import Kube
 from crawlfleet.operator.metrics import OperatorMetrics
-from crawlfleet.operator.status import Observed, invalid_spec_status, job_status
+from crawlfleet.operator.output import DefaultOutput, output_plan
+from crawlfleet.operator.status import (
+    Observed,
+    invalid_spec_status,
+    job_status,
+    output_not_durable_status,
+)
 
 __all__ = [
     "GROUP",
@@ -122,6 +129,12 @@ class JobState:
     #: The spec validated once per generation, not at every one-second check (None: invalid).
     spec: CrawlJobSpec | None = None
     spec_generation: int | None = None
+    #: Where the output goes, in words, as ensure() decided it (operator/output.py).
+    output: str = ""
+    #: Why the job must not start (OutputNotDurable), as ensure() found it; None: it may.
+    output_problem: str | None = None
+    #: Whether the last tick saw workers blocked by their output (an Event on each change).
+    output_blocked: bool = False
 
     def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
         if generation is None or generation != self.spec_generation:
@@ -167,6 +180,9 @@ class CrawlJobOperator:
         self.metrics = metrics
         #: By (namespace, job label): the label is what a worker pod carries.
         self.jobs: dict[tuple[str, str], JobState] = {}
+        self.default_output = (
+            DefaultOutput.parse(self.knobs.default_output) if self.knobs.default_output else None
+        )
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -230,7 +246,26 @@ class CrawlJobOperator:
         except ConfigError as error:
             self._mark_invalid(body, status, meta, patch, str(error))
             return
+        state = self._state(body)
+        plan = output_plan(ref, parsed, self.default_output, output_secret=ref.names.output_secret)
+        credentials: dict[str, str] | None = None
+        if plan.problem is None and plan.copy_secret is not None:
+            credentials = await self._default_credentials(*plan.copy_secret)
+            if credentials is None:
+                namespace, name = plan.copy_secret
+                plan = dataclasses.replace(
+                    plan,
+                    problem=f"the operator's default output Secret {namespace}/{name} has no"
+                    " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: create it (the chart's"
+                    " defaultOutput), or give the job its own output.destination",
+                )
+        state.output, state.output_problem = plan.description, plan.problem
+        if plan.problem is not None:
+            self._mark_not_durable(body, status, meta, patch, plan.problem)
+            return
         manifests: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        if credentials is not None:
+            manifests.append((children.output_secret(ref, credentials), None))
         if parsed.redis.managed is not None:
             password = secrets.token_hex(24)
             manifests.append((children.redis_secret(ref, password), {}))  # never rotated here
@@ -242,13 +277,14 @@ class CrawlJobOperator:
             manifests.append((children.network_policy(ref, dict(self.knobs.operator_labels)), None))
         elif parsed.redis.url is not None:
             manifests.append((children.external_redis_secret(ref, parsed.redis.url), None))
-        manifests.append((children.config_map(ref, parsed), None))
+        manifests.append((children.config_map(ref, plan.spec), None))
         workers = children.worker_deployment(
             ref,
-            parsed,
+            plan.spec,
             replicas=0,  # the tick scales up once Redis answers and the seeds are in
             image=parsed.workers.image or self.knobs.worker_image,
             drain=self.config.worker.drain,
+            output_dir=plan.folder,
         )
         # Replicas belong to the tick (or to kubectl scale / an HPA): never reset them here.
         workers_patch = {key: value for key, value in workers.items() if key != "spec"}
@@ -278,6 +314,31 @@ class CrawlJobOperator:
                 patch.status["message"] = "children created; waiting for Redis"
         self._state(body)
 
+    async def _default_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The default output's keys, to copy into the job's namespace; None if incomplete."""
+        found: dict[str, str] = {}
+        for key in children.OUTPUT_SECRET_KEYS:
+            try:
+                value = await self.kube.secret_value(namespace, name, key)
+            except KubeError as error:
+                raise _retry_later(error) from error
+            if value is not None:
+                found[key] = value
+        if "AWS_ACCESS_KEY_ID" not in found or "AWS_SECRET_ACCESS_KEY" not in found:
+            return None
+        return found
+
+    def _mark_not_durable(
+        self,
+        body: kopf.Body,
+        status: kopf.Status,
+        meta: kopf.Meta,
+        patch: kopf.Patch,
+        message: str,
+    ) -> None:
+        """No durable place for the output: the job waits (Pending), nothing is created."""
+        self._mark(body, status, meta, patch, message, "OutputNotDurable", "Pending")
+
     def _mark_invalid(
         self,
         body: kopf.Body,
@@ -286,18 +347,28 @@ class CrawlJobOperator:
         patch: kopf.Patch,
         message: str,
     ) -> None:
+        self._mark(body, status, meta, patch, message, "InvalidSpec", "Failed")
+
+    def _mark(
+        self,
+        body: kopf.Body,
+        status: kopf.Status,
+        meta: kopf.Meta,
+        patch: kopf.Patch,
+        message: str,
+        reason: Literal["InvalidSpec", "OutputNotDurable"],
+        phase: Phase,
+    ) -> None:
+        """A job that must not run: its condition and status, and a warning Event once."""
         already = any(
-            c.get("type") == "InvalidSpec"
-            and c.get("status") == "True"
-            and c.get("message") == message
+            c.get("type") == reason and c.get("status") == "True" and c.get("message") == message
             for c in status.get("conditions") or ()
         )
-        patch.status.update(
-            invalid_spec_status(status, message, generation=meta.get("generation"), now=_now())
-        )
+        make = invalid_spec_status if reason == "InvalidSpec" else output_not_durable_status
+        patch.status.update(make(status, message, generation=meta.get("generation"), now=_now()))
         if not already:
-            kopf.warn(body, reason="InvalidSpec", message=message)
-        self.metrics.set_phase(_ref(body).namespace, _ref(body).name, "Failed")
+            kopf.warn(body, reason=reason, message=message)
+        self.metrics.set_phase(_ref(body).namespace, _ref(body).name, phase)
 
     # -- the tick ----------------------------------------------------------------------
 
@@ -319,8 +390,8 @@ class CrawlJobOperator:
         ref = _ref(body)
         state = self._state(body)
         parsed = state.spec_for(meta.get("generation"), spec)
-        if parsed is None:
-            return  # ensure() marked it InvalidSpec; nothing to steer
+        if parsed is None or state.output_problem is not None:
+            return  # ensure() marked it InvalidSpec or OutputNotDurable; nothing to steer
         policy = FleetPolicy.from_spec(
             parsed,
             self.config.steering,
@@ -433,6 +504,10 @@ class CrawlJobOperator:
             patch.status["fleet"] = {"lowDemandSince": None, "idleSince": None, **remembered}
         stats, decision = done.stats, done.decision
         desired = decision.desired_replicas
+        event = steer.output_event(done.output_blocked, state.output_blocked)
+        if event is not None:
+            state.output_blocked = bool(done.output_blocked)
+            await backend.record(event)
         self._rate(state, stats.crawled)
         seen = Observed(
             phase=decision.phase,
@@ -445,6 +520,8 @@ class CrawlJobOperator:
             pages_per_second=state.pages_per_second,
             message=_message(decision.phase, stats, desired),
             scaled=done.scaled,
+            output=state.output,
+            output_blocked=done.output_blocked,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, decision.phase, stats, desired, ready)

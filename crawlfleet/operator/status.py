@@ -3,8 +3,10 @@
 Conditions follow ``metav1.Condition``: one entry per type, ``lastTransitionTime`` moves only
 when the status of that type flips (so ``kubectl wait --for=condition=Complete`` and alerts on
 "Ready false for 10 minutes" both work), and each carries the generation it was computed for.
-All six types are present from the first reconcile on, so a client never has to tell "not
-yet reported" from "false".
+All eight types are present from the first reconcile on, so a client never has to tell "not
+yet reported" from "false". ``OutputNotDurable`` and ``OutputBlocked`` are about the output
+(DESIGN §8): the job's files would go nowhere durable (no worker is created), or the workers
+claim nothing because their destination is failing.
 """
 
 from __future__ import annotations
@@ -24,11 +26,21 @@ __all__ = [
     "invalid_spec_status",
     "job_status",
     "merge_conditions",
+    "output_not_durable_status",
     "rfc3339",
 ]
 
 ConditionStatus = Literal["True", "False", "Unknown"]
-CONDITION_TYPES: Final = ("Ready", "Progressing", "Complete", "Failed", "Suspended", "InvalidSpec")
+CONDITION_TYPES: Final = (
+    "Ready",
+    "Progressing",
+    "Complete",
+    "Failed",
+    "Suspended",
+    "InvalidSpec",
+    "OutputNotDurable",
+    "OutputBlocked",
+)
 
 
 def rfc3339(moment: datetime) -> str:
@@ -87,6 +99,10 @@ class Observed:
     pages_per_second: float
     message: str = ""
     scaled: bool = False
+    #: Where the output goes, in words (operator/output.py).
+    output: str = ""
+    #: Workers that claim nothing because their destination is failing.
+    output_blocked: tuple[str, ...] = ()
 
 
 def conditions_for(seen: Observed) -> list[Wanted]:
@@ -125,7 +141,20 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         else Wanted("Suspended", "False", "NotSuspended", "")
     )
     valid = Wanted("InvalidSpec", "False", "Valid", "")
-    return [ready, progressing, complete, failed, suspended, valid]
+    durable = Wanted("OutputNotDurable", "False", "Durable", seen.output)
+    blocked = (
+        Wanted(
+            "OutputBlocked",
+            "True",
+            "DestinationFailing",
+            f"{len(seen.output_blocked)} worker(s) claim nothing: their output destination is"
+            " failing (uploads are retried; nothing is acked or dropped meanwhile; see the"
+            " workers' logs)",
+        )
+        if seen.output_blocked
+        else Wanted("OutputBlocked", "False", "Writing", "")
+    )
+    return [ready, progressing, complete, failed, suspended, valid, durable, blocked]
 
 
 def job_status(
@@ -182,9 +211,36 @@ def invalid_spec_status(
         Wanted("Failed", "True", "InvalidSpec", message),
         Wanted("Suspended", "False", "NotSuspended", ""),
         Wanted("InvalidSpec", "True", "InvalidSpec", message),
+        Wanted("OutputNotDurable", "Unknown", "InvalidSpec", ""),
+        Wanted("OutputBlocked", "False", "Writing", ""),
     ]
     return {
         "phase": "Failed",
+        "observedGeneration": generation,
+        "message": message,
+        "conditions": merge_conditions(
+            previous.get("conditions") or (), wanted, generation=generation, now=now
+        ),
+    }
+
+
+def output_not_durable_status(
+    previous: Mapping[str, Any], message: str, *, generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """A job whose files would go nowhere durable: it waits, with the fix in its message, and
+    no worker is created until the spec (or the operator's default) gives it a destination."""
+    wanted = [
+        Wanted("Ready", "False", "OutputNotDurable", message),
+        Wanted("Progressing", "False", "OutputNotDurable", ""),
+        Wanted("Complete", "False", "NotDone", ""),
+        Wanted("Failed", "False", "NoFailure", ""),
+        Wanted("Suspended", "False", "NotSuspended", ""),
+        Wanted("InvalidSpec", "False", "Valid", ""),
+        Wanted("OutputNotDurable", "True", "OutputNotDurable", message),
+        Wanted("OutputBlocked", "False", "Writing", ""),
+    ]
+    return {
+        "phase": "Pending",
         "observedGeneration": generation,
         "message": message,
         "conditions": merge_conditions(

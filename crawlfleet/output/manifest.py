@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from crawlfleet.crawljob import CrawlJob, CrawlJobSpec
+    from crawlfleet.crawljob import CrawlJobSpec
     from crawlfleet.frontier import Frontier, FrontierStats
     from crawlfleet.output.stores import OutputStore
 
@@ -43,7 +43,7 @@ def spec_sha256(spec: CrawlJobSpec) -> str:
 
 
 async def finish_output(
-    frontier: Frontier, store: OutputStore, job: CrawlJob, stats: FrontierStats
+    frontier: Frontier, store: OutputStore, job_id: str, spec: CrawlJobSpec, stats: FrontierStats
 ) -> dict[str, Any]:
     """Write ``dead-letters.jsonl``, then ``manifest.json`` (last: its presence says the set is
     whole); returns the manifest."""
@@ -78,9 +78,9 @@ async def finish_output(
     records = sum(int(f["records"]) for f in files if str(f["path"]).startswith("pages/"))
     manifest: dict[str, Any] = {
         "manifestVersion": MANIFEST_VERSION,
-        "job": job.job_id,
-        "specSha256": spec_sha256(job.spec),
-        "format": job.spec.output.format,
+        "job": job_id,
+        "specSha256": spec_sha256(spec),
+        "format": spec.output.format,
         "destination": store.destination.url,
         "completedAt": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         "counts": {

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from crawlfleet.operator.output import DefaultOutput
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster
 from tests.e2e.cluster.controlplane import binary_dir
@@ -44,6 +45,7 @@ MODES: dict[str, list[str]] = {
     "two-namespaces": ["watchNamespaces={{{namespace},{other}}}"],
     "ha": ["replicas=2"],
     "no-peering": ["peering.enabled=false"],
+    "object-store": ["objectStore.enabled=true"],
 }
 
 
@@ -148,6 +150,52 @@ def test_helm_lint_refuses_a_bad_value_with_the_schema_message(
     result = helm("lint", str(CHART), flag, assignment, check=False)
     assert result.returncode != 0
     assert message in result.stdout, result.stdout
+
+
+# -- the output's default destination --------------------------------------------------------
+
+
+def _operator_env(rendered: str) -> dict[str, str]:
+    for doc in yaml.safe_load_all(rendered):
+        if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == RELEASE:
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            return {var["name"]: var.get("value", "") for var in container["env"]}
+    raise AssertionError("no operator Deployment")
+
+
+def test_the_quickstart_store_is_the_default_destination_and_the_operator_accepts_it(
+    helm: Helm,
+) -> None:
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf", "--set", "objectStore.enabled=true"
+    ).stdout
+    store = f"{RELEASE}-store"
+    found = {(doc["kind"], doc["metadata"]["name"]) for doc in yaml.safe_load_all(rendered) if doc}
+    assert {
+        ("Secret", store),
+        ("PersistentVolumeClaim", store),
+        ("Deployment", store),
+        ("Service", store),
+        ("Job", f"{store}-bucket"),
+    } <= found
+    default = DefaultOutput.parse(_operator_env(rendered)["CRAWLFLEET_DEFAULT_OUTPUT"])
+    assert default.output.destination == "s3://crawls/"
+    assert default.output.s3 is not None
+    assert default.output.s3.endpoint == f"http://{store}.cf.svc:7070"
+    assert default.output.s3.secret_ref is not None
+    assert (default.secret_namespace, default.output.s3.secret_ref.name) == ("cf", store)
+
+    # Off by default: no store, and no default destination (jobs must name one).
+    plain = helm("template", RELEASE, str(CHART), "--namespace", "cf").stdout
+    assert "CRAWLFLEET_DEFAULT_OUTPUT" not in _operator_env(plain)
+    assert "versitygw" not in plain
+    own = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf",
+        "--set", "defaultOutput.destination=s3://mine/crawls/",
+        "--set", "defaultOutput.secretName=mine", "--set", "objectStore.enabled=true",
+    ).stdout  # fmt: skip
+    chosen = DefaultOutput.parse(_operator_env(own)["CRAWLFLEET_DEFAULT_OUTPUT"])
+    assert chosen.output.destination == "s3://mine/crawls/"  # the user's wins over the store
 
 
 # -- prometheus-operator objects -------------------------------------------------------------

@@ -98,3 +98,22 @@ elsewhere is an error with the remedy, not a silently missing scrape.
 {{- fail "metrics.serviceMonitor and metrics.workerPodMonitor need the prometheus-operator CRDs (monitoring.coreos.com/v1), which this cluster does not serve; install them or turn these off (with helm template, pass --api-versions monitoring.coreos.com/v1)" }}
 {{- end }}
 {{- end }}
+
+{{/*
+CRAWLFLEET_DEFAULT_OUTPUT: defaultOutput as the operator reads it (JSON), or objectStore's when
+it is on and defaultOutput names no destination; empty when there is none.
+*/}}
+{{- define "crawlfleet.defaultOutput" -}}
+{{- $out := .Values.defaultOutput -}}
+{{- if $out.destination -}}
+{{- $s3 := dict "pathStyle" $out.s3.pathStyle -}}
+{{- with $out.s3.endpoint }}{{ $_ := set $s3 "endpoint" . }}{{ end -}}
+{{- with $out.s3.region }}{{ $_ := set $s3 "region" . }}{{ end -}}
+{{- with $out.secretName }}{{ $_ := set $s3 "secretRef" (dict "name" .) }}{{ end -}}
+{{- dict "destination" $out.destination "s3" $s3 "secretNamespace" .Release.Namespace | toJson -}}
+{{- else if .Values.objectStore.enabled -}}
+{{- $name := printf "%s-store" (include "crawlfleet.fullname" .) -}}
+{{- $s3 := dict "endpoint" (printf "http://%s.%s.svc:7070" $name .Release.Namespace) "region" "us-east-1" "pathStyle" true "secretRef" (dict "name" $name) -}}
+{{- dict "destination" (printf "s3://%s/" .Values.objectStore.bucket) "s3" $s3 "secretNamespace" .Release.Namespace | toJson -}}
+{{- end -}}
+{{- end }}

@@ -67,6 +67,9 @@ CALLS: dict[str, Call] = {
         [{"path": "pages/a.jsonl", "size": 1, "sha256": "0" * 64, "records": 1}]
     ),
     "output_files": lambda f: f.output_files(),
+    "claim_output_finish": lambda f: f.claim_output_finish("w1", 60),
+    "output_finished": lambda f: f.output_finished(),
+    "mark_output_finished": lambda f: f.mark_output_finished("{}"),
     "delete": lambda f: f.delete(),
     "ping": lambda f: f.ping(),
     "robots.read": lambda f: f.robots.read(["http://a.example"]),

@@ -1,0 +1,190 @@
+"""Output in a cluster (DESIGN §8), end to end: a job whose files would die with its pods does
+not start; with the operator's default destination it crawls into a real bucket (versitygw),
+its workers' credentials copied from the operator's Secret; a scale-down loses no record.
+
+Real kube-apiserver and controllers, the process kubelet, the real operator and workers, the
+loopback test site and the S3 test server, whose own disk says what landed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from crawlfleet.frontier import canonicalize
+from crawlfleet.testsite import SiteConfig, TestSite
+from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.kubelet import KubeletDouble
+from tests.e2e.operator_support import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    apply,
+    condition,
+    crawljob,
+    get_job,
+    install_crd,
+    running_operator,
+    wait_crawled,
+    wait_for_phase,
+)
+from tests.support.s3 import REGION, S3Server
+
+
+@pytest.fixture(scope="module")
+def crd(cluster: Cluster) -> None:
+    install_crd(cluster)
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    config = SiteConfig(hosts=2, pages_per_host=60, hostile=False, latency_seconds=0.05)
+    with TestSite(config) as running:
+        yield running
+
+
+def default_output(core: client.CoreV1Api, namespace: str, server: S3Server, bucket: str) -> str:
+    """The chart's defaultOutput as the operator reads it, and its credentials Secret."""
+    keys = server.root_credentials
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="crawl-store"),
+            string_data={
+                "AWS_ACCESS_KEY_ID": keys.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
+            },
+        ),
+    )
+    return json.dumps(
+        {
+            "destination": f"s3://{bucket}/crawls/",
+            "s3": {
+                "endpoint": server.endpoint_url,
+                "region": REGION,
+                "secretRef": {"name": "crawl-store"},
+            },
+            "secretNamespace": namespace,
+        }
+    )
+
+
+def bucket_pages(server: S3Server, bucket: str, prefix: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for key, path in server.stored_objects(bucket).items():
+        if key.startswith(prefix + "pages/"):
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                if record["status"] == 200 and not record["failure_class"]:
+                    counts[record["url"]] = counts.get(record["url"], 0) + 1
+    return counts
+
+
+def test_a_job_whose_output_would_die_with_its_pods_does_not_start(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    site: TestSite,
+    tmp_path: Path,
+    apps: client.AppsV1Api,
+) -> None:
+    document = crawljob("nowhere", site)
+    document["spec"]["output"] = {"format": "jsonl"}  # no destination, volume or ephemeral
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, document, namespace=namespace)
+
+        def refused() -> dict[str, Any] | None:
+            job = get_job(cluster, namespace, "nowhere")
+            found = condition(job, "OutputNotDurable")
+            return found if found and found["status"] == "True" else None
+
+        found = wait_until(refused, timeout=60, what="OutputNotDurable")
+        assert "output.ephemeral: true" in found["message"], operator.log()
+        assert "s3://bucket/prefix/" in found["message"]
+        job = get_job(cluster, namespace, "nowhere")
+        assert job["status"]["phase"] == "Pending"
+        deployments = apps.list_namespaced_deployment(namespace).items
+        assert [d.metadata.name for d in deployments] == []  # no workers, not even Redis
+        assert site.log.all_requests() == []
+
+
+def test_with_a_default_destination_a_job_crawls_into_the_bucket_and_scales_down_losing_nothing(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    site: TestSite,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    s3_server: S3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bucket = s3_server.create_bucket(f"cluster-{namespace}")
+    monkeypatch.setenv(
+        "CRAWLFLEET_DEFAULT_OUTPUT", default_output(core, namespace, s3_server, bucket)
+    )
+    document = crawljob(
+        "to-bucket",
+        site,
+        workers={"autoscale": "external", "replicas": 3, "maxReplicas": 3},
+        concurrency={"perWorker": 2, "perHost": 2},
+    )
+    document["spec"]["output"] = {"maxFileAgeSeconds": 2}  # no destination: the default's
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, document, namespace=namespace)
+        wait_crawled(cluster, namespace, "to-bucket", 20, timeout=120)
+        custom = client.CustomObjectsApi(cluster.api)
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "to-bucket",
+            {"spec": {"workers": {"replicas": 1}}},
+        )  # fmt: skip
+        job = wait_for_phase(
+            cluster, namespace, "to-bucket", "Succeeded", timeout=240, operator=operator
+        )
+        expected = {canonicalize(u) for u in site.expected_pages()}
+        prefix = f"crawls/{namespace}/to-bucket/"
+        durable = condition(job, "OutputNotDurable")
+        assert durable is not None
+        assert durable["status"] == "False"
+        assert f"s3://{bucket}/{prefix}" in durable["message"]
+
+        # Every page the job counts as crawled has its record in the bucket, including those
+        # of the two workers removed mid-crawl; the manifest is written once, by a worker.
+        pages = bucket_pages(s3_server, bucket, prefix)
+        assert set(pages) == expected
+        assert job["status"]["crawled"] == len(expected)
+        wait_until(
+            lambda: prefix + "manifest.json" in s3_server.stored_objects(bucket),
+            timeout=60,
+            what="manifest.json",
+        )
+        manifest = json.loads(
+            s3_server.stored_objects(bucket)[prefix + "manifest.json"].read_text()
+        )
+        assert manifest["job"] == f"{namespace}.to-bucket"
+        assert manifest["counts"]["crawled"] == len(expected)
+        assert prefix + "dead-letters.jsonl" in s3_server.stored_objects(bucket)
+        workers = {
+            str(json.loads(line)["worker"]).split("#")[0]
+            for key, path in s3_server.stored_objects(bucket).items()
+            if key.startswith(prefix + "pages/")
+            for line in path.read_text().splitlines()
+        }
+        # More pods wrote than the one left after the scale-down: the files of pods removed
+        # mid-crawl were durable before those pods were gone.
+        assert len(workers) >= 2, workers
+
+    # The credentials came from the job's own copy of the operator's Secret, by env.
+    copy = core.read_namespaced_secret("to-bucket-output", namespace)
+    assert base64.b64decode(copy.data["AWS_ACCESS_KEY_ID"]).decode() == (
+        s3_server.root_credentials.access_key_id
+    )
+    config = core.read_namespaced_config_map("to-bucket-config", namespace)
+    assert s3_server.root_credentials.secret_access_key not in json.dumps(config.data)
