@@ -966,14 +966,51 @@ class SecretRef(_Section):
 class Persistence(_Section):
     """Whether the managed Redis keeps its data on a PersistentVolumeClaim."""
 
-    enabled: bool = False
-    """Keep the managed Redis's data (append-only file) on a PersistentVolumeClaim, so the
-    frontier survives the Redis pod being rescheduled. Off: the data lives as long as the pod."""
+    enabled: bool = True
+    """Keep the managed Redis's data (append-only file, fsynced every second) on a
+    PersistentVolumeClaim, so the frontier survives the Redis pod being deleted, evicted or
+    rescheduled. Off: the data lives as long as the pod, and a restarted Redis comes back
+    empty (the job then fails with FrontierLost unless redis.onLoss is Reseed)."""
     size: Annotated[str, _QUANTITY] = "1Gi"
-    """Size of the claim, as a Kubernetes quantity. Roughly the Bloom filter plus the queued
-    URLs."""
+    """Size of the claim, as a Kubernetes quantity. Room for the append-only file: about twice
+    the Redis memory in use (an AOF rewrite writes a new file beside the old)."""
     storage_class_name: Annotated[str, _OBJECT_NAME] | None = None
     """StorageClass of the claim. Unset: the cluster's default StorageClass."""
+
+
+def _memory_bytes(value: str) -> int:
+    """A memory quantity in bytes (the pattern has already refused what is none)."""
+    amount = _quantity(value)
+    assert amount is not None, "checked by _QUANTITY first"
+    return int(amount)
+
+
+_REDIS_MEMORY_LOW: Final = "64Mi"  # Redis itself wants a few MiB
+_REDIS_MEMORY_HIGH: Final = "1Ti"  # past it, no node holds it
+_REDIS_MEMORY_RANGE: Final = f"must be between {_REDIS_MEMORY_LOW} and {_REDIS_MEMORY_HIGH}"
+
+
+def _redis_memory(value: str) -> str:
+    """Within the bounds; ``_REDIS_MEMORY_CEL`` says the same with the quantity library."""
+    if (
+        not _memory_bytes(_REDIS_MEMORY_LOW)
+        <= _memory_bytes(value)
+        <= _memory_bytes(_REDIS_MEMORY_HIGH)
+    ):
+        raise _problem(f"{_REDIS_MEMORY_RANGE} (got {_show(value)})")
+    return value
+
+
+_REDIS_MEMORY_CEL: Final = _Cel(
+    f"!isQuantity(self) || (quantity(self).compareTo(quantity('{_REDIS_MEMORY_LOW}')) >= 0"
+    f" && quantity(self).compareTo(quantity('{_REDIS_MEMORY_HIGH}')) <= 0)",
+    _REDIS_MEMORY_RANGE,
+)
+_RedisMemory = Annotated[str, _QUANTITY, AfterValidator(_redis_memory), _REDIS_MEMORY_CEL]
+#: The share of the container's memory limit that Redis may use for data (its maxmemory): the
+#: rest is for the allocator's fragmentation, client buffers, Lua and the copy-on-write pages
+#: of the child that rewrites the append-only file (docs/operations.md has the arithmetic).
+REDIS_MAXMEMORY_SHARE: Final = 0.8
 
 
 class ManagedRedis(_Section):
@@ -983,6 +1020,31 @@ class ManagedRedis(_Section):
     """Redis container image; any Redis 6 or newer works (the Bloom filter needs no module)."""
     persistence: Persistence = Persistence()
     """Whether the managed Redis keeps its data on a volume."""
+    memory_request: _RedisMemory = "256Mi"
+    """Memory the Redis container asks the scheduler for, as a Kubernetes quantity."""
+    memory_limit: _RedisMemory = "1Gi"
+    """The Redis container's memory limit, as a Kubernetes quantity. Redis's maxmemory is set
+    to 80% of it (the rest covers fragmentation, client buffers and the append-only file's
+    rewrite), with no eviction: near maxmemory the fleet slows down instead of losing URLs.
+    About 1.2 MB per million URLs of dedup.capacity, plus the queued URLs."""
+
+    cross_field_rules: ClassVar[tuple[Rule[ManagedRedis], ...]] = (
+        Rule(
+            field="memoryRequest",
+            message="must not be greater than memoryLimit",
+            cel="!isQuantity(self.memoryRequest) || !isQuantity(self.memoryLimit)"
+            " || quantity(self.memoryRequest).compareTo(quantity(self.memoryLimit)) <= 0",
+            holds=lambda managed: (
+                _memory_bytes(managed.memory_request) <= _memory_bytes(managed.memory_limit)
+            ),
+            shows=("memoryRequest", "memoryLimit"),
+        ),
+    )
+
+    @property
+    def max_memory_bytes(self) -> int:
+        """Redis's maxmemory: a share of the container's limit, in bytes."""
+        return int(_memory_bytes(self.memory_limit) * REDIS_MAXMEMORY_SHARE)
 
 
 class RedisSpec(_Section):
@@ -1001,6 +1063,12 @@ class RedisSpec(_Section):
     managed: ManagedRedis | None = None
     """A Redis the operator runs for this job alone, with a generated password and a network
     policy that admits only the job's pods. The default when neither url nor secretRef is set."""
+    on_loss: Literal["Fail", "Reseed"] = "Fail"
+    """What to do when the frontier comes back empty or without this job's data (a Redis
+    restarted without its volume, flushed, or replaced). Fail: the job fails with the
+    FrontierLost condition, so nothing is crawled twice or skipped without anyone knowing.
+    Reseed: the seeds are queued again on the empty frontier, recorded as an Event; pages
+    crawled before the loss are crawled again."""
 
     cross_field_rules: ClassVar[tuple[Rule[RedisSpec], ...]] = (
         Rule(
@@ -1381,6 +1449,24 @@ class CrawlJobStatus(_Observed):
     """The latest news about the job, in words for people."""
     fleet: FleetStatus | None = None
     """The fleet brain's memory (scale-down window, completion grace), for the operator."""
+    frontier_epoch: str | None = None
+    """The epoch the job's frontier was created with. A Redis that answers with another epoch,
+    or with none, has lost the frontier (condition FrontierLost)."""
+    bloom_fill_ratio: float = 0.0
+    """Distinct URLs seen as a share of dedup.capacity; past 0.8 the BloomNearlyFull condition
+    is set (the filter grows past 1.0, at a tighter error rate per layer)."""
+    bloom_false_positive_rate: float = 0.0
+    """The Bloom filter's estimated false-positive rate now: the share of new URLs wrongly taken
+    for seen."""
+    bloom_layers: int = 0
+    """Layers of the Bloom filter: 1 until the URLs seen pass a layer's capacity."""
+    frontier_memory_used_bytes: int = 0
+    """Memory the job's Redis uses, in bytes (used_memory)."""
+    frontier_memory_max_bytes: int = 0
+    """The Redis's maxmemory, in bytes; 0: no limit set."""
+    frontier_pressure: Literal["None", "High", "Critical"] = "None"
+    """Memory backpressure on the frontier: High past 80% of maxmemory (fewer claims, a budget
+    of new links per page), Critical past 95% (no new links admitted); None again below 70%."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -19,7 +19,7 @@ from typing import Any, Final
 import yaml
 
 from crawlfleet.config import DrainConfig
-from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec
+from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec, ManagedRedis
 
 __all__ = [
     "METRICS_PORT",
@@ -162,6 +162,14 @@ def _restricted_pod(uid: int) -> Manifest:
 # -- Redis ---------------------------------------------------------------------------------
 
 
+#: Where the managed Redis finds its password: a Secret mounted as a file it ``include``s.
+REDIS_AUTH_DIR: Final = "/etc/redis-auth"
+REDIS_AUTH_FILE: Final = "auth.conf"
+#: The Secret's keys: the password (for clients) and the config line Redis includes.
+SECRET_PASSWORD: Final = "password"
+SECRET_URL: Final = "url"
+
+
 def _redis_secret(job: JobRef, data: dict[str, str]) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -173,17 +181,73 @@ def _redis_secret(job: JobRef, data: dict[str, str]) -> Manifest:
 
 
 def redis_secret(job: JobRef, password: str) -> Manifest:
-    """The managed Redis's password; generated once, never rotated by a reconcile."""
-    return _redis_secret(job, {"password": password})
+    """The managed Redis's password, and everything derived from it.
+
+    Generated once and never rotated by a reconcile. Redis reads ``requirepass`` from the
+    mounted ``auth.conf`` (an ``include``), so the password is in no argv and no ConfigMap;
+    the workers read ``url`` through a secretKeyRef, the readiness probe ``password``.
+    """
+    host = f"{job.names.redis}.{job.namespace}.svc"
+    return _redis_secret(
+        job,
+        {
+            SECRET_PASSWORD: password,
+            REDIS_AUTH_FILE: f"requirepass {password}\n",
+            SECRET_URL: f"redis://:{password}@{host}:{REDIS_PORT}/0",
+        },
+    )
 
 
 def external_redis_secret(job: JobRef, url: str) -> Manifest:
     """``redis.url`` copied into a Secret: a URL may hold a password, a pod spec must not."""
-    return _redis_secret(job, {"url": url})
+    return _redis_secret(job, {SECRET_URL: url})
+
+
+def _redis_args(managed: ManagedRedis) -> list[str]:
+    """redis-server's command line: no secret in it (the password comes from the include).
+
+    The append-only file is fsynced every second and is the only persistence (no RDB
+    snapshots); ``maxmemory`` is a share of the container's limit with ``noeviction``, so a
+    full Redis refuses writes instead of dropping queued URLs, and the fleet's backpressure
+    keeps it from getting there.
+    """
+    return [
+        "--include", f"{REDIS_AUTH_DIR}/{REDIS_AUTH_FILE}",
+        "--port", str(REDIS_PORT),
+        "--appendonly", "yes",
+        "--appendfsync", "everysec",
+        "--dir", "/data",
+        "--save", "",
+        "--maxmemory", str(managed.max_memory_bytes),
+        "--maxmemory-policy", "noeviction",
+    ]  # fmt: skip
+
+
+#: Ready once Redis answers an authenticated PING: not while it loads its append-only file
+#: (it answers LOADING), not with a wrong password (NOAUTH). redis-cli reads the password from
+#: REDISCLI_AUTH, so it is not on the probe's command line either.
+_REDIS_READINESS: Final[Manifest] = {
+    "exec": {
+        "command": [
+            "sh",
+            "-c",
+            f"redis-cli -h 127.0.0.1 -p {REDIS_PORT} ping | grep -q PONG",
+        ]
+    },
+    "periodSeconds": 2,
+    "timeoutSeconds": 2,
+}
 
 
 def redis_deployment(job: JobRef, spec: CrawlJobSpec) -> Manifest:
-    """One Redis with AOF on (a restart loses at most a second of frontier state)."""
+    """One Redis, its data on the job's claim (or an emptyDir when persistence is off).
+
+    A Deployment of one replica with the Recreate strategy, not a StatefulSet: the old pod is
+    gone before the new one starts, so a ReadWriteOnce claim is never wanted by two pods at
+    once (a rolling update would wait forever for the new pod to mount it), and the claim is
+    an object of the CrawlJob's own, deleted with the job and kept across every Redis pod.
+    docs/operations.md says more.
+    """
     managed = spec.redis.managed
     assert managed is not None, "only managed Redis gets a Deployment"
     names = job.names
@@ -193,6 +257,14 @@ def redis_deployment(job: JobRef, spec: CrawlJobSpec) -> Manifest:
         if managed.persistence.enabled
         else {"name": "data", "emptyDir": {}}
     )
+    auth_volume: Manifest = {
+        "name": "auth",
+        "secret": {
+            "secretName": names.redis_secret,
+            "items": [{"key": REDIS_AUTH_FILE, "path": REDIS_AUTH_FILE}],
+            "defaultMode": 0o440,
+        },
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -213,34 +285,24 @@ def redis_deployment(job: JobRef, spec: CrawlJobSpec) -> Manifest:
                             "name": "redis",
                             "image": managed.image,
                             "command": ["redis-server"],
-                            "args": [
-                                "--port",
-                                str(REDIS_PORT),
-                                "--requirepass",
-                                "$(REDIS_PASSWORD)",
-                                "--appendonly",
-                                "yes",
-                                "--appendfsync",
-                                "everysec",
-                                "--dir",
-                                "/data",
-                                "--save",
-                                "",
+                            "args": _redis_args(managed),
+                            "env": [
+                                _secret_env("REDISCLI_AUTH", names.redis_secret, SECRET_PASSWORD)
                             ],
-                            "env": [_secret_env("REDIS_PASSWORD", names.redis_secret, "password")],
                             "ports": [{"name": "redis", "containerPort": REDIS_PORT}],
-                            "readinessProbe": {
-                                "tcpSocket": {"port": "redis"},
-                                "periodSeconds": 2,
-                            },
+                            "readinessProbe": _REDIS_READINESS,
                             "securityContext": _RESTRICTED_CONTAINER,
                             "resources": {
-                                "requests": {"cpu": "100m", "memory": "128Mi"},
+                                "requests": {"cpu": "100m", "memory": managed.memory_request},
+                                "limits": {"memory": managed.memory_limit},
                             },
-                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": "/data"},
+                                {"name": "auth", "mountPath": REDIS_AUTH_DIR, "readOnly": True},
+                            ],
                         }
                     ],
-                    "volumes": [volume],
+                    "volumes": [volume, auth_volume],
                 },
             },
         },
@@ -306,12 +368,23 @@ def network_policy(job: JobRef, operator_labels: dict[str, str]) -> Manifest:
 
 
 def job_document(job: JobRef, spec: CrawlJobSpec) -> str:
-    """The CrawlJob as a worker reads it: every default filled, so all workers agree."""
+    """The CrawlJob as a worker reads it: every default filled, so all workers agree.
+
+    A ConfigMap is no place for a secret: ``redis.url`` (which may hold a password) becomes a
+    reference to the Secret the operator copied it into. Workers take their Redis from
+    ``CRAWLFLEET_REDIS_URL`` anyway; the job file only says where it comes from.
+    """
+    mapping = spec.to_mapping()
+    if spec.redis.url is not None:
+        redis = dict(mapping["redis"])  # type: ignore[arg-type]
+        del redis["url"]
+        redis["secretRef"] = {"name": job.names.redis_secret, "key": SECRET_URL}
+        mapping["redis"] = redis
     document = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": job.name, "namespace": job.namespace},
-        "spec": spec.to_mapping(),
+        "spec": mapping,
     }
     return yaml.safe_dump(document, sort_keys=True)
 
@@ -340,16 +413,7 @@ def _redis_env(job: JobRef, spec: CrawlJobSpec) -> list[Manifest]:
     if spec.redis.secret_ref is not None:
         ref = spec.redis.secret_ref
         return [_secret_env("CRAWLFLEET_REDIS_URL", ref.name, ref.key)]
-    if spec.redis.url is not None:
-        return [_secret_env("CRAWLFLEET_REDIS_URL", names.redis_secret, "url")]
-    host = f"{names.redis}.{job.namespace}.svc"
-    return [
-        _secret_env("REDIS_PASSWORD", names.redis_secret, "password"),
-        {
-            "name": "CRAWLFLEET_REDIS_URL",
-            "value": f"redis://:$(REDIS_PASSWORD)@{host}:{REDIS_PORT}/0",
-        },
-    ]
+    return [_secret_env("CRAWLFLEET_REDIS_URL", names.redis_secret, SECRET_URL)]
 
 
 def output_secret(job: JobRef, credentials: dict[str, str]) -> Manifest:

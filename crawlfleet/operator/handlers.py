@@ -267,8 +267,7 @@ class CrawlJobOperator:
         if credentials is not None:
             manifests.append((children.output_secret(ref, credentials), None))
         if parsed.redis.managed is not None:
-            password = secrets.token_hex(24)
-            manifests.append((children.redis_secret(ref, password), {}))  # never rotated here
+            manifests.append(await self._redis_secret(ref))
             pvc = children.redis_pvc(ref, parsed)
             if pvc is not None:
                 manifests.append((pvc, {}))  # a claim's spec is immutable
@@ -338,6 +337,21 @@ class CrawlJobOperator:
     ) -> None:
         """No durable place for the output: the job waits (Pending), nothing is created."""
         self._mark(body, status, meta, patch, message, "OutputNotDurable", "Pending")
+
+    async def _redis_secret(self, ref: JobRef) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The managed Redis's Secret: a new password, or the one it has, never rotated.
+
+        A Secret made by an earlier version may hold only the password: the keys derived from
+        it (the config line Redis includes, the workers' URL) are patched in beside it.
+        """
+        try:
+            kept = await self.kube.secret_value(
+                ref.namespace, ref.names.redis_secret, children.SECRET_PASSWORD
+            )
+        except KubeError as error:
+            raise _retry_later(error) from error
+        manifest = children.redis_secret(ref, kept or secrets.token_hex(24))
+        return manifest, {"stringData": manifest["stringData"]} if kept else {}
 
     def _mark_invalid(
         self,

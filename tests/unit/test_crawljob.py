@@ -87,8 +87,11 @@ def test_minimal_spec_fills_every_default() -> None:
         "redis": {
             "managed": {
                 "image": "redis:7.4-alpine",
-                "persistence": {"enabled": False, "size": "1Gi"},
-            }
+                "persistence": {"enabled": True, "size": "1Gi"},
+                "memoryRequest": "256Mi",
+                "memoryLimit": "1Gi",
+            },
+            "onLoss": "Fail",
         },
         "output": {
             "format": "jsonl",
@@ -605,12 +608,13 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 10
+    assert len(rules) == 11
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases
         assert {name.split(".")[0] for name in rule.shows} <= aliases
-        assert rule.cel.startswith(("self.", "[", "!has(self."))  # a rule over the section
+        # a rule over the section
+        assert rule.cel.startswith(("self.", "[", "!has(self.", "!isQuantity(self."))
         assert rule.message
 
 

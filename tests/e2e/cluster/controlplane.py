@@ -37,7 +37,10 @@ from tests.e2e.cluster.processes import spawn, terminate
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "helm")
 
-# The controllers a Deployment needs to become pods, and to be cleaned up again. Left out on
+# The controllers a Deployment needs to become pods, and to be cleaned up again; the binder that
+# binds the claims to the volumes the kubelet double provisions, and the two protection
+# controllers that lift the finalizers of claims and volumes once nothing uses them (without
+# them a namespace with a claim never finishes deleting). Left out on
 # purpose: node-lifecycle (it taints nodes that send no heartbeats and evicts their pods),
 # pod-garbage-collector (it deletes pods on nodes it does not know), the scheduler (the kubelet
 # double binds pods itself), and the endpoint controllers (EndpointSlices may not hold the
@@ -49,6 +52,9 @@ CONTROLLERS = (
     "namespace-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 
 START_TIMEOUT_SECONDS = 60.0

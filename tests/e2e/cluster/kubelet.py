@@ -32,11 +32,22 @@ not run:
   the pod's sandbox. Nothing can be mounted, so the double substitutes the mount path: every
   arg or env value that starts with a container's ``mountPath`` is rewritten to the local
   directory. Processes run with the sandbox as their cwd and HOME.
+- **claims**: a ``persistentVolumeClaim`` volume is the directory of the PersistentVolume its
+  claim is bound to, under the double's own directory, so it outlives every pod that mounts
+  it: a Redis pod deleted and started again finds its append-only file. The double also plays
+  the cluster's dynamic provisioner: for each pending claim it creates a ``hostPath``
+  PersistentVolume of the requested size, pre-bound to the claim (``claimRef``), and the real
+  PV binder controller binds the two; a volume whose claim is gone (Released) is deleted
+  with its directory, as a provisioner's ``Delete`` reclaim policy would. A pod whose claim
+  is missing or not Bound yet waits (``CreateContainerConfigError``, retried).
 - **status**: phase, pod IP, host IP, conditions (PodScheduled, Initialized, ContainersReady,
   Ready), and per container its state (Running, Terminated with the real exit code, Waiting
   with CrashLoopBackOff), ``restartCount`` and ``containerID: process://<pid>`` (the real PID).
   Readiness honours ``tcpSocket``, ``httpGet`` and ``exec`` readiness probes with their
-  delays, periods and failure thresholds; without a probe a running container is ready.
+  delays, periods and failure thresholds; without a probe a running container is ready. An
+  ``exec`` probe runs as if inside the container: with its environment, its mount paths
+  rewritten, and ``127.0.0.1``/``localhost`` rewritten to the pod IP (the pods share the
+  machine's loopback, so a pod's own loopback is its pod IP here).
 - **restarts**: per ``restartPolicy`` (Always, OnFailure, Never), with back-off doubling from
   ``backoff_base_seconds`` up to ``backoff_max_seconds`` (1 s and 10 s here; a kubelet uses
   10 s and 5 min, too slow for tests).
@@ -59,6 +70,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -154,6 +166,8 @@ def now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: A pod's own loopback, in an exec probe's command: the pod IP here (module docstring).
+_LOOPBACK = re.compile(r"\b(127\.0\.0\.1|localhost)\b")
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
@@ -196,6 +210,9 @@ class Container:
     last_terminated: Json | None = None
     next_start: float = 0.0
     done: bool = False  # exited and will not be restarted
+    #: The environment and mounts it was started with: an exec probe runs inside them.
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -462,6 +479,7 @@ class KubeletDouble:
         services = self._items(
             self.core.list_service_for_all_namespaces(_preload_content=False, _request_timeout=10)
         )
+        self._provision()
         with self._lock:
             self._services = {
                 (s["metadata"]["namespace"], s["metadata"]["name"]): s for s in services
@@ -488,6 +506,91 @@ class KubeletDouble:
                     if self._kill(pod, grace_seconds=2):
                         self._forget(pod)
             self._sync_services()
+
+    # -- claims ------------------------------------------------------------------------------
+
+    def _provision(self) -> None:
+        """A hostPath volume for each pending claim; a released volume deleted with its data.
+
+        The double's stand-in for a dynamic provisioner. Binding is the real PV controller's.
+        """
+        claims = self._items(
+            self.core.list_persistent_volume_claim_for_all_namespaces(
+                _preload_content=False, _request_timeout=10
+            )
+        )
+        volumes = {
+            v["metadata"]["name"]: v
+            for v in self._items(
+                self.core.list_persistent_volume(_preload_content=False, _request_timeout=10)
+            )
+        }
+        for claim in claims:
+            meta, spec = claim["metadata"], claim["spec"]
+            name = f"pv-{meta['uid']}"
+            if spec.get("volumeName") or name in volumes or meta.get("deletionTimestamp"):
+                continue
+            path = self.directory / "persistent-volumes" / name
+            path.mkdir(parents=True, exist_ok=True)
+            body = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name, "labels": {"crawlfleet.io/kubelet-double": "true"}},
+                "spec": {
+                    "capacity": {"storage": spec["resources"]["requests"]["storage"]},
+                    "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                    "storageClassName": spec.get("storageClassName") or "",
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+                    "claimRef": {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolumeClaim",
+                        "namespace": meta["namespace"],
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    },
+                },
+            }
+            try:
+                self.core.create_persistent_volume(body, _preload_content=False)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+        for name, volume in volumes.items():
+            labels = volume["metadata"].get("labels") or {}
+            released = (volume.get("status") or {}).get("phase") == "Released"
+            if released and labels.get("crawlfleet.io/kubelet-double") == "true":
+                try:
+                    self.core.delete_persistent_volume(name, _preload_content=False)
+                except ApiException as error:
+                    if error.status != 404:
+                        raise
+                shutil.rmtree(volume["spec"]["hostPath"]["path"], ignore_errors=True)
+
+    def _claim_directory(self, namespace: str, claim_name: str) -> Path:
+        """The directory of the volume a Bound claim holds; waits (an error) until it is."""
+        try:
+            claim = self.core.read_namespaced_persistent_volume_claim(claim_name, namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            raise ContainerStartError(
+                "CreateContainerConfigError",
+                f'persistentvolumeclaim "{claim_name}" not found',
+            ) from error
+        phase = claim.status.phase if claim.status else None
+        if phase != "Bound" or not claim.spec.volume_name:
+            raise ContainerStartError(
+                "CreateContainerConfigError",
+                f'persistentvolumeclaim "{claim_name}" is not bound (phase {phase})',
+            )
+        volume = self.core.read_persistent_volume(claim.spec.volume_name)
+        if volume.spec.host_path is None:
+            raise ContainerStartError(
+                "CreateContainerConfigError",
+                f"kubelet double: volume {volume.metadata.name} is not a hostPath volume",
+            )
+        return Path(volume.spec.host_path.path)
 
     @staticmethod
     def _items(response: Any) -> list[Json]:
@@ -627,6 +730,7 @@ class KubeletDouble:
         if container.started_at:  # a restart
             container.restart_count += 1
         container.started_at = now_rfc3339()
+        container.env, container.mounts = env, mounts
         container.waiting = None
         container.terminated = None
         container.ready = False
@@ -744,7 +848,12 @@ class KubeletDouble:
                 raise ContainerStartError(
                     "CreateContainerConfigError", f"volume {mount['name']} is not in the pod"
                 )
-            local = pod.sandbox / "volumes" / mount["name"]
+            if "persistentVolumeClaim" in volume:
+                local = self._claim_directory(
+                    pod.namespace, volume["persistentVolumeClaim"]["claimName"]
+                )
+            else:
+                local = pod.sandbox / "volumes" / mount["name"]
             local.mkdir(parents=True, exist_ok=True)
             for kind, ref_key, name_key in (
                 ("configMap", "configMapRef", "name"),
@@ -763,11 +872,11 @@ class KubeletDouble:
                             target.write_text(data[item["key"]])
                     break
             else:
-                if "emptyDir" not in volume:
+                if "emptyDir" not in volume and "persistentVolumeClaim" not in volume:
                     raise ContainerStartError(
                         "CreateContainerConfigError",
-                        f"kubelet double: volume {mount['name']}: only configMap, secret and "
-                        "emptyDir volumes are supported",
+                        f"kubelet double: volume {mount['name']}: only configMap, secret, "
+                        "emptyDir and persistentVolumeClaim volumes are supported",
                     )
             if mount.get("subPath"):
                 local = local / mount["subPath"]
@@ -844,11 +953,21 @@ class KubeletDouble:
             except OSError:
                 return False
         if "exec" in spec:
-            command = list(spec["exec"]["command"])
+            command = [
+                _LOOPBACK.sub(pod.ip, self._rewrite(arg, container.mounts))
+                for arg in spec["exec"]["command"]
+            ]
             try:
-                return subprocess.run(command, capture_output=True, timeout=timeout).returncode == 0
+                done = subprocess.run(
+                    command,
+                    capture_output=True,
+                    timeout=timeout,
+                    env=container.env,
+                    cwd=pod.sandbox,
+                )
             except (OSError, subprocess.TimeoutExpired):
                 return False
+            return done.returncode == 0
         return False  # grpc probes: unsupported, so never ready rather than falsely ready
 
     @staticmethod

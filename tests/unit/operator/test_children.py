@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import yaml
@@ -85,16 +86,13 @@ def test_worker_env_has_no_secret_and_names_the_pod() -> None:
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["CRAWLFLEET_WORKER_ID"]["value"] == "$(POD_NAME)"
-    assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+    # The URL, password included, comes from the Secret: nothing of it is in the pod spec.
+    assert env["CRAWLFLEET_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
         "name": "books-redis-auth",
-        "key": "password",
+        "key": "url",
     }
-    assert env["CRAWLFLEET_REDIS_URL"]["value"] == (
-        "redis://:$(REDIS_PASSWORD)@books-redis.crawls.svc:6379/0"
-    )
-    # $(VAR) references resolve only to variables defined earlier in the list.
     order = [e["name"] for e in container["env"]]
-    assert order.index("REDIS_PASSWORD") < order.index("CRAWLFLEET_REDIS_URL")
+    # $(VAR) references resolve only to variables defined earlier in the list.
     assert order.index("POD_NAME") < order.index("CRAWLFLEET_WORKER_ID")
     assert "--keep-running" in container["args"]
 
@@ -119,6 +117,20 @@ def test_external_redis_url_comes_from_a_secret(redis: dict[str, object], expect
     assert "pw@" not in yaml.safe_dump(container)
 
 
+def test_the_config_map_never_holds_the_redis_url() -> None:
+    job_spec = spec(redis={"url": "redis://:hunter2@redis.example:6379/0"})
+    data = children.config_map(JOB, job_spec)["data"]["job.yaml"]
+    assert "hunter2" not in data
+    job = parse_crawljob(yaml.safe_load(data))
+    assert job.spec.redis.url is None
+    assert job.spec.redis.secret_ref is not None
+    assert (job.spec.redis.secret_ref.name, job.spec.redis.secret_ref.key) == (
+        "books-redis-auth",
+        "url",
+    )
+    assert job.spec.model_copy(update={"redis": job_spec.redis}) == job_spec
+
+
 def test_config_map_holds_a_job_file_the_worker_accepts() -> None:
     job_spec = spec(scope={"maxDepth": 7}, concurrency={"perHost": 4})
     data = children.config_map(JOB, job_spec)["data"]["job.yaml"]
@@ -138,19 +150,74 @@ def test_spec_change_rolls_the_workers() -> None:
     assert template_hash(spec()) != template_hash(spec(concurrency={"perHost": 5}))
 
 
-def test_redis_has_aof_a_password_and_a_readiness_probe() -> None:
-    container = children.redis_deployment(JOB, spec())["spec"]["template"]["spec"]["containers"][0]
-    args = container["args"]
+def test_the_managed_redis_secret_holds_the_password_its_config_line_and_the_url() -> None:
+    data = children.redis_secret(JOB, "s3cret")["stringData"]
+    assert data == {
+        "password": "s3cret",
+        "auth.conf": "requirepass s3cret\n",
+        "url": "redis://:s3cret@books-redis.crawls.svc:6379/0",
+    }
+
+
+def _redis_container(job_spec: CrawlJobSpec) -> dict[str, Any]:
+    pod = children.redis_deployment(JOB, job_spec)["spec"]["template"]["spec"]
+    container: dict[str, Any] = pod["containers"][0]
+    return container
+
+
+def test_redis_keeps_its_aof_on_the_jobs_claim_by_default() -> None:
+    job_spec = spec()
+    deployment = children.redis_deployment(JOB, job_spec)
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    args = _redis_container(job_spec)["args"]
     assert args[args.index("--appendonly") + 1] == "yes"
-    assert args[args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
-    assert container["readinessProbe"]["tcpSocket"]["port"] == "redis"
-    assert children.redis_pvc(JOB, spec()) is None
-    persistent = spec(redis={"managed": {"persistence": {"enabled": True, "size": "5Gi"}}})
-    pvc = children.redis_pvc(JOB, persistent)
+    assert args[args.index("--appendfsync") + 1] == "everysec"
+    pvc = children.redis_pvc(JOB, job_spec)
     assert pvc is not None
-    assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
-    volumes = children.redis_deployment(JOB, persistent)["spec"]["template"]["spec"]["volumes"]
-    assert volumes == [{"name": "data", "persistentVolumeClaim": {"claimName": "books-redis-data"}}]
+    assert pvc["metadata"]["name"] == "books-redis-data"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    claim = {"claimName": "books-redis-data"}
+    assert volumes[0] == {"name": "data", "persistentVolumeClaim": claim}
+    ephemeral = spec(redis={"managed": {"persistence": {"enabled": False}}})
+    assert children.redis_pvc(JOB, ephemeral) is None
+    volumes = children.redis_deployment(JOB, ephemeral)["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0] == {"name": "data", "emptyDir": {}}
+
+
+def test_redis_memory_has_a_limit_and_maxmemory_below_it_without_eviction() -> None:
+    job_spec = spec(redis={"managed": {"memoryRequest": "512Mi", "memoryLimit": "2Gi"}})
+    container = _redis_container(job_spec)
+    assert container["resources"]["requests"]["memory"] == "512Mi"
+    assert container["resources"]["limits"] == {"memory": "2Gi"}
+    args = container["args"]
+    assert int(args[args.index("--maxmemory") + 1]) == int(2 * 1024**3 * 0.8)
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    default = _redis_container(spec())
+    assert default["resources"]["limits"] == {"memory": "1Gi"}
+
+
+def test_redis_reads_its_password_from_the_mounted_secret_never_from_argv() -> None:
+    container = _redis_container(spec())
+    assert "--requirepass" not in container["args"]
+    assert container["args"][:2] == ["--include", "/etc/redis-auth/auth.conf"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["auth"] == {"name": "auth", "mountPath": "/etc/redis-auth", "readOnly": True}
+    volumes = children.redis_deployment(JOB, spec())["spec"]["template"]["spec"]["volumes"]
+    auth = next(v for v in volumes if v["name"] == "auth")
+    assert auth["secret"]["secretName"] == "books-redis-auth"
+    assert auth["secret"]["items"] == [{"key": "auth.conf", "path": "auth.conf"}]
+    # The readiness probe authenticates, with the password from the environment.
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REDISCLI_AUTH"]["valueFrom"]["secretKeyRef"] == {
+        "name": "books-redis-auth",
+        "key": "password",
+    }
+    command = " ".join(container["readinessProbe"]["exec"]["command"])
+    assert "redis-cli" in command
+    assert "PONG" in command
+    assert "-a" not in command.split()
 
 
 def test_network_policy_admits_only_the_jobs_workers_and_the_operator() -> None:

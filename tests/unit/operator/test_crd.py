@@ -427,7 +427,7 @@ def _given(spec: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
 def test_dependent_defaults_are_not_crd_defaults(spec_schema: dict[str, Any]) -> None:
     assert "default" not in at(spec_schema, "scope.allowedDomains")
     assert "default" not in at(spec_schema, "redis.managed")
-    assert at(spec_schema, "redis")["default"] == {}
+    assert at(spec_schema, "redis")["default"] == {"onLoss": "Fail"}
 
 
 def test_status_defaults_are_the_models(status_schema: dict[str, Any]) -> None:
@@ -452,7 +452,7 @@ def test_every_cross_field_rule_is_a_validation_with_its_message(
         for model in section_models()
         for rule in vars(model).get("cross_field_rules", ())
     ]
-    assert len(expected) == 10
+    assert len(expected) == 11
     for model, rule in expected:
         wanted = {"rule": rule.cel, "message": rule.message}
         if rule.field:
