@@ -101,6 +101,10 @@ class RedisServer:
         self.stop()
         raise FrontierUnavailable(f"redis-server on port {self.port} did not answer PING")
 
+    def exited(self) -> int | None:
+        """The exit code of a server that was started and is gone (one waitpid), else None."""
+        return None if self.process is None else self.process.poll()
+
     def _ping(self) -> bool:
         try:
             return b"PONG" in self._command(b"PING")

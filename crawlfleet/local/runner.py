@@ -28,7 +28,7 @@ from typing import Any
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, load_crawljob
-from crawlfleet.errors import ConfigError
+from crawlfleet.errors import ConfigError, FrontierUnavailable
 from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.processes import LocalProcessBackend
@@ -190,7 +190,9 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         first = True
         next_tick = 0.0
         policy: FleetPolicy | None = None
+        outage = _Outage(server)
         while not stop_signal:
+            await outage.restart_if_exited()
             edited = job_file.current()  # one stat call
             if policy is None or edited is not job:
                 job = edited
@@ -202,23 +204,30 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                 )
             suspended = job.spec.suspend
             now = time.monotonic()
-            if (
-                now < next_tick
-                and not backend.exited()
-                and not await steer.check(frontier, policy, memory, suspended=suspended)
-            ):
-                await asyncio.sleep(config.run.poll_seconds)
+            try:
+                if (
+                    now < next_tick
+                    and not backend.exited()
+                    and not await steer.check(frontier, policy, memory, suspended=suspended)
+                ):
+                    await asyncio.sleep(config.run.poll_seconds)
+                    continue
+                next_tick = now + config.run.tick_seconds
+                done = await steer.tick(
+                    frontier,
+                    backend,
+                    policy,
+                    memory,
+                    now=time.time(),
+                    suspended=suspended,
+                    seeds=job.spec.seeds,
+                )
+            except FrontierUnavailable as error:
+                outage.begin(error)  # the workers wait for Redis too; so does the tick
+                next_tick = 0.0
+                await asyncio.sleep(_REDIS_RETRY_SECONDS)
                 continue
-            next_tick = now + config.run.tick_seconds
-            done = await steer.tick(
-                frontier,
-                backend,
-                policy,
-                memory,
-                now=time.time(),
-                suspended=suspended,
-                seeds=job.spec.seeds,
-            )
+            outage.end()
             assert done is not None  # a local fleet is always in view
             memory = done.memory
             state.save(memory, backend.next_number, done.decision.phase)
@@ -275,6 +284,51 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             await frontier.aclose()
         if server is not None:
             server.stop()
+
+
+class _Outage:
+    """Redis not answering: the run waits for it, and restarts its private server if it died.
+
+    The private redis-server is the run's own, as a cluster's Redis pod is its Deployment's:
+    when it exits (killed, out of memory), the runner starts it again on the same data
+    directory and port, so it loads its append-only file and every worker's connection finds
+    it where it was; at most the last second of writes (``appendfsync everysec``) is lost,
+    which costs re-fetches, never a page. A server that will not start again ends the run
+    with its log's last lines. An external Redis is only waited for.
+    """
+
+    def __init__(self, server: RedisServer | None) -> None:
+        self.server = server
+        self.down = False
+
+    async def restart_if_exited(self) -> None:
+        """One waitpid; a server found gone is started again before the loop goes on."""
+        code = self.server.exited() if self.server is not None else None
+        if self.server is None or code is None:
+            return
+        _print(
+            f"crawlfleet: the private redis-server exited ({code}); restarting it on its"
+            f" append-only file in {self.server.data_dir}"
+        )
+        await asyncio.to_thread(self.server.start, _REDIS_RESTART_SECONDS)
+        log.info("redis-server restarted on port %d", self.server.port)
+
+    def begin(self, error: FrontierUnavailable) -> None:
+        if not self.down:
+            self.down = True
+            log.warning("Redis unavailable: %s", error)
+            _print(f"crawlfleet: Redis unavailable ({error}); waiting for it")
+
+    def end(self) -> None:
+        if self.down:
+            self.down = False
+            _print("crawlfleet: Redis answers again")
+
+
+#: How long a restarted private redis-server may take to load its append-only file.
+_REDIS_RESTART_SECONDS = 300.0
+#: Between two tries to reach a Redis that did not answer.
+_REDIS_RETRY_SECONDS = 0.5
 
 
 def _summary(stats: FrontierStats, elapsed: float, max_workers: int) -> dict[str, Any]:

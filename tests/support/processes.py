@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -17,4 +18,23 @@ def worker_pid(job_file: Path, worker_id: str) -> int | None:
             continue
         if str(job_file).encode() in cmdline and worker_id.encode() in cmdline:
             return int(proc.name)
+    return None
+
+
+def redis_server_pid(data_dir: Path) -> int | None:
+    """PID of the redis-server keeping its data in ``data_dir`` (a run's private one).
+
+    Found by its working directory: redis-server changes into its ``--dir`` and rewrites its
+    command line into a title (``redis-server 127.0.0.1:PORT``).
+    """
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "comm").read_text().strip() != "redis-server":
+                continue
+            if Path(os.readlink(proc / "cwd")) == data_dir:
+                return int(proc.name)
+        except OSError:
+            continue
     return None
