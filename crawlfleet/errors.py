@@ -7,7 +7,11 @@
     ├── FrontierError          the Redis protocol refused or failed
     │   ├── InvalidURL         not an absolute http(s) URL; nothing was written
     │   │   └── UnsupportedScheme  an absolute URL, but not http or https
-    │   └── FrontierUnavailable  Redis could not be reached or answered with an error
+    │   ├── FrontierUnavailable  Redis could not be reached or answered with an error
+    │   │   └── FrontierFull     Redis refused a write: used memory is past maxmemory
+    │   ├── FrontierLost       the job's frontier is gone from Redis, or was re-created
+    │   ├── FrontierLayoutMismatch  the frontier was written by another layout version
+    │   └── UnsafeRedis        Redis is configured so it could drop frontier keys
     ├── FetchError             a URL could not be fetched (carries a failure class)
     ├── KubeError              the Kubernetes API answered with an error status
     ├── OutputError            the output destination cannot be used (found at start)
@@ -30,11 +34,15 @@ __all__ = [
     "CrawlfleetError",
     "FetchError",
     "FrontierError",
+    "FrontierFull",
+    "FrontierLayoutMismatch",
+    "FrontierLost",
     "FrontierUnavailable",
     "InvalidURL",
     "KubeError",
     "OutputError",
     "OutputUnavailable",
+    "UnsafeRedis",
     "UnsupportedScheme",
     "ZygoteError",
 ]
@@ -62,6 +70,32 @@ class UnsupportedScheme(InvalidURL):
 
 class FrontierUnavailable(FrontierError):
     """Redis could not be reached, or answered with an error the frontier cannot handle."""
+
+
+class FrontierFull(FrontierUnavailable):
+    """Redis refused a write because its used memory is past ``maxmemory`` (noeviction).
+
+    A FrontierUnavailable, so a caller that waits out an outage waits this out too; the
+    frontier's own scripts that free memory (ack, fail, release, requeue) are never refused.
+    """
+
+
+class FrontierLost(FrontierError):
+    """The job's frontier is no longer in Redis as this process knew it.
+
+    Redis came back empty, the job's meta key is gone, or the frontier was re-created under
+    another epoch. Never retried by waiting: the queues, leases and Bloom filter it held are
+    gone, and only an explicit decision (fail the job, or re-seed it) may follow.
+    """
+
+
+class FrontierLayoutMismatch(FrontierError):
+    """The job's keys were written by a crawlfleet with another key layout; nothing is read."""
+
+
+class UnsafeRedis(FrontierError):
+    """Redis is configured in a way that could drop frontier keys silently (an evicting
+    ``maxmemory-policy``); the message names the setting and the fix."""
 
 
 class FetchError(CrawlfleetError):

@@ -10,7 +10,9 @@ from crawlfleet.frontier.bloom import BloomBackend, BloomParams
 from crawlfleet.frontier.frontier import Frontier
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
+    HIGH_PRESSURE_LINKS_PER_PAGE,
     Admission,
+    Backpressure,
     DeadLetter,
     FailOutcome,
     Failure,
@@ -18,7 +20,9 @@ from crawlfleet.frontier.models import (
     FrontierStats,
     Lease,
     Link,
+    MemoryState,
     Outcomes,
+    PressureLevel,
     Requeued,
     WorkerHeartbeat,
 )
@@ -26,7 +30,9 @@ from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 from crawlfleet.frontier.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
 
 __all__ = [
+    "HIGH_PRESSURE_LINKS_PER_PAGE",
     "Admission",
+    "Backpressure",
     "BloomBackend",
     "BloomParams",
     "CanonicalURL",
@@ -39,7 +45,9 @@ __all__ = [
     "JobKeys",
     "Lease",
     "Link",
+    "MemoryState",
     "Outcomes",
+    "PressureLevel",
     "Requeued",
     "RobotsCache",
     "RobotsEntry",

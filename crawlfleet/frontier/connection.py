@@ -2,7 +2,9 @@
 
 Everything in ``frontier/`` that awaits Redis awaits it through :func:`call`, so a caller of
 the frontier (worker, operator, local runner) sees :class:`FrontierUnavailable` and never a
-redis-py exception, whichever command failed.
+redis-py exception, whichever command failed. Two refusals get their own class: a script's
+``FRONTIER_LOST`` error (the job's meta is gone or belongs to another epoch) is
+:class:`FrontierLost`, and Redis's ``OOM`` refusal of a write is :class:`FrontierFull`.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
-from crawlfleet.errors import FrontierUnavailable
+from crawlfleet.errors import FrontierFull, FrontierLost, FrontierUnavailable
 
-__all__ = ["call", "close_quietly", "connect"]
+__all__ = ["LOST_CODE", "call", "check_epoch", "close_quietly", "connect", "translate"]
+
+#: The error code lib.lua's scripts answer with when the job's meta is missing or another's.
+LOST_CODE = "FRONTIER_LOST"
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +47,22 @@ async def call(awaitable: Awaitable[_T]) -> _T:
     """
     try:
         return await awaitable
-    except ResponseError as exc:
-        raise FrontierUnavailable(f"Redis refused a frontier operation: {exc}") from exc
     except (RedisError, OSError) as exc:
-        raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
+        raise translate(exc) from exc
+
+
+def translate(exc: RedisError | OSError) -> FrontierUnavailable | FrontierLost:
+    """The frontier's error for one redis-py (or socket) error; the caller raises it ``from``."""
+    if not isinstance(exc, ResponseError):
+        return FrontierUnavailable(f"Redis unavailable: {exc}")
+    message = str(exc)
+    if message.startswith(LOST_CODE):
+        # Redis 7 appends " script: <sha>, on @user_script:<line>." to a script's error.
+        reason = message.removeprefix(LOST_CODE).split(" script: ", 1)[0].strip()
+        return FrontierLost(reason)
+    if isinstance(exc, OutOfMemoryError):
+        return FrontierFull(f"Redis is out of memory (maxmemory reached): {message}")
+    return FrontierUnavailable(f"Redis refused a frontier operation: {message}")
 
 
 async def close_quietly(client: aioredis.Redis) -> None:
@@ -54,3 +71,19 @@ async def close_quietly(client: aioredis.Redis) -> None:
         await client.aclose()
     except (RedisError, OSError) as exc:
         log.debug("closing the Redis client failed: %s", exc)
+
+
+async def check_epoch(
+    client: aioredis.Redis, job_id: str, expected: str, found: str | None
+) -> None:
+    """Raise FrontierLost unless ``found`` (the job meta's epoch, read in the caller's own
+    round trip) is ``expected``; the reasons are lib.lua's, so both sides say the same."""
+    if found == expected:
+        return
+    if found is not None:
+        why = f"the frontier was re-created (epoch {found}, this handle opened {expected})"
+    elif int(await call(client.dbsize())) == 0:
+        why = "Redis is empty (restarted without its data, or flushed)"
+    else:
+        why = "the job's meta key is missing (deleted or evicted) while Redis holds other keys"
+    raise FrontierLost(f"job {job_id}: {why}")

@@ -3,6 +3,12 @@
 Every state change is one Lua script (``lua/``), so a crash between two commands cannot
 leave a URL half-leased, and every batch is one round trip. Counters are kept by the scripts,
 so progress and completion are O(1) reads. See docs/frontier.md for the model.
+
+A frontier handle belongs to one *epoch*: the random id ``init`` wrote when the job's
+frontier was created. Every script and every read checks it in the same round trip, so a
+frontier that vanished (Redis restarted empty, the meta key deleted) or was re-created under
+another epoch answers :class:`~crawlfleet.errors.FrontierLost` instead of running on
+settings made up on the spot.
 """
 
 from __future__ import annotations
@@ -10,20 +16,29 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from operator import methodcaller
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError, ResponseError
 
-from crawlfleet.errors import FrontierUnavailable, InvalidURL
+from crawlfleet.errors import (
+    FrontierFull,
+    FrontierLayoutMismatch,
+    FrontierLost,
+    FrontierUnavailable,
+    InvalidURL,
+    UnsafeRedis,
+)
 from crawlfleet.frontier.bloom import BloomBackend, BloomParams, digests
-from crawlfleet.frontier.connection import call, close_quietly, connect
+from crawlfleet.frontier.connection import call, check_epoch, close_quietly, connect
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
     Admission,
+    Backpressure,
     DeadLetter,
     FailOutcome,
     Failure,
@@ -31,7 +46,9 @@ from crawlfleet.frontier.models import (
     FrontierStats,
     Lease,
     Link,
+    MemoryState,
     Outcomes,
+    PressureLevel,
     Requeued,
     WorkerHeartbeat,
 )
@@ -56,8 +73,17 @@ _STAT_FIELDS = (
     "requeued",
     "released",
     "over_limit",
+    "over_budget",
 )
 _MAX_BATCH = 10_000
+
+#: The key layout this code reads and writes, kept in the job's meta. A frontier written by
+#: another layout is refused at open (FrontierLayoutMismatch), never misread. 1: before
+#: epochs; 2: epochs, loss detection and backpressure.
+LAYOUT_VERSION: Final = "2"
+
+#: The one maxmemory-policy under which Redis never drops a key to make room.
+_SAFE_POLICY = "noeviction"
 
 
 _URL_PREFIXES = ("http://", "https://")
@@ -84,7 +110,7 @@ def _check_urls(urls: Sequence[str]) -> None:
 
 
 class Frontier:
-    """One job's frontier on one Redis. Build it with :meth:`open`."""
+    """One job's frontier on one Redis, of one epoch. Build it with :meth:`open`."""
 
     def __init__(
         self,
@@ -93,15 +119,23 @@ class Frontier:
         settings: FrontierSettings,
         bloom: BloomParams,
         backend: BloomBackend,
+        *,
+        epoch: str,
+        scripts: Scripts,
     ) -> None:
         self.client = client
         self.keys = keys
         self.settings = settings
         self.bloom = bloom
         self.backend = backend
-        self._scripts = Scripts.register(client)
+        #: The id ``init`` gave the job's frontier when it was created; remember it (status,
+        #: state file) and pass it back as ``expect_epoch`` to detect a lost frontier.
+        self.epoch = epoch
+        #: Why this open re-created the frontier (``reseed=True`` found it lost); else None.
+        self.reseeded: str | None = None
+        self._scripts = scripts
         #: The fleet-wide robots.txt answers of this job (the crawler's robots policy reads them).
-        self.robots = RobotsCache(client, keys, self._scripts.robots_store)
+        self.robots = RobotsCache(client, keys, scripts, epoch=epoch)
         self._keys = keys.script_keys(bloom.segments if backend == "bitmap" else 0)
         self._prefix = keys.prefix
         self._bloom_args = [
@@ -112,32 +146,62 @@ class Frontier:
         ]
 
     async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
-        """Run one script with the job's keys and prefix; the one round trip of a change."""
-        return await call(script(keys=self._keys, args=[self._prefix, *args]))
+        """Run one script with the job's keys, prefix and epoch; one round trip per change."""
+        return await call(script(keys=self._keys, args=[self._prefix, self.epoch, *args]))
+
+    async def _check_epoch(self, found: str | None) -> None:
+        """FrontierLost unless ``found``, read in the caller's round trip, is our epoch."""
+        await check_epoch(self.client, self.keys.job_id, self.epoch, found)
 
     # -- construction -------------------------------------------------------------------
 
     @classmethod
     async def connect(
-        cls, url: str, settings: FrontierSettings, *, timeout_seconds: float = 10.0
+        cls,
+        url: str,
+        settings: FrontierSettings,
+        *,
+        timeout_seconds: float = 10.0,
+        expect_epoch: str | None = None,
+        reseed: bool = False,
     ) -> Frontier:
         """Open the job's frontier on the Redis at ``url``, with a client of its own.
 
         The frontier then owns the client: :meth:`aclose` closes it, and it is closed at once
         when the open fails, so a caller that retries later leaks no connections.
+        ``expect_epoch`` and ``reseed`` are :meth:`open`'s.
         """
         client = connect(url, timeout_seconds=timeout_seconds)
         try:
             await call(client.ping())
-            return await cls.open(client, settings)
+            return await cls.open(client, settings, expect_epoch=expect_epoch, reseed=reseed)
         except BaseException:
             await close_quietly(client)
             raise
 
     @classmethod
-    async def open(cls, client: aioredis.Redis, settings: FrontierSettings) -> Frontier:
-        """Create the job's frontier, or join it with the shape its first writer chose."""
+    async def open(
+        cls,
+        client: aioredis.Redis,
+        settings: FrontierSettings,
+        *,
+        expect_epoch: str | None = None,
+        reseed: bool = False,
+    ) -> Frontier:
+        """Create the job's frontier, or join it with the shape its first writer chose.
+
+        ``expect_epoch`` is the epoch the caller remembers (operator status, local state
+        file): when Redis holds none or another, the frontier was lost, and this raises
+        :class:`FrontierLost` saying what was found, unless ``reseed``: then the job's
+        leftover keys are deleted, a new frontier is created (a new :attr:`epoch`), and
+        :attr:`reseeded` says why; the caller seeds it again. Without ``expect_epoch`` a
+        missing frontier is simply created (the job's first open).
+
+        Refuses a Redis whose ``maxmemory-policy`` evicts (:class:`UnsafeRedis`) and a
+        frontier written by another key layout (:class:`FrontierLayoutMismatch`).
+        """
         keys = JobKeys(settings.job_id)
+        flagged = await _inspect_server(client)
         wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
         backend = settings.bloom_backend or await cls._detect_backend(client, keys)
         meta_args: dict[str, str] = {
@@ -149,10 +213,25 @@ class Frontier:
             "bloom_backend": backend,
             **wanted.to_meta(),
         }
-        flat = [item for pair in meta_args.items() for item in pair]
-        scripts = Scripts.register(client)
-        raw = await call(scripts.init(keys=keys.script_keys(), args=[keys.prefix, *flat]))
-        meta = dict(zip(raw[::2], raw[1::2], strict=True))
+        scripts = Scripts.register(client, flagged=flagged)
+        status, found = await _init(scripts, keys, expect_epoch, meta_args)
+        reseeded = None
+        if status == "lost":
+            why = str(found)
+            if not reseed:
+                raise FrontierLost(f"job {settings.job_id}: {why}")
+            log.warning("job %s: frontier lost (%s); re-creating it", settings.job_id, why)
+            await _delete_keys(client, keys)
+            reseeded = why
+            status, found = await _init(scripts, keys, None, meta_args)
+        if status == "layout":
+            raise FrontierLayoutMismatch(
+                f"job {settings.job_id}: its frontier in Redis was written with key layout "
+                f"{found}, and this crawlfleet reads layout {LAYOUT_VERSION} only. Finish the "
+                "job with the crawlfleet that created it, or delete its keys (deleting the "
+                f"job does; by hand: the keys matching {keys.pattern}) and start it again"
+            )
+        meta = cast("dict[str, str]", found)
         stored = BloomParams.from_meta(meta)
         stored_backend: BloomBackend = "native" if meta["bloom_backend"] == "native" else "bitmap"
         if stored != wanted or stored_backend != backend:
@@ -165,7 +244,11 @@ class Frontier:
             )
         if stored_backend == "native":
             await cls._reserve_native(client, keys, stored)
-        return cls(client, keys, settings, stored, stored_backend)
+        frontier = cls(
+            client, keys, settings, stored, stored_backend, epoch=meta["epoch"], scripts=scripts
+        )
+        frontier.reseeded = reseeded
+        return frontier
 
     @staticmethod
     async def _detect_backend(client: aioredis.Redis, keys: JobKeys) -> BloomBackend:
@@ -199,17 +282,23 @@ class Frontier:
         """Add canonical URLs to the Bloom filter; True for each one not seen before.
 
         Atomic per batch: of two workers adding the same URL at once, exactly one gets True.
-        The native backend is one plain BF.MADD (``seen`` is then read with BF.CARD).
+        The native backend is one BF.INSERT (``seen`` is then read from the filter itself).
         """
         if not urls:
             return []
         _check_urls(urls)
         if self.backend == "native":
-            codes = await call(
-                self.client.execute_command("BF.MADD", self.keys.native_bloom, *urls)  # type: ignore[no-untyped-call]
-            )
+            # BF.INSERT NOCREATE is BF.MADD that never makes a default filter on an emptied
+            # Redis; the epoch is read in the same round trip.
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(self.keys.key("meta"), "epoch")
+            pipe.execute_command("BF.INSERT", self.keys.native_bloom, "NOCREATE", "ITEMS", *urls)
+            epoch, codes = await call(pipe.execute(raise_on_error=False))
+            await self._check_epoch(epoch)
+            if isinstance(codes, Exception):
+                raise FrontierUnavailable(f"Redis refused BF.INSERT: {codes}") from codes
         else:
-            codes = await self._run(self._scripts.add_if_new, *self._bloom_args, "", *digests(urls))
+            codes = await self._run(self._scripts.add_if_new, *self._bloom_args[1:], *digests(urls))
         return [code == 1 for code in codes]
 
     async def contains(self, urls: Sequence[str]) -> list[bool]:
@@ -233,6 +322,23 @@ class Frontier:
         return results
 
     async def _enqueue_batch(self, links: Sequence[Link], seeding: bool) -> list[Admission]:
+        try:
+            return await self._enqueue_script(links, seeding)
+        except FrontierFull:
+            if seeding:
+                raise
+            # Redis refused the whole script before its first write: nothing was admitted.
+            # Answering "over budget" lets the worker finish (ack) its pages, which is what
+            # frees memory; a worker that retried the batch instead would hold its leases and
+            # stall the crawl. The links are not in the filter, so they can come back later.
+            log.warning(
+                "job %s: Redis is past maxmemory; %d links not admitted",
+                self.keys.job_id,
+                len(links),
+            )
+            return [Admission.OVER_BUDGET] * len(links)
+
+    async def _enqueue_script(self, links: Sequence[Link], seeding: bool) -> list[Admission]:
         _check_urls([link.url for link in links])
         for link in links:
             if link.depth < 0 or "\t" in link.parent:
@@ -381,7 +487,9 @@ class Frontier:
         pipe.time()
         pipe.zrange(self.keys.key("heartbeats"), 0, -1, withscores=True)
         pipe.hgetall(self.keys.key("workers"))
-        (seconds, micros), beats, payloads = await call(pipe.execute())
+        pipe.hget(self.keys.key("meta"), "epoch")
+        (seconds, micros), beats, payloads, epoch = await call(pipe.execute())
+        await self._check_epoch(epoch)
         now = seconds + micros / 1e6
         result = []
         for worker, score in beats:
@@ -391,17 +499,30 @@ class Frontier:
         return result
 
     async def stats(self) -> FrontierStats:
-        """The job's counters in one round trip (one pipeline of O(1) reads)."""
+        """The job's counters in one round trip (one pipeline of O(1) reads).
+
+        Raises :class:`FrontierLost` when the job's frontier is gone or another epoch's:
+        counters read from an emptied Redis would all be zero and look like a finished job.
+        """
         pipe = self.client.pipeline(transaction=False)
         pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
-        pipe.hget(self.keys.key("meta"), "seeded_ms")
+        pipe.hmget(
+            self.keys.key("meta"),
+            "epoch",
+            "seeded_ms",
+            "pressure_level",
+            "pressure_links_per_page",
+            "pressure_claims_per_s",
+        )
         # The earliest retry's due time (ms) against the server's clock: the fleet brain
         # wakes a worker for it (a claim is what promotes a due retry).
         pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)
         pipe.time()
         if self.backend == "native":
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
-        values, seeded, earliest, (seconds, micros), *card = await call(pipe.execute())
+        values, meta, earliest, (seconds, micros), *card = await call(pipe.execute())
+        epoch, seeded, level, links_per_page, claims_per_s = meta
+        await self._check_epoch(epoch)
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
         if card:  # the native filter counts what BF.MADD added outside our scripts too
             counts["seen"] = int(card[0])
@@ -411,6 +532,8 @@ class Frontier:
             bloom_backend=self.backend,
             bloom_fill_ratio=self.bloom.fill_ratio(counts["seen"]),
             bloom_false_positive_rate=self.bloom.false_positive_rate(counts["seen"]),
+            bloom_capacity=self.bloom.capacity,
+            pressure=_pressure(level, links_per_page, claims_per_s),
             next_retry_in_seconds=earliest[0][1] / 1000.0 - (seconds + micros / 1e6)
             if earliest
             else None,
@@ -429,7 +552,11 @@ class Frontier:
         key = self.keys.key("dead")
         cursor = 0
         while True:
-            reply = await call(self.client.hscan(key, cursor, count=batch))
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hscan(key, cursor, count=batch)
+            pipe.hget(self.keys.key("meta"), "epoch")
+            reply, epoch = await call(pipe.execute())
+            await self._check_epoch(epoch)  # an emptied Redis would list no dead letters
             cursor, page = cast("tuple[int, dict[str, str]]", reply)  # decoded replies
             for url, raw in page.items():
                 record = json.loads(raw)
@@ -487,17 +614,32 @@ class Frontier:
                 return sorted(found, key=lambda entry: str(entry["path"]))
 
     async def delete(self) -> int:
-        """Remove every key of the job (used when a job with an external Redis is deleted)."""
-        deleted = 0
-        cursor = 0
-        while True:
-            cursor, found = await call(
-                self.client.scan(cursor, match=self.keys.pattern, count=1000)
-            )
-            if found:
-                deleted += int(await call(self.client.unlink(*found)))
-            if cursor == 0:
-                return deleted
+        """Remove every key of the job (used when a job with an external Redis is deleted).
+
+        Works on a lost frontier too (it removes whatever is left); it checks no epoch.
+        """
+        return await _delete_keys(self.client, self.keys)
+
+    # -- memory and backpressure ----------------------------------------------------------
+
+    async def memory(self) -> MemoryState:
+        """Redis's used memory, ``maxmemory`` and policy, in one round trip (INFO memory)."""
+        info = await call(self.client.info("memory"))
+        return _memory_state(info)
+
+    async def set_pressure(self, pressure: Backpressure) -> None:
+        """Hold the crawl back while Redis's memory fills; the scripts enforce it.
+
+        ``claim`` then hands out at most ``claims_per_second`` URLs a second for the whole
+        job, and ``enqueue`` admits at most ``links_per_page`` new links per page (per
+        parent URL; seeds are never held back), answering ``OVER_BUDGET`` for the rest. Acks,
+        fails, releases and requeues always get through. ``Backpressure()`` lifts it.
+        """
+        links = -1 if pressure.links_per_page is None else max(0, pressure.links_per_page)
+        rate = pressure.claims_per_second or 0.0
+        await self._run(
+            self._scripts.set_pressure, int(pressure.level), links, repr(max(0.0, rate))
+        )
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -514,3 +656,89 @@ def _worker_id(worker: str) -> str:
     if not worker or "\t" in worker or len(worker) > 253:
         raise ValueError(f"bad worker id {worker!r}")
     return worker
+
+
+def _pressure(
+    level: str | None, links_per_page: str | None, claims_per_s: str | None
+) -> Backpressure:
+    """The Backpressure stored by set_pressure.lua (no fields: none)."""
+    links = int(links_per_page) if links_per_page is not None else -1
+    rate = float(claims_per_s) if claims_per_s is not None else 0.0
+    return Backpressure(
+        PressureLevel(int(level or 0)),
+        links if links >= 0 else None,
+        rate if rate > 0 else None,
+    )
+
+
+def _memory_state(info: Mapping[str, Any]) -> MemoryState:
+    return MemoryState(
+        used_bytes=int(info.get("used_memory", 0)),
+        max_bytes=int(info.get("maxmemory", 0)),
+        policy=str(info.get("maxmemory_policy", "")),
+    )
+
+
+#: A script with a Redis 7 shebang: runs on Redis 7+, fails to compile on Redis 6.
+_FLAGS_PROBE = "#!lua flags=no-writes\nreturn 1"
+
+
+async def _inspect_server(client: aioredis.Redis) -> bool:
+    """Refuse an evicting Redis; answer whether it knows script flags (Redis 7+).
+
+    The policy comes from INFO memory (managed Redis offerings often refuse CONFIG), then
+    CONFIG GET; when neither says, a warning, not a failure: the operator may know better.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.info("memory")
+    pipe.eval(_FLAGS_PROBE, 0)
+    info, probe = await call(pipe.execute(raise_on_error=False))
+    policy = "" if isinstance(info, Exception) else str(info.get("maxmemory_policy", ""))
+    if not policy:
+        try:
+            reply = await client.config_get("maxmemory-policy")
+            policy = str(reply.get("maxmemory-policy", ""))
+        except ResponseError:
+            policy = ""
+        except (RedisError, OSError) as exc:
+            raise FrontierUnavailable(f"Redis unavailable: {exc}") from exc
+    if not policy:
+        log.warning(
+            "Redis does not say its maxmemory-policy (INFO and CONFIG refused); make sure it "
+            "is noeviction, or the frontier may lose keys silently"
+        )
+    elif policy != _SAFE_POLICY:
+        raise UnsafeRedis(
+            f"Redis's maxmemory-policy is {policy}: Redis may delete keys to make room, and "
+            "a frontier losing a queue, a lease or a counter loses URLs silently or never "
+            "completes. volatile-* policies are refused too: they evict any key with an "
+            "expiry (the frontier's robots.txt locks have one), and once none is left Redis "
+            "refuses writes exactly as noeviction does, so they only add silent loss. Fix: "
+            "CONFIG SET maxmemory-policy noeviction (and maxmemory-policy noeviction in "
+            "redis.conf); the fleet slows the crawl down as memory fills instead"
+        )
+    return bool(probe == 1)
+
+
+async def _init(
+    scripts: Scripts, keys: JobKeys, expect_epoch: str | None, meta_args: Mapping[str, str]
+) -> tuple[str, str | dict[str, str]]:
+    """Run init.lua: ('ok', meta), ('lost', why) or ('layout', the layout found)."""
+    flat = [item for pair in meta_args.items() for item in pair]
+    args = [keys.prefix, expect_epoch or "", secrets.token_hex(8), LAYOUT_VERSION, *flat]
+    raw = await call(scripts.init(keys=keys.script_keys(), args=args))
+    if raw[0] != "ok":
+        return str(raw[0]), str(raw[1])
+    return "ok", dict(zip(raw[1::2], raw[2::2], strict=True))
+
+
+async def _delete_keys(client: aioredis.Redis, keys: JobKeys) -> int:
+    """Unlink every key of the job, a SCAN page at a time; returns how many."""
+    deleted = 0
+    cursor = 0
+    while True:
+        cursor, found = await call(client.scan(cursor, match=keys.pattern, count=1000))
+        if found:
+            deleted += int(await call(client.unlink(*found)))
+        if cursor == 0:
+            return deleted

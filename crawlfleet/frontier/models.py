@@ -17,6 +17,7 @@ _T = TypeVar("_T")
 
 __all__ = [
     "Admission",
+    "Backpressure",
     "DeadLetter",
     "FailOutcome",
     "Failure",
@@ -24,18 +25,80 @@ __all__ = [
     "FrontierStats",
     "Lease",
     "Link",
+    "MemoryState",
     "Outcomes",
+    "PressureLevel",
     "Requeued",
     "WorkerHeartbeat",
 ]
 
 
 class Admission(IntEnum):
-    """What ``enqueue`` did with one link (the script's return codes)."""
+    """What ``enqueue`` did with one link (the script's return codes).
+
+    ``OVER_LIMIT`` (``maxPages`` reached) and ``OVER_BUDGET`` (memory pressure: the page
+    already added its budget of new links, or Redis is past ``maxmemory``) are not added to
+    the Bloom filter, so the same link can still be admitted when met again later.
+    """
 
     SEEN = 0
     NEW = 1
     OVER_LIMIT = 2
+    OVER_BUDGET = 3
+
+
+class PressureLevel(IntEnum):
+    """How hard the fleet is holding the crawl back because Redis's memory is filling."""
+
+    NONE = 0
+    HIGH = 1
+    CRITICAL = 2
+
+
+#: New links one page may add under HIGH pressure: a queue that grows by a few URLs per
+#: page fills memory slowly, and the crawl still reaches new pages.
+HIGH_PRESSURE_LINKS_PER_PAGE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Backpressure:
+    """What the scripts hold back while Redis's memory fills (``Frontier.set_pressure``).
+
+    ``links_per_page``: new links admitted per page (None: no budget; 0: none, the queues
+    only shrink). ``claims_per_second``: claims for the whole job (None: no limit). Acks,
+    fails, releases and requeues are never held back: finishing work is what frees memory,
+    which is also why claims are slowed and never stopped.
+    """
+
+    level: PressureLevel = PressureLevel.NONE
+    links_per_page: int | None = None
+    claims_per_second: float | None = None
+
+    @classmethod
+    def at(cls, level: PressureLevel, *, claims_per_second: float | None = None) -> Backpressure:
+        """The default budget of a level: HIGH admits a few links per page, CRITICAL none."""
+        budget = {
+            PressureLevel.NONE: None,
+            PressureLevel.HIGH: HIGH_PRESSURE_LINKS_PER_PAGE,
+            PressureLevel.CRITICAL: 0,
+        }[level]
+        return cls(level, budget, claims_per_second)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryState:
+    """Redis's memory as INFO reports it: what the fleet's backpressure watches."""
+
+    used_bytes: int
+    #: ``maxmemory``; 0 when Redis has no limit.
+    max_bytes: int
+    #: ``maxmemory-policy`` ('' when Redis did not say).
+    policy: str
+
+    @property
+    def ratio(self) -> float:
+        """Used memory as a fraction of ``maxmemory``; 0.0 when there is no limit."""
+        return self.used_bytes / self.max_bytes if self.max_bytes > 0 else 0.0
 
 
 class FailOutcome(IntEnum):
@@ -198,10 +261,22 @@ class FrontierStats:
     requeued: int = 0
     released: int = 0
     over_limit: int = 0
+    #: Links refused under memory pressure (over a page's budget, or Redis past maxmemory).
+    over_budget: int = 0
     seeded: bool = False
     bloom_backend: str = ""
+    #: Filled share of the newest Bloom layer (items / its capacity); at 1.0 the next new URL
+    #: adds a layer.
     bloom_fill_ratio: float = 0.0
+    #: Estimated chance that a URL never seen is taken for seen now, over every layer (an
+    #: upper bound: the sum of the layers' rates); stays at or below ``dedup.errorRate``.
     bloom_false_positive_rate: float = 0.0
+    #: Layers the filter has grown to (1 until the first layer is full).
+    bloom_layers: int = 1
+    #: URLs the layers that exist hold at their target rates (``dedup.capacity`` for one).
+    bloom_capacity: int = 0
+    #: The backpressure in force (``Frontier.set_pressure``).
+    pressure: Backpressure = field(default_factory=Backpressure)
     #: Seconds until the earliest delayed retry is due, on the server's clock (<= 0: due
     #: already, waiting for a claim to promote it); None when no retry waits.
     next_retry_in_seconds: float | None = None

@@ -28,11 +28,11 @@ from typing import Final
 from uuid import uuid4
 
 import redis.asyncio as aioredis
-from redis.commands.core import AsyncScript
 
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier.connection import call
+from crawlfleet.frontier.connection import call, check_epoch
 from crawlfleet.frontier.keys import JobKeys
+from crawlfleet.frontier.scripts import Scripts
 
 __all__ = ["FetchEntry", "IsFresh", "RobotsCache", "RobotsEntry"]
 
@@ -87,17 +87,28 @@ IsFresh = Callable[[RobotsEntry], bool]
 class RobotsCache:
     """One job's shared robots.txt answers; built by :class:`~crawlfleet.frontier.Frontier`."""
 
-    def __init__(self, client: aioredis.Redis, keys: JobKeys, store: AsyncScript) -> None:
+    def __init__(
+        self, client: aioredis.Redis, keys: JobKeys, scripts: Scripts, *, epoch: str
+    ) -> None:
         self._client = client
         self._keys = keys
-        self._store_script = store
+        self._scripts = scripts
         self._script_keys = keys.script_keys()
+        self._epoch = epoch
 
     async def read(self, origins: Sequence[str]) -> list[RobotsEntry | None]:
-        """The stored entries of ``origins`` in one HMGET; None where missing or unreadable."""
+        """The stored entries of ``origins`` in one HMGET; None where missing or unreadable.
+
+        Raises FrontierLost, like every frontier read, when the job's frontier is gone: an
+        emptied Redis would otherwise look like a cache that never fetched anything.
+        """
         if not origins:
             return []
-        values = await call(self._client.hmget(self._keys.robots, list(origins)))
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hmget(self._keys.robots, list(origins))
+        pipe.hget(self._keys.key("meta"), "epoch")
+        values, epoch = await call(pipe.execute())
+        await check_epoch(self._client, self._keys.job_id, self._epoch, epoch)
         return [
             None if value is None else RobotsEntry.from_json(origin, value)
             for origin, value in zip(origins, values, strict=True)
@@ -126,9 +137,9 @@ class RobotsCache:
     # -- the lock ---------------------------------------------------------------------------
 
     async def _lock(self, origin: str, token: str, lock_seconds: float) -> bool:
-        lock = self._keys.robots_lock(origin)
         ttl_ms = max(1, round(lock_seconds * 1000))
-        return bool(await call(self._client.set(lock, token, nx=True, px=ttl_ms)))
+        args: list[str | int] = [self._keys.prefix, self._epoch, origin, token, ttl_ms]
+        return bool(await call(self._scripts.robots_lock(keys=self._script_keys, args=args)))
 
     async def _fetch_holding_lock(
         self, origin: str, token: str, fetch: FetchEntry, fresh: IsFresh
@@ -149,8 +160,8 @@ class RobotsCache:
 
     async def _run_store(self, origin: str, token: str, value: str) -> bool:
         """robots_store.lua: store ``value`` (unless '') and release this worker's lock."""
-        args = [self._keys.prefix, origin, token, value]
-        return bool(await call(self._store_script(keys=self._script_keys, args=args)))
+        args = [self._keys.prefix, self._epoch, origin, token, value]
+        return bool(await call(self._scripts.robots_store(keys=self._script_keys, args=args)))
 
     async def _store(self, origin: str, token: str, entry: RobotsEntry) -> None:
         released = await self._run_store(origin, token, entry.to_json())

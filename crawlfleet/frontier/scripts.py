@@ -3,6 +3,21 @@
 Each script is a package-data file under ``lua/`` whose header documents its KEYS, ARGV and
 return codes; ``lib.lua`` (shared helpers) is prepended to each, since Lua has no include.
 redis-py's Script objects run them with EVALSHA and reload them on NOSCRIPT.
+
+On Redis 7 and later each script declares its flags in a shebang line (``#!lua flags=…``):
+Redis then decides before a script starts whether it may run past ``maxmemory``. The scripts
+that finish or give back work (ack, fail, release, requeue, and claim, extend, heartbeat,
+pace, set_host_delay, set_pressure, which overwrite or move what exists) are ``allow-oom``:
+a full Redis under ``noeviction`` must still let a crawl shrink its queues, and the fleet
+must still be able to turn backpressure on. ``contains`` is ``no-writes``. The rest (init,
+enqueue, add_if_new, robots_lock, robots_store) may grow memory without bound, so Redis refuses them
+whole, before their first write, when it is past ``maxmemory``.
+
+Redis 6 knows no shebang; there the scripts run bare, and Redis checks memory at a script's
+first write instead: a removal passes, a write that may grow memory is refused. The
+scripts that must pass start with a removal where they can (ack, fail, release, requeue
+remove the lease first; claim pops before it counts); heartbeat and extend cannot, so on
+Redis 6 only backpressure keeps them from being refused.
 """
 
 from __future__ import annotations
@@ -10,11 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
+from typing import Final
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "script_source"]
+__all__ = ["SCRIPT_FLAGS", "SCRIPT_NAMES", "Scripts", "script_source"]
 
 SCRIPT_NAMES = (
     "init",
@@ -30,15 +46,41 @@ SCRIPT_NAMES = (
     "heartbeat",
     "set_host_delay",
     "pace",
+    "robots_lock",
     "robots_store",
+    "set_pressure",
 )
+
+#: Each script's Redis 7 flags ('' for none: refused whole past maxmemory).
+SCRIPT_FLAGS: Final[dict[str, str]] = {
+    "init": "",
+    "enqueue": "",
+    "add_if_new": "",
+    "contains": "no-writes",
+    "claim": "allow-oom",
+    "ack": "allow-oom",
+    "fail": "allow-oom",
+    "extend": "allow-oom",
+    "release": "allow-oom",
+    "requeue": "allow-oom",
+    "heartbeat": "allow-oom",
+    "set_host_delay": "allow-oom",
+    "pace": "allow-oom",
+    "robots_lock": "",
+    "robots_store": "",
+    "set_pressure": "allow-oom",
+}
 
 
 @cache
-def script_source(name: str) -> str:
-    """The full source of one script: lib.lua followed by the script itself."""
+def script_source(name: str, *, flagged: bool = True) -> str:
+    """The full source of one script: its shebang (``flagged``), lib.lua, then the script."""
     lua = files("crawlfleet.frontier").joinpath("lua")
-    return lua.joinpath("lib.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    body = lua.joinpath("lib.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    if not flagged:
+        return body
+    flags = SCRIPT_FLAGS[name]
+    return (f"#!lua flags={flags}\n" if flags else "#!lua\n") + body
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +100,16 @@ class Scripts:
     heartbeat: AsyncScript
     set_host_delay: AsyncScript
     pace: AsyncScript
+    robots_lock: AsyncScript
     robots_store: AsyncScript
+    set_pressure: AsyncScript
 
     @classmethod
-    def register(cls, client: aioredis.Redis) -> Scripts:
-        return cls(**{name: client.register_script(script_source(name)) for name in SCRIPT_NAMES})
+    def register(cls, client: aioredis.Redis, *, flagged: bool = True) -> Scripts:
+        """The scripts for ``client``; ``flagged`` False for a Redis without script flags."""
+        return cls(
+            **{
+                name: client.register_script(script_source(name, flagged=flagged))
+                for name in SCRIPT_NAMES
+            }
+        )

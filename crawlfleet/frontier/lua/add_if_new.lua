@@ -1,11 +1,12 @@
 -- add_if_new.lua: bitmap Bloom "add if new" for a batch, nothing queued. (The native
--- backend needs no script: BF.MADD is already one atomic command.)
--- ARGV: [1] prefix, [2] backend (unused), [3] hashes, [4] segment bits, [5] segments,
---       [6] unused, then one 12-byte digest per URL.
+-- backend needs no script: BF.INSERT is already one atomic command.)
+-- ARGV: [1] prefix, [2] epoch, [3] hashes, [4] segment bits, [5] segments, then one 12-byte
+--       digest per URL.
 -- Returns one 1 (new) / 0 (seen before) per digest; counts new ones in stats.seen.
+settings()
 local hashes, seg_bits, segments = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local result, new = {}, 0
-for i = 7, #ARGV do
+for i = 6, #ARGV do
   local is_new = bitmap_add(ARGV[i], hashes, seg_bits, segments)
   result[#result + 1] = is_new and 1 or 0
   if is_new then new = new + 1 end

@@ -1,25 +1,40 @@
 -- claim.lua: lease up to n URLs to a worker from hosts whose next allowed time has come.
--- ARGV: [1] prefix, [2] worker id, [3] n, then tokens of the worker's leases whose responses
--- have arrived since its last claim: their host slots are freed first (see mark_fetched).
+-- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] n, then tokens of the worker's leases whose
+-- responses have arrived since its last claim: their host slots are freed first (see
+-- mark_fetched).
 -- Returns {now_ms, expires_ms, token1, token2, ...}; a token is "<number>\t<worker>\t<task>".
 -- Politeness: a host gives at most perHost - inFlight URLs, and only one when it has a delay
 -- between fetches (hostDelaySeconds or its robots Crawl-delay); its next allowed time moves
 -- by that delay. Due delayed retries are moved to their host queues first.
-local worker, n = ARGV[2], tonumber(ARGV[3])
+-- Memory pressure (set_pressure.lua) may cap claims per second for the whole job: a token
+-- bucket in K.stats holding at most one second of claims, written only when URLs are taken.
+local worker, n = ARGV[3], tonumber(ARGV[4])
 local cfg = settings()
 local now = now_ms()
 local expires = now + cfg.lease_ttl_ms
 
 -- 0. Free the host slots of leases the worker has finished fetching.
-if #ARGV > 3 then
+if #ARGV > 4 then
   local fetched = {}
-  for i = 4, #ARGV do fetched[#fetched + 1] = ARGV[i] end
+  for i = 5, #ARGV do fetched[#fetched + 1] = ARGV[i] end
   release_slots(mark_fetched(fetched, worker), cfg, now)
+end
+
+local tokens = nil
+if cfg.claims_per_s > 0 then
+  local bucket = redis.call('HMGET', K.stats, 'claim_tokens', 'claim_tokens_ms')
+  local last = tonumber(bucket[2]) or now
+  tokens = math.min(cfg.claims_per_s,
+    (tonumber(bucket[1]) or cfg.claims_per_s) + (now - last) * cfg.claims_per_s / 1000)
+  if math.floor(tokens) < n then n = math.floor(tokens) end
 end
 
 -- 1. Promote due retries (bounded per call; the rest are promoted by the next claims).
 local due = redis.call('ZRANGEBYSCORE', K.delayed, '-inf', now, 'LIMIT', 0, 1000)
 if #due > 0 then
+  -- Removing first: on a Redis without script flags (6.x), a script's first write decides
+  -- whether Redis past maxmemory lets it run, and a removal is always let through.
+  chunked('ZREM', K.delayed, due)
   local seq = redis.call('HINCRBY', K.stats, 'seq', #due) - #due
   local promoted = {}
   for i, task in ipairs(due) do
@@ -27,7 +42,6 @@ if #due > 0 then
     push_task(task, depth, url, seq + i)
     promoted[host_of(url)] = true
   end
-  chunked('ZREM', K.delayed, due)
   for host in pairs(promoted) do place_host(host, load_host(host), cfg, now) end
   redis.call('HINCRBY', K.stats, 'delayed', -#due)
   redis.call('HINCRBY', K.stats, 'queued', #due)
@@ -37,6 +51,7 @@ end
 local out = {now, expires}
 local remaining = n
 local expiries = {}
+if n <= 0 then return out end
 local hosts = redis.call('ZRANGEBYSCORE', K.ready, '-inf', now, 'LIMIT', 0, n)
 if #hosts == 0 then return out end -- an idle poll writes nothing
 local next_id = nil -- lease ids are reserved at the first URL popped
@@ -75,5 +90,6 @@ if #expiries > 0 then
   local taken = #expiries / 2
   redis.call('HINCRBY', K.stats, 'queued', -taken)
   redis.call('HINCRBY', K.stats, 'leased', taken)
+  if tokens then redis.call('HSET', K.stats, 'claim_tokens', tokens - taken, 'claim_tokens_ms', now) end
 end
 return out

@@ -1,35 +1,45 @@
 -- enqueue.lua: admit links: dedup through the Bloom filter, queue the new ones per host.
--- ARGV: [1] prefix, [2] backend 'bitmap'|'native', [3] hashes, [4] segment bits,
---       [5] segments, [6] '1' to mark the job seeded, [7] native filter key ('' for bitmap),
---       then 4 values per link: url, depth, parent, digest ('' for native).
--- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached
--- (not added to the filter, so a larger maxPages later can still take it).
-local backend = ARGV[2]
-local hashes, seg_bits, segments = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local native_key = ARGV[7]
+-- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] hashes, [5] segment bits,
+--       [6] segments, [7] '1' when seeding (marks the job seeded; no per-page budget),
+--       [8] native filter key ('' for bitmap), then 4 values per link: url, depth, parent,
+--       digest ('' for native).
+-- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
+-- 3 refused: over the per-page budget of memory pressure (set_pressure.lua). Refused links
+-- are not added to the filter, so they can still be admitted later.
+local backend = ARGV[3]
+local hashes, seg_bits, segments = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local seeding = ARGV[7] == '1'
+local native_key = ARGV[8]
+local FIRST = 9
 local cfg = settings()
 local now = now_ms()
-local count = (#ARGV - 7) / 4
+local count = (#ARGV - FIRST + 1) / 4
 local admitted = tonumber(redis.call('HGET', K.stats, 'admitted')) or 0
 local limited = cfg.max_pages > 0
+-- Under memory pressure each page (parent) may add at most `budget` new links.
+local budget = -1
+if not seeding then budget = cfg.links_per_page end
+local per_parent = {}
 
 -- Unlimited native path: one BF.MADD for the batch.
 local bulk = nil
-if backend == 'native' and not limited then
+if backend == 'native' and not limited and budget < 0 then
   local urls = {}
-  for i = 0, count - 1 do urls[#urls + 1] = ARGV[8 + i * 4] end
+  for i = 0, count - 1 do urls[#urls + 1] = ARGV[FIRST + i * 4] end
   bulk = native_multi('BF.MADD', native_key, urls)
 end
 
 local result, touched = {}, {}
-local new, dup, refused = 0, 0, 0
+local new, dup, refused, over_budget = 0, 0, 0, 0
 local seq = redis.call('HINCRBY', K.stats, 'seq', count) - count
 for i = 0, count - 1 do
-  local base = 8 + i * 4
-  local url = ARGV[base]
+  local base = FIRST + i * 4
+  local url, parent = ARGV[base], ARGV[base + 2]
   local code
   if limited and admitted >= cfg.max_pages then
     code = 2
+  elseif budget >= 0 and (per_parent[parent] or 0) >= budget then
+    code = 3
   else
     local is_new
     if bulk then
@@ -43,14 +53,17 @@ for i = 0, count - 1 do
   end
   if code == 1 then
     local depth = tonumber(ARGV[base + 1])
-    push_task(make_task(0, depth, url, ARGV[base + 2]), depth, url, seq + i + 1)
+    push_task(make_task(0, depth, url, parent), depth, url, seq + i + 1)
     touched[host_of(url)] = true
     admitted = admitted + 1
     new = new + 1
+    per_parent[parent] = (per_parent[parent] or 0) + 1
   elseif code == 0 then
     dup = dup + 1
-  else
+  elseif code == 2 then
     refused = refused + 1
+  else
+    over_budget = over_budget + 1
   end
   result[i + 1] = code
 end
@@ -63,5 +76,6 @@ if new > 0 then
 end
 if dup > 0 then redis.call('HINCRBY', K.stats, 'duplicates', dup) end
 if refused > 0 then redis.call('HINCRBY', K.stats, 'over_limit', refused) end
-if ARGV[6] == '1' then redis.call('HSETNX', K.meta, 'seeded_ms', now) end
+if over_budget > 0 then redis.call('HINCRBY', K.stats, 'over_budget', over_budget) end
+if seeding then redis.call('HSETNX', K.meta, 'seeded_ms', now) end
 return result

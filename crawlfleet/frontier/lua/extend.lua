@@ -1,12 +1,14 @@
 -- extend.lua: heartbeat long fetches: push the expiry of leases the worker still owns.
--- ARGV: [1] prefix, [2] worker id, [3] ttl ms (0: the job's lease ttl), then lease tokens.
+-- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] ttl ms (0: the job's lease ttl), then
+--       lease tokens.
 -- Returns {expires_ms, code per id: 1 extended / 0 not the owner's}.
-local worker = ARGV[2]
-local ttl = tonumber(ARGV[3])
-if ttl <= 0 then ttl = settings().lease_ttl_ms end
+local worker = ARGV[3]
+local ttl = tonumber(ARGV[4])
+local cfg = settings()
+if ttl <= 0 then ttl = cfg.lease_ttl_ms end
 local expires = now_ms() + ttl
 local out = {expires}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local holder = split_lease(ARGV[i])
   local member = ARGV[i]
   if holder == worker and not redis.call('ZSCORE', K.leases, member) then

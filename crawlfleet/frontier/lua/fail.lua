@@ -1,5 +1,5 @@
 -- fail.lua: record failed attempts of leases the worker still owns.
--- ARGV: [1] prefix, [2] worker id, then 5 values per lease:
+-- ARGV: [1] prefix, [2] epoch, [3] worker id, then 5 values per lease:
 --       lease token, retryable '1'|'0', retry delay ms, failure class, message.
 -- A retryable failure under taskAttempts goes to the delayed set (or straight back to its
 -- host queue when the delay is 0); anything else goes to the dead-letter hash with its class
@@ -8,14 +8,14 @@
 local cfg = settings()
 local now = now_ms()
 local tokens = {}
-for i = 3, #ARGV, 5 do tokens[#tokens + 1] = ARGV[i] end
-local taken, per_host = take_leases(tokens, ARGV[2])
+for i = 4, #ARGV, 5 do tokens[#tokens + 1] = ARGV[i] end
+local taken, per_host = take_leases(tokens, ARGV[3])
 local result, back = {now}, {}
 local failed, dead, delayed, queued = 0, 0, 0, 0
 for i = 1, #tokens do
   local lease = taken[i]
   if lease then
-    local a = 3 + (i - 1) * 5
+    local a = 4 + (i - 1) * 5
     failed = failed + 1
     local fate = retry_or_bury(lease.task, ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 2]),
       ARGV[a + 1] == '1', cfg, now)

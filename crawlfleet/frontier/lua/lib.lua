@@ -3,7 +3,10 @@
 -- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[11..] are the Bloom
 -- segments. ARGV[1] is the job's key prefix, from which the per-host queues ("q:<host>") and
 -- the robots.txt fetch locks ("robots-lock:<origin>") are derived; they carry the job's hash
--- tag too.
+-- tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
+-- every script but init reads the job's settings through settings(), which raises
+-- FRONTIER_LOST when K.meta is missing or holds another epoch, so no script ever runs on
+-- settings it made up, and a handle of a frontier that was re-created cannot touch the new one.
 --
 -- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease is one member of
 -- K.leases, "<lease number>\t<owner>\t<task>", scored by its expiry: the member is the lease
@@ -19,7 +22,7 @@ local K = {
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
 }
 local BLOOM_KEY0 = 10 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
-local PREFIX = ARGV[1]
+local PREFIX, EPOCH = ARGV[1], ARGV[2]
 local DEPTH_SCALE = 1099511627776 -- 2^40
 
 local function now_ms()
@@ -40,14 +43,34 @@ local function make_task(attempts, depth, url, parent)
   return attempts .. '\t' .. depth .. '\t' .. url .. '\t' .. parent
 end
 
--- Job settings written once by init.lua.
+-- Abort the script with FRONTIER_LOST and why (connection.py maps it to FrontierLost).
+local function lost(found_epoch)
+  local why
+  if found_epoch then
+    why = 'the frontier was re-created (epoch ' .. found_epoch .. ', this handle opened ' ..
+      EPOCH .. ')'
+  elseif redis.call('DBSIZE') == 0 then
+    why = 'Redis is empty (restarted without its data, or flushed)'
+  else
+    why = "the job's meta key is missing (deleted or evicted) while Redis holds other keys"
+  end
+  local job = string.match(PREFIX, '{(.*)}') or PREFIX
+  error(redis.error_reply('FRONTIER_LOST job ' .. job .. ': ' .. why))
+end
+
+-- The job's settings, written by init.lua; FRONTIER_LOST when they are gone or another
+-- epoch's. One HMGET, so every script pays one read for the guarantee. The pressure fields
+-- are the fleet's backpressure (set_pressure.lua): links admitted per page (-1: no budget)
+-- and claims per second for the whole job (0: no limit).
 local function settings()
-  local v = redis.call('HMGET', K.meta, 'per_host', 'host_delay_ms', 'task_attempts',
-    'lease_ttl_ms', 'max_pages')
+  local v = redis.call('HMGET', K.meta, 'epoch', 'per_host', 'host_delay_ms', 'task_attempts',
+    'lease_ttl_ms', 'max_pages', 'pressure_links_per_page', 'pressure_claims_per_s')
+  if v[1] ~= EPOCH then lost(v[1]) end
   return {
-    per_host = tonumber(v[1]) or 1, host_delay_ms = tonumber(v[2]) or 0,
-    task_attempts = tonumber(v[3]) or 1, lease_ttl_ms = tonumber(v[4]) or 60000,
-    max_pages = tonumber(v[5]) or 0,
+    per_host = tonumber(v[2]), host_delay_ms = tonumber(v[3]),
+    task_attempts = tonumber(v[4]), lease_ttl_ms = tonumber(v[5]),
+    max_pages = tonumber(v[6]), links_per_page = tonumber(v[7]) or -1,
+    claims_per_s = tonumber(v[8]) or 0,
   }
 end
 

@@ -1,12 +1,12 @@
 -- release.lua: give leases back without counting an attempt (graceful shutdown).
--- ARGV: [1] prefix, [2] worker id, then lease tokens.
+-- ARGV: [1] prefix, [2] epoch, [3] worker id, then lease tokens.
 -- The task returns to the front of its depth in its host queue.
 -- Returns the server time (ms), then 1 (released) / 0 (not the owner's) per id.
 local cfg = settings()
 local now = now_ms()
 local tokens = {}
-for i = 3, #ARGV do tokens[#tokens + 1] = ARGV[i] end
-local taken, per_host = take_leases(tokens, ARGV[2])
+for i = 4, #ARGV do tokens[#tokens + 1] = ARGV[i] end
+local taken, per_host = take_leases(tokens, ARGV[3])
 local result, released, back = {now}, 0, {}
 for i = 1, #tokens do
   local lease = taken[i]

@@ -1,5 +1,6 @@
 -- requeue.lua: return leases whose holder is gone: expired ones, or all of one owner's.
--- ARGV: [1] prefix, [2] mode 'expired'|'owner', [3] owner id (mode owner) or limit (expired).
+-- ARGV: [1] prefix, [2] epoch, [3] mode 'expired'|'owner', [4] owner id (mode owner) or
+--       limit (expired).
 -- Each requeue counts an attempt (a page that kills its worker must not kill the fleet
 -- forever); past taskAttempts the URL is dead-lettered with class lease_expired/worker_lost.
 -- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
@@ -7,13 +8,13 @@
 local cfg = settings()
 local now = now_ms()
 local ids, fclass, message = {}, nil, nil
-if ARGV[2] == 'owner' then
+if ARGV[3] == 'owner' then
   for _, token in ipairs(redis.call('ZRANGE', K.leases, 0, -1)) do
-    if split_lease(token) == ARGV[3] then ids[#ids + 1] = token end
+    if split_lease(token) == ARGV[4] then ids[#ids + 1] = token end
   end
-  fclass, message = 'worker_lost', 'worker ' .. ARGV[3] .. ' stopped while holding the lease'
+  fclass, message = 'worker_lost', 'worker ' .. ARGV[4] .. ' stopped while holding the lease'
 else
-  ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+  ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
   fclass, message = 'lease_expired', 'lease expired without ack'
 end
 local taken, per_host = take_leases(ids, false)

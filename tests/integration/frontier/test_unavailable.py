@@ -14,6 +14,7 @@ import pytest
 
 from crawlfleet.errors import FrontierUnavailable
 from crawlfleet.frontier import (
+    Backpressure,
     Failure,
     Frontier,
     Link,
@@ -72,6 +73,8 @@ CALLS: dict[str, Call] = {
     "mark_output_finished": lambda f: f.mark_output_finished("{}"),
     "delete": lambda f: f.delete(),
     "ping": lambda f: f.ping(),
+    "memory": lambda f: f.memory(),
+    "set_pressure": lambda f: f.set_pressure(Backpressure()),
     "robots.read": lambda f: f.robots.read(["http://a.example"]),
     "robots.fetch_once": _robots_fetch_once,
 }
