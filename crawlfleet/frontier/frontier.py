@@ -153,6 +153,16 @@ class Frontier:
         """FrontierLost unless ``found``, read in the caller's round trip, is our epoch."""
         await check_epoch(self.client, self.keys.job_id, self.epoch, found)
 
+    async def _checked(self, *command: str | int) -> Any:
+        """One read command, the epoch read beside it in one round trip: its reply, or
+        FrontierLost (an emptied Redis would answer every read with nothing)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.hget(self.keys.key("meta"), "epoch")
+        reply, epoch = await call(pipe.execute())
+        await self._check_epoch(epoch)
+        return reply
+
     # -- construction -------------------------------------------------------------------
 
     @classmethod
@@ -581,25 +591,29 @@ class Frontier:
         if not files:
             return
         entries = {str(f["path"]): json.dumps(dict(f), separators=(",", ":")) for f in files}
-        await call(self.client.hset(self.keys.key("output"), mapping=entries))  # type: ignore[arg-type]
+        await self._run(
+            self._scripts.guarded, "HSET", "output", *(x for kv in entries.items() for x in kv)
+        )
 
     async def claim_output_finish(self, worker: str, ttl_seconds: float) -> bool:
         """Become the one writer of the job's closing files (manifest, dead letters) for
         ``ttl_seconds``: True for the worker that holds the claim, False for the others."""
-        key = self.keys.key("output-finisher")
         ttl_ms = max(1, round(ttl_seconds * 1000))
-        if await call(self.client.set(key, _worker_id(worker), nx=True, px=ttl_ms)):
+        taken = await self._run(
+            self._scripts.guarded, "SET", "output-finisher", _worker_id(worker), "NX", "PX", ttl_ms
+        )
+        if taken:
             return True
-        return bool(await call(self.client.get(key)) == worker)
+        return bool(await self._checked("GET", self.keys.key("output-finisher")) == worker)
 
     async def output_finished(self) -> str | None:
         """What :meth:`mark_output_finished` recorded (the manifest's summary), or None."""
-        value = await call(self.client.get(self.keys.key("output-finished")))
+        value = await self._checked("GET", self.keys.key("output-finished"))
         return None if value is None else str(value)
 
     async def mark_output_finished(self, summary: str) -> None:
         """The closing files are written: no other worker writes them again."""
-        await call(self.client.set(self.keys.key("output-finished"), summary))
+        await self._run(self._scripts.guarded, "SET", "output-finished", summary)
 
     async def output_files(self, batch: int = 1000) -> list[dict[str, Any]]:
         """Every file :meth:`record_output_files` was told of, sorted by path."""
@@ -607,7 +621,7 @@ class Frontier:
         found: list[dict[str, Any]] = []
         cursor = 0
         while True:
-            reply = await call(self.client.hscan(key, cursor, count=batch))
+            reply = await self._checked("HSCAN", key, cursor, "COUNT", batch)
             cursor, page = cast("tuple[int, dict[str, str]]", reply)
             found.extend(json.loads(raw) for raw in page.values())
             if cursor == 0:

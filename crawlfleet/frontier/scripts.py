@@ -7,7 +7,8 @@ redis-py's Script objects run them with EVALSHA and reload them on NOSCRIPT.
 On Redis 7 and later each script declares its flags in a shebang line (``#!lua flags=…``):
 Redis then decides before a script starts whether it may run past ``maxmemory``. The scripts
 that finish or give back work (ack, fail, release, requeue, and claim, extend, heartbeat,
-pace, set_host_delay, set_pressure, which overwrite or move what exists) are ``allow-oom``:
+pace, set_host_delay, set_pressure, guarded, which overwrite or move what exists, or write a
+few small values) are ``allow-oom``:
 a full Redis under ``noeviction`` must still let a crawl shrink its queues, and the fleet
 must still be able to turn backpressure on. ``contains`` is ``no-writes``. The rest (init,
 enqueue, add_if_new, robots_lock, robots_store) may grow memory without bound, so Redis refuses them
@@ -49,6 +50,7 @@ SCRIPT_NAMES = (
     "robots_lock",
     "robots_store",
     "set_pressure",
+    "guarded",
 )
 
 #: Each script's Redis 7 flags ('' for none: refused whole past maxmemory).
@@ -69,6 +71,7 @@ SCRIPT_FLAGS: Final[dict[str, str]] = {
     "robots_lock": "",
     "robots_store": "",
     "set_pressure": "allow-oom",
+    "guarded": "allow-oom",
 }
 
 
@@ -103,6 +106,7 @@ class Scripts:
     robots_lock: AsyncScript
     robots_store: AsyncScript
     set_pressure: AsyncScript
+    guarded: AsyncScript
 
     @classmethod
     def register(cls, client: aioredis.Redis, *, flagged: bool = True) -> Scripts:
