@@ -117,7 +117,7 @@ async def bench_dedup(client: aioredis.Redis, count: int, rounds: int = 3) -> di
         "ours, bitmap Lua", count, partial(ours_bitmap, 0)
     )
 
-    segments = [bitmap.keys.bloom_segment(i) for i in range(bitmap.bloom.segments)]
+    segments = [bitmap.keys.bloom_segment(0, i) for i in range(bitmap.bloom.segments)]
     results["bloom_bytes_per_url"] = await memory(client, *segments) / count
     results["bloom_native_bytes_per_url"] = await memory(client, native.keys.native_bloom) / (
         count * rounds

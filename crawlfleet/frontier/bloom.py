@@ -1,4 +1,4 @@
-"""Bloom-filter sizing and hashing for the frontier's dedup.
+"""Bloom-filter sizing and hashing for the frontier's dedup, and the filter's growth.
 
 Sizing follows the textbook optimum, ``m = -n·ln p / ln²2`` bits and ``k = m/n·ln 2`` hashes:
 about 1.2 bytes per URL at 1 %, instead of the tens of bytes per URL a SET of SHA-1
@@ -11,6 +11,17 @@ one segment (a plain Redis string, under 512 MB) is all a check touches, and seg
 later be placed on different shards by URL hash (DESIGN §7). Python hashes each URL once
 (BLAKE2b, 12 bytes: segment, h1, h2); the Lua script derives the k positions by double
 hashing (Kirsch–Mitzenmacher), so only 12 bytes per URL cross the wire.
+
+**Growth.** A filter past its capacity would take ever more new URLs for seen, so the filter
+is a chain of layers, as a scalable Bloom filter is (Almeida et al.; RedisBloom's
+``EXPANSION``): once the newest layer holds its capacity, the next new URL opens a layer twice
+as large with half the error rate (:data:`GROWTH`, :data:`TIGHTENING`), inside the same
+script, so two workers never both add one. A URL is seen when any layer has it, so the
+rates add up: the first layer gets 15/16 of ``errorRate`` (:data:`FIRST_LAYER_SHARE`: a
+filter that never grows costs almost what one of exactly ``errorRate`` does) and the layers
+after it share the last 1/16, halving each time, so the sum never passes ``errorRate``. Each
+layer's shape is computed here, once, when the job is created, and stored in its meta
+(:meth:`BloomParams.to_meta`): a script grows the filter without computing anything.
 """
 
 from __future__ import annotations
@@ -19,17 +30,24 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from hashlib import blake2b
-from typing import Literal
+from typing import Final, Literal
 
 from crawlfleet.errors import ConfigError
 
 __all__ = [
+    "FIRST_LAYER_SHARE",
+    "GROWTH",
     "MAX_CAPACITY",
+    "MAX_LAYERS",
     "MAX_SEGMENT_BITS",
+    "TIGHTENING",
     "BloomBackend",
+    "BloomEstimate",
+    "BloomLayer",
     "BloomParams",
     "allocated_bytes",
     "digests",
+    "native_estimate",
 ]
 
 BloomBackend = Literal["native", "bitmap"]
@@ -40,17 +58,85 @@ MAX_SEGMENT_BITS = 2**32 - 2**20
 MAX_CAPACITY = 10_000_000_000
 MIN_ERROR_RATE = 1e-9
 MAX_ERROR_RATE = 0.5
+#: Share of ``errorRate`` the first layer gets; the layers a too-small capacity needs share
+#: the rest.
+FIRST_LAYER_SHARE: Final = 15 / 16
+#: Each new layer holds this many times the URLs of the one before (RedisBloom's default).
+GROWTH: Final = 2
+#: ... at this fraction of its error rate (RedisBloom's tightening ratio).
+TIGHTENING: Final = 0.5
+#: Layers a filter may grow to; past the last one it fills on (its rate then rises, and the
+#: stats say so). Also stops where the layers would hold more than MAX_CAPACITY.
+MAX_LAYERS: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
-class BloomParams:
-    """The shape of one job's filter; fixed at creation (stored in the job's meta)."""
+class BloomLayer:
+    """One layer of the filter: its capacity, target rate and shape."""
 
     capacity: int
     error_rate: float
     bits: int
     hashes: int
     segments: int
+
+    @classmethod
+    def sized(cls, capacity: int, error_rate: float) -> BloomLayer:
+        """The least bits (fitted to the allocator) that hold ``capacity`` at ``error_rate``.
+
+        k is the optimum rounded to an integer; the bits are then raised, where rounding
+        needs it, until the rate at capacity is the target or better.
+        """
+        ln2 = math.log(2)
+        ideal = -capacity * math.log(error_rate) / (ln2 * ln2)
+        hashes = max(1, round(ideal / capacity * ln2))
+        needed = -hashes * capacity / math.log1p(-(error_rate ** (1 / hashes)))
+        bits = max(64, math.ceil(max(ideal, needed)))
+        segments, segment_bytes = _fit_segments(math.ceil(bits / 8))
+        return cls(capacity, error_rate, segments * segment_bytes * 8, hashes, segments)
+
+    @property
+    def segment_bits(self) -> int:
+        return self.bits // self.segments
+
+    @property
+    def bytes(self) -> int:
+        return math.ceil(self.bits / 8)
+
+    def false_positive_rate(self, items: int) -> float:
+        """Expected false-positive rate of this layer after ``items`` insertions."""
+        if items <= 0:
+            return 0.0
+        return float((1.0 - math.exp(-self.hashes * items / self.bits)) ** self.hashes)
+
+    def spec(self) -> str:
+        """``bits:hashes:segments:capacity``, as the scripts read a layer from the meta."""
+        return f"{self.bits}:{self.hashes}:{self.segments}:{self.capacity}"
+
+
+@dataclass(frozen=True, slots=True)
+class BloomEstimate:
+    """What the filter holds now, for stats and metrics."""
+
+    #: Layers in use (1 until the first is full).
+    layers: int
+    #: URLs the layers in use hold at their target rates.
+    capacity: int
+    #: Items in the newest layer over its capacity; at 1.0 the next new URL adds a layer.
+    fill_ratio: float
+    #: Chance that a URL never added is taken for seen, over every layer: the sum of the
+    #: layers' rates (an upper bound), at most ``errorRate`` until the last layer overfills.
+    false_positive_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class BloomParams:
+    """The shape of one job's filter, every layer it may grow to; fixed at creation (stored
+    in the job's meta)."""
+
+    capacity: int
+    error_rate: float
+    layers: tuple[BloomLayer, ...]
 
     @classmethod
     def for_capacity(cls, capacity: int, error_rate: float) -> BloomParams:
@@ -67,54 +153,110 @@ class BloomParams:
                 f"dedup.errorRate must be at least {MIN_ERROR_RATE} and less than "
                 f"{MAX_ERROR_RATE} (got {error_rate!r})"
             )
-        ln2 = math.log(2)
-        ideal = max(64, math.ceil(-capacity * math.log(error_rate) / (ln2 * ln2)))
-        hashes = max(1, round(ideal / capacity * ln2))
-        segments, segment_bytes = _fit_segments(math.ceil(ideal / 8))
-        return cls(capacity, float(error_rate), segments * segment_bytes * 8, hashes, segments)
+        layers = [BloomLayer.sized(capacity, error_rate * FIRST_LAYER_SHARE)]
+        rest = error_rate * (1 - FIRST_LAYER_SHARE)
+        total = capacity
+        while len(layers) < MAX_LAYERS and total < MAX_CAPACITY:
+            rest *= TIGHTENING
+            size = layers[-1].capacity * GROWTH
+            layers.append(BloomLayer.sized(size, rest))
+            total += size
+        return cls(capacity, float(error_rate), tuple(layers))
+
+    # The first layer's shape: the whole filter until it grows.
+    @property
+    def bits(self) -> int:
+        return self.layers[0].bits
+
+    @property
+    def hashes(self) -> int:
+        return self.layers[0].hashes
+
+    @property
+    def segments(self) -> int:
+        return self.layers[0].segments
 
     @property
     def segment_bits(self) -> int:
-        return self.bits // self.segments
+        return self.layers[0].segment_bits
 
     @property
     def bytes(self) -> int:
-        return math.ceil(self.bits / 8)
+        return self.layers[0].bytes
 
     def false_positive_rate(self, items: int) -> float:
-        """Expected false-positive rate after ``items`` insertions."""
-        if items <= 0:
-            return 0.0
-        return float((1.0 - math.exp(-self.hashes * items / self.bits)) ** self.hashes)
+        """Expected false-positive rate after ``items`` insertions, over the layers they fill."""
+        return self.estimate(items).false_positive_rate
 
-    def fill_ratio(self, items: int) -> float:
-        """Expected fraction of bits set after ``items`` insertions."""
-        return 1.0 - math.exp(-self.hashes * items / self.bits)
+    def estimate(self, items: int, layers: int | None = None) -> BloomEstimate:
+        """Layers, fill and rate after ``items`` new URLs.
+
+        The bitmap filter grows exactly when its newest layer is full, so the count says
+        which layers hold what; ``layers`` (the count in use, from the meta) caps it when
+        the filter stopped growing (no room under maxmemory, or the last layer): the newest
+        layer in use then holds the overflow, and its rate shows it.
+        """
+        in_use = len(self.layers) if layers is None else max(1, min(layers, len(self.layers)))
+        rate, capacity, left = 0.0, 0, max(0, items)
+        for number, layer in enumerate(self.layers[:in_use], start=1):
+            held = left if number == in_use else min(left, layer.capacity)
+            rate += layer.false_positive_rate(held)
+            capacity += layer.capacity
+            left -= held
+            if left <= 0 or number == in_use:
+                return BloomEstimate(number, capacity, held / layer.capacity, min(1.0, rate))
+        raise AssertionError("unreachable: the loop returns at the last layer in use")
 
     def to_meta(self) -> dict[str, str]:
         return {
             "bloom_capacity": str(self.capacity),
             "bloom_error_rate": repr(self.error_rate),
-            "bloom_bits": str(self.bits),
-            "bloom_hashes": str(self.hashes),
-            "bloom_segments": str(self.segments),
+            "bloom_schedule": ",".join(layer.spec() for layer in self.layers),
         }
 
     @classmethod
     def from_meta(cls, meta: dict[str, str]) -> BloomParams:
-        return cls(
-            capacity=int(meta["bloom_capacity"]),
-            error_rate=float(meta["bloom_error_rate"]),
-            bits=int(meta["bloom_bits"]),
-            hashes=int(meta["bloom_hashes"]),
-            segments=int(meta["bloom_segments"]),
-        )
+        capacity, error_rate = int(meta["bloom_capacity"]), float(meta["bloom_error_rate"])
+        layers = []
+        rate = error_rate * FIRST_LAYER_SHARE
+        rest = error_rate * (1 - FIRST_LAYER_SHARE)
+        for index, spec in enumerate(meta["bloom_schedule"].split(",")):
+            bits, hashes, segments, size = (int(x) for x in spec.split(":"))
+            if index:
+                rest *= TIGHTENING
+                rate = rest
+            layers.append(BloomLayer(size, rate, bits, hashes, segments))
+        return cls(capacity, error_rate, tuple(layers))
+
+
+def native_estimate(debug: list[str]) -> tuple[int, BloomEstimate]:
+    """Items and estimate of a RedisBloom filter from its ``BF.DEBUG`` reply.
+
+    BF.DEBUG lists every sub-filter with its bits, hashes, capacity and items; RedisBloom
+    grows by the same rule (and since 2.8 reserves the first layer at half the rate, so its
+    layers' rates too sum to at most the one asked for).
+    """
+    rate, capacity, items = 0.0, 0, 0
+    fill = 0.0
+    layers = 0
+    for line in debug[1:]:
+        fields = dict(part.split(":", 1) for part in line.split() if ":" in part)
+        bits, hashes = int(fields["bits"]), int(fields["hashes"])
+        size, held = int(fields["capacity"]), int(fields["size"])
+        rate += float((1.0 - math.exp(-hashes * held / bits)) ** hashes) if held else 0.0
+        capacity += size
+        items += held
+        fill = held / size
+        layers += 1
+    return items, BloomEstimate(max(1, layers), capacity, fill, min(1.0, rate))
 
 
 #: Redis' string header and terminating NUL, allocated with the data.
 _SDS_OVERHEAD = 16
-_MAX_SEGMENTS = 16
-_GOOD_ENOUGH_SLACK = 0.04
+#: Up to 64 equal segments: enough to land within 1 % of an allocator class for any size
+#: from a few MB up (a segment is a key: ~100 bytes more each, nothing per URL).
+_MAX_SEGMENTS = 64
+_GOOD_ENOUGH_SLACK = 0.01
 
 
 def _size_class(size: int) -> int:
@@ -143,14 +285,15 @@ def _fit_segments(data_bytes: int) -> tuple[int, int]:
         if best is None or total < best[0]:
             best = (total, segments, usable)
         if total <= data_bytes * (1 + _GOOD_ENOUGH_SLACK):
-            break  # fewer segments mean fewer KEYS per script call
+            break  # fewer segments mean fewer keys to allocate and list
     assert best is not None
     return best[1], best[2]
 
 
-def allocated_bytes(params: BloomParams) -> int:
-    """What Redis' allocator holds for the bitmap segments (MEMORY USAGE, near enough)."""
-    return params.segments * _size_class(params.segment_bits // 8 + _SDS_OVERHEAD)
+def allocated_bytes(layer: BloomParams | BloomLayer) -> int:
+    """What Redis' allocator holds for a layer's bitmap segments (the first layer's, for
+    params): MEMORY USAGE, near enough."""
+    return layer.segments * _size_class(layer.segment_bits // 8 + _SDS_OVERHEAD)
 
 
 def digests(urls: Iterable[str]) -> list[bytes]:

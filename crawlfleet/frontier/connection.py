@@ -51,7 +51,7 @@ async def call(awaitable: Awaitable[_T]) -> _T:
         raise translate(exc) from exc
 
 
-def translate(exc: RedisError | OSError) -> FrontierUnavailable | FrontierLost:
+def translate(exc: BaseException) -> FrontierUnavailable | FrontierLost:
     """The frontier's error for one redis-py (or socket) error; the caller raises it ``from``."""
     if not isinstance(exc, ResponseError):
         return FrontierUnavailable(f"Redis unavailable: {exc}")

@@ -33,8 +33,14 @@ from crawlfleet.errors import (
     InvalidURL,
     UnsafeRedis,
 )
-from crawlfleet.frontier.bloom import BloomBackend, BloomParams, digests
-from crawlfleet.frontier.connection import call, check_epoch, close_quietly, connect
+from crawlfleet.frontier.bloom import (
+    GROWTH,
+    BloomBackend,
+    BloomParams,
+    digests,
+    native_estimate,
+)
+from crawlfleet.frontier.connection import call, check_epoch, close_quietly, connect, translate
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
     Admission,
@@ -79,8 +85,9 @@ _MAX_BATCH = 10_000
 
 #: The key layout this code reads and writes, kept in the job's meta. A frontier written by
 #: another layout is refused at open (FrontierLayoutMismatch), never misread. 1: before
-#: epochs; 2: epochs, loss detection and backpressure.
-LAYOUT_VERSION: Final = "2"
+#: epochs; 2: epochs, loss detection and backpressure; 3: a Bloom filter that grows in
+#: layers (bloom:<layer>:<segment>, the schedule in the meta).
+LAYOUT_VERSION: Final = "3"
 
 #: The one maxmemory-policy under which Redis never drops a key to make room.
 _SAFE_POLICY = "noeviction"
@@ -136,14 +143,8 @@ class Frontier:
         self._scripts = scripts
         #: The fleet-wide robots.txt answers of this job (the crawler's robots policy reads them).
         self.robots = RobotsCache(client, keys, scripts, epoch=epoch)
-        self._keys = keys.script_keys(bloom.segments if backend == "bitmap" else 0)
+        self._keys = keys.script_keys()
         self._prefix = keys.prefix
-        self._bloom_args = [
-            backend,
-            bloom.hashes,
-            bloom.segment_bits,
-            bloom.segments,
-        ]
 
     async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
         """Run one script with the job's keys, prefix and epoch; one round trip per change."""
@@ -224,7 +225,8 @@ class Frontier:
             **wanted.to_meta(),
         }
         scripts = Scripts.register(client, flagged=flagged)
-        status, found = await _init(scripts, keys, expect_epoch, meta_args)
+        created_epoch = secrets.token_hex(8)
+        status, found = await _init(scripts, keys, expect_epoch, meta_args, created_epoch)
         reseeded = None
         if status == "lost":
             why = str(found)
@@ -233,13 +235,13 @@ class Frontier:
             log.warning("job %s: frontier lost (%s); re-creating it", settings.job_id, why)
             await _delete_keys(client, keys)
             reseeded = why
-            status, found = await _init(scripts, keys, None, meta_args)
+            status, found = await _init(scripts, keys, None, meta_args, created_epoch)
         if status == "layout":
             raise FrontierLayoutMismatch(
                 f"job {settings.job_id}: its frontier in Redis was written with key layout "
                 f"{found}, and this crawlfleet reads layout {LAYOUT_VERSION} only. Finish the "
                 "job with the crawlfleet that created it, or delete its keys (deleting the "
-                f"job does; by hand: the keys matching {keys.pattern}) and start it again"
+                f"job does; by hand: the keys {keys.prefix}*) and start it again"
             )
         meta = cast("dict[str, str]", found)
         stored = BloomParams.from_meta(meta)
@@ -253,7 +255,8 @@ class Frontier:
                 stored,
             )
         if stored_backend == "native":
-            await cls._reserve_native(client, keys, stored)
+            created = meta["epoch"] == created_epoch
+            await cls._reserve_native(client, keys, stored, created=created)
         frontier = cls(
             client, keys, settings, stored, stored_backend, epoch=meta["epoch"], scripts=scripts
         )
@@ -275,10 +278,23 @@ class Frontier:
         return "native"
 
     @staticmethod
-    async def _reserve_native(client: aioredis.Redis, keys: JobKeys, bloom: BloomParams) -> None:
+    async def _reserve_native(
+        client: aioredis.Redis, keys: JobKeys, bloom: BloomParams, *, created: bool
+    ) -> None:
+        """Reserve RedisBloom's scaling filter: capacity, rate, and growth by GROWTH.
+
+        RedisBloom 2.8 and later reserve the first sub-filter at half the rate asked for
+        and halve it again for each one added, so the sub-filters' rates sum to at most the
+        rate asked for. An older module gives the first sub-filter the whole rate; asked at
+        half of it, its sum stays within the rate too. Which one answers is measured once,
+        when the job is created, on a scratch filter.
+        """
+        rate = bloom.error_rate
         try:
+            if created and not await _native_tightens_first_layer(client, keys, rate):
+                rate /= 2
             await client.execute_command(  # type: ignore[no-untyped-call]
-                "BF.RESERVE", keys.native_bloom, bloom.error_rate, bloom.capacity
+                "BF.RESERVE", keys.native_bloom, rate, bloom.capacity, "EXPANSION", GROWTH
             )
         except ResponseError as exc:
             if "exists" not in str(exc).lower():
@@ -308,7 +324,7 @@ class Frontier:
             if isinstance(codes, Exception):
                 raise FrontierUnavailable(f"Redis refused BF.INSERT: {codes}") from codes
         else:
-            codes = await self._run(self._scripts.add_if_new, *self._bloom_args[1:], *digests(urls))
+            codes = await self._run(self._scripts.add_if_new, *digests(urls))
         return [code == 1 for code in codes]
 
     async def contains(self, urls: Sequence[str]) -> list[bool]:
@@ -318,7 +334,7 @@ class Frontier:
         _check_urls(urls)
         items: Sequence[str | bytes] = urls if self.backend == "native" else digests(urls)
         codes = await self._run(
-            self._scripts.contains, *self._bloom_args, self.keys.native_bloom, *items
+            self._scripts.contains, self.backend, self.keys.native_bloom, *items
         )
         return [code == 1 for code in codes]
 
@@ -357,7 +373,7 @@ class Frontier:
             digests(link.url for link in links) if self.backend == "bitmap" else [""] * len(links)
         )
         args: list[str | int | bytes] = [
-            *self._bloom_args,
+            self.backend,
             "1" if seeding else "0",
             self.keys.native_bloom,
         ]
@@ -523,26 +539,44 @@ class Frontier:
             "pressure_level",
             "pressure_links_per_page",
             "pressure_claims_per_s",
+            "bloom_layers",
         )
         # The earliest retry's due time (ms) against the server's clock: the fleet brain
         # wakes a worker for it (a claim is what promotes a due retry).
         pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)
         pipe.time()
         if self.backend == "native":
+            # Every sub-filter's bits, hashes, capacity and items; BF.CARD if BF.DEBUG is
+            # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
-        values, meta, earliest, (seconds, micros), *card = await call(pipe.execute())
-        epoch, seeded, level, links_per_page, claims_per_s = meta
+            pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
+        values, meta, earliest, (seconds, micros), *native = await call(
+            pipe.execute(raise_on_error=False)
+        )
+        for reply in (values, meta, earliest, native[0] if native else None):
+            if isinstance(reply, Exception):
+                raise translate(reply) from reply
+        epoch, seeded, level, links_per_page, claims_per_s, layers = meta
         await self._check_epoch(epoch)
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
-        if card:  # the native filter counts what BF.MADD added outside our scripts too
-            counts["seen"] = int(card[0])
+        if native:  # the native filter counts what BF.INSERT added outside our scripts too
+            counts["seen"] = int(native[0])
+            debug = native[1]
+            bloom = (
+                self.bloom.estimate(counts["seen"])
+                if isinstance(debug, Exception)
+                else native_estimate(debug)[1]
+            )
+        else:
+            bloom = self.bloom.estimate(counts["seen"], int(layers or 1))
         return FrontierStats(
             **counts,
             seeded=seeded is not None,
             bloom_backend=self.backend,
-            bloom_fill_ratio=self.bloom.fill_ratio(counts["seen"]),
-            bloom_false_positive_rate=self.bloom.false_positive_rate(counts["seen"]),
-            bloom_capacity=self.bloom.capacity,
+            bloom_fill_ratio=bloom.fill_ratio,
+            bloom_false_positive_rate=bloom.false_positive_rate,
+            bloom_layers=bloom.layers,
+            bloom_capacity=bloom.capacity,
             pressure=_pressure(level, links_per_page, claims_per_s),
             next_retry_in_seconds=earliest[0][1] / 1000.0 - (seconds + micros / 1e6)
             if earliest
@@ -734,12 +768,31 @@ async def _inspect_server(client: aioredis.Redis) -> bool:
     return bool(probe == 1)
 
 
+async def _native_tightens_first_layer(client: aioredis.Redis, keys: JobKeys, rate: float) -> bool:
+    """Whether this RedisBloom reserves a scaling filter's first layer below the rate asked."""
+    probe = keys.key("bf-probe")
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(probe)
+    pipe.execute_command("BF.RESERVE", probe, rate, 100)
+    pipe.execute_command("BF.DEBUG", probe)
+    pipe.delete(probe)
+    _, _, debug, _ = await pipe.execute(raise_on_error=False)
+    if isinstance(debug, Exception):
+        return False  # not RedisBloom's BF.DEBUG: assume the older rule, ask for half
+    first = dict(part.split(":", 1) for part in str(debug[1]).split() if ":" in part)
+    return float(first.get("ratio", rate)) < rate * 0.75
+
+
 async def _init(
-    scripts: Scripts, keys: JobKeys, expect_epoch: str | None, meta_args: Mapping[str, str]
+    scripts: Scripts,
+    keys: JobKeys,
+    expect_epoch: str | None,
+    meta_args: Mapping[str, str],
+    fresh_epoch: str,
 ) -> tuple[str, str | dict[str, str]]:
     """Run init.lua: ('ok', meta), ('lost', why) or ('layout', the layout found)."""
     flat = [item for pair in meta_args.items() for item in pair]
-    args = [keys.prefix, expect_epoch or "", secrets.token_hex(8), LAYOUT_VERSION, *flat]
+    args = [keys.prefix, expect_epoch or "", fresh_epoch, LAYOUT_VERSION, *flat]
     raw = await call(scripts.init(keys=keys.script_keys(), args=args))
     if raw[0] != "ok":
         return str(raw[0]), str(raw[1])

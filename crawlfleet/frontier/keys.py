@@ -5,10 +5,11 @@ one Redis Cluster slot and every Lua script may touch any of them. Sharding a jo
 (DESIGN §7) means one tag per partition: only this module changes.
 
 Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and the prefix as
-``ARGV[1]``; the per-host queues (``q:<host>``) and the robots.txt fetch locks
-(``robots-lock:<origin>``) are the only keys a script derives from the prefix, since their
-names depend on data (``lib.lua`` spells them as :meth:`JobKeys.queue` and
-:meth:`JobKeys.robots_lock` do).
+``ARGV[1]``; the keys whose names depend on data are derived from the prefix in the script:
+the per-host queues (``q:<host>``), the robots.txt fetch locks (``robots-lock:<origin>``) and
+the Bloom segments (``bloom:<layer>:<segment>``, as many as the filter has grown to).
+``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock` and
+:meth:`JobKeys.bloom_segment` do; they carry the job's hash tag, so they share its slot.
 """
 
 from __future__ import annotations
@@ -64,14 +65,13 @@ class JobKeys:
         """A fixed key by its short name, e.g. ``key("stats")``."""
         return self.prefix + name
 
-    def script_keys(self, bloom_segments: int = 0) -> list[str]:
-        """KEYS for every script: the fixed keys, then the Bloom segments."""
-        keys = [self.prefix + name for name in SCRIPT_KEYS]
-        keys.extend(self.bloom_segment(i) for i in range(bloom_segments))
-        return keys
+    def script_keys(self) -> list[str]:
+        """KEYS for every script: the fixed keys."""
+        return [self.prefix + name for name in SCRIPT_KEYS]
 
-    def bloom_segment(self, index: int) -> str:
-        return f"{self.prefix}bloom:{index}"
+    def bloom_segment(self, layer: int, index: int) -> str:
+        """One segment of one layer of the bitmap Bloom filter."""
+        return f"{self.prefix}bloom:{layer}:{index}"
 
     @property
     def native_bloom(self) -> str:

@@ -1,13 +1,13 @@
 -- add_if_new.lua: bitmap Bloom "add if new" for a batch, nothing queued. (The native
 -- backend needs no script: BF.INSERT is already one atomic command.)
--- ARGV: [1] prefix, [2] epoch, [3] hashes, [4] segment bits, [5] segments, then one 12-byte
---       digest per URL.
--- Returns one 1 (new) / 0 (seen before) per digest; counts new ones in stats.seen.
+-- ARGV: [1] prefix, [2] epoch, then one 12-byte digest per URL.
+-- Returns one 1 (new) / 0 (seen before) per digest; counts new ones in stats.seen. Grows the
+-- filter by a layer when its newest is full (lib.lua's bloom_add).
 settings()
-local hashes, seg_bits, segments = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local filter = bloom_open()
 local result, new = {}, 0
-for i = 6, #ARGV do
-  local is_new = bitmap_add(ARGV[i], hashes, seg_bits, segments)
+for i = 3, #ARGV do
+  local is_new = bloom_add(filter, ARGV[i])
   result[#result + 1] = is_new and 1 or 0
   if is_new then new = new + 1 end
 end

@@ -1,16 +1,14 @@
 -- enqueue.lua: admit links: dedup through the Bloom filter, queue the new ones per host.
--- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] hashes, [5] segment bits,
---       [6] segments, [7] '1' when seeding (marks the job seeded; no per-page budget),
---       [8] native filter key ('' for bitmap), then 4 values per link: url, depth, parent,
---       digest ('' for native).
+-- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] '1' when seeding (marks
+--       the job seeded; no per-page budget), [5] native filter key ('' for bitmap), then 4
+--       values per link: url, depth, parent, digest ('' for native).
 -- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
 -- 3 refused: over the per-page budget of memory pressure (set_pressure.lua). Refused links
 -- are not added to the filter, so they can still be admitted later.
 local backend = ARGV[3]
-local hashes, seg_bits, segments = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local seeding = ARGV[7] == '1'
-local native_key = ARGV[8]
-local FIRST = 9
+local seeding = ARGV[4] == '1'
+local native_key = ARGV[5]
+local FIRST = 6
 local cfg = settings()
 local now = now_ms()
 local count = (#ARGV - FIRST + 1) / 4
@@ -20,6 +18,8 @@ local limited = cfg.max_pages > 0
 local budget = -1
 if not seeding then budget = cfg.links_per_page end
 local per_parent = {}
+local filter = nil
+if backend == 'bitmap' then filter = bloom_open() end
 
 -- Unlimited native path: one BF.MADD for the batch.
 local bulk = nil
@@ -47,7 +47,7 @@ for i = 0, count - 1 do
     elseif backend == 'native' then
       is_new = redis.call('BF.ADD', native_key, url) == 1
     else
-      is_new = bitmap_add(ARGV[base + 3], hashes, seg_bits, segments)
+      is_new = bloom_add(filter, ARGV[base + 3])
     end
     code = is_new and 1 or 0
   end

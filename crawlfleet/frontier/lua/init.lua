@@ -35,15 +35,17 @@ else
     end
   end
 end
--- Allocate bitmap segments at their full size once: SETRANGE on a missing key allocates
--- exactly, where SETBIT's growth would leave up to twice the memory reserved.
-local shape = redis.call('HMGET', K.meta, 'bloom_backend', 'bloom_bits', 'bloom_segments')
+-- Allocate the first layer's bitmap segments at their full size once: SETRANGE on a missing
+-- key allocates exactly, where SETBIT's growth would leave up to twice the memory reserved.
+local shape = redis.call('HMGET', K.meta, 'bloom_backend', 'bloom_schedule')
 if shape[1] == 'bitmap' then
-  local segments = tonumber(shape[3])
-  local bytes = math.ceil(tonumber(shape[2]) / segments / 8)
-  for i = 0, segments - 1 do
-    local key = PREFIX .. 'bloom:' .. i
-    if redis.call('EXISTS', key) == 0 then redis.call('SETRANGE', key, bytes - 1, '\0') end
+  redis.call('HSETNX', K.meta, 'bloom_layers', 1)
+  local first = bloom_layer(0, string.match(shape[2], '^[^,]+'))
+  local bytes = math.ceil(first.seg_bits / 8)
+  for s = 0, first.segments - 1 do
+    if redis.call('EXISTS', first.keys[s]) == 0 then
+      redis.call('SETRANGE', first.keys[s], bytes - 1, '\0')
+    end
   end
 end
 local out = {'ok'}

@@ -1,9 +1,9 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order; KEYS[11..] are the Bloom
--- segments. ARGV[1] is the job's key prefix, from which the per-host queues ("q:<host>") and
--- the robots.txt fetch locks ("robots-lock:<origin>") are derived; they carry the job's hash
--- tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
+-- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
+-- prefix, from which the keys named by data are derived: the per-host queues ("q:<host>"),
+-- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
+-- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
 -- every script but init reads the job's settings through settings(), which raises
 -- FRONTIER_LOST when K.meta is missing or holds another epoch, so no script ever runs on
 -- settings it made up, and a handle of a frontier that was re-created cannot touch the new one.
@@ -21,7 +21,6 @@ local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
 }
-local BLOOM_KEY0 = 10 -- KEYS[BLOOM_KEY0 + 1 + segment] is a Bloom segment
 local PREFIX, EPOCH = ARGV[1], ARGV[2]
 local DEPTH_SCALE = 1099511627776 -- 2^40
 
@@ -236,31 +235,115 @@ local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, no
   return 'retry'
 end
 
--- Bitmap Bloom filter: a digest's segment key and the two hashes its k bit positions come
--- from ((h1 + i * h2) mod segment bits), all inside that one segment (KEYS[BLOOM_KEY0+1+s]).
-local function bitmap_slot(digest, seg_bits, segments)
-  local s, h1, h2 = struct.unpack('<I4I4I4', digest)
-  return KEYS[BLOOM_KEY0 + 1 + (s % segments)], h1, (h2 % (seg_bits - 1)) + 1
+-- Bitmap Bloom filter: a chain of layers (bloom.py), each a set of segments
+-- ("bloom:<layer>:<segment>"). A digest picks one segment of a layer and its k bit positions
+-- ((h1 + i * h2) mod segment bits) inside it. K.meta holds every layer's shape, computed once
+-- when the job was created ('bloom_schedule': "bits:hashes:segments:capacity,..."), and how
+-- many are in use ('bloom_layers'); K.stats 'seen' counts what the filter holds.
+
+local function bloom_layer(index, spec)
+  local bits, hashes, segments, capacity = string.match(spec, '^(%d+):(%d+):(%d+):(%d+)$')
+  segments = tonumber(segments)
+  local layer = {
+    index = index, seg_bits = tonumber(bits) / segments, hashes = tonumber(hashes),
+    segments = segments, capacity = tonumber(capacity), keys = {},
+  }
+  for s = 0, segments - 1 do layer.keys[s] = PREFIX .. 'bloom:' .. index .. ':' .. s end
+  return layer
 end
 
--- Set the k bits of one digest. Returns true when any bit was clear, i.e. the URL was not in
--- the filter. Atomic because the whole script is.
-local function bitmap_add(digest, hashes, seg_bits, segments)
-  local key, h1, h2 = bitmap_slot(digest, seg_bits, segments)
+-- The filter of this job, for one script: its layers in use (parsed on demand), what they
+-- hold and where the next layer begins.
+local function bloom_open()
+  local v = redis.call('HMGET', K.meta, 'bloom_layers', 'bloom_schedule')
+  local specs = {}
+  for spec in string.gmatch(v[2], '[^,]+') do specs[#specs + 1] = spec end
+  local f = {specs = specs, layers = {}, in_use = tonumber(v[1]) or 1, room = 0,
+    seen = tonumber(redis.call('HGET', K.stats, 'seen')) or 0}
+  for i = 1, f.in_use do
+    f.layers[i] = bloom_layer(i - 1, specs[i])
+    f.room = f.room + f.layers[i].capacity
+  end
+  return f
+end
+
+local function layer_slot(layer, digest)
+  local s, h1, h2 = struct.unpack('<I4I4I4', digest)
+  return layer.keys[s % layer.segments], h1, (h2 % (layer.seg_bits - 1)) + 1
+end
+
+-- Read-only: true when all k bits of one digest are set in this layer.
+local function layer_has(layer, digest)
+  local key, h1, h2 = layer_slot(layer, digest)
+  local bits = layer.seg_bits
+  for i = 0, layer.hashes - 1 do
+    if redis.call('GETBIT', key, (h1 + i * h2) % bits) == 0 then return false end
+  end
+  return true
+end
+
+-- Set the k bits of one digest in this layer; true when any bit was clear (it was new here).
+local function layer_set(layer, digest)
+  local key, h1, h2 = layer_slot(layer, digest)
+  local bits = layer.seg_bits
   local new = false
-  for i = 0, hashes - 1 do
-    if redis.call('SETBIT', key, (h1 + i * h2) % seg_bits, 1) == 0 then new = true end
+  for i = 0, layer.hashes - 1 do
+    if redis.call('SETBIT', key, (h1 + i * h2) % bits, 1) == 0 then new = true end
   end
   return new
 end
 
--- Read-only: true when all k bits of one digest are set (probably seen).
-local function bitmap_has(digest, hashes, seg_bits, segments)
-  local key, h1, h2 = bitmap_slot(digest, seg_bits, segments)
-  for i = 0, hashes - 1 do
-    if redis.call('GETBIT', key, (h1 + i * h2) % seg_bits) == 0 then return false end
+-- Used memory and maxmemory (0: none), for the one question below.
+local function memory_now()
+  local info = redis.call('INFO', 'memory')
+  return tonumber(string.match(info, 'used_memory:(%d+)')) or 0,
+    tonumber(string.match(info, 'maxmemory:(%d+)')) or 0
+end
+
+-- Open the next layer, its segments allocated at full size (SETRANGE on a missing key
+-- allocates exactly). Not when it would not fit under maxmemory: the newest layer then fills
+-- on, and the stats show its rate rising, rather than Redis going past its limit at once.
+local function bloom_grow(f)
+  local spec = f.specs[f.in_use + 1]
+  if not spec then return false end
+  local layer = bloom_layer(f.in_use, spec)
+  local bytes = math.ceil(layer.seg_bits / 8)
+  local used, limit = memory_now()
+  if limit > 0 and used + bytes * layer.segments > limit then return false end
+  for s = 0, layer.segments - 1 do
+    if redis.call('EXISTS', layer.keys[s]) == 0 then
+      redis.call('SETRANGE', layer.keys[s], bytes - 1, '\0')
+    end
   end
+  f.in_use = f.in_use + 1
+  f.layers[f.in_use] = layer
+  f.room = f.room + layer.capacity
+  redis.call('HSET', K.meta, 'bloom_layers', f.in_use)
   return true
+end
+
+-- Read-only: true when any layer in use has the digest (probably seen).
+local function bloom_has(f, digest)
+  for i = f.in_use, 1, -1 do
+    if layer_has(f.layers[i], digest) then return true end
+  end
+  return false
+end
+
+-- Add one digest: true when it was new. Older layers are only read (they are full); the
+-- newest takes it, after a new layer is opened when the newest is full. Atomic because the
+-- script is: of two workers adding one URL, one is told it is new, and one layer is added.
+local function bloom_add(f, digest)
+  for i = f.in_use - 1, 1, -1 do
+    if layer_has(f.layers[i], digest) then return false end
+  end
+  if f.seen >= f.room and not f.stopped then
+    if layer_has(f.layers[f.in_use], digest) then return false end
+    f.stopped = not bloom_grow(f) -- ask once per script, not once per URL
+  end
+  local new = layer_set(f.layers[f.in_use], digest)
+  if new then f.seen = f.seen + 1 end
+  return new
 end
 
 -- A native multi-item Bloom command (BF.MADD, BF.MEXISTS) over a long list, in chunks:

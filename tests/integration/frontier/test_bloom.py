@@ -1,4 +1,5 @@
-"""The Bloom filter keeps its promised error rate and is atomic across processes."""
+"""The Bloom filter keeps its promised error rate, grows past its capacity, and is atomic
+across processes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from crawlfleet.frontier import Admission, Link, canonicalize
 from tests.integration.frontier.conftest import OpenFrontier
 
 pytestmark = pytest.mark.slow
@@ -37,13 +39,47 @@ async def test_false_positive_rate_within_one_and_a_half_times_target(
         assert measured >= target / 1.5, measured
     stats = await frontier.stats()
     assert stats.seen == new
-    assert target * 0.8 <= stats.bloom_false_positive_rate <= target * 1.02
+    # The estimate never passes the target; it is near it where we size the filter, and
+    # near half of it for RedisBloom (its first sub-filter is reserved at half the rate).
+    floor = 0.8 if backend == "bitmap" else 0.4
+    assert target * floor <= stats.bloom_false_positive_rate <= target
 
 
-async def test_concurrent_adders_each_url_new_exactly_once(
-    open_frontier: OpenFrontier, redis_url: str, job_id: str, tmp_path: Path
+async def test_a_filter_past_its_capacity_grows_and_admits_every_url_once(
+    open_frontier: OpenFrontier, backend: str
 ) -> None:
-    await open_frontier(dedup={"capacity": 200_000})
+    target = 0.001
+    frontier = await open_frontier(dedup={"capacity": 1_000, "errorRate": target})
+    urls = [canonicalize(f"http://h{i % 13}.example/p/{i}") for i in range(5_000)]
+    new = 0
+    for start in range(0, len(urls), 250):
+        batch = [Link(url, 1, "http://h0.example/") for url in urls[start : start + 250]]
+        new += (await frontier.enqueue(batch)).count(Admission.NEW)
+    stats = await frontier.stats()
+    # 1,000 + 2,000 + 4,000: a third layer, half full.
+    assert (stats.bloom_layers, stats.bloom_capacity) == (3, 7_000)
+    assert 0.45 <= stats.bloom_fill_ratio <= 0.5
+    assert stats.bloom_false_positive_rate <= target
+    assert stats.seen == stats.queued == new
+    # Nothing skipped above the target rate (a false positive is a distinct URL refused) ...
+    assert new >= len(urls) * (1 - target)
+    # ... and nothing admitted twice: every layer is consulted.
+    assert all(await frontier.contains(urls))
+    again = [Link(url, 1, "") for url in urls[:2_500]]
+    assert Admission.NEW not in await frontier.enqueue(again)
+    fresh = [f"http://fresh{i % 7}.example/q/{i}" for i in range(20_000)]
+    positives = 0
+    for start in range(0, len(fresh), 2_000):
+        positives += sum(await frontier.contains(fresh[start : start + 2_000]))
+    assert positives / len(fresh) <= 2 * target
+
+
+@pytest.mark.parametrize("capacity", [200_000, 2_000])
+async def test_concurrent_adders_each_url_new_exactly_once(
+    open_frontier: OpenFrontier, redis_url: str, job_id: str, tmp_path: Path, capacity: int
+) -> None:
+    # 2,000: the filter grows to four layers while four processes add at once.
+    await open_frontier(dedup={"capacity": capacity})
     # Four processes add overlapping halves of the same 20k URLs, in different orders.
     urls = [f"http://h{i % 31}.example/p/{i}" for i in range(20_000)]
     procs = []
@@ -64,7 +100,7 @@ async def test_concurrent_adders_each_url_new_exactly_once(
                     "--job",
                     job_id,
                     "--capacity",
-                    "200000",
+                    str(capacity),
                     "--urls",
                     str(tmp_path / f"in{n}"),
                     "--out",
@@ -83,5 +119,9 @@ async def test_concurrent_adders_each_url_new_exactly_once(
     assert len(told_new) == len(set(told_new)), "a URL was new for two adders"
     # Every URL some process added was new for exactly one of them, bar false positives.
     missing = covered - set(told_new)
-    assert len(missing) <= 0.001 * len(covered)
+    assert len(missing) <= (0.001 if capacity > len(covered) else 0.01) * len(covered)
     assert set(told_new) <= covered
+    if capacity < len(covered):
+        stats = await (await open_frontier(dedup={"capacity": capacity})).stats()
+        assert stats.bloom_layers == 4  # 2,000 + 4,000 + 8,000 + 16,000 for 17,500
+        assert stats.seen == len(told_new)

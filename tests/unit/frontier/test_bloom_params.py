@@ -1,13 +1,24 @@
-"""Bloom sizing is the textbook optimum, and absurd settings are refused with the field name."""
+"""Bloom sizing is the textbook optimum, its layers' rates sum to at most the target, and absurd
+settings are refused with the field name."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 
 from crawlfleet.errors import ConfigError
-from crawlfleet.frontier.bloom import MAX_SEGMENT_BITS, BloomParams, allocated_bytes, digests
+from crawlfleet.frontier.bloom import (
+    FIRST_LAYER_SHARE,
+    GROWTH,
+    MAX_CAPACITY,
+    MAX_LAYERS,
+    MAX_SEGMENT_BITS,
+    BloomParams,
+    allocated_bytes,
+    digests,
+)
 
 
 @pytest.mark.parametrize(
@@ -16,13 +27,48 @@ from crawlfleet.frontier.bloom import MAX_SEGMENT_BITS, BloomParams, allocated_b
 )
 def test_sizing_matches_formula(capacity: int, error_rate: float) -> None:
     params = BloomParams.for_capacity(capacity, error_rate)
-    ideal_bits = -capacity * math.log(error_rate) / math.log(2) ** 2
-    # At least the formula's size; above it only by allocator slack turned into bits.
+    first = error_rate * FIRST_LAYER_SHARE
+    ideal_bits = -capacity * math.log(first) / math.log(2) ** 2
+    # At least the formula's size; above it only by allocator slack turned into bits (and
+    # what rounding k to an integer asks for).
     assert ideal_bits <= params.bits <= ideal_bits * 1.05 + 1024
     assert allocated_bytes(params) <= ideal_bits / 8 * 1.05 + 1024
     assert params.hashes == round(ideal_bits / capacity * math.log(2))
-    # At capacity the expected rate is the target or a little better.
-    assert error_rate * 0.8 <= params.false_positive_rate(capacity) <= error_rate * 1.02
+    # At capacity the expected rate is the first layer's target or a little better.
+    assert first * 0.8 <= params.false_positive_rate(capacity) <= first
+
+
+@pytest.mark.parametrize(
+    ("capacity", "error_rate"), [(1, 0.01), (1_000, 0.01), (10**6, 1e-9), (10**9, 0.3)]
+)
+def test_layers_grow_and_their_rates_sum_below_the_target(capacity: int, error_rate: float) -> None:
+    params = BloomParams.for_capacity(capacity, error_rate)
+    layers = params.layers
+    assert layers[0].capacity == capacity
+    assert all(b.capacity == a.capacity * GROWTH for a, b in itertools.pairwise(layers))
+    assert all(b.error_rate < a.error_rate for a, b in itertools.pairwise(layers))
+    assert len(layers) <= MAX_LAYERS
+    assert sum(layer.capacity for layer in layers[:-1]) < MAX_CAPACITY
+    # Every layer full: the sum of their rates (the estimate) is still the target or less.
+    full = sum(layer.capacity for layer in layers)
+    assert params.estimate(full).false_positive_rate <= error_rate
+    assert sum(layer.false_positive_rate(layer.capacity) for layer in layers) <= error_rate
+
+
+def test_estimate_follows_the_layers() -> None:
+    params = BloomParams.for_capacity(1_000, 0.01)
+    assert params.estimate(0) == params.estimate(0, layers=1)
+    one = params.estimate(1_000)
+    assert (one.layers, one.capacity, one.fill_ratio) == (1, 1_000, 1.0)
+    two = params.estimate(1_001)
+    assert (two.layers, two.capacity, two.fill_ratio) == (2, 3_000, 1 / 2_000)
+    three = params.estimate(5_000)
+    assert (three.layers, three.capacity, three.fill_ratio) == (3, 7_000, 0.5)
+    assert one.false_positive_rate < three.false_positive_rate <= 0.01
+    # A filter that could not grow (no room under maxmemory) overfills its newest layer.
+    stuck = params.estimate(5_000, layers=1)
+    assert (stuck.layers, stuck.fill_ratio) == (1, 5.0)
+    assert stuck.false_positive_rate > 0.01
 
 
 @pytest.mark.parametrize("capacity", [10_000, 200_000, 1_000_000, 30_000_000])

@@ -71,7 +71,13 @@ def test_host_of(url: str, host: str) -> None:
 
 def test_keys_share_one_hash_tag() -> None:
     keys = JobKeys("default.my-crawl")
-    names = [*keys.script_keys(3), keys.queue("a.com:81"), keys.native_bloom]
+    names = [
+        *keys.script_keys(),
+        keys.bloom_segment(0, 0),
+        keys.bloom_segment(1, 2),
+        keys.queue("a.com:81"),
+        keys.native_bloom,
+    ]
     assert all(name.startswith("cf:{default.my-crawl}:") for name in names)
     assert len(set(names)) == len(names)
 
