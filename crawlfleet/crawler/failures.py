@@ -8,9 +8,10 @@ metrics labels and for the frontier's "last failure class" field.
 
 Retry policy in short: "the server said no" (404, 410, other 4xx), "we said no" (scope, robots,
 forbidden address, bad scheme) and "the response is hostile" (too large, decompression bomb,
-redirect loops) are permanent; timeouts, connection and DNS errors, 5xx and protocol errors are
-retried; 403, 429 and soft blocks are retried with a longer backoff, because they mean the
-site is pushing back and hammering it again soon only prolongs the block.
+oversized headers, redirect loops) are permanent; timeouts, connection and DNS errors, 5xx and
+protocol errors are retried; 403, 429, soft blocks and an unreadable robots.txt are retried with
+a longer backoff, because they mean the site is pushing back and hammering it again soon only
+prolongs the block.
 """
 
 from __future__ import annotations
@@ -62,10 +63,12 @@ class FailureClass(StrEnum):
     INVALID_URL = "invalid_url"
     OUT_OF_SCOPE = "out_of_scope"
     ROBOTS_DISALLOWED = "robots_disallowed"
+    ROBOTS_UNAVAILABLE = "robots_unavailable"
     TOO_MANY_REDIRECTS = "too_many_redirects"
     REDIRECT_LOOP = "redirect_loop"
     BODY_TOO_LARGE = "body_too_large"
     DECOMPRESSION_BOMB = "decompression_bomb"
+    HEADERS_TOO_LARGE = "headers_too_large"
     SOFT_BLOCK = "soft_block"
 
 
@@ -101,10 +104,15 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.INVALID_URL: _PERMANENT,
     FailureClass.OUT_OF_SCOPE: _PERMANENT,
     FailureClass.ROBOTS_DISALLOWED: _PERMANENT,
+    # robots.txt of the host (or of a redirect's target) cannot be read: the site pushes back.
+    # A host's own URLs wait without a failure (see crawler/robots.py) until it is given up,
+    # and then go to the dead letters at once.
+    FailureClass.ROBOTS_UNAVAILABLE: _RETRY_SLOWLY,
     FailureClass.TOO_MANY_REDIRECTS: _PERMANENT,
     FailureClass.REDIRECT_LOOP: _PERMANENT,
     FailureClass.BODY_TOO_LARGE: _PERMANENT,
     FailureClass.DECOMPRESSION_BOMB: _PERMANENT,
+    FailureClass.HEADERS_TOO_LARGE: _PERMANENT,  # past crawler/transport.py's header limits
     FailureClass.SOFT_BLOCK: _RETRY_SLOWLY,
 }
 

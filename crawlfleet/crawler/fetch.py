@@ -12,8 +12,10 @@ and capped on the wire and after decoding).
   hop's, is checked with ``AddressGuard`` before a connection is made (IP literals included),
   and the transport then connects to exactly the addresses the guard approved. With
   ``allow_private_networks`` the guard still refuses cloud metadata addresses.
-* **Redirects** are followed by hand so that each hop is checked: scheme, loop (a URL seen
-  twice), count (``max_redirects``), the caller's scope (``allow_url``) and the guard.
+* **Redirects** are followed by hand so that each hop is checked before it is requested:
+  scheme, loop (a URL seen twice), count (``max_redirects``), the caller's scope
+  (``allow_url``), the caller's own asynchronous check (``check_hop``: the worker asks
+  robots.txt of the hop's origin there) and the guard.
 * **Retries** (layer 1): connect errors, per-request timeouts, 5xx, protocol errors, and
   429/503 whose ``Retry-After`` is at most ``backoff_max_seconds`` are retried up to
   ``request_attempts`` times in all, after ``max(backoff, Retry-After,
@@ -50,11 +52,13 @@ import httpx
 
 from crawlfleet.crawler.bodies import ACCEPT_ENCODING, discard_body, read_body
 from crawlfleet.crawler.failures import (
+    DEFAULT_MIN_HTML_BYTES,
     FailureClass,
     backoff_seconds,
     classify_response,
     parse_retry_after,
 )
+from crawlfleet.crawler.memory import Reservation
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.transport import (
     NETWORK_ERRORS,
@@ -69,6 +73,7 @@ __all__ = [
     "FetchResult",
     "FetchSettings",
     "Fetcher",
+    "HopCheck",
 ]
 
 _log = logging.getLogger(__name__)
@@ -87,6 +92,10 @@ _RETRIED: Final = frozenset(
     }
 )
 _SCHEMES: Final = frozenset({"http", "https"})
+
+#: A caller's check of a redirect hop before it is requested: None to follow it, else the
+#: failure class and message that end the fetch.
+HopCheck = Callable[[str], Awaitable[tuple[FailureClass, str] | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +165,20 @@ class FetchResult:
     wire_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One ``fetch``'s own choices, handed down its redirect and retry loops as one value."""
+
+    allow_url: Callable[[str], bool] | None
+    check_hop: HopCheck | None
+    pace: Callable[[str], Awaitable[None]] | None
+    min_retry_delay_seconds: float
+    max_redirects: int
+    min_html_bytes: int
+    deadline: float
+    reservation: Reservation | None
+
+
 @dataclass(slots=True)
 class _Exchange:
     """One HTTP request and what came of it (the retry loop looks at these)."""
@@ -212,20 +235,37 @@ class Fetcher:
         url: str,
         *,
         allow_url: Callable[[str], bool] | None = None,
+        check_hop: HopCheck | None = None,
         min_retry_delay_seconds: float = 0.0,
         pace: Callable[[str], Awaitable[None]] | None = None,
+        max_redirects: int | None = None,
+        min_html_bytes: int = DEFAULT_MIN_HTML_BYTES,
+        reservation: Reservation | None = None,
     ) -> FetchResult:
         """Fetch ``url``, following redirects that ``allow_url`` accepts; see the module doc.
 
         ``allow_url`` is the caller's scope check, applied to every redirect hop (the first URL
-        is the caller's own choice). ``min_retry_delay_seconds`` is the least pause before a
-        retry of the same URL: the host's politeness delay. ``pace(url)`` is awaited before
-        every request after the first (retries and redirect hops), so the caller can keep
-        all requests to a host apart, as the frontier does for the first.
+        is the caller's own choice), and ``check_hop`` its asynchronous one, awaited after it.
+        ``min_retry_delay_seconds`` is the least pause before a retry of the same URL: the
+        host's politeness delay. ``pace(url)`` is awaited before every request after the first
+        (retries and redirect hops), so the caller can keep all requests to a host apart, as
+        the frontier does for the first. ``max_redirects`` overrides the settings' cap (robots.txt
+        follows its own); ``min_html_bytes`` is the soft-block threshold of a 2xx HTML body.
+        ``reservation`` is charged with the body's decoded bytes (the worker's memory budget).
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + self._settings.total_timeout_seconds
+        call = _Call(
+            allow_url=allow_url,
+            check_hop=check_hop,
+            pace=pace,
+            min_retry_delay_seconds=min_retry_delay_seconds,
+            max_redirects=self._settings.max_redirects if max_redirects is None else max_redirects,
+            min_html_bytes=min_html_bytes,
+            deadline=deadline,
+            reservation=reservation,
+        )
         result = FetchResult(
             url=url,
             final_url=url,
@@ -244,7 +284,7 @@ class Fetcher:
         )
         try:
             async with asyncio.timeout_at(deadline):
-                await self._follow(result, allow_url, min_retry_delay_seconds, deadline, pace)
+                await self._follow(result, call)
         except TimeoutError:
             # Per-request timeouts are translated inside; only the total deadline gets here.
             result.failure = FailureClass.TIMEOUT
@@ -264,28 +304,23 @@ class Fetcher:
 
     # -- redirects -----------------------------------------------------------------------
 
-    async def _follow(
-        self,
-        result: FetchResult,
-        allow_url: Callable[[str], bool] | None,
-        min_retry_delay_seconds: float,
-        deadline: float,
-        pace: Callable[[str], Awaitable[None]] | None,
-    ) -> None:
+    async def _follow(self, result: FetchResult, call: _Call) -> None:
         """Fetch ``result.url`` and its redirect hops, filling ``result`` as it goes."""
         current = result.url
         seen = {urldefrag(current).url}
         while True:
-            exchange = await self._exchange_with_retries(
-                current, result, min_retry_delay_seconds, deadline, pace
-            )
+            exchange = await self._exchange_with_retries(current, result, call)
             result.failure, result.message = exchange.failure, exchange.message
             result.body = exchange.body
             if exchange.failure is not None or exchange.location is None:
                 return
             failure, target = self._next_hop(
-                current, exchange.location, seen, len(result.redirects), allow_url
+                current, exchange.location, seen, len(result.redirects), call
             )
+            if failure is None and call.check_hop is not None:
+                refused = await call.check_hop(target)
+                if refused is not None:
+                    failure, target = refused
             if failure is not None:
                 result.failure, result.message = failure, target
                 return
@@ -299,7 +334,7 @@ class Fetcher:
         location: str,
         seen: set[str],
         hops_so_far: int,
-        allow_url: Callable[[str], bool] | None,
+        call: _Call,
     ) -> tuple[FailureClass | None, str]:
         """(None, the hop's URL) when the redirect may be followed, else (class, reason).
 
@@ -314,33 +349,26 @@ class Fetcher:
             return FailureClass.BAD_SCHEME, f"redirect to {target!r}: only http(s) is fetched"
         if target in seen:
             return FailureClass.REDIRECT_LOOP, f"redirect loop: {target} was already visited"
-        if hops_so_far >= self._settings.max_redirects:
+        if hops_so_far >= call.max_redirects:
             return (
                 FailureClass.TOO_MANY_REDIRECTS,
-                f"more than {self._settings.max_redirects} redirects (next: {target})",
+                f"more than {call.max_redirects} redirects (next: {target})",
             )
-        if allow_url is not None and not allow_url(target):
+        if call.allow_url is not None and not call.allow_url(target):
             return FailureClass.OUT_OF_SCOPE, f"redirect to {target} is out of scope"
         return None, target
 
     # -- retries -------------------------------------------------------------------------
 
-    async def _exchange_with_retries(
-        self,
-        url: str,
-        result: FetchResult,
-        min_retry_delay_seconds: float,
-        deadline: float,
-        pace: Callable[[str], Awaitable[None]] | None,
-    ) -> _Exchange:
+    async def _exchange_with_retries(self, url: str, result: FetchResult, call: _Call) -> _Exchange:
         """One URL (no redirects) with the request-layer retries; the last exchange."""
         settings = self._settings
         attempt = 0
         while True:
             attempt += 1
-            if pace is not None and result.attempts > 0:
-                await pace(url)
-            exchange = await self._exchange(url, result)
+            if call.pace is not None and result.attempts > 0:
+                await call.pace(url)
+            exchange = await self._exchange(url, result, call)
             if attempt >= settings.request_attempts or not self._worth_retrying(exchange):
                 return exchange
             delay = max(
@@ -353,9 +381,9 @@ class Fetcher:
                     self._rng,
                 ),
                 exchange.retry_after_seconds or 0.0,
-                min_retry_delay_seconds,
+                call.min_retry_delay_seconds,
             )
-            if asyncio.get_running_loop().time() + delay >= deadline:
+            if asyncio.get_running_loop().time() + delay >= call.deadline:
                 exchange.message += f" (a retry in {delay:.2f} s would overrun the deadline)"
                 return exchange
             _log.debug(
@@ -381,7 +409,7 @@ class Fetcher:
 
     # -- one request ---------------------------------------------------------------------
 
-    async def _exchange(self, url: str, result: FetchResult) -> _Exchange:
+    async def _exchange(self, url: str, result: FetchResult, call: _Call) -> _Exchange:
         """Send one GET for ``url`` and read its response; failures come back classified."""
         exchange = _Exchange()
         try:
@@ -420,9 +448,14 @@ class Fetcher:
                 result.retry_after_seconds = exchange.retry_after_seconds
                 result.fetched_at = exchange.fetched_at
                 if 200 <= response.status_code < 300:
-                    body = await read_body(response, headers, self._settings, result)
+                    body = await read_body(
+                        response, headers, self._settings, result, call.reservation
+                    )
                     exchange.failure = classify_response(
-                        response.status_code, headers.get("content-type"), len(body)
+                        response.status_code,
+                        headers.get("content-type"),
+                        len(body),
+                        min_html_bytes=call.min_html_bytes,
                     )
                     if exchange.failure is None:
                         exchange.body = body

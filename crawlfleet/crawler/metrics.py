@@ -21,6 +21,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from crawlfleet.crawler.failures import FailureClass
+from crawlfleet.crawler.memory import ByteBudget
 
 __all__ = [
     "FETCH_SECONDS_BUCKETS",
@@ -120,6 +121,29 @@ class WorkerMetrics:
             "Leases the worker no longer owned when it tried to complete them.",
             registry=reg,
         )
+        self.memory_budget = Gauge(
+            _PREFIX + "memory_budget_bytes",
+            "Body bytes the worker may hold (in flight and awaiting their flush), from its"
+            " memory limit; 0 when the budget is off.",
+            registry=reg,
+        )
+        self.memory_in_use = Gauge(
+            _PREFIX + "memory_in_use_bytes",
+            "Body bytes held now, in flight and awaiting their flush.",
+            registry=reg,
+        )
+        self.memory_waits = Counter(
+            _PREFIX + "memory_waits_total",
+            "Times a body waited for room in the memory budget instead of exceeding it.",
+            registry=reg,
+        )
+        self._memory_waits_seen = 0
+        self.robots_deferrals = Counter(
+            _PREFIX + "robots_deferrals_total",
+            "URLs given back to the frontier, no attempt counted, because their host's"
+            " robots.txt could not be read yet (RFC 9309: the host waits).",
+            registry=reg,
+        )
         self.claims = Counter(
             _PREFIX + "claims_total",
             "URLs leased from the frontier.",
@@ -215,6 +239,17 @@ class WorkerMetrics:
     def observe_leases_lost(self, count: int = 1) -> None:
         if count > 0:
             self.leases_lost.inc(count)
+
+    def set_memory(self, budget: ByteBudget) -> None:
+        """The memory budget's state, once per flush."""
+        self.memory_budget.set(budget.capacity_bytes or 0)
+        self.memory_in_use.set(budget.in_use_bytes)
+        if budget.waits > self._memory_waits_seen:
+            self.memory_waits.inc(budget.waits - self._memory_waits_seen)
+            self._memory_waits_seen = budget.waits
+
+    def observe_robots_deferral(self) -> None:
+        self.robots_deferrals.inc()
 
     def observe_claims(self, count: int) -> None:
         if count > 0:

@@ -24,8 +24,9 @@ from typing import Final
 
 from crawlfleet.config import Config, WorkerConfig
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+from crawlfleet.crawler.memory import ByteBudget, budget_bytes, cgroup_memory_limit
 from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.robots import RobotsPolicy
+from crawlfleet.crawler.robots import RobotsPolicy, robots_fetch
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.worker import Worker, WorkerOptions
 from crawlfleet.crawljob import CrawlJob, load_crawljob
@@ -81,6 +82,7 @@ async def run_worker(
     spec = job.spec
     destination = config.destination or spec.output.destination or str(config.output_dir)
     store = await checked_store(spec, destination, config.output)
+    memory = _memory_budget(config, spec.fetch.max_decompressed_bytes)
     guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
     fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
     metrics = WorkerMetrics()
@@ -88,12 +90,7 @@ async def run_worker(
     try:
         frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
         await frontier.seed(list(spec.seeds))  # idempotent: the filter refuses repeats
-
-        async def fetch_robots(url: str) -> tuple[int | None, bytes]:
-            result = await fetcher.fetch(url)
-            return result.status, result.body
-
-        robots = RobotsPolicy.from_spec(frontier.robots, fetch_robots, spec)
+        robots = RobotsPolicy.from_spec(frontier.robots, robots_fetch(fetcher), spec)
         worker = Worker(
             spec=spec,
             frontier=frontier,
@@ -102,6 +99,7 @@ async def run_worker(
             store=store,
             metrics=metrics,
             guard=guard,
+            memory=memory,
             options=WorkerOptions.from_config(worker_id, config, exit_when_done=exit_when_done),
         )
         if config.metrics_port:
@@ -116,6 +114,17 @@ async def run_worker(
         await fetcher.aclose()
         if frontier is not None:
             await frontier.aclose()
+
+
+def _memory_budget(config: WorkerConfig, max_body_bytes: int) -> ByteBudget:
+    """The body budget under this worker's memory limit: the configured one, else the cgroup's
+    (crawler/memory.py); a configured 0 turns it off."""
+    limit = config.memory_limit_bytes
+    if limit == 0:
+        return ByteBudget(None)
+    if limit is None:
+        limit = cgroup_memory_limit()
+    return ByteBudget(budget_bytes(limit, max_body_bytes=max_body_bytes))
 
 
 # -- the entry ------------------------------------------------------------------------------

@@ -6,15 +6,22 @@ site's robots.txt is fetched once per job). Every worker keeps the *parsed* rule
 objects) in a small local LRU, because parsing is the costly part and the same hosts come back
 on every claim; within one worker, concurrent callers of the same origin share one fetch.
 
-Semantics follow RFC 9309 as Google reads it:
+Semantics follow RFC 9309 (and Google's reading of it):
 
 * 2xx: the body is parsed; only its first 500 KiB count (the rest is cut at the last line
-  break before the cap, so a rule is never read half-way);
-* 3xx left over after the fetcher's own redirect handling, and 4xx except 429: no robots.txt,
-  everything is allowed;
-* 5xx, 429, a network failure, a timeout, or any other status: the site is unreachable and
-  *everything* is disallowed, but only for ``robots.errorTtlSeconds``, after which it is asked
-  again; a 2xx/4xx answer is kept for ``robots.ttlSeconds``;
+  break before the cap, so a rule is never read half-way). Its ``Sitemap:`` lines are kept in
+  the shared entry;
+* 3xx: redirects are followed, up to :data:`ROBOTS_MAX_REDIRECTS` hops, each through the address
+  guard, across hosts too (the rules then apply to the first authority); more hops, a loop or a
+  hop we refuse leave no robots.txt: everything is allowed, as for 4xx except 429;
+* 5xx, 429, a network failure, a timeout or an unreadable body: the file is *unreachable*, and
+  until it is read the host is deferred (:attr:`RobotsAccess.DEFERRED`: its URLs go back to the
+  frontier without an attempt counted). It is asked again after ``robots.errorTtlSeconds``,
+  doubling after each further failure up to :data:`MAX_RECHECK_SECONDS` (or the TTL if longer).
+  When a good answer was seen before, that copy is obeyed meanwhile instead; when none ever
+  was, the host is given up after ``robots.giveUpAfterSeconds``
+  (:attr:`RobotsAccess.UNAVAILABLE`: its URLs are dead-lettered as ``robots_unavailable``);
+* a good (2xx/3xx/4xx) answer is kept for ``robots.ttlSeconds``;
 * ``obey=False``: every URL is allowed and robots.txt is never fetched.
 
 Rules are matched with the *product token* of the user agent: the part of ``user_agent`` before
@@ -32,62 +39,129 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protego import Protego
 
+from crawlfleet.crawler.failures import FailureClass
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FetchError
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 from crawlfleet.frontier.urls import origin_of
 
+if TYPE_CHECKING:
+    from crawlfleet.crawler.fetch import Fetcher, FetchResult
+
 __all__ = [
     "LOCAL_CACHE_ORIGINS",
+    "MAX_RECHECK_SECONDS",
     "MAX_ROBOTS_BYTES",
+    "ROBOTS_MAX_REDIRECTS",
+    "RobotsAccess",
     "RobotsFetch",
     "RobotsPolicy",
+    "RobotsVerdict",
     "product_token",
+    "robots_answer",
+    "robots_fetch",
 ]
 
 log = logging.getLogger(__name__)
 
-#: ``robots URL -> (HTTP status, or None on a network failure; body)``. The fetcher follows
-#: redirects itself (RFC 9309 asks for at least five) and applies the usual safety checks.
+#: ``robots URL -> (HTTP status, or None when the file is unreachable; body)``. The fetcher
+#: follows redirects itself and applies the usual safety checks (see :func:`robots_fetch`).
 RobotsFetch = Callable[[str], Awaitable[tuple[int | None, bytes]]]
 
 #: Google (and RFC 9309's minimum) read the first 500 KiB of a robots.txt.
 MAX_ROBOTS_BYTES: Final = 500 * 1024
+#: RFC 9309 §2.3.1.2: follow at least five consecutive redirects.
+ROBOTS_MAX_REDIRECTS: Final = 5
+#: The longest wait between two tries of an unreachable robots.txt (unless errorTtlSeconds is
+#: longer): the doubling stops here, so a site that comes back is noticed within the hour.
+MAX_RECHECK_SECONDS: Final = 3600.0
 #: Origins whose parsed rules one worker keeps (an LRU): the hosts of its recent claims.
 LOCAL_CACHE_ORIGINS: Final = 4096
 
 # Bodies above this are parsed in a thread so a huge robots.txt does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 64 * 1024
 _UTF8_BOM: Final = "\ufeff"
+# Refusals of a redirect hop (not of a request): the chain ends with no robots.txt in it.
+_REDIRECT_REFUSALS: Final = frozenset(
+    {
+        FailureClass.TOO_MANY_REDIRECTS,
+        FailureClass.REDIRECT_LOOP,
+        FailureClass.BAD_SCHEME,
+        FailureClass.INVALID_URL,
+    }
+)
 
 
 class _Verdict(StrEnum):
     RULES = "rules"  # 2xx: obey the parsed body
     ALLOW_ALL = "allow_all"  # 3xx/4xx: no robots.txt
-    DISALLOW_ALL = "disallow_all"  # 5xx, 429, network failure: site unreachable
+    UNREACHABLE = "unreachable"  # 5xx, 429, network failure: the file could not be read
 
 
 def _verdict(status: int | None) -> _Verdict:
     if status is None or status == 429:
-        return _Verdict.DISALLOW_ALL
+        return _Verdict.UNREACHABLE
     if 200 <= status < 300:
         return _Verdict.RULES
     if 300 <= status < 500:
         return _Verdict.ALLOW_ALL
-    return _Verdict.DISALLOW_ALL  # 5xx, and anything outside HTTP's range
+    return _Verdict.UNREACHABLE  # 5xx, and anything outside HTTP's range
+
+
+class RobotsAccess(StrEnum):
+    """What robots.txt says about one URL now."""
+
+    ALLOWED = "allowed"
+    #: A rule of the file forbids it: dead-letter it as ``robots_disallowed``.
+    DISALLOWED = "disallowed"
+    #: The file cannot be read yet: the URL waits (``RobotsVerdict.retry_in_seconds``).
+    DEFERRED = "deferred"
+    #: The file stayed unreachable past ``robots.giveUpAfterSeconds``: ``robots_unavailable``.
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsVerdict:
+    """The answer for one URL, and what the worker needs to act on it.
+
+    ``stamp`` identifies the shared entry the answer came from (it changes whenever the file
+    is fetched again), so a worker applies a host's delay once per entry, not once per URL.
+    ``crawl_delay_seconds`` is the file's delay for our agent (clamped), None when it sets
+    none. ``retry_in_seconds`` is, for a deferred URL, the time until the file is asked again.
+    ``recovered`` marks the first good answer after failures (a deferral to undo).
+    """
+
+    access: RobotsAccess
+    stamp: float = 0.0
+    crawl_delay_seconds: float | None = None
+    retry_in_seconds: float = 0.0
+    recovered: bool = False
+    detail: str = ""
+
+
+_ALLOWED_WITHOUT_ROBOTS: Final = RobotsVerdict(RobotsAccess.ALLOWED)
 
 
 @dataclass(frozen=True, slots=True)
 class _Rules:
-    """Parsed rules of one origin, valid until ``expires_at`` (the policy's clock)."""
+    """One origin's rules as a worker keeps them, valid until ``expires_at`` (policy clock).
+
+    ``verdict`` is what the rules come from: RULES/ALLOW_ALL for a good answer (possibly the
+    last good copy of an unreachable file, ``stale``), UNREACHABLE when there is none.
+    """
 
     verdict: _Verdict
     parser: Protego | None
     expires_at: float
+    stamp: float
+    failing_since: float | None = None
+    recovered: bool = False
+    stale: bool = False
+    status: int | None = None
 
     def allows(self, url: str, agent: str) -> bool:
         if self.verdict is _Verdict.RULES and self.parser is not None:
@@ -124,8 +198,39 @@ def _decode_body(body: bytes) -> str:
     return body.decode("utf-8", errors="replace").removeprefix(_UTF8_BOM)
 
 
+def robots_answer(result: FetchResult) -> tuple[int | None, bytes]:
+    """What a fetch of robots.txt means, as ``(status, body)`` for :class:`RobotsPolicy`.
+
+    A good 2xx gives its body; a redirect chain that ends in a refusal (too many hops, a loop,
+    another scheme) gives its last 3xx, "no robots.txt"; any other status is passed on for
+    the policy to judge (4xx allow, 5xx and 429 unreachable). Everything else is unreachable
+    (None): no response, a timeout, or a 2xx whose body could not be read (too large, a bomb,
+    an unknown coding): a file we could not read is not a file that allows everything.
+    """
+    status = result.status
+    if result.failure is None:
+        return status, result.body
+    if status is not None and 300 <= status < 400:
+        return (status, b"") if result.failure in _REDIRECT_REFUSALS else (None, b"")
+    if status is not None and status >= 400:
+        return status, b""
+    return None, b""
+
+
+def robots_fetch(fetcher: Fetcher) -> RobotsFetch:
+    """The robots.txt fetcher over the worker's own :class:`~crawlfleet.crawler.fetch.Fetcher`:
+    its guard, timeouts and caps, :data:`ROBOTS_MAX_REDIRECTS` hops whatever
+    ``fetch.maxRedirects`` says, and no soft-block test (a tiny robots.txt is a real one)."""
+
+    async def fetch(url: str) -> tuple[int | None, bytes]:
+        result = await fetcher.fetch(url, max_redirects=ROBOTS_MAX_REDIRECTS, min_html_bytes=0)
+        return robots_answer(result)
+
+    return fetch
+
+
 class RobotsPolicy:
-    """Answers "may this URL be fetched?" and "how slowly?" for one job, fleet-wide cached.
+    """Answers "may this URL be fetched now?" and "how slowly?" for one job, fleet-wide cached.
 
     Build it with :meth:`from_spec`: its knobs have no defaults and no checks here, the
     CrawlJob model holds both. ``clock`` (seconds since the epoch) stamps and ages entries; it
@@ -141,6 +246,7 @@ class RobotsPolicy:
         obey: bool,
         ttl_seconds: float,
         error_ttl_seconds: float,
+        give_up_after_seconds: float,
         max_crawl_delay_seconds: float,
         fetch_timeout_seconds: float,
         local_cache_size: int,
@@ -152,6 +258,7 @@ class RobotsPolicy:
         self._obey = obey
         self._ttl_seconds = ttl_seconds
         self._error_ttl_seconds = error_ttl_seconds
+        self._give_up_after_seconds = give_up_after_seconds
         self._max_crawl_delay_seconds = max_crawl_delay_seconds
         self._fetch_timeout_seconds = fetch_timeout_seconds
         # The lock outlives a fetch that hits its timeout, plus the Redis writes after it.
@@ -183,6 +290,7 @@ class RobotsPolicy:
             obey=spec.robots.obey,
             ttl_seconds=spec.robots.ttl_seconds,
             error_ttl_seconds=spec.robots.error_ttl_seconds,
+            give_up_after_seconds=spec.robots.give_up_after_seconds,
             max_crawl_delay_seconds=spec.robots.max_crawl_delay_seconds,
             fetch_timeout_seconds=spec.fetch.total_timeout_seconds,
             local_cache_size=local_cache_size,
@@ -196,15 +304,40 @@ class RobotsPolicy:
 
     # -- public API -----------------------------------------------------------------------
 
-    async def allowed(self, url: str) -> bool:
-        """May ``url`` (absolute http(s), canonical) be fetched? Fetches robots.txt if needed."""
+    async def check(self, url: str) -> RobotsVerdict:
+        """What robots.txt says about ``url`` (absolute http(s), canonical) now.
+
+        Fetches the origin's robots.txt if no worker of the job has a fresh answer.
+        """
         if not self._obey:
-            return True
+            return _ALLOWED_WITHOUT_ROBOTS
         origin = origin_of(url)
-        rules = self._local_get(origin, self._clock())
+        now = self._clock()
+        rules = self._local_get(origin, now)
         if rules is None:
             rules = (await self._rules_for([origin]))[origin]
-        return rules.allows(url, self._agent)
+            now = self._clock()
+        delay = self._clamped_delay(rules)
+        if rules.verdict is not _Verdict.UNREACHABLE:
+            access = (
+                RobotsAccess.ALLOWED
+                if rules.allows(url, self._agent)
+                else (RobotsAccess.DISALLOWED)
+            )
+            return RobotsVerdict(access, rules.stamp, delay, recovered=rules.recovered)
+        failing_for = now - (rules.failing_since if rules.failing_since is not None else now)
+        detail = _unreachable_detail(origin, rules.status, failing_for)
+        if failing_for >= self._give_up_after_seconds:
+            return RobotsVerdict(RobotsAccess.UNAVAILABLE, rules.stamp, detail=detail)
+        retry_in = max(0.0, rules.expires_at - now)
+        return RobotsVerdict(
+            RobotsAccess.DEFERRED, rules.stamp, retry_in_seconds=retry_in, detail=detail
+        )
+
+    async def allowed(self, url: str) -> bool:
+        """May ``url`` be fetched now? False while its robots.txt is unreachable (RFC 9309:
+        "assume complete disallow"); :meth:`check` tells that apart from a Disallow."""
+        return (await self.check(url)).access is RobotsAccess.ALLOWED
 
     async def crawl_delay(self, host: str) -> float | None:
         """Crawl-delay (or Request-rate as seconds per request) for our agent, at most the max.
@@ -223,8 +356,9 @@ class RobotsPolicy:
             rules = self._local_get(origin, now) or (await self._rules_for([origin]))[origin]
         else:
             rules = await self._known_rules((f"https://{host}", f"http://{host}"), now)
-        if rules is None:
-            return None
+        return None if rules is None else self._clamped_delay(rules)
+
+    def _clamped_delay(self, rules: _Rules) -> float | None:
         delay = rules.delay_seconds(self._agent)
         if delay is None:
             return None
@@ -299,23 +433,54 @@ class RobotsPolicy:
         return rules
 
     def _expires_at(self, entry: RobotsEntry) -> float:
-        if _verdict(entry.status) is _Verdict.DISALLOW_ALL:
-            return entry.fetched_at + self._error_ttl_seconds
+        if _verdict(entry.status) is _Verdict.UNREACHABLE:
+            return entry.fetched_at + self._recheck_seconds(entry.failures)
         return entry.fetched_at + self._ttl_seconds
+
+    def _recheck_seconds(self, failures: int) -> float:
+        """errorTtlSeconds after the first failure, doubling after each further one, up to
+        the larger of MAX_RECHECK_SECONDS and errorTtlSeconds."""
+        ceiling = max(MAX_RECHECK_SECONDS, self._error_ttl_seconds)
+        exponent = min(max(failures, 1) - 1, 32)
+        return min(ceiling, self._error_ttl_seconds * 2.0**exponent)
 
     def _fresh(self, entry: RobotsEntry) -> bool:
         return self._expires_at(entry) > self._clock()
 
     async def _parse(self, entry: RobotsEntry) -> _Rules:
-        verdict = _verdict(entry.status)
+        """The rules an entry stands for: its own, or, while the file is unreachable, those of
+        its last good copy (RFC 9309 §2.3.1.4), valid until the file is asked again."""
         expires_at = self._expires_at(entry)
-        if verdict is not _Verdict.RULES:
-            return _Rules(verdict, None, expires_at)
-        if len(entry.body) > _PARSE_IN_THREAD_BYTES:
-            parser = await asyncio.to_thread(Protego.parse, entry.body)
-        else:
-            parser = Protego.parse(entry.body)
-        return _Rules(verdict, parser, expires_at)
+        source = entry
+        if _verdict(entry.status) is _Verdict.UNREACHABLE:
+            if entry.good is None:
+                return _Rules(
+                    _Verdict.UNREACHABLE,
+                    None,
+                    expires_at,
+                    entry.fetched_at,
+                    failing_since=entry.failing_since
+                    if entry.failing_since is not None
+                    else entry.fetched_at,
+                    status=entry.status,
+                )
+            source = entry.good
+        verdict = _verdict(source.status)
+        parser = None
+        if verdict is _Verdict.RULES:
+            if len(source.body) > _PARSE_IN_THREAD_BYTES:
+                parser = await asyncio.to_thread(Protego.parse, source.body)
+            else:
+                parser = Protego.parse(source.body)
+        return _Rules(
+            verdict,
+            parser,
+            expires_at,
+            entry.fetched_at,
+            recovered=entry.recovered,
+            stale=source is not entry,
+            status=source.status,
+        )
 
     # -- fetching -------------------------------------------------------------------------
 
@@ -343,7 +508,7 @@ class RobotsPolicy:
         """Fresh rules for ``origin``, fetched here only when no other worker is fetching it."""
         entry = await self._cache.fetch_once(
             origin,
-            lambda: self._fetch_entry(origin),
+            lambda stored: self._fetch_entry(origin, stored),
             fresh=self._fresh,
             lock_seconds=self._lock_seconds,
         )
@@ -351,18 +516,51 @@ class RobotsPolicy:
         self._local_put(origin, rules)
         return rules
 
-    async def _fetch_entry(self, origin: str) -> RobotsEntry:
+    async def _fetch_entry(self, origin: str, stored: RobotsEntry | None) -> RobotsEntry:
+        """Fetch the file and build the entry to share, carrying a failure streak and the last
+        good answer over from ``stored``."""
         status, body = await self._fetch(origin)
+        now = self._clock()
+        failing = stored is not None and _verdict(stored.status) is _Verdict.UNREACHABLE
         verdict = _verdict(status)
-        text = _decode_body(body) if verdict is _Verdict.RULES else ""
-        if verdict is _Verdict.DISALLOW_ALL:
-            log.info(
-                "robots: %s/robots.txt unreachable (status %s); host disallowed for %.0f s",
-                origin,
-                status,
-                self._error_ttl_seconds,
-            )
-        return RobotsEntry(status, text, self._clock())
+        if verdict is not _Verdict.UNREACHABLE:
+            text = _decode_body(body) if verdict is _Verdict.RULES else ""
+            sitemaps = _sitemaps(text) if "itemap" in text else ()
+            if failing:
+                log.info("robots: %s/robots.txt is readable again (status %s)", origin, status)
+            return RobotsEntry(status, text, now, sitemaps=sitemaps, recovered=failing)
+        previous_good: RobotsEntry | None = None
+        failures, failing_since = 1, now
+        if stored is not None and failing:
+            previous_good = stored.good
+            failures = stored.failures + 1
+            failing_since = stored.failing_since if stored.failing_since is not None else now
+        elif stored is not None:
+            previous_good = stored
+        entry = RobotsEntry(
+            status,
+            "",
+            now,
+            failures=failures,
+            failing_since=failing_since,
+            good=None
+            if previous_good is None
+            else RobotsEntry(
+                previous_good.status,
+                previous_good.body,
+                previous_good.fetched_at,
+                sitemaps=previous_good.sitemaps,
+            ),
+        )
+        log.info(
+            "robots: %s/robots.txt unreachable (status %s, %d time(s) in a row); %s for %.0f s",
+            origin,
+            status,
+            failures,
+            "its last good copy is obeyed" if previous_good is not None else "the host waits",
+            self._recheck_seconds(failures),
+        )
+        return entry
 
     async def _fetch(self, origin: str) -> tuple[int | None, bytes]:
         """The fetcher's answer; a timeout or a failed fetch is "unreachable" (status None)."""
@@ -373,3 +571,13 @@ class RobotsPolicy:
         except (TimeoutError, OSError, FetchError) as exc:
             log.info("robots: fetching %s failed: %s", url, exc)
             return None, b""
+
+
+def _sitemaps(text: str) -> tuple[str, ...]:
+    """The ``Sitemap:`` URLs of a robots.txt, as Protego reads them (for the sitemap reader)."""
+    return tuple(dict.fromkeys(Protego.parse(text).sitemaps))
+
+
+def _unreachable_detail(origin: str, status: int | None, failing_for: float) -> str:
+    answer = f"HTTP {status}" if status is not None else "no response"
+    return f"{origin}/robots.txt unreachable for {failing_for:.0f} s (last answer: {answer})"

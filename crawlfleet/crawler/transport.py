@@ -14,6 +14,12 @@ Proxies from the environment are ignored (``trust_env=False``): a proxy would ma
 address meaningless. aiohttp's cookie jar is a ``DummyCookieJar``: one client serves every
 site, and cookies from one must neither pile up nor leak to another.
 
+**Header limits** are explicit (aiohttp ≥ 3.13.4 has all three): a status or header line of at
+most :data:`MAX_HEADER_LINE_BYTES`, one header field of at most :data:`MAX_HEADER_FIELD_BYTES`
+(a 100,000-character ``Location`` is refused here, before any URL is built from it), and at
+most :data:`MAX_HEADERS` fields, so one response head costs at most ~2 MiB. A response past
+them is ``headers_too_large``, a permanent failure: asking again gets the same head.
+
 The errors the network, a server or a page can cause (:data:`NETWORK_ERRORS`) are translated
 here, once, into failure classes (:func:`failure_from_exception`).
 """
@@ -34,12 +40,24 @@ from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.errors import FetchError
 
 __all__ = [
+    "MAX_HEADERS",
+    "MAX_HEADER_FIELD_BYTES",
+    "MAX_HEADER_LINE_BYTES",
     "NETWORK_ERRORS",
     "GuardResolver",
     "build_transport",
     "failure_from_exception",
     "request_timeouts",
 ]
+
+#: The longest status line or header line of a response (aiohttp's default).
+MAX_HEADER_LINE_BYTES: Final = 8190
+#: The longest single header field: real sites send CSP and cookie headers of several KiB.
+MAX_HEADER_FIELD_BYTES: Final = 16 * 1024
+#: The most header fields in one response (aiohttp's default).
+MAX_HEADERS: Final = 128
+# How aiohttp's parsers word a response head past those limits (LineTooLong, and the count).
+_HEAD_TOO_LARGE: Final = ("Got more than", "Too many headers")
 
 #: Errors the network, a server or a page can cause; anything else is a bug and propagates.
 NETWORK_ERRORS: Final = (
@@ -111,6 +129,9 @@ def build_transport(guard: AddressGuard) -> AiohttpTransport:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
             auto_decompress=False,
+            max_line_size=MAX_HEADER_LINE_BYTES,
+            max_field_size=MAX_HEADER_FIELD_BYTES,
+            max_headers=MAX_HEADERS,
         )
         # aiohttp silently resends an idempotent request once when the server hangs up (on
         # fresh connections too), so a hostile server would see twice the requests we count
@@ -181,6 +202,8 @@ def _from_aiohttp(error: aiohttp.ClientError) -> FailureClass:
         return FailureClass.BAD_SCHEME
     if isinstance(error, aiohttp.InvalidURL):
         return FailureClass.INVALID_URL
+    if isinstance(error, aiohttp.ClientResponseError) and error.message.startswith(_HEAD_TOO_LARGE):
+        return FailureClass.HEADERS_TOO_LARGE
     return FailureClass.PROTOCOL_ERROR  # disconnects, bad framing, bad headers, payload errors
 
 

@@ -26,7 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import sha256
 
 from crawlfleet.config import WorkerConfig
@@ -35,8 +35,9 @@ from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.links import extract_links
+from crawlfleet.crawler.memory import ByteBudget, Reservation
 from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.robots import RobotsPolicy
+from crawlfleet.crawler.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, OutputSink, PageOutput, PageRecord
@@ -66,6 +67,8 @@ _FINISH_CHECK_SECONDS = 1.0
 _FINISH_CLAIM_SECONDS = 120.0
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: Hosts whose robots delay this worker remembers having applied (then it starts over).
+_ROBOTS_APPLIED_MAX = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,24 @@ class _Outcome:
     failure: Failure | None = None
     links: list[str] = field(default_factory=list)
     result: FetchResult | None = None
+    #: The body's bytes in the worker's memory budget, given back once the page is flushed.
+    reservation: Reservation | None = None
+
+    def let_go_of_body(self) -> None:
+        """The page is written: its body is no longer held, nor counted in the budget."""
+        if self.reservation is not None:
+            self.reservation.release()
+            self.reservation = None
+        if self.result is not None:
+            self.result.body = b""
+
+
+@dataclass(frozen=True, slots=True)
+class _Deferred:
+    """A lease whose host's robots.txt cannot be read yet: it goes back, no attempt counted."""
+
+    lease: Lease
+    verdict: RobotsVerdict
 
 
 @dataclass(slots=True)
@@ -153,6 +174,7 @@ class Worker:
         metrics: WorkerMetrics,
         options: WorkerOptions,
         guard: AddressGuard | None = None,
+        memory: ByteBudget | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.spec = spec
@@ -165,6 +187,8 @@ class Worker:
         self._output_finished = store is None or not options.finish_output
         self._finish_checked_at = 0.0
         self.guard = None if spec.scope.allow_private_networks else guard
+        #: The bytes of bodies in flight and in the done buffer (crawler/memory.py).
+        self.memory = memory if memory is not None else ByteBudget(None)
         self.worker_id = options.worker_id
         self.scope = Scope(
             allowed_domains=tuple(spec.scope.allowed_domains),
@@ -184,7 +208,10 @@ class Worker:
         self._closed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._flushes_done = False  # draining: the flush loop ends, run() flushes the rest
-        self._hosts_with_delay: set[str] = set()
+        # host -> stamp of the robots entry whose delay this worker applied (see
+        # _apply_robots_delay); hosts this worker deferred, whose delay it must undo.
+        self._robots_applied: dict[str, float] = {}
+        self._deferred_hosts: set[str] = set()
         # Finished pages by the output generation their records wait in (see sinks.py).
         self._awaiting: dict[int, _Settlement] = {}
         self.output = OutputSink.from_spec(
@@ -259,7 +286,12 @@ class Worker:
         outage = 0.0
         while not self._stopping:
             room = self.limit.limit - len(self._inflight)
-            if room <= 0 or len(self._done) >= self.options.max_buffered or self.output.blocked:
+            if (
+                room <= 0
+                or len(self._done) >= self.options.max_buffered
+                or self.output.blocked
+                or self.memory.exhausted
+            ):
                 await self._wait(self.options.idle_poll_seconds)  # backpressure
                 continue
             if self._inflight and room < max(1, self.limit.limit // 4):
@@ -351,35 +383,74 @@ class Worker:
             outcome = self._failed(lease, None, FailureClass.PROTOCOL_ERROR, repr(exc)[:500])
         finally:
             self._inflight.pop(lease.lease_id, None)
+        if isinstance(outcome, _Deferred):
+            await self._defer(outcome)
+            self._wake.set()
+            return
         self._done.append(outcome)
         self._wake.set()
         self._flush_wanted.set()
 
-    async def _pace(self, url: str) -> None:
-        """Keep a fetch's extra requests (retries, redirect hops) in the host's schedule."""
-        canonical = try_canonicalize(url)
-        if canonical is not None and self.spec.concurrency.host_delay_seconds > 0:
-            await self.frontier.pace(host_of(canonical))
+    async def _pace(self, url: str, home: str) -> None:
+        """Keep a fetch's extra requests (retries, redirect hops) in their host's schedule.
 
-    async def _fetch_and_classify(self, lease: Lease) -> _Outcome:
+        ``home`` is the lease's host, whose delay the claim already applied: with no job-wide
+        delay only a hop to another host is paced (by that host's robots Crawl-delay).
+        """
+        canonical = try_canonicalize(url)
+        if canonical is None:
+            return
+        host = host_of(canonical)
+        if self.spec.concurrency.host_delay_seconds > 0 or host != home:
+            await self.frontier.pace(host)
+
+    async def _check_hop(self, url: str) -> tuple[FailureClass, str] | None:
+        """robots.txt of a redirect's target, asked before the hop is requested."""
+        canonical = try_canonicalize(url)
+        if canonical is None:
+            return FailureClass.INVALID_URL, f"redirect to unusable {url!r}"
+        verdict = await self.robots.check(canonical)
+        if verdict.access is RobotsAccess.ALLOWED:
+            await self._apply_robots_delay(host_of(canonical), verdict)
+            return None
+        if verdict.access is RobotsAccess.DISALLOWED:
+            return FailureClass.ROBOTS_DISALLOWED, f"redirect to {url} is disallowed by robots.txt"
+        return FailureClass.ROBOTS_UNAVAILABLE, f"redirect to {url}: {verdict.detail}"
+
+    async def _fetch_and_classify(self, lease: Lease) -> _Outcome | _Deferred:
         if self.guard is not None:
             try:  # before robots.txt too: no request at all to a forbidden address
                 await self.guard.check_url(lease.url)
             except FetchError as exc:
                 return self._failed(lease, None, FailureClass(exc.failure_class), exc.message)
-        if self.spec.robots.obey:
-            if not await self.robots.allowed(lease.url):
+        obey = self.spec.robots.obey
+        if obey:
+            verdict = await self.robots.check(lease.url)
+            if verdict.access is RobotsAccess.DEFERRED:
+                return _Deferred(lease, verdict)
+            if verdict.access is RobotsAccess.DISALLOWED:
                 return self._failed(lease, None, FailureClass.ROBOTS_DISALLOWED, "robots.txt")
-            await self._apply_crawl_delay(lease)
-        depth = lease.depth
-        result = await self.fetcher.fetch(
-            lease.url,
-            allow_url=lambda url: self.scope.check(url, depth) is None,
-            min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
-            pace=self._pace,
-        )
+            if verdict.access is RobotsAccess.UNAVAILABLE:  # given up: no retry
+                failure = FailureClass.ROBOTS_UNAVAILABLE
+                return self._failed(lease, None, failure, verdict.detail, retryable=False)
+            await self._apply_robots_delay(lease.host, verdict)
+        depth, home = lease.depth, lease.host
+        reservation = self.memory.reservation()
+        try:
+            result = await self.fetcher.fetch(
+                lease.url,
+                allow_url=lambda url: self.scope.check(url, depth) is None,
+                check_hop=self._check_hop if obey else None,
+                min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
+                pace=lambda url: self._pace(url, home),
+                reservation=reservation,
+            )
+        except BaseException:
+            reservation.release()
+            raise
         self._fetched.append(lease.lease_id)
         if result.failure is not None:
+            reservation.release()
             self.limit.record(False)
             return self._failed(lease, result, result.failure, result.message)
         self.limit.record(True)
@@ -394,17 +465,48 @@ class Worker:
             record=self._record(lease, result, None, title, len(links)),
             links=links,
             result=result,
+            reservation=reservation,
         )
 
-    async def _apply_crawl_delay(self, lease: Lease) -> None:
-        """A host's robots Crawl-delay, when larger than the job's, paces every worker."""
-        host = lease.host
-        if host in self._hosts_with_delay:
+    async def _apply_robots_delay(self, host: str, verdict: RobotsVerdict) -> None:
+        """Set the host's delay in the frontier from its robots.txt, once per robots entry.
+
+        A Crawl-delay longer than the job's paces every worker; a host this worker (or, as the
+        entry's ``recovered`` says, any worker) deferred gets its delay back.
+        """
+        if self._robots_applied.get(host) == verdict.stamp:
             return
-        self._hosts_with_delay.add(host)
-        delay = await self.robots.crawl_delay(lease.url)
-        if delay is not None and delay > self.spec.concurrency.host_delay_seconds:
-            await self.frontier.set_host_delay(host, delay)
+        if len(self._robots_applied) >= _ROBOTS_APPLIED_MAX:
+            self._robots_applied.clear()
+        self._robots_applied[host] = verdict.stamp
+        delay = verdict.crawl_delay_seconds
+        wanted = (
+            delay
+            if delay is not None and delay > self.spec.concurrency.host_delay_seconds
+            else None
+        )
+        if wanted is not None or verdict.recovered or host in self._deferred_hosts:
+            await self.frontier.set_host_delay(host, wanted)
+            self._deferred_hosts.discard(host)
+
+    async def _defer(self, deferred: _Deferred) -> None:
+        """Give a lease back without an attempt and hold its host until robots.txt is asked
+        again: every worker's claims skip it meanwhile (the host's delay in the frontier)."""
+        lease, verdict = deferred.lease, deferred.verdict
+        wait = max(verdict.retry_in_seconds, self.spec.concurrency.host_delay_seconds)
+        self.metrics.observe_robots_deferral()
+        try:
+            await self.frontier.set_host_delay(lease.host, wait)
+            self._deferred_hosts.add(lease.host)
+            self._robots_applied.pop(lease.host, None)
+            await self.frontier.release(self.worker_id, [lease.lease_id])
+        except FrontierUnavailable as exc:  # the lease expires by itself, attempt counted
+            log.warning("could not defer %s: %s", lease.url, exc, extra={"layer": "task"})
+            return
+        self.counters["released"] += 1
+        log.debug(
+            "deferred %s for %.1f s: %s", lease.url, wait, verdict.detail, extra={"layer": "task"}
+        )
 
     def _failed(
         self,
@@ -412,8 +514,13 @@ class Worker:
         result: FetchResult | None,
         failure_class: FailureClass,
         message: str,
+        *,
+        retryable: bool | None = None,
     ) -> _Outcome:
+        """A failed outcome; ``retryable`` overrides the class's fate (a host given up)."""
         verdict = fate(failure_class)
+        if retryable is not None and retryable != verdict.retryable:
+            verdict = replace(verdict, retryable=retryable)
         delay = 0.0
         if verdict.retryable:
             retry = self.spec.retry
@@ -546,8 +653,11 @@ class Worker:
             for outcome in batch
             if (result := outcome.result) is not None
         )
+        for outcome in batch:
+            outcome.let_go_of_body()
         self.metrics.set_concurrency_limit(self.limit.limit)
         self.metrics.set_in_flight(len(self._inflight))
+        self.metrics.set_memory(self.memory)
         if generation is None:  # nothing written (format none): nothing to wait for
             await self._settle(_Settlement(batch))
         else:
@@ -656,6 +766,8 @@ class Worker:
         """Give back the leases of pages whose file never became durable (no attempt counted):
         another worker crawls them now instead of after their lease expires."""
         ids = self._waiting_lease_ids() + [o.lease.lease_id for o in self._done]
+        for outcome in self._done:
+            outcome.let_go_of_body()
         self._awaiting.clear()
         self._done.clear()
         if not ids:

@@ -3,7 +3,9 @@
 A fleet of N workers that each fetched every host's robots.txt would hit each site N times
 before its first page, and again on every worker restart. So the raw answer (status and body)
 lives in one hash of the job (``JobKeys.robots``; field ``scheme://host[:port]``, value JSON
-``{"status", "body", "fetched_at"}``), written by whichever worker fetched it first.
+``{"status", "body", "fetched_at"}`` and, when they are not empty, ``"sitemaps"``, the failure
+streak ``"failures"``/``"failing_since"``, the last good answer ``"good"`` (an entry of the same
+shape) and ``"recovered"``), written by whichever worker fetched it first.
 
 Only one worker of the fleet fetches an origin at a time: it takes a short ``SET NX PX`` lock
 (``JobKeys.robots_lock(origin)``, a random token), and workers that lose the race poll the hash
@@ -49,37 +51,87 @@ class RobotsEntry:
     """One origin's raw robots.txt answer as the fleet shares it.
 
     ``status`` is None when the fetch failed without an HTTP answer (network error, timeout);
-    ``fetched_at`` is the fetching worker's wall clock, in seconds since the epoch.
+    ``fetched_at`` is the fetching worker's wall clock, in seconds since the epoch. What the
+    crawler needs to defer a host whose robots.txt cannot be read (RFC 9309 §2.3.1.4) rides
+    along: ``failures`` failed fetches in a row since ``failing_since``, the last good answer
+    (``good``) to fall back on, and ``recovered`` on the first good answer after failures.
+    ``sitemaps`` are the file's ``Sitemap:`` URLs, for whoever reads sitemaps.
     """
 
     status: int | None
     body: str
     fetched_at: float
+    sitemaps: tuple[str, ...] = ()
+    failures: int = 0
+    failing_since: float | None = None
+    good: RobotsEntry | None = None
+    recovered: bool = False
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"status": self.status, "body": self.body, "fetched_at": self.fetched_at},
-            separators=(",", ":"),
-        )
+        return json.dumps(self._to_mapping(), separators=(",", ":"))
+
+    def _to_mapping(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "status": self.status,
+            "body": self.body,
+            "fetched_at": self.fetched_at,
+        }
+        # Only what is set: the common entry stays as small as it always was.
+        if self.sitemaps:
+            data["sitemaps"] = list(self.sitemaps)
+        if self.failures:
+            data["failures"] = self.failures
+            data["failing_since"] = self.failing_since
+        if self.good is not None:
+            data["good"] = self.good._to_mapping()
+        if self.recovered:
+            data["recovered"] = True
+        return data
 
     @classmethod
     def from_json(cls, origin: str, value: str | bytes) -> RobotsEntry | None:
         """None (and a warning) for a value this version cannot read: it is fetched again."""
         try:
-            data = json.loads(value)
-            status, body, fetched_at = data["status"], data["body"], data["fetched_at"]
-            if status is not None and not isinstance(status, int):
-                raise TypeError("status")
-            if not isinstance(body, str) or not isinstance(fetched_at, int | float):
-                raise TypeError("body or fetched_at")
+            return cls._from_mapping(json.loads(value), nested=False)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("robots: unreadable cache entry for %s (%s); fetching again", origin, exc)
             return None
-        return cls(status, body, float(fetched_at))
+
+    @classmethod
+    def _from_mapping(cls, data: dict[str, object], *, nested: bool) -> RobotsEntry:
+        status, body, fetched_at = data["status"], data["body"], data["fetched_at"]
+        if status is not None and not isinstance(status, int):
+            raise TypeError("status")
+        if not isinstance(body, str) or not isinstance(fetched_at, int | float):
+            raise TypeError("body or fetched_at")
+        sitemaps = data.get("sitemaps", [])
+        failures = data.get("failures", 0)
+        failing_since = data.get("failing_since")
+        good = data.get("good")
+        if not isinstance(sitemaps, list) or not all(isinstance(s, str) for s in sitemaps):
+            raise TypeError("sitemaps")
+        if not isinstance(failures, int) or (
+            failing_since is not None and not isinstance(failing_since, int | float)
+        ):
+            raise TypeError("failures or failing_since")
+        if good is not None and (nested or not isinstance(good, dict)):
+            raise TypeError("good")
+        return cls(
+            status,
+            body,
+            float(fetched_at),
+            tuple(sitemaps),
+            failures,
+            None if failing_since is None else float(failing_since),
+            None if good is None else cls._from_mapping(good, nested=True),
+            data.get("recovered") is True,
+        )
 
 
-#: Fetches one origin's robots.txt now (the caller's HTTP stack, its timeouts and checks).
-FetchEntry = Callable[[], Awaitable[RobotsEntry]]
+#: Fetches one origin's robots.txt now (the caller's HTTP stack, its timeouts and checks),
+#: given the entry stored before (None if none): a failure streak or a last good answer
+#: carries over into the new entry.
+FetchEntry = Callable[[RobotsEntry | None], Awaitable[RobotsEntry]]
 #: Whether a stored entry may still be used (the caller's TTLs and clock).
 IsFresh = Callable[[RobotsEntry], bool]
 
@@ -130,7 +182,7 @@ class RobotsCache:
             if entry is not None:
                 return entry
         log.info("robots: no answer from the workers fetching %s; fetching it here", origin)
-        entry = await fetch()
+        entry = await fetch(await self._stored(origin))
         await self._store(origin, "", entry)
         return entry
 
@@ -146,17 +198,20 @@ class RobotsCache:
     ) -> RobotsEntry:
         try:
             # Another worker may have stored it between our caller's read and our lock.
-            value = await call(self._client.hget(self._keys.robots, origin))
-            stored = None if value is None else RobotsEntry.from_json(origin, value)
+            stored = await self._stored(origin)
             if stored is not None and fresh(stored):
                 await self._unlock(origin, token)
                 return stored
-            entry = await fetch()
+            entry = await fetch(stored)
         except BaseException:
             await self._unlock(origin, token)
             raise
         await self._store(origin, token, entry)
         return entry
+
+    async def _stored(self, origin: str) -> RobotsEntry | None:
+        value = await call(self._client.hget(self._keys.robots, origin))
+        return None if value is None else RobotsEntry.from_json(origin, value)
 
     async def _run_store(self, origin: str, token: str, value: str) -> bool:
         """robots_store.lua: store ``value`` (unless '') and release this worker's lock."""

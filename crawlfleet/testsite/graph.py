@@ -104,8 +104,16 @@ class SiteConfig:
     slow_seconds: float = 1.5
     #: Size of the ``/big`` body.
     big_bytes: int = 32 * 1024 * 1024
+    #: Pause after each 64 KiB write of ``/big`` and ``/big.bin`` (0: as fast as the socket).
+    big_write_delay_seconds: float = 0.0
     #: Inflated size of the ``/bomb`` body; must be a multiple of 1 MiB.
     bomb_inflated_bytes: int = 1 << 30
+    #: Every host's robots.txt answers 503 this many times before its real answer.
+    robots_failures: int = 0
+    #: Every host's robots.txt never answers (the request hangs until the client gives up).
+    robots_hang: bool = False
+    #: ``/trickle`` sends one body byte this often, forever.
+    trickle_interval_seconds: float = 15.0
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
@@ -127,6 +135,8 @@ class SiteConfig:
             raise ValueError("big_bytes must be >= 0")
         if self.bomb_inflated_bytes <= 0 or self.bomb_inflated_bytes % (1 << 20):
             raise ValueError("bomb_inflated_bytes must be a positive multiple of 1 MiB")
+        if self.robots_failures < 0 or self.trickle_interval_seconds <= 0:
+            raise ValueError("robots_failures must be >= 0, trickle_interval_seconds > 0")
 
 
 @dataclass(frozen=True)

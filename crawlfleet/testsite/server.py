@@ -57,6 +57,29 @@ Path                        Behaviour
 ``/nofollow/only``          200 page, linked only with ``rel="nofollow"``.
 =========================== ===========================================================
 
+Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.testsite.hostile`):
+
+=========================== ===========================================================
+``/go/<n>``                 302 to ``/private/<n>``: a redirect into a Disallowed path.
+``/private/<n>``            200 page (Disallowed by host 0's robots.txt).
+``/big.bin``                ``/big`` as ``application/octet-stream`` (not parsed for links).
+``/trickle``                200 headers, then one body byte every
+                            ``trickle_interval_seconds``, forever.
+``/bomb/<coding>``          ``gzip`` (as ``/bomb``), ``deflate``, ``br`` or ``zstd``: a body
+                            that decodes to ``bomb_inflated_bytes`` zeros.
+``/links/<n>``              A page of ``n`` distinct links ``/links/to/<i>`` (404s), n ≤ 10⁶.
+``/long-location``          302 whose ``Location`` has 100,000 characters.
+``/many-headers``           200 with 128 extra header fields of 8 KiB each.
+``/sjis/header``            A Shift_JIS page, its charset only in ``Content-Type``, linking
+                            Japanese paths and a Japanese query.
+``/sjis/meta``              The same page, its charset only in ``<meta charset>``.
+``/trap/…``                 Any depth: links ``same/`` and ``next-<depth>/`` (relative), an
+                            endless space of repeated and of ever more path segments.
+=========================== ===========================================================
+
+``robots_failures`` makes every host's robots.txt answer 503 that many times first
+(counted per host); ``robots_hang`` makes it never answer.
+
 Where they are linked (hostile mode; page index taken modulo ``pages_per_host``):
 host-0 page 1 links ``/status/404``, ``/status/410``, ``/private/secret``, ``/file.pdf`` and
 the out-of-scope host; page 2 ``/ratelimited``, ``/flaky/0``, ``/flaky/1``, ``/empty``;
@@ -103,6 +126,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from crawlfleet.testsite import hostile
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
 
 __all__ = [
@@ -368,12 +392,18 @@ class SiteServer:
             "/hang": self._hang,
             "/empty": self._empty,
             "/big": self._big,
+            "/big.bin": self._big,
             "/bomb": self._bomb,
             "/file.pdf": self._pdf,
             "/private/secret": self._leaf_route("Private: you should not be here"),
             "/nofollow/only": self._leaf_route("Reachable only through nofollow"),
             "/redirect/loop/a": self._loop_a,
             "/redirect/loop/b": self._loop_b,
+            "/trickle": self._trickle,
+            "/long-location": self._long_location,
+            "/many-headers": self._many_headers,
+            "/sjis/header": self._sjis_header,
+            "/sjis/meta": self._sjis_meta,
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -481,6 +511,12 @@ class SiteServer:
                 body = bodies[index] = self.graph.render_page(host, index)
             return web.Response(body=body, headers=_HTML_HEADERS)
         if path == "/robots.txt":
+            if self.config.robots_hang:
+                await self._stopping.wait()
+                return _small(503, "Shutting down")
+            self._hits[f"robots:{host}"] += 1
+            if self._hits[f"robots:{host}"] <= self.config.robots_failures:
+                return _small(503, "Service Unavailable")
             robots = self.graph.robots_txt(host)
             if robots is None:
                 return _not_found()
@@ -498,6 +534,18 @@ class SiteServer:
                 return _small(code, f"Status {code}")
         elif kind == "flaky" and len(parts) == 3 and parts[2].isdigit():
             return self._flaky(path)
+        elif kind == "go" and len(parts) == 3:
+            return _redirect(f"/private/{parts[2]}")
+        elif kind == "private" and len(parts) == 3:
+            return self._leaf(path, "Private: you should not be here")
+        elif kind == "bomb" and len(parts) == 3:
+            return self._coded_bomb(parts[2])
+        elif kind == "links" and len(parts) == 3 and parts[2].isdigit():
+            if int(parts[2]) <= 1_000_000:
+                body = hostile.render_link_flood(int(parts[2]))
+                return web.Response(body=body, headers=_HTML_HEADERS)
+        elif kind == "trap":
+            return web.Response(body=hostile.render_trap_page(path), headers=_HTML_HEADERS)
         elif kind == "redirect" and len(parts) == 4 and parts[2] == "chain":
             if parts[3].isdigit() and int(parts[3]) <= 1000:
                 return self._chain(int(parts[3]))
@@ -556,7 +604,9 @@ class SiteServer:
         return web.Response(body=_PDF_BODY, headers={"Content-Type": "application/pdf"})
 
     async def _big(self, request: web.BaseRequest) -> web.StreamResponse:
-        resp = web.StreamResponse(headers=_HTML_HEADERS)
+        binary = request.path.endswith(".bin")
+        headers = {"Content-Type": "application/octet-stream"} if binary else _HTML_HEADERS
+        resp = web.StreamResponse(headers=headers)
         resp.enable_chunked_encoding()
         await resp.prepare(request)
         remaining = self.config.big_bytes
@@ -567,10 +617,13 @@ class SiteServer:
                 await resp.write(first)
                 remaining -= len(first)
             chunk = _BIG_CHUNK
+            pause = self.config.big_write_delay_seconds
             while remaining > 0:
                 piece = chunk if remaining >= len(chunk) else chunk[:remaining]
                 await resp.write(piece)
                 remaining -= len(piece)
+                if pause:
+                    await asyncio.sleep(pause)
             await resp.write_eof()
         except ConnectionError:  # the client stopped reading: exactly what /big is for
             pass
@@ -579,6 +632,47 @@ class SiteServer:
     async def _bomb(self, request: web.BaseRequest) -> web.StreamResponse:
         body = build_gzip_bomb(self.config.bomb_inflated_bytes)
         return web.Response(body=body, headers={**_HTML_HEADERS, "Content-Encoding": "gzip"})
+
+    def _coded_bomb(self, coding: str) -> web.StreamResponse:
+        inflated = self.config.bomb_inflated_bytes
+        if coding == "gzip":
+            body = build_gzip_bomb(inflated)
+        elif coding in hostile.BOMB_CODINGS:
+            body = hostile.build_bomb(coding, inflated)
+        else:
+            return _not_found()
+        return web.Response(body=body, headers={**_HTML_HEADERS, "Content-Encoding": coding})
+
+    async def _trickle(self, request: web.BaseRequest) -> web.StreamResponse:
+        resp = web.StreamResponse(headers=_HTML_HEADERS)
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            while not self._stopping.is_set():
+                await resp.write(b"<")
+                await asyncio.sleep(self.config.trickle_interval_seconds)
+        except ConnectionError:  # the client gave up: what /trickle is for
+            pass
+        return resp
+
+    async def _long_location(self, request: web.BaseRequest) -> web.StreamResponse:
+        resp = _small(302, "Found")
+        resp.headers["Location"] = "/" + "a" * (hostile.LONG_LOCATION_CHARACTERS - 1)
+        return resp
+
+    async def _many_headers(self, request: web.BaseRequest) -> web.StreamResponse:
+        resp = self._leaf(request.path, "Many headers")
+        for i in range(hostile.MANY_HEADERS):
+            resp.headers[f"X-Filler-{i}"] = "h" * hostile.MANY_HEADER_BYTES
+        return resp
+
+    async def _sjis_header(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = hostile.render_sjis_page(declare_in_meta=False)
+        return web.Response(body=body, headers={"Content-Type": "text/html; charset=Shift_JIS"})
+
+    async def _sjis_meta(self, request: web.BaseRequest) -> web.StreamResponse:
+        body = hostile.render_sjis_page(declare_in_meta=True)
+        return web.Response(body=body, headers={"Content-Type": "text/html"})
 
     def _chain(self, n: int) -> web.StreamResponse:
         if n == 0:

@@ -103,6 +103,7 @@ def test_minimal_spec_fills_every_default() -> None:
             "obey": True,
             "ttlSeconds": 86_400.0,
             "errorTtlSeconds": 600.0,
+            "giveUpAfterSeconds": 3600.0,
             "maxCrawlDelaySeconds": 60.0,
         },
         "userAgent": DEFAULT_USER_AGENT,
@@ -608,7 +609,7 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 11
+    assert len(rules) == 12
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases

@@ -96,6 +96,8 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
     workers["minReplicas"] = min(workers["minReplicas"], workers["maxReplicas"])
     retry = spec["retry"]
     retry["backoffMaxSeconds"] = max(retry["backoffMaxSeconds"], retry["backoffBaseSeconds"])
+    robots = spec["robots"]
+    robots["giveUpAfterSeconds"] = max(robots["giveUpAfterSeconds"], robots["errorTtlSeconds"])
     return spec
 
 

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import brotli
 import pytest
 
 from crawlfleet.crawler.bodies import ACCEPT_ENCODING, ERROR_BODY_MAX_BYTES
@@ -39,6 +40,11 @@ from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawljob import CrawlJobSpec, FetchSpec, RetrySpec
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.specs import job_spec, merged
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 USER_AGENT = "crawlfleet-test/1.0 (+fetch)"
 #: A fast job: tiny backoff, but room for the site's Retry-After of 1 s.
@@ -271,7 +277,7 @@ async def test_gzip_body_is_decoded(fetcher: Fetcher, raw: RawServer) -> None:
     assert result.failure is None, result.message
     assert result.body == PAGE
     assert result.wire_bytes == len(gzip.compress(PAGE))
-    assert "br" not in ACCEPT_ENCODING  # no bounded brotli decoder is installed
+    assert ACCEPT_ENCODING == "gzip, deflate, br, zstd"  # each one decoded with a bound
 
 
 @pytest.mark.parametrize(
@@ -282,8 +288,22 @@ async def test_gzip_body_is_decoded(fetcher: Fetcher, raw: RawServer) -> None:
         ("gzip", gzip.compress(PAGE[:100]) + gzip.compress(PAGE[100:])),  # two members
         ("gzip, gzip", gzip.compress(gzip.compress(PAGE))),
         ("identity", PAGE),
+        ("br", brotli.compress(PAGE)),
+        ("zstd", zstd.compress(PAGE)),
+        ("zstd", zstd.compress(PAGE[:100]) + zstd.compress(PAGE[100:])),  # two frames
+        ("br, gzip", gzip.compress(brotli.compress(PAGE))),
     ],
-    ids=["zlib", "raw-deflate", "gzip-members", "gzip-twice", "identity"],
+    ids=[
+        "zlib",
+        "raw-deflate",
+        "gzip-members",
+        "gzip-twice",
+        "identity",
+        "br",
+        "zstd",
+        "zstd-frames",
+        "br-then-gzip",
+    ],
 )
 async def test_other_encodings(
     fetcher: Fetcher, raw: RawServer, coding: str, encoded: bytes
@@ -558,10 +578,11 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 """
 
 
-def test_gzip_bomb_fails_fast_with_bounded_memory(fresh_site: TestSite) -> None:
+@pytest.mark.parametrize("path", ["/bomb", "/bomb/deflate", "/bomb/br", "/bomb/zstd"])
+def test_bombs_fail_fast_with_bounded_memory(fresh_site: TestSite, path: str) -> None:
     # In a child process: ru_maxrss is a high-water mark, only meaningful in a fresh process.
     probe = subprocess.run(
-        [sys.executable, "-c", _BOMB_PROBE, fresh_site.url(0, "/bomb"), fresh_site.url(0, "/")],
+        [sys.executable, "-c", _BOMB_PROBE, fresh_site.url(0, path), fresh_site.url(0, "/")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -572,15 +593,33 @@ def test_gzip_bomb_fails_fast_with_bounded_memory(fresh_site: TestSite) -> None:
     assert outcome["failure"] == FailureClass.DECOMPRESSION_BOMB
     assert outcome["attempts"] == 1
     assert outcome["growth_kib"] < 200 * 1024, outcome  # default cap: 50 MiB decoded
-    assert outcome["wire_bytes"] < 1024 * 1024  # stopped long before the ~1 MiB body ended
+    assert outcome["wire_bytes"] < 2 * 1024 * 1024  # stopped long before a deflate body ends
     assert outcome["elapsed"] < 5
 
 
 async def test_unsupported_encoding_is_a_protocol_error(fetcher: Fetcher, raw: RawServer) -> None:
-    raw.routes["/br"] = response(200, {**HTML, "Content-Encoding": "br"}, b"\x1b\x00")
-    result = await fetcher.fetch(raw.url("/br"))
+    raw.routes["/lzw"] = response(200, {**HTML, "Content-Encoding": "compress"}, b"\x1f\x9d")
+    result = await fetcher.fetch(raw.url("/lzw"))
     assert (result.failure, result.body) == (FailureClass.PROTOCOL_ERROR, b"")
-    assert "br" in result.message
+    assert "compress" in result.message
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        response(200, {"X-Long": "a" * 20_000}, PAGE),  # one field past 16 KiB
+        response(302, {"Location": "/" + "a" * 100_000}, b""),  # a 100k-character Location
+        response(200, {f"X-Many-{i}": "a" * 8192 for i in range(128)}, PAGE),  # 128 of 8 KiB
+    ],
+    ids=["long-field", "long-location", "128-headers-of-8-kib"],
+)
+async def test_oversized_response_heads_are_refused_once(
+    fetcher: Fetcher, raw: RawServer, answer: bytes
+) -> None:
+    raw.routes["/head"] = answer
+    result = await fetcher.fetch(raw.url("/head"))
+    assert result.failure is FailureClass.HEADERS_TOO_LARGE, result.message
+    assert result.attempts == 1 == len(raw.paths)  # the same head again would not help
 
 
 @pytest.mark.parametrize(
@@ -589,10 +628,11 @@ async def test_unsupported_encoding_is_a_protocol_error(fetcher: Fetcher, raw: R
         b"",  # hang up without a word
         b"HELLO WORLD\r\n\r\n",  # not HTTP
         b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",  # truncated body
-        response(200, {"X-Long": "a" * 20_000}, PAGE),  # header line past aiohttp's limit
         response(200, {**HTML, "Content-Encoding": "gzip"}, b"\x1f\x8b\x08\x00broken" * 20),
+        response(200, {**HTML, "Content-Encoding": "br"}, b"\xff\xff\xff broken" * 20),
+        response(200, {**HTML, "Content-Encoding": "zstd"}, b"\x28\xb5\x2f\xfd broken" * 20),
     ],
-    ids=["hang-up", "garbage", "truncated", "long-header", "corrupt-gzip"],
+    ids=["hang-up", "garbage", "truncated", "corrupt-gzip", "corrupt-br", "corrupt-zstd"],
 )
 async def test_broken_responses_are_protocol_errors_and_retried(
     fetcher: Fetcher, raw: RawServer, answer: bytes

@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from crawlfleet.crawler.robots import MAX_ROBOTS_BYTES, RobotsPolicy, product_token
+from crawlfleet.crawler.failures import FailureClass
+from crawlfleet.crawler.fetch import FetchResult
+from crawlfleet.crawler.robots import (
+    MAX_RECHECK_SECONDS,
+    MAX_ROBOTS_BYTES,
+    RobotsAccess,
+    RobotsPolicy,
+    product_token,
+    robots_answer,
+)
 from crawlfleet.errors import ConfigError, InvalidURL
 from crawlfleet.frontier import Frontier, JobKeys
 from crawlfleet.frontier.connection import connect
@@ -358,3 +367,128 @@ async def test_local_cache_is_bounded(make_policy: PolicyFactory) -> None:
         assert await policy.allowed(origin + "/") is True
     assert await policy.allowed(A + "/") is True  # evicted locally, read back from Redis
     assert len(fetch.calls) == 3
+
+
+# -- RFC 9309: an unreachable robots.txt defers the host ------------------------------------
+
+
+async def test_unreachable_file_defers_the_host_until_it_is_asked_again(
+    make_policy: PolicyFactory, clock: Clock
+) -> None:
+    url = A + "/robots.txt"
+    fetch = FakeRobots({url: (503, b"")})
+    policy = make_policy(fetch, robots={"errorTtlSeconds": 10.0, "giveUpAfterSeconds": 1000.0})
+    verdict = await policy.check(A + "/x")
+    assert verdict.access is RobotsAccess.DEFERRED  # not a Disallow: the URL waits
+    assert verdict.retry_in_seconds == pytest.approx(10.0)
+    assert "HTTP 503" in verdict.detail
+    clock.now += 10.5
+    second = await policy.check(A + "/x")
+    assert second.access is RobotsAccess.DEFERRED
+    assert second.retry_in_seconds == pytest.approx(20.0)  # the wait doubles
+    assert len(fetch.calls) == 2
+    fetch.answers[url] = robots("User-agent: *\nDisallow: /private\n")
+    clock.now += 20.5
+    back = await policy.check(A + "/x")
+    assert back.access is RobotsAccess.ALLOWED
+    assert back.recovered  # the first good answer after failures: undo the deferral
+    assert (await policy.check(A + "/private/1")).access is RobotsAccess.DISALLOWED
+    assert len(fetch.calls) == 3
+
+
+async def test_the_wait_between_tries_stops_doubling_at_an_hour(make_policy: PolicyFactory) -> None:
+    policy = make_policy(FakeRobots({}), robots={"errorTtlSeconds": 600.0})
+    assert [policy._recheck_seconds(n) for n in (1, 2, 3, 4, 5, 40)] == [
+        600.0,
+        1200.0,
+        2400.0,
+        MAX_RECHECK_SECONDS,
+        MAX_RECHECK_SECONDS,
+        MAX_RECHECK_SECONDS,
+    ]
+
+
+async def test_a_host_is_given_up_after_the_long_wait(
+    make_policy: PolicyFactory, clock: Clock
+) -> None:
+    fetch = FakeRobots({A + "/robots.txt": ConnectionResetError("reset")})
+    policy = make_policy(fetch, robots={"errorTtlSeconds": 60.0, "giveUpAfterSeconds": 100.0})
+    assert (await policy.check(A + "/x")).access is RobotsAccess.DEFERRED
+    clock.now += 61
+    assert (await policy.check(A + "/x")).access is RobotsAccess.DEFERRED  # 61 s < 100 s
+    clock.now += 121
+    verdict = await policy.check(A + "/x")
+    assert verdict.access is RobotsAccess.UNAVAILABLE
+    assert "no response" in verdict.detail
+    assert await policy.allowed(A + "/x") is False
+
+
+async def test_the_last_good_copy_is_obeyed_while_the_file_is_unreachable(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys, clock: Clock
+) -> None:
+    url = A + "/robots.txt"
+    body = "User-agent: *\nDisallow: /private\nSitemap: http://a.test/sitemap.xml\n"
+    fetch = FakeRobots({url: robots(body)})
+    policy = make_policy(
+        fetch, robots={"ttlSeconds": 100.0, "errorTtlSeconds": 5.0, "giveUpAfterSeconds": 50.0}
+    )
+    assert (await policy.check(A + "/x")).access is RobotsAccess.ALLOWED
+    fetch.answers[url] = (500, b"")
+    clock.now += 101  # the good answer expired; the refetch fails
+    assert (await policy.check(A + "/private/x")).access is RobotsAccess.DISALLOWED
+    assert (await policy.check(A + "/x")).access is RobotsAccess.ALLOWED
+    clock.now += 10_000  # far past giveUpAfterSeconds: a good copy is never given up
+    assert (await policy.check(A + "/x")).access is RobotsAccess.ALLOWED
+    stored = json.loads(await client.hget(keys.robots, A) or "{}")
+    assert stored["status"] == 500
+    assert stored["failures"] >= 2
+    assert stored["good"]["body"] == body
+    assert stored["good"]["sitemaps"] == ["http://a.test/sitemap.xml"]
+
+
+async def test_sitemap_lines_are_kept_in_the_shared_entry(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys
+) -> None:
+    body = "Sitemap: http://a.test/s1.xml\nUser-agent: *\nDisallow:\nsitemap: /s2.xml\n"
+    await make_policy(FakeRobots({A + "/robots.txt": robots(body)})).check(A + "/")
+    stored = json.loads(await client.hget(keys.robots, A) or "{}")
+    assert stored["sitemaps"][0] == "http://a.test/s1.xml"
+    assert len(stored["sitemaps"]) == 2
+    assert "failures" not in stored  # a plain entry stays small
+    assert "good" not in stored
+
+
+@pytest.mark.parametrize(
+    ("status", "failure", "expected"),
+    [
+        (200, None, (200, b"rules")),
+        (302, FailureClass.TOO_MANY_REDIRECTS, (302, b"")),  # more than 5 hops: no robots.txt
+        (301, FailureClass.REDIRECT_LOOP, (301, b"")),
+        (302, FailureClass.TIMEOUT, (None, b"")),  # the hop's target did not answer
+        (404, FailureClass.HTTP_404, (404, b"")),
+        (503, FailureClass.HTTP_5XX, (503, b"")),
+        (200, FailureClass.BODY_TOO_LARGE, (None, b"")),  # unread is not "allow all"
+        (200, FailureClass.PROTOCOL_ERROR, (None, b"")),
+        (None, FailureClass.CONNECT_ERROR, (None, b"")),
+    ],
+)
+def test_what_a_robots_fetch_means(
+    status: int | None, failure: FailureClass | None, expected: tuple[int | None, bytes]
+) -> None:
+    result = FetchResult(
+        url=A + "/robots.txt",
+        final_url=A + "/robots.txt",
+        status=status,
+        content_type="text/plain",
+        body=b"rules" if failure is None else b"",
+        headers={},
+        redirects=[],
+        attempts=1,
+        elapsed_seconds=0.0,
+        fetched_at=0.0,
+        failure=failure,
+        message="",
+        retry_after_seconds=None,
+        wire_bytes=0,
+    )
+    assert robots_answer(result) == expected

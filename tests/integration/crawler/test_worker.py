@@ -7,32 +7,27 @@ durable ones under ``pages/``: a file still being written is in ``.partial/``, n
 from __future__ import annotations
 
 import itertools
-import json
 import resource
 import signal
-import subprocess
-import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from crawlfleet.crawljob import load_crawljob
-from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize
+from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
+from tests.support.crawls import (
+    MAX_DEPTH,
+    PER_HOST,
+    Crawl,
+    make_crawl,
+    requested_urls,
+    wait_all,
+)
 
 pytestmark = pytest.mark.slow
-
-MAX_DEPTH = 4
-PER_HOST = 2
-HOST_DELAY = 0.02
-PER_WORKER = 8
 
 
 @pytest.fixture(scope="module")
@@ -47,140 +42,6 @@ def site() -> Iterator[TestSite]:
     )
     with TestSite(config) as running:
         yield running
-
-
-_started: list[subprocess.Popen[bytes]] = []
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_workers() -> Iterator[None]:
-    """A test that fails mid-crawl must not leave worker processes behind."""
-    yield
-    while _started:
-        proc = _started.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-@dataclass
-class Crawl:
-    name: str
-    job_file: Path
-    out: Path
-    redis_url: str
-
-    def start(self, worker: str, *extra: str) -> subprocess.Popen[bytes]:
-        with open(self.out / f"{worker}.log", "ab") as log:  # the child keeps its own copy
-            proc = subprocess.Popen(
-                [
-                    sys.executable, "-m", "crawlfleet", "worker", str(self.job_file),
-                    "--redis-url", self.redis_url, "--worker-id", worker,
-                    "--out", str(self.out), *extra,
-                ],
-                stderr=log,
-            )  # fmt: skip
-        _started.append(proc)
-        return proc
-
-    def pages(self) -> list[dict[str, Any]]:
-        records = []
-        for path in sorted(self.out.glob("pages/*.jsonl")):
-            records += [json.loads(line) for line in path.read_text().splitlines() if line]
-        return records
-
-    async def dead(self) -> dict[str, dict[str, Any]]:
-        """The dead letters, from the frontier (the run writes them out at completion)."""
-        frontier = await self.frontier()
-        try:
-            return {
-                letter.url: {"failure_class": letter.failure_class, "message": letter.message}
-                async for letter in frontier.dead_letters()
-            }
-        finally:
-            await frontier.aclose()
-
-    async def frontier(self) -> Frontier:
-        job = load_crawljob(self.job_file)
-        return await Frontier.connect(
-            self.redis_url, FrontierSettings.from_spec(job.job_id, job.spec)
-        )
-
-
-_counter = iter(range(10_000))
-
-
-def make_crawl(
-    site: TestSite, redis_server: RedisServer, tmp_path: Path, **spec_overrides: Any
-) -> Crawl:
-    name = f"crawl-{next(_counter)}"
-    spec: dict[str, Any] = {
-        "seeds": site.seeds,
-        "scope": {
-            "allowedDomains": site.hosts,
-            "maxDepth": MAX_DEPTH,
-            "allowPrivateNetworks": True,
-        },
-        "dedup": {"capacity": 100_000},
-        "concurrency": {
-            "perWorker": PER_WORKER,
-            "perHost": PER_HOST,
-            "hostDelaySeconds": HOST_DELAY,
-        },
-        "retry": {
-            "requestAttempts": 3,
-            "taskAttempts": 2,
-            "backoffBaseSeconds": 0.05,
-            "backoffFactor": 2.0,
-            "backoffMaxSeconds": 1.5,
-        },
-        "lease": {"ttlSeconds": 4, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
-        # Short-lived files: several per worker even in a crawl of seconds.
-        "output": {"maxFileAgeSeconds": 1},
-        "fetch": {
-            "connectTimeoutSeconds": 1,
-            "readTimeoutSeconds": 1,
-            "totalTimeoutSeconds": 5,
-            "maxBodyBytes": 1024 * 1024,
-            "maxDecompressedBytes": 8 * 1024 * 1024,
-        },
-        "userAgent": "crawlfleet-test/1.0",
-    }
-    for key, value in spec_overrides.items():
-        if isinstance(value, dict) and isinstance(spec.get(key), dict):
-            spec[key] = {**spec[key], **value}
-        else:
-            spec[key] = value
-    out = tmp_path / name
-    out.mkdir()
-    job_file = tmp_path / f"{name}.yaml"
-    job_file.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "crawlfleet.io/v1alpha1",
-                "kind": "CrawlJob",
-                "metadata": {"name": name, "namespace": "default"},
-                "spec": spec,
-            }
-        )
-    )
-    return Crawl(name, job_file, out, redis_server.url)
-
-
-def wait_all(procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> list[int]:
-    deadline = time.monotonic() + timeout
-    codes = []
-    for proc in procs:
-        codes.append(proc.wait(max(1.0, deadline - time.monotonic())))
-    return codes
-
-
-def requested_urls(site: TestSite, since: float) -> dict[str, int]:
-    counts: dict[str, int] = defaultdict(int)
-    for record in site.all_requests():
-        if record.start >= since and not record.path.startswith("/robots.txt"):
-            counts[canonicalize(record.url)] += 1
-    return counts
 
 
 async def assert_complete_crawl(site: TestSite, crawl: Crawl, since: float) -> dict[str, int]:

@@ -44,7 +44,7 @@ async def test_one_fetch_for_many_workers_and_the_lock_is_gone_after(
 ) -> None:
     calls = 0
 
-    async def fetch() -> RobotsEntry:
+    async def fetch(stored: RobotsEntry | None) -> RobotsEntry:
         nonlocal calls
         calls += 1
         await asyncio.sleep(0.2)
@@ -65,7 +65,7 @@ async def test_a_lock_taken_over_after_expiry_is_not_released_by_the_late_holder
 ) -> None:
     lock = frontier.keys.robots_lock(ORIGIN)
 
-    async def slow_fetch() -> RobotsEntry:
+    async def slow_fetch(stored: RobotsEntry | None) -> RobotsEntry:
         await asyncio.sleep(0.3)  # outlives the 0.1 s lock
         await redis_client.set(lock, "another-worker", px=5000)  # which another worker took
         return ENTRY
@@ -79,7 +79,7 @@ async def test_a_lock_taken_over_after_expiry_is_not_released_by_the_late_holder
 async def test_a_failed_fetch_releases_the_lock_and_stores_nothing(
     frontier: Frontier, redis_client: aioredis.Redis
 ) -> None:
-    async def failing_fetch() -> RobotsEntry:
+    async def failing_fetch(stored: RobotsEntry | None) -> RobotsEntry:
         raise RuntimeError("cut")
 
     with pytest.raises(RuntimeError, match="cut"):
@@ -102,8 +102,27 @@ async def test_a_stale_stored_entry_is_fetched_again(frontier: Frontier) -> None
     assert await frontier.robots.read([ORIGIN]) == [newer]
 
 
+async def test_the_fetch_is_handed_the_stored_entry(frontier: Frontier) -> None:
+    """A failure streak and the last good answer carry over from the entry stored before."""
+    failing = RobotsEntry(
+        503, "", ENTRY.fetched_at + 10, failures=2, failing_since=ENTRY.fetched_at, good=ENTRY
+    )
+    await frontier.robots.fetch_once(
+        ORIGIN, _returning(failing), fresh=always_fresh, lock_seconds=5.0
+    )
+    assert await frontier.robots.read([ORIGIN]) == [failing]  # the nested entry round-trips
+    handed: list[RobotsEntry | None] = []
+
+    async def fetch(stored: RobotsEntry | None) -> RobotsEntry:
+        handed.append(stored)
+        return ENTRY
+
+    await frontier.robots.fetch_once(ORIGIN, fetch, fresh=lambda e: False, lock_seconds=5.0)
+    assert handed == [failing]
+
+
 def _returning(entry: RobotsEntry) -> FetchEntry:
-    async def fetch() -> RobotsEntry:
+    async def fetch(stored: RobotsEntry | None) -> RobotsEntry:
         return entry
 
     return fetch

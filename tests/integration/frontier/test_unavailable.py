@@ -33,7 +33,7 @@ async def _first_dead_letter(frontier: Frontier) -> object:
 
 
 async def _robots_fetch_once(frontier: Frontier) -> object:
-    async def fetch() -> RobotsEntry:
+    async def fetch(stored: RobotsEntry | None) -> RobotsEntry:
         return RobotsEntry(404, "", 0.0)
 
     return await frontier.robots.fetch_once(

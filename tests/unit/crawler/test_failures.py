@@ -91,8 +91,9 @@ PERMANENT = {
     F.REDIRECT_LOOP,
     F.BODY_TOO_LARGE,
     F.DECOMPRESSION_BOMB,
+    F.HEADERS_TOO_LARGE,
 }
-SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK}
+SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE}
 
 
 @pytest.mark.parametrize("failure_class", list(FailureClass))
@@ -140,10 +141,12 @@ def test_class_values_are_the_brief_names() -> None:
         "bad_scheme",
         "out_of_scope",
         "robots_disallowed",
+        "robots_unavailable",
         "too_many_redirects",
         "redirect_loop",
         "body_too_large",
         "decompression_bomb",
+        "headers_too_large",
         "soft_block",
         "protocol_error",
         "invalid_url",
