@@ -126,7 +126,8 @@ def test_a_minimal_job_is_accepted_and_the_api_server_fills_the_models_defaults(
         CrawlJobSpec.from_mapping({"seeds": [SEED]}).to_mapping()
     )
     assert stored["dedup"] == {"capacity": 1_000_000, "errorRate": 0.01}
-    assert stored["redis"] == {}  # managed is the model's choice, made from the other fields
+    # managed is the model's choice, made from the other fields; onLoss is a plain default
+    assert stored["redis"] == {"onLoss": "Fail"}
     assert CrawlJobSpec.from_mapping(stored) == CrawlJobSpec.from_mapping({"seeds": [SEED]})
 
 
@@ -147,7 +148,13 @@ def test_a_partly_given_section_gets_the_rest_of_its_defaults(jobs: Jobs) -> Non
     stored = jobs.get(created["metadata"]["name"])["spec"]
     assert stored["workers"] == CrawlJobSpec.from_mapping(spec).to_mapping()["workers"]
     assert stored["redis"] == {
-        "managed": {"image": "redis:7.4-alpine", "persistence": {"enabled": False, "size": "1Gi"}}
+        "managed": {
+            "image": "redis:7.4-alpine",
+            "persistence": {"enabled": True, "size": "1Gi"},
+            "memoryRequest": "256Mi",
+            "memoryLimit": "1Gi",
+        },
+        "onLoss": "Fail",
     }
 
 
