@@ -11,10 +11,14 @@ measures, on it, in one process:
 - leases: our ``claim`` + ``ack`` with politeness on — Scrapy's defaults (8 per host, no
   delay) and a strict setting (2 per host, 50 ms apart) — vs scrapy-redis' FIFO queue (one
   LPUSH and one RPOP round trip per request, as it does), on the same asyncio client;
-- the Bloom filter's measured false-positive rate at capacity.
+- the Bloom filter's measured false-positive rate at capacity, and a filter grown past its
+  capacity (a sixteenth of the URLs added): its layers, bytes per URL and rates;
+- Redis memory per queued URL (issue #13's case: 200,000 URLs of 76 characters on 1,000
+  hosts, parents of 61 characters, 50 links per page; and one link per page, the worst case),
+  measured as INFO used_memory before and after the enqueue, the Bloom filter excluded.
 
 Targets (docs/benchmarks.md): native ≥ 0.9× BF.MADD; bitmap ≥ 0.45× SADD at ≤ 1.25 bytes/URL;
-claim+ack ≥ 10× the scrapy-redis queue.
+claim+ack ≥ 10× the scrapy-redis queue; ≤ 100 bytes per queued URL.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import redis.asyncio as aioredis
 from crawlfleet.frontier import Admission, Frontier, Link, canonicalize
 from crawlfleet.frontier.connection import connect
 from crawlfleet.local.redis_server import RedisServer
+from tests.support.queued import queued_links
 from tests.support.redis import redisbloom_module
 from tests.support.specs import frontier_settings
 
@@ -62,6 +67,78 @@ async def memory(client: aioredis.Redis, *keys: str) -> int:
     return total
 
 
+async def bloom_memory(client: aioredis.Redis, frontier: Frontier) -> int:
+    """Bytes of every layer of a frontier's Bloom filter (bitmap segments, or the BF key)."""
+    if frontier.backend == "native":
+        return await memory(client, frontier.keys.native_bloom)
+    pattern = frontier.keys.pattern.removesuffix("*") + "bloom:*"
+    keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+    return await memory(client, *keys)
+
+
+async def bench_scaled_bloom(client: aioredis.Redis, count: int) -> dict[str, float]:
+    """A filter given a sixteenth of the URLs it gets: it grows, and its rate stays bounded."""
+    results: dict[str, float] = {}
+    urls = make_urls(count, "scaled")
+    fresh = make_urls(min(count, 100_000), "scaled-fresh")
+    print(f"a filter of capacity {count // 16:,} given {count:,} URLs (1 %):")
+    for backend in ("bitmap", "native"):
+        frontier = await Frontier.open(
+            client,
+            frontier_settings(
+                f"bench.scaled-{backend}",
+                {"dedup": {"capacity": count // 16}},
+                bloom_backend=backend,  # type: ignore[arg-type]
+            ),
+        )
+        new = 0
+        for i in range(0, count, BATCH):
+            new += sum(await frontier.add_if_new(urls[i : i + BATCH]))
+        positives = 0
+        for i in range(0, len(fresh), BATCH):
+            positives += sum(await frontier.contains(fresh[i : i + BATCH]))
+        stats = await frontier.stats()
+        name = "bloom_scaled" if backend == "bitmap" else "bloom_native_scaled"
+        results[f"{name}_bytes_per_url"] = await bloom_memory(client, frontier) / count
+        results[f"{name}_layers"] = stats.bloom_layers
+        results[f"{name}_fp_estimate"] = stats.bloom_false_positive_rate
+        results[f"{name}_fp_rate"] = positives / len(fresh)
+        results[f"{name}_skipped_rate"] = 1 - new / count  # distinct URLs taken for seen
+        print(
+            f"  {backend:<6} {stats.bloom_layers} layers, "
+            f"{results[f'{name}_bytes_per_url']:.2f} bytes/URL, estimated rate "
+            f"{stats.bloom_false_positive_rate:.4f}, measured {positives / len(fresh):.4f}, "
+            f"skipped while adding {1 - new / count:.4f} (target 0.01)"
+        )
+    return results
+
+
+async def bench_queued_memory(client: aioredis.Redis) -> dict[str, float]:
+    """Redis memory per queued URL: used_memory before and after 200,000 URLs are queued."""
+    results: dict[str, float] = {}
+    print("memory per queued URL (200,000 URLs of 76 characters, 1,000 hosts, parents 61):")
+    for label, per_page in (("50 links per page", 50), ("one link per page", 1)):
+        frontier = await Frontier.open(
+            client,
+            frontier_settings(
+                f"bench.queued-{per_page}",
+                {"dedup": {"capacity": 400_000}},
+                bloom_backend="bitmap",  # allocated at open: outside the measure
+            ),
+        )
+        links = queued_links(per_page)
+        before = int((await client.info("memory"))["used_memory"])
+        for i in range(0, len(links), 10_000):
+            await frontier.enqueue(links[i : i + 10_000])
+        after = int((await client.info("memory"))["used_memory"])
+        queued = (await frontier.stats()).queued
+        key = "queued_bytes_per_url" if per_page > 1 else "queued_bytes_per_url_one_per_page"
+        results[key] = (after - before) / queued
+        print(f"  {label:<20} {results[key]:6.1f} bytes/URL ({queued:,} queued; was 261)")
+        await frontier.delete()
+    return results
+
+
 async def bench_dedup(client: aioredis.Redis, count: int, rounds: int = 3) -> dict[str, float]:
     per_round = [make_urls(count, f"dedup{r}") for r in range(rounds)]
     results: dict[str, float] = {}
@@ -75,7 +152,10 @@ async def bench_dedup(client: aioredis.Redis, count: int, rounds: int = 3) -> di
         client,
         frontier_settings("bench.bitmap", {"dedup": {"capacity": count}}, bloom_backend="bitmap"),
     )
-    await client.execute_command("BF.RESERVE", "bench:raw-bf", 0.01, count * rounds)  # type: ignore[no-untyped-call]
+    # The same shape as ours: RedisBloom's scaling filter at 1 %, growth 2.
+    await client.execute_command(  # type: ignore[no-untyped-call]
+        "BF.RESERVE", "bench:raw-bf", 0.01, count * rounds, "EXPANSION", 2
+    )
 
     def batches(round_: int) -> list[list[str]]:
         urls = per_round[round_]
@@ -117,8 +197,7 @@ async def bench_dedup(client: aioredis.Redis, count: int, rounds: int = 3) -> di
         "ours, bitmap Lua", count, partial(ours_bitmap, 0)
     )
 
-    segments = [bitmap.keys.bloom_segment(0, i) for i in range(bitmap.bloom.segments)]
-    results["bloom_bytes_per_url"] = await memory(client, *segments) / count
+    results["bloom_bytes_per_url"] = await bloom_memory(client, bitmap) / count
     results["bloom_native_bytes_per_url"] = await memory(client, native.keys.native_bloom) / (
         count * rounds
     )
@@ -220,7 +299,9 @@ async def main() -> None:
             started = time.perf_counter()
             results: dict[str, Any] = {}
             results.update(await bench_dedup(client, dedup_count))
+            results.update(await bench_scaled_bloom(client, dedup_count))
             results.update(await bench_leases(client, lease_count))
+            results.update(await bench_queued_memory(client))
             results["native_vs_bf_madd"] = (
                 results["bloom_native_urls_per_s"] / results["bf_madd_urls_per_s"]
             )
@@ -238,7 +319,8 @@ async def main() -> None:
     print(
         f"ratios: native/BF.MADD {results['native_vs_bf_madd']:.2f} (≥ 0.9), "
         f"bitmap/SADD {results['lua_vs_sadd']:.2f} (≥ 0.45), "
-        f"claim+ack/scrapy-redis {results['claim_ack_vs_scrapy_redis']:.1f} (≥ 10)"
+        f"claim+ack/scrapy-redis {results['claim_ack_vs_scrapy_redis']:.1f} (≥ 10), "
+        f"bytes per queued URL {results['queued_bytes_per_url']:.1f} (≤ 100)"
     )
     if args.json:
         print(json.dumps(results, sort_keys=True))

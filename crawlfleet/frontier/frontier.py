@@ -86,8 +86,9 @@ _MAX_BATCH = 10_000
 #: The key layout this code reads and writes, kept in the job's meta. A frontier written by
 #: another layout is refused at open (FrontierLayoutMismatch), never misread. 1: before
 #: epochs; 2: epochs, loss detection and backpressure; 3: a Bloom filter that grows in
-#: layers (bloom:<layer>:<segment>, the schedule in the meta).
-LAYOUT_VERSION: Final = "3"
+#: layers (bloom:<layer>:<segment>, the schedule in the meta); 4: compact queues (a list
+#: per host and depth, q:<depth>:<host>, parents once per run).
+LAYOUT_VERSION: Final = "4"
 
 #: The one maxmemory-policy under which Redis never drops a key to make room.
 _SAFE_POLICY = "noeviction"

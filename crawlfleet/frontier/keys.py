@@ -6,8 +6,9 @@ one Redis Cluster slot and every Lua script may touch any of them. Sharding a jo
 
 Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and the prefix as
 ``ARGV[1]``; the keys whose names depend on data are derived from the prefix in the script:
-the per-host queues (``q:<host>``), the robots.txt fetch locks (``robots-lock:<origin>``) and
-the Bloom segments (``bloom:<layer>:<segment>``, as many as the filter has grown to).
+the per-host queues (``q:<depth>:<host>``), the robots.txt fetch locks
+(``robots-lock:<origin>``) and the Bloom segments (``bloom:<layer>:<segment>``, as many as
+the filter has grown to).
 ``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock` and
 :meth:`JobKeys.bloom_segment` do; they carry the job's hash tag, so they share its slot.
 """
@@ -77,8 +78,9 @@ class JobKeys:
     def native_bloom(self) -> str:
         return self.prefix + "bf"
 
-    def queue(self, host: str) -> str:
-        return f"{self.prefix}q:{host}"
+    def queue(self, host: str, depth: int) -> str:
+        """One host's queued tasks of one depth (a list; see lib.lua for its entries)."""
+        return f"{self.prefix}q:{depth}:{host}"
 
     @property
     def robots(self) -> str:

@@ -35,13 +35,8 @@ if #due > 0 then
   -- Removing first: on a Redis without script flags (6.x), a script's first write decides
   -- whether Redis past maxmemory lets it run, and a removal is always let through.
   chunked('ZREM', K.delayed, due)
-  local seq = redis.call('HINCRBY', K.stats, 'seq', #due) - #due
   local promoted = {}
-  for i, task in ipairs(due) do
-    local _, depth, url = split_task(task)
-    push_task(task, depth, url, seq + i)
-    promoted[host_of(url)] = true
-  end
+  for _, task in ipairs(due) do promoted[requeue_task(task)] = true end
   for host in pairs(promoted) do place_host(host, load_host(host), cfg, now) end
   redis.call('HINCRBY', K.stats, 'delayed', -#due)
   redis.call('HINCRBY', K.stats, 'queued', #due)
@@ -62,25 +57,25 @@ for _, host in ipairs(hosts) do
   if effective_delay(st, cfg) > 0 and room > 1 then room = 1 end
   if room > remaining then room = remaining end
   local popped = {}
-  if room > 0 then popped = redis.call('ZPOPMIN', qkey(host), room) end
+  if room > 0 then popped = pop_tasks(host, st, room) end
   if #popped > 0 and not next_id then
     next_id = redis.call('HINCRBY', K.stats, 'lease_seq', n) - n
   end
-  for i = 1, #popped, 2 do
+  for _, task in ipairs(popped) do
     next_id = next_id + 1
-    local token = next_id .. '\t' .. worker .. '\t' .. popped[i]
+    local token = next_id .. '\t' .. worker .. '\t' .. task
     expiries[#expiries + 1] = expires
     expiries[#expiries + 1] = token
     out[#out + 1] = token
   end
-  local got = #popped / 2
+  local got = #popped
   remaining = remaining - got
   if got > 0 then
     st.inflight = st.inflight + got
     st.last = now
-    settle_host(host, st, cfg, now)
-  elseif room > 0 then
-    redis.call('ZREM', K.ready, host) -- its queue ran dry (see place_host)
+  end
+  if got > 0 or room > 0 then
+    settle_host(host, st, cfg, now) -- a host whose queue ran dry leaves the index
   else
     place_host(host, st, cfg, now)
   end

@@ -29,9 +29,9 @@ if backend == 'native' and not limited and budget < 0 then
   bulk = native_multi('BF.MADD', native_key, urls)
 end
 
-local result, touched = {}, {}
+-- New tasks grouped by host and depth, in the order they came.
+local result, queues, hosts = {}, {}, {}
 local new, dup, refused, over_budget = 0, 0, 0, 0
-local seq = redis.call('HINCRBY', K.stats, 'seq', count) - count
 for i = 0, count - 1 do
   local base = FIRST + i * 4
   local url, parent = ARGV[base], ARGV[base + 2]
@@ -52,9 +52,20 @@ for i = 0, count - 1 do
     code = is_new and 1 or 0
   end
   if code == 1 then
-    local depth = tonumber(ARGV[base + 1])
-    push_task(make_task(0, depth, url, parent), depth, url, seq + i + 1)
-    touched[host_of(url)] = true
+    local host, depth = host_of(url), tonumber(ARGV[base + 1])
+    local by_depth = queues[host]
+    if not by_depth then
+      by_depth = {}
+      queues[host] = by_depth
+      hosts[#hosts + 1] = host
+    end
+    local queue = by_depth[depth]
+    if not queue then
+      queue = {urls = {}, parents = {}}
+      by_depth[depth] = queue
+    end
+    queue.urls[#queue.urls + 1] = url
+    queue.parents[#queue.parents + 1] = parent
     admitted = admitted + 1
     new = new + 1
     per_parent[parent] = (per_parent[parent] or 0) + 1
@@ -68,7 +79,14 @@ for i = 0, count - 1 do
   result[i + 1] = code
 end
 
-for host in pairs(touched) do place_host(host, load_host(host), cfg, now) end
+for _, host in ipairs(hosts) do
+  local st = load_host(host)
+  for depth, queue in pairs(queues[host]) do
+    push_back(host, depth, queue.urls, queue.parents)
+    note_depth(st, depth)
+  end
+  settle_host(host, st, cfg, now)
+end
 if new > 0 then
   redis.call('HINCRBY', K.stats, 'queued', new)
   redis.call('HINCRBY', K.stats, 'seen', new)

@@ -1,7 +1,7 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
 -- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
--- prefix, from which the keys named by data are derived: the per-host queues ("q:<host>"),
+-- prefix, from which the keys named by data are derived: the queues ("q:<depth>:<host>"),
 -- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
 -- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
 -- every script but init reads the job's settings through settings(), which raises
@@ -11,9 +11,19 @@
 -- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease is one member of
 -- K.leases, "<lease number>\t<owner>\t<task>", scored by its expiry: the member is the lease
 -- token the worker holds, so completing it is one ZREM that succeeds only while that exact
--- lease exists (fencing for free). Queue scores are depth * 2^40 + sequence: breadth-first,
--- FIFO per depth. Time is the server's (TIME), so workers and the operator never disagree
--- about expiry.
+-- lease exists (fencing for free). Time is the server's (TIME), so workers and the operator
+-- never disagree about expiry.
+--
+-- Queued tasks are kept compact, since they are what a large frontier is made of: one list
+-- per host and depth ("q:<depth>:<host>"), FIFO, popped from the lowest depth first
+-- (breadth-first per host), so the depth and the host are in the key, not in each entry. An
+-- entry is "<scheme><attempts><rest>": 'h' (http) or 's' (https), the attempts so far
+-- (nothing for 0), then the URL after its authority (path and query; it never starts with a
+-- digit). A page's children share their parent: a parent entry stands before a run of tasks
+-- of that parent, and a non-empty list always starts with one: "~<scheme><rest>" when the
+-- parent is on the list's host (the usual case), else "^<parent URL>" ("^" alone: none).
+-- Lists keep Redis's listpack encoding at any length, a few bytes per entry on top of the
+-- entry itself.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
@@ -22,14 +32,14 @@ local K = {
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
 }
 local PREFIX, EPOCH = ARGV[1], ARGV[2]
-local DEPTH_SCALE = 1099511627776 -- 2^40
+local PARENT, SAME_HOST_PARENT = 94, 126 -- '^', '~': the bytes that start a parent entry
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function qkey(host) return PREFIX .. 'q:' .. host end
+local function qkey(host, depth) return PREFIX .. 'q:' .. depth .. ':' .. host end
 local function robots_lock_key(origin) return PREFIX .. 'robots-lock:' .. origin end
 local function host_of(url) return string.match(url, '^%a+://([^/?#]+)') or '' end
 
@@ -80,18 +90,15 @@ local function chunked(cmd, key, items)
   end
 end
 
--- Queue a task for its host at the given sequence (nil: the front of its depth).
-local function push_task(task, depth, url, seq)
-  redis.call('ZADD', qkey(host_of(url)), depth * DEPTH_SCALE + (seq or 0), task)
-end
-
--- Per-host politeness state, one field of K.hosts: "<inflight>:<last fetch ms>:<delay ms>"
--- (last -1: never fetched; delay -1: the job's hostDelaySeconds). One HGET reads it all.
+-- Per-host state, one field of K.hosts: "<inflight>:<last fetch ms>:<delay ms>:<lowest
+-- depth queued>:<highest depth queued>" (last -1: never fetched; delay -1: the job's
+-- hostDelaySeconds; depths -1: nothing queued). One HGET reads it all.
 local function load_host(host)
   local v = redis.call('HGET', K.hosts, host)
-  if not v then return {inflight = 0, last = -1, delay = -1} end
-  local a, b, c = string.match(v, '^(-?%d+):(-?%d+):(-?%d+)$')
-  return {inflight = tonumber(a), last = tonumber(b), delay = tonumber(c)}
+  if not v then return {inflight = 0, last = -1, delay = -1, dmin = -1, dmax = -1} end
+  local a, b, c, d, e = string.match(v, '^(-?%d+):(-?%d+):(-?%d+):(-?%d+):(-?%d+)$')
+  return {inflight = tonumber(a), last = tonumber(b), delay = tonumber(c), dmin = tonumber(d),
+    dmax = tonumber(e)}
 end
 
 local function effective_delay(st, cfg)
@@ -101,14 +108,14 @@ end
 
 local function save_host(host, st)
   if st.inflight < 0 then st.inflight = 0 end
-  redis.call('HSET', K.hosts, host, st.inflight .. ':' .. st.last .. ':' .. st.delay)
+  redis.call('HSET', K.hosts, host,
+    st.inflight .. ':' .. st.last .. ':' .. st.delay .. ':' .. st.dmin .. ':' .. st.dmax)
 end
 
 -- Place a host in the ready index at its next allowed time (last fetch + delay) when it has
--- room under perHost; take it out at its cap. A host whose queue ran dry may stay in the
--- index: claim drops it when it pops nothing, which saves an EXISTS on every change.
+-- work queued and room under perHost; take it out otherwise.
 local function place_host(host, st, cfg, now)
-  if st.inflight < cfg.per_host then
+  if st.inflight < cfg.per_host and st.dmax >= 0 then
     local next_at = now
     local delay = effective_delay(st, cfg)
     if st.last >= 0 and st.last + delay > now then next_at = st.last + delay end
@@ -121,6 +128,129 @@ end
 local function settle_host(host, st, cfg, now)
   save_host(host, st)
   place_host(host, st, cfg, now)
+end
+
+-- A queued entry of a task (the host and depth are its list's), and back.
+local function task_entry(url, host, attempts)
+  local https = string.byte(url, 5) == 115 -- 's' of "https://"
+  local rest = string.sub(url, (https and 9 or 8) + #host)
+  if attempts > 0 then return (https and 's' or 'h') .. attempts .. rest end
+  return (https and 's' or 'h') .. rest
+end
+
+local function entry_task(entry, host, depth, parent)
+  local scheme, attempts, rest = string.match(entry, '^([hs])(%d*)(.*)$')
+  local url = (scheme == 's' and 'https://' or 'http://') .. host .. rest
+  return make_task(tonumber(attempts) or 0, depth, url, parent)
+end
+
+-- A parent entry for a list of `host`, and back (nil: not a parent entry).
+local function parent_entry(parent, host)
+  if host_of(parent) == host and string.match(parent, '^https?://') then
+    return '~' .. task_entry(parent, host, 0)
+  end
+  return '^' .. parent
+end
+
+local function entry_parent(entry, host)
+  local first = string.byte(entry, 1)
+  if first == PARENT then return string.sub(entry, 2) end
+  if first == SAME_HOST_PARENT then
+    local url = (string.byte(entry, 2) == 115 and 'https://' or 'http://') .. host
+    return url .. string.sub(entry, 3)
+  end
+  return nil
+end
+
+-- The host has work at this depth now (st is saved by the caller).
+local function note_depth(st, depth)
+  if st.dmax < 0 then
+    st.dmin, st.dmax = depth, depth
+  else
+    if depth < st.dmin then st.dmin = depth end
+    if depth > st.dmax then st.dmax = depth end
+  end
+end
+
+-- Queue tasks at the back of one host's list of one depth, in order: urls[i] of parents[i],
+-- attempts 0 unless `attempts` says; one parent entry per run of the same parent.
+local function push_back(host, depth, urls, parents, attempts)
+  local entries, last = {}, nil
+  for i, url in ipairs(urls) do
+    local parent = parents[i]
+    if parent ~= last then
+      entries[#entries + 1] = parent_entry(parent, host)
+      last = parent
+    end
+    entries[#entries + 1] = task_entry(url, host, attempts or 0)
+  end
+  chunked('RPUSH', qkey(host, depth), entries)
+end
+
+-- Queue one task (a full task string) at the front of its depth: a lease given back.
+local function push_front(task)
+  local attempts, depth, url, parent = split_task(task)
+  local host = host_of(url)
+  redis.call('LPUSH', qkey(host, depth), task_entry(url, host, attempts),
+    parent_entry(parent, host))
+  return host, depth
+end
+
+-- Queue one full task at the back of its depth, its host's state updated and saved.
+local function requeue_task(task)
+  local attempts, depth, url, parent = split_task(task)
+  local host = host_of(url)
+  push_back(host, depth, {url}, {parent}, attempts)
+  local st = load_host(host)
+  note_depth(st, depth)
+  save_host(host, st)
+  return host
+end
+
+-- Take up to `want` tasks of one host, lowest depth first, as full task strings; st's depths
+-- follow (the caller saves it). A list's head is a parent entry, so the first pop takes one
+-- more; a pop that stops inside a run puts the run's parent entry back in front.
+local function pop_tasks(host, st, want)
+  local tasks = {}
+  while #tasks < want and st.dmax >= 0 do
+    local depth = st.dmin
+    local key = qkey(host, depth)
+    local parent, empty = nil, false
+    local http, https = '0\t' .. depth .. '\thttp://' .. host, '0\t' .. depth .. '\thttps://' .. host
+    while #tasks < want and not empty do
+      local got = redis.call('LPOP', key, want - #tasks + (parent and 0 or 1))
+      empty = not got
+      for _, entry in ipairs(got or {}) do
+        local first, second = string.byte(entry, 1, 2)
+        if first == PARENT or first == SAME_HOST_PARENT then
+          parent = entry_parent(entry, host)
+        elseif second and second >= 48 and second <= 57 then -- attempts: a retried task
+          tasks[#tasks + 1] = entry_task(entry, host, depth, parent or '')
+        else -- the usual task, built in one concatenation
+          tasks[#tasks + 1] = (first == 115 and https or http) .. string.sub(entry, 2) ..
+            '\t' .. (parent or '')
+        end
+      end
+    end
+    if not empty then
+      if #tasks > want then -- only if a list had lost its leading parent entry
+        local attempts, _, url = split_task(tasks[#tasks])
+        redis.call('LPUSH', key, task_entry(url, host, attempts),
+          parent_entry(parent or '', host))
+        tasks[#tasks] = nil
+      else
+        local head = redis.call('LINDEX', key, 0)
+        empty = not head
+        if head and not entry_parent(head, host) then
+          redis.call('LPUSH', key, parent_entry(parent or '', host))
+        end
+      end
+    end
+    if empty then
+      if depth >= st.dmax then st.dmin, st.dmax = -1, -1 else st.dmin = depth + 1 end
+    end
+  end
+  return tasks
 end
 
 -- A lease whose response has arrived gives its host slot back before it is acked (perHost
@@ -230,8 +360,7 @@ local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, no
     redis.call('ZADD', K.delayed, now + delay_ms, again)
     return 'delayed'
   end
-  local seq = redis.call('HINCRBY', K.stats, 'seq', 1)
-  push_task(again, depth, url, seq)
+  requeue_task(again)
   return 'retry'
 end
 

@@ -1,6 +1,6 @@
 -- release.lua: give leases back without counting an attempt (graceful shutdown).
 -- ARGV: [1] prefix, [2] epoch, [3] worker id, then lease tokens.
--- The task returns to the front of its depth in its host queue.
+-- The task returns to the front of its depth in its host's queue.
 -- Returns the server time (ms), then 1 (released) / 0 (not the owner's) per id.
 local cfg = settings()
 local now = now_ms()
@@ -11,9 +11,11 @@ local result, released, back = {now}, 0, {}
 for i = 1, #tokens do
   local lease = taken[i]
   if lease then
-    local _, depth, url = split_task(lease.task)
-    push_task(lease.task, depth, url, nil)
-    back[lease.host] = true
+    local host, depth = push_front(lease.task)
+    local st = load_host(host)
+    note_depth(st, depth)
+    save_host(host, st)
+    back[host] = true
     released = released + 1
     result[#result + 1] = 1
   else

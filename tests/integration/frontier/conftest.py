@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from crawlfleet.frontier import Frontier
+from crawlfleet.frontier.connection import connect
+from crawlfleet.local.redis_server import RedisServer
+from tests.support.redis import redisbloom_module
 from tests.support.specs import frontier_settings, merged
 
 OpenFrontier = Callable[..., Awaitable[Frontier]]
@@ -35,3 +39,21 @@ def open_frontier(redis_client: aioredis.Redis, job_id: str, backend: str) -> Op
         return frontier
 
     return _open
+
+
+@pytest.fixture
+def private_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to flush, fill or reconfigure, and whose used
+    memory moves with this test only; with the Bloom module when the test's backend is
+    native."""
+    native = "backend" in request.fixturenames and request.getfixturevalue("backend") == "native"
+    modules = (redisbloom_module(),) if native else ()
+    with RedisServer(tmp_path / "redis", modules=modules) as server:
+        yield server
+
+
+@pytest.fixture
+async def private_client(private_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    client = connect(private_server.url)
+    yield client
+    await client.aclose()

@@ -8,40 +8,19 @@ clean up, and do not check), and opening with the remembered epoch says what was
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-
 import pytest
 import redis.asyncio as aioredis
 
 from crawlfleet.errors import FrontierLayoutMismatch, FrontierLost, UnsafeRedis
 from crawlfleet.frontier import Frontier, Link, canonicalize
-from crawlfleet.frontier.connection import connect
 from crawlfleet.frontier.frontier import LAYOUT_VERSION
-from crawlfleet.local.redis_server import RedisServer
 from tests.integration.frontier.conftest import TEST_JOB, OpenFrontier
 from tests.integration.frontier.test_unavailable import CALLS
-from tests.support.redis import redisbloom_module
 from tests.support.specs import frontier_settings
 
 #: Methods that do not check the epoch, and why (module docstring).
 UNCHECKED = {"ping", "memory", "delete"}
 CHECKED = sorted(set(CALLS) - UNCHECKED)
-
-
-@pytest.fixture
-def private_server(tmp_path: Path, backend: str) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, to flush or reconfigure."""
-    modules = (redisbloom_module(),) if backend == "native" else ()
-    with RedisServer(tmp_path / "redis", modules=modules) as server:
-        yield server
-
-
-@pytest.fixture
-async def private_client(private_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    client = connect(private_server.url)
-    yield client
-    await client.aclose()
 
 
 async def _seeded(client: aioredis.Redis, job_id: str) -> Frontier:
@@ -59,7 +38,7 @@ async def _seeded(client: aioredis.Redis, job_id: str) -> Frontier:
 )
 @pytest.mark.parametrize("name", CHECKED)
 async def test_every_method_is_lost(
-    private_client: aioredis.Redis, job_id: str, loss: str, found: str, name: str
+    private_client: aioredis.Redis, backend: str, job_id: str, loss: str, found: str, name: str
 ) -> None:
     frontier = await _seeded(private_client, job_id)
     if loss == "flushall":
@@ -87,7 +66,9 @@ async def test_a_handle_of_an_earlier_epoch_touches_nothing(
     assert await redis_client.hgetall(new.keys.key("stats")) == before
 
 
-async def test_unchecked_methods_still_answer(private_client: aioredis.Redis, job_id: str) -> None:
+async def test_unchecked_methods_still_answer(
+    private_client: aioredis.Redis, backend: str, job_id: str
+) -> None:
     frontier = await _seeded(private_client, job_id)
     await private_client.flushall()
     await frontier.ping()
@@ -105,7 +86,7 @@ async def test_open_with_the_remembered_epoch(open_frontier: OpenFrontier) -> No
 
 
 async def test_open_says_what_it_found(
-    private_client: aioredis.Redis, open_frontier: OpenFrontier, job_id: str
+    private_client: aioredis.Redis, backend: str, job_id: str
 ) -> None:
     frontier = await _seeded(private_client, job_id)
     settings, epoch = frontier.settings, frontier.epoch
@@ -158,14 +139,13 @@ async def test_a_frontier_of_another_layout_is_refused(
         FrontierLayoutMismatch, match=rf"key layout 1, .* reads layout {LAYOUT_VERSION} only"
     ):
         await Frontier.open(redis_client, settings)
-    for older in ("2", "99"):  # 2: before the Bloom filter grew in layers
+    for older in ("2", "3", "99"):  # 2, 3: before the growing filter, the compact queues
         await redis_client.hset(key, mapping={"epoch": "e", "layout": older})
         with pytest.raises(FrontierLayoutMismatch, match=f"key layout {older}, "):
             await Frontier.open(redis_client, settings)
     assert await redis_client.hget(key, "per_host") == "2"  # nothing was overwritten
 
 
-@pytest.mark.parametrize("backend", ["bitmap"], indirect=True)
 @pytest.mark.parametrize(
     "policy", ["allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"]
 )

@@ -8,8 +8,6 @@ get through even when Redis refuses every other write (``maxmemory`` reached, no
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -26,8 +24,6 @@ from crawlfleet.frontier import (
     PressureLevel,
     canonicalize,
 )
-from crawlfleet.frontier.connection import connect
-from crawlfleet.local.redis_server import RedisServer
 from tests.integration.frontier.conftest import SHORT_LEASE, TEST_JOB, OpenFrontier
 from tests.support.specs import frontier_settings, merged
 
@@ -94,38 +90,23 @@ async def test_claims_per_second_are_capped_for_the_whole_job(
     assert len(await frontier.claim("w1", 50)) == 50
 
 
-@pytest.fixture
-def full_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, whose maxmemory the test lowers."""
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
-
-
-@pytest.fixture
-async def full_client(full_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    client = connect(full_server.url)
-    yield client
-    await client.config_set("maxmemory", 0)
-    await client.aclose()
-
-
 @pytest.mark.parametrize("flags", ["redis7", "redis6"])
 async def test_work_is_finished_when_redis_refuses_writes(
-    full_client: aioredis.Redis, job_id: str, flags: str, monkeypatch: pytest.MonkeyPatch
+    private_client: aioredis.Redis, job_id: str, flags: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if flags == "redis6":
         # Run the scripts bare, as on a Redis without script flags: the probe fails there.
         monkeypatch.setattr("crawlfleet.frontier.frontier._FLAGS_PROBE", "#! not lua")
     settings = frontier_settings(job_id, merged(TEST_JOB, {"lease": SHORT_LEASE}))
-    frontier = await Frontier.open(full_client, settings)
+    frontier = await Frontier.open(private_client, settings)
     await frontier.enqueue(page_links("http://a.com/", 8))
     await frontier.heartbeat("w1", {})
     leases = await frontier.claim("w1", 6)
     assert len(leases) == 4  # perHost 4
 
-    await full_client.config_set("maxmemory", 1)  # past it from now on: noeviction refuses
+    await private_client.config_set("maxmemory", 1)  # past it from now on: noeviction refuses
     with pytest.raises(OutOfMemoryError):
-        await full_client.set("other", "write")
+        await private_client.set("other", "write")
 
     assert await frontier.ack("w1", [leases[0].lease_id]) == [True]
     retry = Failure(leases[1].lease_id, "http_5xx", "503", retryable=True)
@@ -159,7 +140,7 @@ async def test_work_is_finished_when_redis_refuses_writes(
 
 
 async def test_a_bounded_crawl_in_a_small_redis_slows_down_and_completes(
-    full_client: aioredis.Redis, job_id: str
+    private_client: aioredis.Redis, job_id: str
 ) -> None:
     """A fleet that watches memory() and sets the pressure, over a crawl that would not fit.
 
@@ -169,10 +150,10 @@ async def test_a_bounded_crawl_in_a_small_redis_slows_down_and_completes(
     link either crawled or counted as refused.
     """
     settings = frontier_settings(job_id, merged(TEST_JOB, {"dedup": {"capacity": 20_000}}))
-    frontier = await Frontier.open(full_client, settings)
+    frontier = await Frontier.open(private_client, settings)
     await frontier.seed(["http://a.com/"])
     used = (await frontier.memory()).used_bytes
-    await full_client.config_set("maxmemory", used * 2)  # the job has half of it
+    await private_client.config_set("maxmemory", used * 2)  # the job has half of it
     pressures: set[PressureLevel] = set()
     peak = 0.0
 

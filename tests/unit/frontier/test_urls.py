@@ -75,7 +75,7 @@ def test_keys_share_one_hash_tag() -> None:
         *keys.script_keys(),
         keys.bloom_segment(0, 0),
         keys.bloom_segment(1, 2),
-        keys.queue("a.com:81"),
+        keys.queue("a.com:81", 1),
         keys.native_bloom,
     ]
     assert all(name.startswith("cf:{default.my-crawl}:") for name in names)
