@@ -1392,8 +1392,9 @@ class Condition(_Observed):
     """One metav1.Condition."""
 
     type: str
-    """What the condition is about: Ready, Progressing, Complete, Failed, Suspended or
-    InvalidSpec. At most one condition of each type."""
+    """What the condition is about: Ready, Progressing, Complete, Failed, Suspended,
+    InvalidSpec, OutputNotDurable, OutputBlocked, FrontierLost, FrontierMemoryPressure or
+    BloomNearlyFull. At most one condition of each type."""
     status: Literal["True", "False", "Unknown"] = "Unknown"
     """Whether the condition holds: True, False or Unknown."""
     reason: str = ""
@@ -1418,6 +1419,11 @@ class FleetStatus(_Observed):
     idle_since: datetime | None = None
     """Since when nothing has been queued, delayed or in flight: the completion grace runs from
     here."""
+    bloom_nearly_full: bool = False
+    """The BloomNearlyFull warning was given (it is given once)."""
+    pressure_base_rate: str | None = None
+    """Pages a second when memory backpressure began (claims are slowed to shares of it), as
+    a decimal string; unset while there is no pressure."""
 
 
 class CrawlJobStatus(_Observed):

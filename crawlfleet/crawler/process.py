@@ -89,7 +89,11 @@ async def run_worker(
     frontier: Frontier | None = None
     try:
         frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
-        await frontier.seed(list(spec.seeds))  # idempotent: the filter refuses repeats
+        if exit_when_done:
+            # A worker on its own seeds its job (idempotent: the filter refuses repeats). A
+            # fleet's workers (--keep-running) never do: the steering tick seeds, once, and
+            # a worker restarted on an emptied Redis would start the crawl over unseen.
+            await frontier.seed(list(spec.seeds))
         robots = RobotsPolicy.from_spec(frontier.robots, robots_fetch(fetcher), spec)
         worker = Worker(
             spec=spec,

@@ -30,6 +30,10 @@ EventReason = Literal[
     "Completed",
     "OutputBlocked",
     "OutputResumed",
+    "FrontierLost",
+    "FrontierReseeded",
+    "FrontierMemoryPressure",
+    "BloomNearlyFull",
 ]
 
 

@@ -24,23 +24,29 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Final, Literal
 
 from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.frontier.models import FrontierStats
+from crawlfleet.frontier.models import Backpressure, FrontierStats, PressureLevel
 
 __all__ = [
+    "BLOOM_NEARLY_FULL",
+    "PRESSURE_CRITICAL",
+    "PRESSURE_HIGH",
+    "PRESSURE_RELEASE",
     "Decision",
     "FleetMemory",
     "FleetPolicy",
     "Observation",
+    "OnLoss",
     "Phase",
     "Requeue",
     "RequeueReason",
     "WorkerView",
     "decide",
     "demand",
+    "memory_pressure",
     "wants_tick",
 ]
 
@@ -49,6 +55,20 @@ Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
 RequeueReason = Literal[
     "exited", "no_heartbeat", "stale_heartbeat", "drained", "drain_overrun", "gone"
 ]
+#: What a job does when its frontier is lost (``redis.onLoss``).
+OnLoss = Literal["Fail", "Reseed"]
+#: The marks of Redis's used memory against its maxmemory, for the frontier's backpressure
+#: (HIGH: fewer claims, a budget of new links per page; CRITICAL: no new links; acks, fails
+#: and requeues always pass). Up at HIGH and CRITICAL; down only
+#: well below (RELEASE, and CRITICAL_RELEASE from Critical to High), so a frontier hovering at
+#: a mark does not flap between levels at every tick.
+PRESSURE_HIGH: Final = 0.80
+PRESSURE_CRITICAL: Final = 0.95
+PRESSURE_RELEASE: Final = 0.70
+PRESSURE_CRITICAL_RELEASE: Final = 0.90
+#: The share of ``dedup.capacity`` seen past which the Bloom filter is nearly full: it grows a
+#: layer past capacity, but a crawl that far past its sizing deserves a warning.
+BLOOM_NEARLY_FULL: Final = 0.80
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +90,10 @@ class FleetPolicy:
     completion_grace_seconds: float
     retry_lead_seconds: float
     pinned_replicas: int | None
+    #: ``redis.onLoss``: fail the job when its frontier is lost, or re-seed it.
+    on_loss: OnLoss = "Fail"
+    #: ``dedup.capacity``: the Bloom filter's sizing, against which it is nearly full.
+    bloom_capacity: int = 0
 
     @classmethod
     def from_spec(
@@ -100,6 +124,8 @@ class FleetPolicy:
             completion_grace_seconds=completion_grace_seconds,
             retry_lead_seconds=steering.retry_lead_seconds,
             pinned_replicas=pinned_replicas,
+            on_loss=spec.redis.on_loss,
+            bloom_capacity=spec.dedup.capacity,
         )
 
 
@@ -144,6 +170,18 @@ class Observation:
     #: output to become durable, which more workers cannot speed up): the demand's share of
     #: in_flight. None: all of in_flight.
     fetching: int | None = None
+    #: Distinct URLs the Bloom filter has taken (for how full it is against its capacity).
+    seen: int = 0
+    #: Redis's used memory and its maxmemory, in bytes (max 0: no limit); None: not read.
+    memory_used_bytes: int | None = None
+    memory_max_bytes: int = 0
+    #: The backpressure level the frontier holds now (its scripts enforce it).
+    pressure: PressureLevel = PressureLevel.NONE
+    #: The crawl's recent rate, for the claim rate a pressure level allows; None: unknown.
+    pages_per_second: float | None = None
+    #: The frontier the job remembers is gone: what was found instead. With ``lost``, the
+    #: counters above mean nothing.
+    lost: str | None = None
 
     @classmethod
     def of(
@@ -154,6 +192,9 @@ class Observation:
         suspended: bool,
         workers: tuple[WorkerView, ...],
         vanished: tuple[str, ...],
+        memory_used_bytes: int | None = None,
+        memory_max_bytes: int = 0,
+        pages_per_second: float | None = None,
     ) -> Observation:
         """An observation from the frontier's counters and what the backend sees."""
         return cls(
@@ -167,7 +208,17 @@ class Observation:
             vanished=vanished,
             next_retry_in_seconds=stats.next_retry_in_seconds,
             fetching=stats.fetching,
+            seen=stats.seen,
+            memory_used_bytes=memory_used_bytes,
+            memory_max_bytes=memory_max_bytes,
+            pressure=stats.pressure.level,
+            pages_per_second=pages_per_second,
         )
+
+    @classmethod
+    def of_loss(cls, lost: str, *, now: float) -> Observation:
+        """The frontier is gone: nothing of it can be read, only what was found instead."""
+        return cls(now=now, queued=0, delayed=0, in_flight=0, seeded=False, lost=lost)
 
     @property
     def demand_in_flight(self) -> int:
@@ -187,14 +238,28 @@ class FleetMemory:
     replicas: int = 0
     low_demand_since: float | None = None
     idle_since: float | None = None
+    #: The BloomNearlyFull warning was given (once per filter).
+    bloom_nearly_full: bool = False
+    #: Pages a second when memory pressure began: claims are slowed to shares of it, not of
+    #: a rate the slowing itself lowered. None while there is no pressure.
+    pressure_base_rate: float | None = None
+    #: The epoch of the frontier this job runs on (None until the first tick adopts one).
+    #: Kept beside the rest by the callers (``status.frontierEpoch``, state.json's
+    #: ``frontierEpoch``), not in :meth:`to_mapping`: it is the frontier's identity, for
+    #: people too, not a clock of the brain's.
+    frontier_epoch: str | None = None
 
-    def to_mapping(self) -> dict[str, int | str]:
+    def to_mapping(self) -> dict[str, int | str | bool]:
         """camelCase, times as RFC 3339 with microseconds (``status.fleet``'s shape)."""
-        out: dict[str, int | str] = {"replicas": self.replicas}
+        out: dict[str, int | str | bool] = {"replicas": self.replicas}
         if self.low_demand_since is not None:
             out["lowDemandSince"] = _timestamp(self.low_demand_since)
         if self.idle_since is not None:
             out["idleSince"] = _timestamp(self.idle_since)
+        if self.bloom_nearly_full:
+            out["bloomNearlyFull"] = True
+        if self.pressure_base_rate is not None:
+            out["pressureBaseRate"] = str(self.pressure_base_rate)
         return out
 
     @classmethod
@@ -210,9 +275,17 @@ class FleetMemory:
                 replicas=replicas,
                 low_demand_since=_seconds(raw.get("lowDemandSince")),
                 idle_since=_seconds(raw.get("idleSince")),
+                bloom_nearly_full=raw.get("bloomNearlyFull") is True,
+                pressure_base_rate=_rate(raw.get("pressureBaseRate")),
             )
         except (TypeError, ValueError):
             return None
+
+
+def _rate(value: object) -> float | None:
+    """A rate kept as a string (status fields are typed; a float field would round-trip
+    through the API server's JSON as an int when whole)."""
+    return None if value is None else float(str(value))
 
 
 def _timestamp(seconds: float) -> str:
@@ -253,6 +326,16 @@ class Decision:
     #: Units that exited: the backend may drop them from its books.
     forget: tuple[str, ...] = ()
     reasons: tuple[str, ...] = field(default_factory=tuple)
+    #: The frontier's memory pressure level now (the observed one, or a new one).
+    pressure: PressureLevel = PressureLevel.NONE
+    #: A new backpressure for the frontier to enforce (None: the level stays).
+    set_pressure: Backpressure | None = None
+    #: More URLs seen than BLOOM_NEARLY_FULL of the filter's capacity.
+    bloom_nearly_full: bool = False
+    #: The frontier is lost (what was found instead): the job fails, or with ``reopen`` is
+    #: re-created (``redis.onLoss: Reseed``) when the caller next opens it.
+    lost: str | None = None
+    reopen: bool = False
 
     @property
     def reason(self) -> str:
@@ -321,10 +404,83 @@ def wants_tick(
     return wanted > memory.replicas
 
 
+def memory_pressure(
+    current: PressureLevel, used_bytes: int | None, max_bytes: int
+) -> PressureLevel:
+    """The pressure level for Redis's used memory, with hysteresis (see PRESSURE_*).
+
+    No maxmemory (0) or no reading: nothing to measure against, so the level stays.
+    """
+    if used_bytes is None or max_bytes <= 0:
+        return current
+    share = used_bytes / max_bytes
+    if share >= PRESSURE_CRITICAL:
+        return PressureLevel.CRITICAL
+    if share < PRESSURE_RELEASE:
+        return PressureLevel.NONE
+    if current == PressureLevel.CRITICAL:
+        return PressureLevel.HIGH if share < PRESSURE_CRITICAL_RELEASE else current
+    if current == PressureLevel.HIGH or share >= PRESSURE_HIGH:
+        return PressureLevel.HIGH
+    return PressureLevel.NONE
+
+
+#: The share of the crawl's rate (when pressure began) that claims keep at each level. A page
+#: crawled under pressure has links held back (admitted only when met again), so fewer pages
+#: are crawled meanwhile; never none, since finishing work is what frees memory.
+CLAIM_SHARE: Final = {PressureLevel.HIGH: 0.75, PressureLevel.CRITICAL: 0.5}
+
+
+def backpressure(level: PressureLevel, base_rate: float | None) -> Backpressure:
+    """What the frontier holds back at ``level``: its link budget, and claims at a share of
+    ``base_rate``, the pages a second before pressure began (unknown: claims unlimited)."""
+    share = CLAIM_SHARE.get(level)
+    rate = None
+    if share is not None and base_rate:
+        rate = max(1.0, round(base_rate * share, 1))
+    return Backpressure.at(level, claims_per_second=rate)
+
+
+def _lost(
+    policy: FleetPolicy, seen: Observation, memory: FleetMemory, lost: str
+) -> tuple[Decision, FleetMemory]:
+    """The frontier the job remembers is gone. Never silent: fail, or re-seed on purpose."""
+    if policy.on_loss == "Reseed":
+        reason = f"frontier lost ({lost}): re-created and re-seeded (redis.onLoss: Reseed)"
+        return Decision(
+            memory.replicas, "Pending", lost=lost, reopen=True, reasons=(reason,)
+        ), memory
+    reason = f"frontier lost ({lost}): the job fails (redis.onLoss: Fail)"
+    return Decision(0, "Failed", lost=lost, reasons=(reason,)), replace(
+        memory, replicas=0, low_demand_since=None, idle_since=None
+    )
+
+
 def decide(
     policy: FleetPolicy, seen: Observation, memory: FleetMemory
 ) -> tuple[Decision, FleetMemory]:
     """One tick of the brain."""
+    if seen.lost is not None:
+        return _lost(policy, seen, memory, seen.lost)
+    decision, memory = _steer(policy, seen, memory)
+    level = memory_pressure(seen.pressure, seen.memory_used_bytes, seen.memory_max_bytes)
+    capacity = policy.bloom_capacity
+    nearly_full = capacity > 0 and seen.seen >= BLOOM_NEARLY_FULL * capacity
+    base = memory.pressure_base_rate
+    if level == PressureLevel.NONE:
+        base = None
+    elif seen.pressure == PressureLevel.NONE or base is None:
+        base = seen.pages_per_second
+    changed = backpressure(level, base) if level != seen.pressure else None
+    return replace(
+        decision, pressure=level, set_pressure=changed, bloom_nearly_full=nearly_full
+    ), replace(memory, bloom_nearly_full=nearly_full, pressure_base_rate=base)
+
+
+def _steer(
+    policy: FleetPolicy, seen: Observation, memory: FleetMemory
+) -> tuple[Decision, FleetMemory]:
+    """Replicas, requeues, replacements and the phase: the brain's first job."""
     requeues: list[Requeue] = []
     replace_units: list[str] = []
     forget_units: list[str] = []
@@ -393,6 +549,6 @@ def decide(
         else:
             desired = current
     phase: Phase = "Running" if seen.seeded else "Pending"
-    return made(desired, phase), FleetMemory(
-        replicas=desired, low_demand_since=low_since, idle_since=idle_since
+    return made(desired, phase), replace(
+        memory, replicas=desired, low_demand_since=low_since, idle_since=idle_since
     )

@@ -3,30 +3,45 @@
 ::
 
     observe   backend.observe()           units (pods / processes), replicas, ready
+              frontier.epoch              the frontier's identity, against the remembered one
               frontier.stats()            counters, earliest retry: one pipeline
               frontier.workers()          heartbeats: one pipeline
+              frontier.memory()           Redis's used memory and maxmemory: one INFO
               (frontier.seed() once, if the job is not seeded yet)
-    decide    policy.decide()             pure: desired replicas, requeues, replacements
-    apply     backend.replace(unit)       dead but running: kill it
+    decide    policy.decide()             pure: desired replicas, requeues, replacements,
+                                          memory pressure, Bloom fill, a lost frontier
+    apply     frontier.set_pressure()     when the pressure level changes
+              backend.replace(unit)       dead but running: kill it
               frontier.requeue_owner()    leases of dead, gone and drained workers
               backend.forget(unit)        exited units
               frontier.requeue_expired()  leases whose ttl ran out
               backend.scale(n)            when the desired count differs
               backend.record(event)       one per decision applied
 
-A tick is O(1) Redis round trips per job (three, plus two per worker found dead), however big
+A tick is O(1) Redis round trips per job (four, plus two per worker found dead), however big
 the crawl. Between ticks the callers make one cheap :func:`check` (one read of the counters)
 that brings the next tick forward when the crawl ends or the backlog outgrows the fleet.
 
 The memory (:class:`~crawlfleet.fleet.policy.FleetMemory`) goes in and comes out: the caller
 keeps it durable (status in a cluster, state.json locally).
+
+**A lost frontier** (DESIGN §3, durability) is the tick's to judge, like everything else.
+Callers open the frontier with :func:`open_frontier`, which asks for the epoch the job
+remembers: with ``redis.onLoss: Fail`` a frontier found lost there raises ``FrontierLost``,
+which the caller hands to :func:`frontier_lost` (the job fails, an Event says what was
+found); with ``Reseed`` a new frontier is made in its place, and the tick that first sees
+its new epoch records ``FrontierReseeded`` and queues the seeds. Any call of a tick may find
+the frontier gone mid-run: the tick records ``FrontierLost`` and fails the job, or (Reseed)
+asks the caller to open it again (``Decision.reopen``). Nothing is re-seeded without an
+Event saying so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from crawlfleet.errors import FrontierLost
 from crawlfleet.fleet.backend import FleetBackend, FleetEvent, FleetView, unit_of
 from crawlfleet.fleet.policy import (
     Decision,
@@ -38,16 +53,34 @@ from crawlfleet.fleet.policy import (
     decide,
     wants_tick,
 )
-from crawlfleet.frontier import Frontier, FrontierStats, WorkerHeartbeat
+from crawlfleet.frontier import (
+    Backpressure,
+    Frontier,
+    FrontierSettings,
+    FrontierStats,
+    MemoryState,
+    PressureLevel,
+    WorkerHeartbeat,
+)
 
-__all__ = ["Tick", "check", "join", "output_event", "requeue_unit", "tick"]
+__all__ = [
+    "Tick",
+    "check",
+    "frontier_lost",
+    "join",
+    "open_frontier",
+    "output_event",
+    "requeue_unit",
+    "tick",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Tick:
     """What one tick saw and did."""
 
-    stats: FrontierStats
+    #: None when the frontier was lost: nothing of it could be read.
+    stats: FrontierStats | None
     view: FleetView
     decision: Decision
     memory: FleetMemory
@@ -59,6 +92,22 @@ class Tick:
     #: failing or too many of their files wait for it (DESIGN §8): the callers turn a change
     #: into an Event, the operator into a condition.
     output_blocked: tuple[str, ...] = ()
+    #: Redis's memory as this tick read it (None: not read, the frontier being lost).
+    frontier_memory: MemoryState | None = None
+
+
+async def open_frontier(
+    url: str, settings: FrontierSettings, *, policy: FleetPolicy, memory: FleetMemory
+) -> Frontier:
+    """Open the job's frontier: the one of the remembered epoch, or, lost, as policy says.
+
+    ``FrontierLost`` (with what was found) when it is lost and ``redis.onLoss`` is Fail; with
+    Reseed a new, unseeded frontier (``Frontier.reseeded`` says why), which the next tick
+    seeds and reports. A new job (no epoch remembered) opens or creates it.
+    """
+    return await Frontier.connect(
+        url, settings, expect_epoch=memory.frontier_epoch, reseed=policy.on_loss == "Reseed"
+    )
 
 
 def join(
@@ -97,8 +146,15 @@ def join(
 async def check(
     frontier: Frontier, policy: FleetPolicy, memory: FleetMemory, *, suspended: bool
 ) -> bool:
-    """One read of the counters: is a full tick due before its time?"""
-    return wants_tick(policy, await frontier.stats(), memory, suspended=suspended)
+    """One read of the counters: is a full tick due before its time?
+
+    A frontier found lost calls for the tick at once: judging that is the tick's.
+    """
+    try:
+        stats = await frontier.stats()
+    except FrontierLost:
+        return True
+    return wants_tick(policy, stats, memory, suspended=suspended)
 
 
 async def tick(
@@ -110,11 +166,92 @@ async def tick(
     now: float,
     suspended: bool,
     seeds: Sequence[str],
+    pages_per_second: float | None = None,
 ) -> Tick | None:
-    """Observe, decide, apply, once; None when the backend cannot see its fleet yet."""
+    """Observe, decide, apply, once; None when the backend cannot see its fleet yet.
+
+    ``pages_per_second``: the crawl's recent rate, which a memory pressure level slows
+    claims to a share of.
+    """
     view = await backend.observe()
     if view is None:
         return None
+    remembered = memory.frontier_epoch
+    if remembered is None:
+        memory = replace(memory, frontier_epoch=frontier.epoch)
+    elif frontier.epoch != remembered:
+        found = frontier.reseeded or f"Redis holds the frontier of epoch {frontier.epoch}"
+        found = f"{found} (the job's epoch was {remembered})"
+        if policy.on_loss != "Reseed" or frontier.reseeded is None:
+            return await _loss(backend, policy, memory, view, found, now=now)
+        memory = replace(memory, frontier_epoch=frontier.epoch, bloom_nearly_full=False)
+        await backend.record(
+            FleetEvent(
+                "FrontierReseeded",
+                f"frontier lost: {found}; a new one (epoch {frontier.epoch}) starts from the"
+                " seeds again (redis.onLoss: Reseed): pages crawled before the loss are"
+                " crawled again",
+                warning=True,
+                fields={"epoch": frontier.epoch},
+            )
+        )
+    try:
+        return await _tick(
+            frontier, backend, policy, memory, view, now=now, suspended=suspended, seeds=seeds,
+            pages_per_second=pages_per_second,
+        )  # fmt: skip
+    except FrontierLost as error:
+        return await _loss(backend, policy, memory, view, str(error), now=now)
+
+
+async def frontier_lost(
+    backend: FleetBackend, policy: FleetPolicy, memory: FleetMemory, found: str, *, now: float
+) -> Tick | None:
+    """The decision for a frontier found lost outside a tick, applied as a tick would."""
+    view = await backend.observe()
+    if view is None:
+        return None
+    return await _loss(backend, policy, memory, view, found, now=now)
+
+
+async def _loss(
+    backend: FleetBackend,
+    policy: FleetPolicy,
+    memory: FleetMemory,
+    view: FleetView,
+    found: str,
+    *,
+    now: float,
+) -> Tick:
+    decision, memory = decide(policy, Observation.of_loss(found, now=now), memory)
+    if decision.reopen:
+        then = "it is opened anew and the seeds queued again (redis.onLoss: Reseed)"
+    else:
+        then = (
+            "the job fails (redis.onLoss: Fail) rather than crawl again or skip pages"
+            " unseen; set redis.onLoss: Reseed to start it over"
+        )
+    await backend.record(
+        FleetEvent("FrontierLost", f"frontier lost: {found}; {then}", warning=True)
+    )
+    scaled = decision.desired_replicas != view.replicas
+    if scaled:
+        await backend.scale(decision.desired_replicas)
+    return Tick(None, view, decision, memory, None, scaled)
+
+
+async def _tick(
+    frontier: Frontier,
+    backend: FleetBackend,
+    policy: FleetPolicy,
+    memory: FleetMemory,
+    view: FleetView,
+    *,
+    now: float,
+    suspended: bool,
+    seeds: Sequence[str],
+    pages_per_second: float | None,
+) -> Tick:
     stats = await frontier.stats()
     seeded: int | None = None
     if not stats.seeded and not suspended:
@@ -132,10 +269,20 @@ async def tick(
             if beat.counters.get("output_blocked") and beat.age_seconds <= policy.dead_after_seconds
         )
     )
+    redis_memory = await frontier.memory()
     observation = Observation.of(
-        stats, now=now, suspended=suspended, workers=workers, vanished=vanished
+        stats,
+        now=now,
+        suspended=suspended,
+        workers=workers,
+        vanished=vanished,
+        memory_used_bytes=redis_memory.used_bytes,
+        memory_max_bytes=redis_memory.max_bytes,
+        pages_per_second=pages_per_second,
     )
+    before = memory
     decision, memory = decide(policy, observation, memory)
+    await _frontier_health(frontier, backend, policy, before, decision, stats, redis_memory)
 
     for unit in decision.replace:
         await backend.replace(unit)
@@ -189,7 +336,66 @@ async def tick(
                 fields={"crawled": stats.crawled, "dead": stats.dead},
             )
         )
-    return Tick(stats, view, decision, memory, seeded, scaled, output_blocked)
+    return Tick(stats, view, decision, memory, seeded, scaled, output_blocked, redis_memory)
+
+
+async def _frontier_health(
+    frontier: Frontier,
+    backend: FleetBackend,
+    policy: FleetPolicy,
+    before: FleetMemory,
+    decision: Decision,
+    stats: FrontierStats,
+    redis_memory: MemoryState,
+) -> None:
+    """Memory pressure set on the frontier when its level changes; the Bloom filter's warning.
+
+    Each transition is an Event; the level is the frontier's to enforce (fewer claims, a
+    link budget per page), so a crawl slows down instead of running Redis out of memory.
+    """
+    pressure = decision.set_pressure
+    if pressure is not None:
+        await frontier.set_pressure(pressure)
+        was, now = stats.pressure.level, pressure.level
+        what = {
+            PressureLevel.NONE: "released: claims and new links at full speed again",
+            PressureLevel.HIGH: f"claims slowed ({_rate(pressure)}), at most"
+            f" {pressure.links_per_page} new links per page",
+            PressureLevel.CRITICAL: f"claims slowed ({_rate(pressure)}), no new links"
+            " admitted; acks, fails and requeues pass",
+        }[now]
+        await backend.record(
+            FleetEvent(
+                "FrontierMemoryPressure",
+                f"frontier memory pressure {was.name} -> {now.name}: Redis uses"
+                f" {redis_memory.used_bytes} of {redis_memory.max_bytes} bytes of maxmemory"
+                f" ({redis_memory.ratio:.0%}); {what}",
+                warning=now > was,
+                fields={
+                    "from": was.name,
+                    "to": now.name,
+                    "used_bytes": redis_memory.used_bytes,
+                    "max_bytes": redis_memory.max_bytes,
+                },
+            )
+        )
+    if decision.bloom_nearly_full and not before.bloom_nearly_full:
+        await backend.record(
+            FleetEvent(
+                "BloomNearlyFull",
+                f"{stats.seen} distinct URLs seen, {stats.seen / policy.bloom_capacity:.0%} of"
+                f" dedup.capacity {policy.bloom_capacity}: past it the Bloom filter grows a"
+                " layer (each at a tighter error rate, more memory); size dedup.capacity for"
+                " such a crawl next time",
+                warning=True,
+                fields={"seen": stats.seen, "capacity": policy.bloom_capacity},
+            )
+        )
+
+
+def _rate(pressure: Backpressure) -> str:
+    rate = pressure.claims_per_second
+    return "unlimited" if rate is None else f"at most {rate:g} a second"
 
 
 def output_event(blocked: Sequence[str], was_blocked: bool) -> FleetEvent | None:

@@ -22,14 +22,14 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, load_crawljob
-from crawlfleet.errors import ConfigError, FrontierUnavailable
-from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
+from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
+from crawlfleet.fleet import Decision, FleetMemory, FleetPolicy, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
@@ -71,8 +71,10 @@ def _print(*args: Any) -> None:
 class _State:
     """``state.json``: the run's local status, written when it changes.
 
-    The fleet's memory (what the next tick decides from) and the next worker number are read
-    back by ``--resume``; the phase is for people and scripts, as ``status.phase`` is.
+    The fleet's memory (what the next tick decides from), the frontier's epoch (its
+    identity: a resumed run on a Redis that lost it fails, or re-seeds, and says so) and the
+    next worker number are read back by ``--resume``; the phase is for people and scripts,
+    as ``status.phase`` is.
     """
 
     path: Path
@@ -90,6 +92,8 @@ class _State:
             log.warning("%s unreadable (%s): starting with a fresh fleet memory", path, error)
             return cls(path)
         memory = FleetMemory.from_mapping(raw.get("fleet")) or FleetMemory()
+        epoch = raw.get("frontierEpoch")
+        memory = replace(memory, frontier_epoch=epoch if isinstance(epoch, str) else None)
         number = raw.get("nextWorker")
         return cls(path, memory, number if isinstance(number, int) and number > 0 else 1)
 
@@ -97,9 +101,10 @@ class _State:
         if (memory, next_worker, phase) == (self.memory, self.next_worker, self.phase):
             return
         self.memory, self.next_worker, self.phase = memory, next_worker, phase
-        text = json.dumps(
-            {"phase": phase, "fleet": memory.to_mapping(), "nextWorker": next_worker}, indent=2
-        )
+        document = {"phase": phase, "fleet": memory.to_mapping(), "nextWorker": next_worker}
+        if memory.frontier_epoch is not None:
+            document["frontierEpoch"] = memory.frontier_epoch
+        text = json.dumps(document, indent=2)
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(text + "\n")
         os.replace(partial, self.path)  # a crash leaves the old state or the new, never half
@@ -179,29 +184,29 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
     job_file = _JobFile(options.job_file, job)
     max_workers = 0
     frontier: Frontier | None = None
+    settings = FrontierSettings.from_spec(job.job_id, job.spec)
     try:
-        frontier = await Frontier.connect(
-            redis_url, FrontierSettings.from_spec(job.job_id, job.spec)
-        )
         memory = state.memory
+        policy = _policy(job, options)
+        try:
+            frontier = await steer.open_frontier(redis_url, settings, policy=policy, memory=memory)
+        except FrontierLost as error:  # and redis.onLoss is Fail: the tick's decision
+            lost = await steer.frontier_lost(backend, policy, memory, str(error), now=time.time())
+            assert lost is not None  # a local fleet is always in view
+            state.save(lost.memory, backend.next_number, lost.decision.phase)
+            return _failed(lost.decision, options, out)
         progress = _Progress(job, started, config.run.progress_seconds)
         complete = False
         output_blocked = False
         first = True
         next_tick = 0.0
-        policy: FleetPolicy | None = None
         outage = _Outage(server)
         while not stop_signal:
             await outage.restart_if_exited()
             edited = job_file.current()  # one stat call
-            if policy is None or edited is not job:
+            if edited is not job:
                 job = edited
-                policy = FleetPolicy.from_spec(
-                    job.spec,
-                    config.steering,
-                    completion_grace_seconds=config.run.completion_grace_seconds,
-                    pinned_replicas=options.workers,
-                )
+                policy = _policy(job, options)
             suspended = job.spec.suspend
             now = time.monotonic()
             try:
@@ -221,6 +226,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                     now=time.time(),
                     suspended=suspended,
                     seeds=job.spec.seeds,
+                    pages_per_second=progress.rate(),
                 )
             except FrontierUnavailable as error:
                 outage.begin(error)  # the workers wait for Redis too; so does the tick
@@ -229,8 +235,17 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                 continue
             outage.end()
             assert done is not None  # a local fleet is always in view
+            _announce(done, memory, frontier)
             memory = done.memory
             state.save(memory, backend.next_number, done.decision.phase)
+            if done.stats is None:  # the frontier is lost
+                if not done.decision.reopen:
+                    return _failed(done.decision, options, out)
+                await frontier.aclose()  # and a new one, which the next tick seeds
+                frontier = await steer.open_frontier(
+                    redis_url, settings, policy=policy, memory=memory
+                )
+                continue
             if first:
                 first = False
                 news = "resumed" if done.seeded is None else f"{done.seeded} new seed(s)"
@@ -259,7 +274,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
                 f"  crawlfleet run {options.job_file} --resume --out {out}"
             )
             return EXIT_INTERRUPTED.get(sig, 1)
-        summary = _summary(stats, elapsed, max_workers)
+        summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity)
         if store is not None:
             manifest = await finish_output(frontier, store, job.job_id, job.spec, stats)
             summary["output"] = {
@@ -284,6 +299,58 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             await frontier.aclose()
         if server is not None:
             server.stop()
+
+
+def _policy(job: CrawlJob, options: RunOptions) -> FleetPolicy:
+    return FleetPolicy.from_spec(
+        job.spec,
+        options.config.steering,
+        completion_grace_seconds=options.config.run.completion_grace_seconds,
+        pinned_replicas=options.workers,
+    )
+
+
+#: ``crawlfleet run``'s exit code when the job's frontier was lost (redis.onLoss: Fail).
+EXIT_FRONTIER_LOST = 3
+
+
+def _failed(decision: Decision, options: RunOptions, out: Path) -> int:
+    _print(
+        f"crawlfleet: frontier lost: {decision.lost}. The job fails (redis.onLoss: Fail)"
+        " rather than crawl again from the seeds or skip what it had queued. To start it"
+        f" over: set spec.redis.onLoss: Reseed in {options.job_file} and run it again with"
+        f" --resume --out {out}"
+    )
+    return EXIT_FRONTIER_LOST
+
+
+def _announce(done: steer.Tick, before: FleetMemory, frontier: Frontier) -> None:
+    """The tick's news about the frontier, as lines for the person at the terminal."""
+    decision = done.decision
+    if decision.reopen:
+        _print(f"crawlfleet: frontier lost: {decision.lost}; re-seeding (redis.onLoss: Reseed)")
+    epoch = done.memory.frontier_epoch
+    if (
+        before.frontier_epoch is not None
+        and done.stats is not None
+        and epoch != before.frontier_epoch
+    ):
+        _print(
+            f"crawlfleet: frontier lost: {frontier.reseeded}; re-created (epoch {epoch}) and"
+            " re-seeded from the seeds (redis.onLoss: Reseed): pages crawled before are"
+            " crawled again"
+        )
+    if decision.set_pressure is not None and done.frontier_memory is not None:
+        memory = done.frontier_memory
+        _print(
+            f"crawlfleet: frontier memory pressure {decision.set_pressure.level.name}:"
+            f" Redis uses {memory.ratio:.0%} of maxmemory ({memory.used_bytes} bytes)"
+        )
+    if decision.bloom_nearly_full and not before.bloom_nearly_full and done.stats is not None:
+        _print(
+            f"crawlfleet: the Bloom filter is nearly full: {done.stats.seen} URLs seen of"
+            " dedup.capacity; it grows a layer past it (more memory, a tighter error rate)"
+        )
 
 
 class _Outage:
@@ -331,7 +398,9 @@ _REDIS_RESTART_SECONDS = 300.0
 _REDIS_RETRY_SECONDS = 0.5
 
 
-def _summary(stats: FrontierStats, elapsed: float, max_workers: int) -> dict[str, Any]:
+def _summary(
+    stats: FrontierStats, elapsed: float, max_workers: int, capacity: int
+) -> dict[str, Any]:
     """The run's figures (``summary.json`` in the run's folder; the output's own last files,
     dead-letters.jsonl and manifest.json, are in the destination: see crawlfleet.output)."""
     summary: dict[str, Any] = {
@@ -345,6 +414,15 @@ def _summary(stats: FrontierStats, elapsed: float, max_workers: int) -> dict[str
         "elapsed_s": round(elapsed, 3),
         "pages_per_s": round(stats.crawled / elapsed, 1) if elapsed > 0 else 0.0,
         "max_workers": max_workers,
+        # Links the frontier's memory backpressure held back (met again later, admitted then).
+        "links_held_back": stats.over_budget,
+        "bloom": {
+            "capacity": capacity,
+            "fill_ratio": round(stats.seen / capacity, 4),
+            "layers": stats.bloom_layers,
+            "layer_fill_ratio": round(stats.bloom_fill_ratio, 4),
+            "false_positive_rate": float(f"{stats.bloom_false_positive_rate:.3g}"),
+        },
     }
     return summary
 
@@ -369,6 +447,9 @@ class _Progress:
         self.started = started
         self.every = every_seconds
         self.last = 0.0
+        self.stats: FrontierStats | None = None
+        self.shown_at = started
+        self.recent_rate = 0.0
         self.tty = sys.stderr.isatty()
         self._console: Any = None
         if self.tty:
@@ -388,7 +469,18 @@ class _Progress:
             text += f"  ETA {max(0, max_pages - stats.crawled) / rate:.0f}s"
         return text
 
+    def rate(self) -> float | None:
+        """Pages a second lately (None before the first pages): what backpressure slows."""
+        return self.recent_rate or None
+
     def show(self, stats: FrontierStats, workers: int, suspended: bool) -> None:
+        now = time.monotonic()
+        if self.stats is not None and now > self.shown_at:
+            instant = max(0, stats.crawled - self.stats.crawled) / (now - self.shown_at)
+            # About 2.5 s of ticks; the first reading stands alone, not averaged with nothing.
+            weight = 0.1 if self.recent_rate else 1.0
+            self.recent_rate = (1 - weight) * self.recent_rate + weight * instant
+        self.stats, self.shown_at = stats, now
         now = time.monotonic()
         text = self.line(stats, workers) + ("  (suspended)" if suspended else "")
         if self.tty and self._console is not None:

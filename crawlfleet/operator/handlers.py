@@ -42,7 +42,7 @@ import kopf
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec, Phase
-from crawlfleet.errors import ConfigError, FrontierError, KubeError
+from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
 from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.operator import children
@@ -238,6 +238,7 @@ class CrawlJobOperator:
         status: kopf.Status,
         meta: kopf.Meta,
         patch: kopf.Patch,
+        reason: str = "",
         **_: Any,
     ) -> None:
         ref = _ref(body)
@@ -306,11 +307,17 @@ class CrawlJobOperator:
                     manifest["metadata"]["name"],
                 )
         selector = children.selector_string(children.worker_selector(ref))
-        if status.get("phase") in (None, "Failed") or status.get("selector") != selector:
+        # A failed job starts again when its spec changes (an edit may be the fix: a valid
+        # spec, redis.onLoss: Reseed), not when the operator merely restarts.
+        again = status.get("phase") is None or (
+            status.get("phase") == "Failed" and reason != kopf.Reason.RESUME.value
+        )
+        if again or status.get("selector") != selector:
             patch.status["selector"] = selector
-            if status.get("phase") in (None, "Failed"):
+            if again:
                 patch.status["phase"] = "Pending"
                 patch.status["message"] = "children created; waiting for Redis"
+                patch.status["completionTime"] = None
         self._state(body)
 
     async def _default_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
@@ -470,7 +477,7 @@ class CrawlJobOperator:
         if deployment is None:
             return  # not made yet by ensure(), or not seen by the watch yet
         current, ready = deployment.replicas, deployment.ready
-        if status.get("phase") == "Succeeded":
+        if status.get("phase") in ("Succeeded", "Failed"):
             await self._finished(body, ref, spec, status, current)
             _patch_changed(
                 patch,
@@ -483,8 +490,18 @@ class CrawlJobOperator:
                 },
             )
             return
-        frontier = await self._frontier(ref, spec, state)
-        if frontier is None:
+        memory = state.memory or dataclasses.replace(
+            FleetMemory.from_mapping(status.get("fleet")) or FleetMemory(replicas=current),
+            frontier_epoch=status.get("frontierEpoch"),
+        )
+        unsafe: str | None = None
+        try:
+            opened = await self._frontier(ref, spec, state, policy, memory)
+        except UnsafeRedis as error:  # it could evict the frontier's keys: never run on it
+            opened, unsafe = None, str(error)
+        if opened is None:
+            if unsafe is not None and status.get("message") != unsafe:
+                kopf.warn(body, reason="RedisRefused", message=unsafe)
             seen = Observed(
                 phase="Pending",
                 redis_ready=False,
@@ -494,30 +511,41 @@ class CrawlJobOperator:
                 stats=None,
                 selector=selector,
                 pages_per_second=0.0,
-                message="waiting for Redis",
+                message=unsafe or "waiting for Redis",
             )
             _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
             return
-        stored = FleetMemory.from_mapping(status.get("fleet"))
-        memory = state.memory or stored or FleetMemory(replicas=current)
-        done = await steer.tick(
-            frontier,
-            backend,
-            policy,
-            memory,
-            now=time.time(),
-            suspended=spec.suspend,
-            seeds=spec.seeds,
-        )
+        if isinstance(opened, str):  # lost, and the job fails: the tick's decision to make
+            done = await steer.frontier_lost(backend, policy, memory, opened, now=time.time())
+        else:
+            done = await steer.tick(
+                opened,
+                backend,
+                policy,
+                memory,
+                now=time.time(),
+                suspended=spec.suspend,
+                seeds=spec.seeds,
+                pages_per_second=state.pages_per_second or None,
+            )
         if done is None:
             return
         state.memory = done.memory
         remembered = done.memory.to_mapping()
         if remembered != dict(status.get("fleet") or {}):  # strings compare exactly
             # Explicit nulls: a merge patch keeps whatever it is not told to drop.
-            patch.status["fleet"] = {"lowDemandSince": None, "idleSince": None, **remembered}
+            patch.status["fleet"] = {
+                "lowDemandSince": None,
+                "idleSince": None,
+                "bloomNearlyFull": None,
+                "pressureBaseRate": None,
+                **remembered,
+            }
         stats, decision = done.stats, done.decision
         desired = decision.desired_replicas
+        if stats is None:  # the frontier is lost: nothing of it to report but that
+            await self._lost(ref, spec, state, done, status, patch, current, ready, generation)
+            return
         event = steer.output_event(done.output_blocked, state.output_blocked)
         if event is not None:
             state.output_blocked = bool(done.output_blocked)
@@ -536,9 +564,64 @@ class CrawlJobOperator:
             scaled=done.scaled,
             output=state.output,
             output_blocked=done.output_blocked,
+            frontier_epoch=done.memory.frontier_epoch,
+            frontier_memory=done.frontier_memory,
+            pressure=decision.pressure,
+            bloom_capacity=spec.dedup.capacity,
+            bloom_nearly_full=decision.bloom_nearly_full,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, decision.phase, stats, desired, ready)
+        self.metrics.frontier(
+            ref.namespace,
+            ref.name,
+            stats,
+            done.frontier_memory,
+            decision.pressure,
+            spec.dedup.capacity,
+        )
+
+    async def _lost(
+        self,
+        ref: JobRef,
+        spec: CrawlJobSpec,
+        state: JobState,
+        done: steer.Tick,
+        status: kopf.Status,
+        patch: kopf.Patch,
+        current: int,
+        ready: int,
+        generation: int | None,
+    ) -> None:
+        """The tick found the frontier lost: Failed, or (Reseed) opened anew next tick."""
+        decision = done.decision
+        self.metrics.frontier_lost.inc()
+        if decision.reopen:
+            await state.disconnect()  # the next tick opens a new frontier, and seeds it
+            message = f"frontier lost: {decision.lost}; re-seeding (redis.onLoss: Reseed)"
+        else:
+            message = (
+                f"frontier lost: {decision.lost}; the job fails (redis.onLoss: Fail): set"
+                " redis.onLoss: Reseed to crawl it again from the seeds"
+            )
+        seen = Observed(
+            phase=decision.phase,
+            redis_ready=True,
+            desired_replicas=decision.desired_replicas,
+            replicas=decision.desired_replicas if done.scaled else current,
+            ready_replicas=ready,
+            stats=None,
+            selector=children.selector_string(children.worker_selector(ref)),
+            pages_per_second=0.0,
+            message=message,
+            scaled=done.scaled,
+            output=state.output,
+            frontier_lost=message,
+            frontier_epoch=done.memory.frontier_epoch,
+            bloom_capacity=spec.dedup.capacity,
+        )
+        _patch_changed(patch, status, job_status(status, seen, generation=generation, now=_now()))
+        self.metrics.set_phase(ref.namespace, ref.name, decision.phase)
 
     async def _finished(
         self,
@@ -565,7 +648,8 @@ class CrawlJobOperator:
         now = time.monotonic()
         if state.last_crawled is not None and now > state.last_time:
             instant = max(0, crawled - state.last_crawled) / (now - state.last_time)
-            state.pages_per_second = 0.75 * state.pages_per_second + 0.25 * instant
+            weight = 0.25 if state.pages_per_second else 1.0  # the first reading alone
+            state.pages_per_second = (1 - weight) * state.pages_per_second + weight * instant
         state.last_crawled, state.last_time = crawled, now
 
     def _observe(
@@ -579,16 +663,36 @@ class CrawlJobOperator:
         self.metrics.desired.labels(*labels).set(desired)
         self.metrics.ready.labels(*labels).set(ready)
 
-    async def _frontier(self, ref: JobRef, spec: CrawlJobSpec, state: JobState) -> Frontier | None:
+    async def _frontier(
+        self,
+        ref: JobRef,
+        spec: CrawlJobSpec,
+        state: JobState,
+        policy: FleetPolicy | None = None,
+        memory: FleetMemory | None = None,
+    ) -> Frontier | str | None:
+        """The job's frontier (None: Redis not reachable yet), or what was found instead.
+
+        A string is a lost frontier's story (``redis.onLoss: Fail``), for the tick to judge;
+        :class:`UnsafeRedis` (a Redis that may evict keys) is raised for the caller to show.
+        """
         if state.frontier is not None:
             return state.frontier
         url = await self._redis_url(ref, spec)
         if url is None:
             return None
+        settings = FrontierSettings.from_spec(f"{ref.namespace}.{ref.name}", spec)
         try:
-            state.frontier = await Frontier.connect(
-                url, FrontierSettings.from_spec(f"{ref.namespace}.{ref.name}", spec)
-            )
+            if policy is None or memory is None:  # not steering: cleanup
+                state.frontier = await Frontier.connect(url, settings)
+            else:
+                state.frontier = await steer.open_frontier(
+                    url, settings, policy=policy, memory=memory
+                )
+        except FrontierLost as error:
+            return str(error)
+        except UnsafeRedis:
+            raise
         except (FrontierError, ValueError) as error:  # ValueError: a URL redis cannot parse
             log.info("Redis of %s/%s not reachable yet: %s", ref.namespace, ref.name, error)
             return None
@@ -699,7 +803,12 @@ class CrawlJobOperator:
     ) -> None:
         frontier = state.frontier if state else None
         if frontier is None:
-            frontier = await self._frontier(ref, spec, JobState(owner=_owner(body)))
+            try:
+                opened = await self._frontier(ref, spec, JobState(owner=_owner(body)))
+            except UnsafeRedis as error:  # the job never ran there: nothing of it to remove
+                log.warning("Redis of %s/%s refused: %s", ref.namespace, ref.name, error)
+                return
+            frontier = opened if isinstance(opened, Frontier) else None
         if frontier is None:
             log.warning("Redis of %s/%s unreachable: its keys stay there", ref.namespace, ref.name)
             return

@@ -12,6 +12,8 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
+
 __all__ = ["OperatorMetrics"]
 
 _PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
@@ -63,6 +65,65 @@ class OperatorMetrics:
             "reconcile ticks that failed (retried at the next tick)",
             registry=self.registry,
         )
+        # The frontier's health: what the "Redis memory" and "Bloom filter" alerts read.
+        self.memory_used = Gauge(
+            "crawlfleet_frontier_memory_used_bytes",
+            "memory the job's Redis uses (INFO used_memory)",
+            job,
+            registry=self.registry,
+        )
+        self.memory_max = Gauge(
+            "crawlfleet_frontier_memory_max_bytes",
+            "the job's Redis's maxmemory (0: no limit)",
+            job,
+            registry=self.registry,
+        )
+        self.pressure = Gauge(
+            "crawlfleet_frontier_pressure_level",
+            "memory backpressure on the frontier: 0 none, 1 high, 2 critical",
+            job,
+            registry=self.registry,
+        )
+        self.bloom_fill = Gauge(
+            "crawlfleet_bloom_fill_ratio",
+            "distinct URLs seen over dedup.capacity (past 1 the filter has grown layers)",
+            job,
+            registry=self.registry,
+        )
+        self.bloom_layer_fill = Gauge(
+            "crawlfleet_bloom_layer_fill_ratio",
+            "fill of the Bloom filter's newest layer (at 1 it grows another)",
+            job,
+            registry=self.registry,
+        )
+        self.bloom_false_positives = Gauge(
+            "crawlfleet_bloom_false_positive_rate",
+            "estimated share of new URLs the Bloom filter takes for seen",
+            job,
+            registry=self.registry,
+        )
+        self.bloom_layers = Gauge(
+            "crawlfleet_bloom_layers", "layers of the Bloom filter", job, registry=self.registry
+        )
+        self.frontier_lost = Counter(
+            "crawlfleet_frontier_lost",
+            "frontiers found lost (emptied or replaced Redis): jobs failed or re-seeded",
+            registry=self.registry,
+        )
+        self._per_job = (
+            self.queued,
+            self.in_flight,
+            self.crawled,
+            self.desired,
+            self.ready,
+            self.memory_used,
+            self.memory_max,
+            self.pressure,
+            self.bloom_fill,
+            self.bloom_layer_fill,
+            self.bloom_false_positives,
+            self.bloom_layers,
+        )
         self._phases: dict[tuple[str, str], str] = {}
 
     def set_phase(self, namespace: str, name: str, phase: str | None) -> None:
@@ -70,13 +131,33 @@ class OperatorMetrics:
         key = (namespace, name)
         if phase is None:
             self._phases.pop(key, None)
-            for gauge in (self.queued, self.in_flight, self.crawled, self.desired, self.ready):
+            for gauge in self._per_job:
                 with contextlib.suppress(KeyError):
                     gauge.remove(namespace, name)
         else:
             self._phases[key] = phase
         for each in _PHASES:
             self.jobs.labels(each).set(sum(1 for p in self._phases.values() if p == each))
+
+    def frontier(
+        self,
+        namespace: str,
+        name: str,
+        stats: FrontierStats,
+        memory: MemoryState | None,
+        pressure: PressureLevel,
+        capacity: int,
+    ) -> None:
+        """One job's frontier health, as its tick read it."""
+        job = (namespace, name)
+        if memory is not None:
+            self.memory_used.labels(*job).set(memory.used_bytes)
+            self.memory_max.labels(*job).set(memory.max_bytes)
+        self.pressure.labels(*job).set(int(pressure))
+        self.bloom_fill.labels(*job).set(stats.seen / capacity if capacity else 0.0)
+        self.bloom_layer_fill.labels(*job).set(stats.bloom_fill_ratio)
+        self.bloom_false_positives.labels(*job).set(stats.bloom_false_positive_rate)
+        self.bloom_layers.labels(*job).set(stats.bloom_layers)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         if port:

@@ -3,10 +3,13 @@
 Conditions follow ``metav1.Condition``: one entry per type, ``lastTransitionTime`` moves only
 when the status of that type flips (so ``kubectl wait --for=condition=Complete`` and alerts on
 "Ready false for 10 minutes" both work), and each carries the generation it was computed for.
-All eight types are present from the first reconcile on, so a client never has to tell "not
+All eleven types are present from the first reconcile on, so a client never has to tell "not
 yet reported" from "false". ``OutputNotDurable`` and ``OutputBlocked`` are about the output
 (DESIGN §8): the job's files would go nowhere durable (no worker is created), or the workers
-claim nothing because their destination is failing.
+claim nothing because their destination is failing. ``FrontierLost``,
+``FrontierMemoryPressure`` and ``BloomNearlyFull`` are about the frontier (DESIGN §3): it is
+gone from Redis (the job fails, or is re-seeded on purpose), Redis's memory is filling (the
+crawl is slowed), the Bloom filter is past 80 % of the capacity it was sized for.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from crawlfleet.crawljob import Phase
-from crawlfleet.frontier import FrontierStats
+from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = [
     "CONDITION_TYPES",
@@ -40,6 +43,15 @@ CONDITION_TYPES: Final = (
     "InvalidSpec",
     "OutputNotDurable",
     "OutputBlocked",
+    "FrontierLost",
+    "FrontierMemoryPressure",
+    "BloomNearlyFull",
+)
+#: The status of the three frontier conditions when nothing is wrong with it.
+_FRONTIER_FINE: Final = (
+    ("FrontierLost", "Intact"),
+    ("FrontierMemoryPressure", "Normal"),
+    ("BloomNearlyFull", "Room"),
 )
 
 
@@ -103,6 +115,54 @@ class Observed:
     output: str = ""
     #: Workers that claim nothing because their destination is failing.
     output_blocked: tuple[str, ...] = ()
+    #: The frontier is gone from Redis: what was found instead, and what follows.
+    frontier_lost: str | None = None
+    #: The frontier's epoch (the job's identity in Redis), for status.frontierEpoch.
+    frontier_epoch: str | None = None
+    #: Redis's memory, and the backpressure level the frontier holds.
+    frontier_memory: MemoryState | None = None
+    pressure: PressureLevel = PressureLevel.NONE
+    #: ``dedup.capacity``: what the Bloom filter was sized for.
+    bloom_capacity: int = 0
+    bloom_nearly_full: bool = False
+
+
+def _frontier_conditions(seen: Observed) -> list[Wanted]:
+    lost = (
+        Wanted("FrontierLost", "True", "FrontierLost", seen.frontier_lost)
+        if seen.frontier_lost is not None
+        else Wanted("FrontierLost", "False", "Intact", "")
+    )
+    memory = seen.frontier_memory
+    if seen.pressure != PressureLevel.NONE and memory is not None:
+        pressure = Wanted(
+            "FrontierMemoryPressure",
+            "True",
+            seen.pressure.name.title(),
+            f"Redis uses {memory.used_bytes} of {memory.max_bytes} bytes of maxmemory"
+            f" ({memory.ratio:.0%}): claims are slowed and new links held back until it is"
+            " below 70 %",
+        )
+    else:
+        pressure = Wanted("FrontierMemoryPressure", "False", "Normal", "")
+    stats = seen.stats
+    if seen.bloom_nearly_full and stats is not None and seen.bloom_capacity:
+        bloom = Wanted(
+            "BloomNearlyFull",
+            "True",
+            "NearlyFull",
+            f"{stats.seen} distinct URLs seen, {stats.seen / seen.bloom_capacity:.0%} of"
+            f" dedup.capacity {seen.bloom_capacity}; {stats.bloom_layers} layer(s), estimated"
+            f" false-positive rate {stats.bloom_false_positive_rate:.2g}",
+        )
+    else:
+        bloom = Wanted("BloomNearlyFull", "False", "Room", "")
+    return [lost, pressure, bloom]
+
+
+def _frontier_unknown() -> list[Wanted]:
+    """The frontier conditions of a job whose frontier nobody has looked at."""
+    return [Wanted(kind, "False", reason, "") for kind, reason in _FRONTIER_FINE]
 
 
 def conditions_for(seen: Observed) -> list[Wanted]:
@@ -154,7 +214,17 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         if seen.output_blocked
         else Wanted("OutputBlocked", "False", "Writing", "")
     )
-    return [ready, progressing, complete, failed, suspended, valid, durable, blocked]
+    return [
+        ready,
+        progressing,
+        complete,
+        failed,
+        suspended,
+        valid,
+        durable,
+        blocked,
+        *_frontier_conditions(seen),
+    ]
 
 
 def job_status(
@@ -190,10 +260,23 @@ def job_status(
             seen=stats.seen,
             crawled=stats.crawled,
             failed=stats.dead,
+            bloomFillRatio=round(stats.seen / seen.bloom_capacity, 4)
+            if seen.bloom_capacity
+            else 0.0,
+            bloomFalsePositiveRate=float(f"{stats.bloom_false_positive_rate:.3g}"),
+            bloomLayers=stats.bloom_layers,
+            frontierPressure=seen.pressure.name.title(),
         )
+    if seen.frontier_memory is not None:
+        status.update(
+            frontierMemoryUsedBytes=seen.frontier_memory.used_bytes,
+            frontierMemoryMaxBytes=seen.frontier_memory.max_bytes,
+        )
+    if seen.frontier_epoch is not None:
+        status["frontierEpoch"] = seen.frontier_epoch
     if not previous.get("startTime"):
         status["startTime"] = rfc3339(now)
-    if seen.phase == "Succeeded" and not previous.get("completionTime"):
+    if seen.phase in ("Succeeded", "Failed") and not previous.get("completionTime"):
         status["completionTime"] = rfc3339(now)
     if seen.scaled:
         status["lastScaleTime"] = rfc3339(now)
@@ -213,6 +296,7 @@ def invalid_spec_status(
         Wanted("InvalidSpec", "True", "InvalidSpec", message),
         Wanted("OutputNotDurable", "Unknown", "InvalidSpec", ""),
         Wanted("OutputBlocked", "False", "Writing", ""),
+        *_frontier_unknown(),
     ]
     return {
         "phase": "Failed",
@@ -238,6 +322,7 @@ def output_not_durable_status(
         Wanted("InvalidSpec", "False", "Valid", ""),
         Wanted("OutputNotDurable", "True", "OutputNotDurable", message),
         Wanted("OutputBlocked", "False", "Writing", ""),
+        *_frontier_unknown(),
     ]
     return {
         "phase": "Pending",

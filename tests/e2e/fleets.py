@@ -31,6 +31,7 @@ from kubernetes import client
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
     OperatorProcess,
     apply,
@@ -63,6 +64,7 @@ class Fleet(Protocol):
     def stop_worker(self, unit: str) -> None: ...
     def worker_gone(self, unit: str) -> bool: ...
     def log(self) -> str: ...
+    def worker_logs(self) -> str: ...
 
 
 def job_spec(site: TestSite, **spec: Any) -> dict[str, Any]:
@@ -79,7 +81,7 @@ class Frontier:
         self.prefix = f"cf:{{{job_id}}}:"
 
     def stats(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.redis.hgetall(self.prefix + "stats").items()}
+        return {k: int(float(v)) for k, v in self.redis.hgetall(self.prefix + "stats").items()}
 
     def lease_owners(self) -> list[str]:
         """The worker id of every lease held now."""
@@ -214,6 +216,10 @@ class LocalFleet:
     def worker_gone(self, unit: str) -> bool:
         return unit not in self.workers()
 
+    def worker_logs(self) -> str:
+        """Every worker's log lines, of every run into this folder."""
+        return "".join(path.read_text(errors="replace") for path in self.out.glob("logs/*.log"))
+
     def log(self) -> str:
         text = ""
         for name in ("crawlfleet.log", "events.jsonl"):
@@ -248,6 +254,7 @@ class ClusterFleet:
         tmp_path: Path,
         cluster: Cluster,
         namespace: str,
+        kubelet: KubeletDouble,
     ) -> None:
         self.name = name
         self.site = site
@@ -255,6 +262,7 @@ class ClusterFleet:
         self.tmp_path = tmp_path
         self.cluster = cluster
         self.namespace = namespace
+        self.kubelet = kubelet
         self.core = client.CoreV1Api(cluster.api)
         self.operator: OperatorProcess | None = None
 
@@ -267,7 +275,8 @@ class ClusterFleet:
 
     def start(self, **spec: Any) -> None:
         self._start_operator()
-        document = crawljob(self.name, self.site, redis={"url": self.redis_url}, **spec)
+        redis = {**spec.pop("redis", {}), "url": self.redis_url}
+        document = crawljob(self.name, self.site, redis=redis, **spec)
         apply(self.cluster, document, namespace=self.namespace)
 
     def phase(self) -> str | None:
@@ -320,6 +329,15 @@ class ClusterFleet:
 
     def worker_gone(self, unit: str) -> bool:
         return unit not in {pod.metadata.name for pod in self._pods()}
+
+    def worker_logs(self) -> str:
+        """Every worker container's output, of pods gone too (the double keeps sandboxes)."""
+        sandboxes = self.kubelet.directory.glob(f"{self.namespace}_{self.name}-workers-*")
+        return "".join(
+            (sandbox / "worker.log").read_text(errors="replace")
+            for sandbox in sandboxes
+            if (sandbox / "worker.log").exists()
+        )
 
     def log(self) -> str:
         return self.operator.log() if self.operator is not None else ""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from kubernetes import client
 
 from crawlfleet.frontier import canonicalize
@@ -177,3 +178,71 @@ def test_no_secret_value_in_a_config_map_an_argv_an_event_or_a_log_line(
     assert any(name.startswith("ConfigMap") for name in places)
     leaks = [(where, s) for where, text in places.items() for s in secrets if s in text]
     assert not leaks, leaks
+
+
+def test_without_persistence_a_deleted_redis_pod_is_a_lost_frontier_not_a_silent_reseed(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    slow_site: TestSite,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+) -> None:
+    job = crawljob("forgetful", slow_site, redis={"managed": {"persistence": {"enabled": False}}})
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, job, namespace=namespace)
+        wait_crawled(cluster, namespace, "forgetful", 10, timeout=90)
+        with pytest.raises(client.ApiException):  # no claim without persistence
+            core.read_namespaced_persistent_volume_claim("forgetful-redis-data", namespace)
+        first = redis_pod(core, namespace, "forgetful")
+        assert first is not None
+        epoch = get_job(cluster, namespace, "forgetful")["status"]["frontierEpoch"]
+        cluster.kubectl("delete", "pod", first.metadata.name, "-n", namespace, "--wait=false")
+        failed = wait_for_phase(
+            cluster, namespace, "forgetful", "Failed", timeout=120, operator=operator
+        )
+
+    lost = next(c for c in failed["status"]["conditions"] if c["type"] == "FrontierLost")
+    assert lost["status"] == "True"
+    assert "redis.onLoss: Fail" in lost["message"]
+    assert failed["status"]["frontierEpoch"] == epoch  # what the job was, for people
+    reasons = [e.reason for e in core.list_namespaced_event(namespace).items]
+    assert reasons.count("FrontierLost") == 1
+    assert reasons.count("Seeded") == 1  # never queued again behind anyone's back
+
+
+def test_an_evicting_redis_is_refused_and_the_job_says_why(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    slow_site: TestSite,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+) -> None:
+    with (
+        RedisServer(tmp_path / "redis") as server,
+        running_operator(cluster, namespace, tmp_path),
+    ):
+        redis_client = redis.Redis.from_url(server.url)
+        redis_client.config_set("maxmemory", 64 * 1024 * 1024)
+        redis_client.config_set("maxmemory-policy", "allkeys-lru")
+        apply(
+            cluster, crawljob("evicting", slow_site, redis={"url": server.url}), namespace=namespace
+        )
+
+        def refused() -> dict[str, Any] | None:
+            job = get_job(cluster, namespace, "evicting")
+            return job if "maxmemory-policy" in job.get("status", {}).get("message", "") else None
+
+        job = wait_until(refused, timeout=60, what="the job to say why its Redis is refused")
+        assert job["status"]["phase"] == "Pending"
+        ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False"
+        assert "allkeys-lru" in ready["message"]
+        assert [e.reason for e in core.list_namespaced_event(namespace).items].count(
+            "RedisRefused"
+        ) == 1
+        assert not served(slow_site)  # nothing was crawled on it
+        assert redis_client.keys("cf:*") == []  # and nothing written

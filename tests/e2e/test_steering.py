@@ -23,7 +23,7 @@ from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.fleet import unit_of
 from crawlfleet.frontier import Frontier as FrontierAPI
-from crawlfleet.frontier import FrontierSettings, canonicalize
+from crawlfleet.frontier import FrontierSettings, FrontierStats, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.fleets import (
@@ -56,10 +56,10 @@ def fleet_of(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FleetOf
                 fleet = LocalFleet(name, site, server.url, tmp_path)
             else:
                 cluster = request.getfixturevalue("cluster")
-                request.getfixturevalue("kubelet")
+                kubelet = request.getfixturevalue("kubelet")
                 _install_crd_once(cluster)
                 namespace = request.getfixturevalue("namespace")
-                fleet = ClusterFleet(name, site, server.url, tmp_path, cluster, namespace)
+                fleet = ClusterFleet(name, site, server.url, tmp_path, cluster, namespace, kubelet)
             made.append(fleet)
             return fleet
 
@@ -348,3 +348,113 @@ def test_a_worker_stopped_mid_fetch_releases_its_lease_within_the_grace(
         assert stats.get("dead", 0) == 0
         complete = [r for r in site.log.all_requests() if r.path == "/slow" and r.status == 200]
         assert len(complete) == 1  # released, then crawled by another worker, once
+
+
+# -- the frontier's durability, memory and Bloom filter, on both backends -------------------------
+
+
+def test_a_flushed_frontier_fails_the_job_and_is_never_reseeded_silently(
+    fleet_of: FleetOf,
+) -> None:
+    with slow_site() as site:
+        fleet = fleet_of("flushed", site)
+        fleet.start()
+        crawled(fleet, 10)
+        frontier(fleet).redis.flushall()  # a Redis restarted empty, say
+        wait_phase(fleet, "Failed", timeout=60)
+        (lost,) = fleet.events("FrontierLost")
+        assert "redis.onLoss: Fail" in lost.message
+        time.sleep(3)
+        assert len(fleet.events("Seeded")) == 1  # the seeds were never queued again
+        assert fleet.phase() == "Failed"
+        assert frontier(fleet).stats().get("crawled", 0) == 0  # nobody crawls on
+
+
+def test_a_flushed_frontier_is_reseeded_when_the_job_asks_and_says_so(fleet_of: FleetOf) -> None:
+    with slow_site() as site:
+        fleet = fleet_of("reseeded", site)
+        fleet.start(redis={"onLoss": "Reseed"})
+        crawled(fleet, 10)
+        frontier(fleet).redis.flushall()
+        wait_phase(fleet, "Succeeded", timeout=240)
+        assert fleet.events("FrontierLost") or fleet.events("FrontierReseeded")
+        (reseeded,) = fleet.events("FrontierReseeded")
+        assert "redis.onLoss: Reseed" in reseeded.message
+        assert len(fleet.events("Seeded")) == 2  # once at the start, once after the loss
+        assert set(fetches(site)) == {canonicalize(u) for u in site.expected_pages()}
+
+
+def test_a_bloom_filter_past_its_capacity_grows_warns_and_skips_nothing(
+    fleet_of: FleetOf,
+) -> None:
+    config = SiteConfig(hosts=5, pages_per_host=1000, hostile=False, latency_seconds=0.0)
+    with TestSite(config) as site:
+        fleet = fleet_of("grows", site)
+        # A rate this low keeps the chance that any of the 5,000 URLs is taken for seen
+        # (and never crawled) far below one in a thousand, every layer included.
+        fleet.start(
+            dedup={"capacity": 1000, "errorRate": 1e-7},
+            concurrency={"perWorker": 16, "perHost": 8, "hostDelaySeconds": 0},
+            workers={"maxReplicas": 2, "targetBacklogPerReplica": 500},
+        )
+        wait_phase(fleet, "Succeeded", timeout=240)
+        (warning,) = fleet.events("BloomNearlyFull")
+        assert "dedup.capacity 1000" in warning.message
+        assert set(fetches(site)) == {canonicalize(u) for u in site.expected_pages()}
+        settings = FrontierSettings.from_spec(
+            fleet.job_id,
+            CrawlJobSpec.from_mapping(job_spec(site, dedup={"capacity": 1000, "errorRate": 1e-7})),
+        )
+
+        async def read_stats() -> FrontierStats:
+            api = await FrontierAPI.connect(fleet_redis_url(fleet), settings)
+            try:
+                return await api.stats()
+            finally:
+                await api.aclose()
+
+        stats = asyncio.run(read_stats())
+        assert stats.crawled == 5000
+        assert stats.bloom_layers > 1  # it grew past the capacity it was sized for
+        assert stats.bloom_false_positive_rate <= 1e-7
+
+
+def test_a_small_redis_slows_the_crawl_down_instead_of_running_out_of_memory(
+    fleet_of: FleetOf,
+) -> None:
+    """A bounded 50,000-page crawl in a Redis too small for its frontier, with noeviction."""
+    config = SiteConfig(hosts=10, pages_per_host=5000, hostile=False, latency_seconds=0.0)
+    with TestSite(config) as site:
+        fleet = fleet_of("squeezed", site)
+        redis_client = frontier(fleet).redis
+        redis_client.config_set("maxmemory", SMALL_REDIS_BYTES)
+        redis_client.config_set("maxmemory-policy", "noeviction")
+        fleet.start(
+            dedup={"capacity": 100_000},
+            concurrency={"perWorker": 32, "perHost": 8, "hostDelaySeconds": 0},
+            workers={"maxReplicas": 2, "targetBacklogPerReplica": 1000},
+        )
+        wait_phase(fleet, "Succeeded", timeout=240)
+        pressure = fleet.events("FrontierMemoryPressure")
+        assert any("-> HIGH" in event.message for event in pressure), pressure
+        assert "-> NONE" in pressure[-1].message  # released once the queues drained
+        logs = fleet.worker_logs()
+        assert logs  # the workers did log: their silence means something
+        for sign in ("OOM", "maxmemory", "FrontierFull", "Traceback"):
+            assert sign not in logs, sign
+        stats = frontier(fleet).stats()
+        assert stats.get("over_budget", 0) > 0  # links were held back, not lost to an error
+        assert stats.get("crawled", 0) > 10_000
+        if isinstance(fleet, ClusterFleet):  # the metric the dashboard and the alert read
+            assert fleet.operator is not None
+            _, metrics = fleet.operator.get("/metrics")
+            labels = f'crawljob="squeezed",namespace="{fleet.namespace}"'
+            series = f"crawlfleet_frontier_memory_max_bytes{{{labels}}}"
+            (value,) = [
+                line.split()[-1] for line in metrics.splitlines() if line.startswith(series)
+            ]
+            assert float(value) == SMALL_REDIS_BYTES
+
+
+#: Room for the Bloom filter and a few thousand queued URLs, not for 50,000 pages' links.
+SMALL_REDIS_BYTES = 7 * 1024 * 1024

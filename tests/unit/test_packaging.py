@@ -335,6 +335,12 @@ DASHBOARD_METRICS = (
     "crawlfleet_reconcile_duration_seconds_bucket",
     "crawlfleet_reconcile_errors_total",
     "crawlfleet_worker_pages_fetched_total",
+    "crawlfleet_frontier_memory_used_bytes",
+    "crawlfleet_frontier_memory_max_bytes",
+    "crawlfleet_frontier_pressure_level",
+    "crawlfleet_bloom_fill_ratio",
+    "crawlfleet_bloom_layer_fill_ratio",
+    "crawlfleet_bloom_false_positive_rate",
 )
 
 

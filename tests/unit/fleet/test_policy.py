@@ -19,7 +19,8 @@ from crawlfleet.fleet import (
     demand,
     wants_tick,
 )
-from crawlfleet.frontier import FrontierStats
+from crawlfleet.fleet.policy import backpressure, memory_pressure
+from crawlfleet.frontier import Backpressure, FrontierStats, PressureLevel
 
 POLICY = FleetPolicy(
     min_replicas=1,
@@ -328,3 +329,122 @@ def test_a_restart_resumes_the_scale_down_window_from_the_stored_memory() -> Non
     assert decision.desired_replicas == 5
     decision, _ = decide(POLICY, seen(now=1060, queued=50), restored)
     assert decision.desired_replicas == 1
+
+
+# -- the frontier's health: loss, memory pressure, the Bloom filter ------------------------------
+
+
+def test_a_lost_frontier_fails_the_job_unless_it_asks_to_be_reseeded() -> None:
+    memory = FleetMemory(replicas=3, frontier_epoch="e1")
+    lost = Observation.of_loss("Redis holds no frontier of this job", now=1000.0)
+
+    decision, after = decide(POLICY, lost, memory)
+    assert (decision.phase, decision.desired_replicas, decision.reopen) == ("Failed", 0, False)
+    assert decision.lost == "Redis holds no frontier of this job"
+    assert after.replicas == 0
+    assert after.frontier_epoch == "e1"  # what the job was: kept, for people and the next try
+
+    reseed = dataclasses.replace(POLICY, on_loss="Reseed")
+    decision, after = decide(reseed, lost, memory)
+    assert (decision.phase, decision.reopen) == ("Pending", True)
+    assert decision.desired_replicas == 3  # the fleet stays while the frontier is re-created
+    assert after == memory
+
+
+@pytest.mark.parametrize(
+    ("current", "share", "expected"),
+    [
+        (PressureLevel.NONE, 0.79, PressureLevel.NONE),
+        (PressureLevel.NONE, 0.80, PressureLevel.HIGH),
+        (PressureLevel.NONE, 0.96, PressureLevel.CRITICAL),
+        (PressureLevel.HIGH, 0.75, PressureLevel.HIGH),  # hysteresis: not yet below 70 %
+        (PressureLevel.HIGH, 0.69, PressureLevel.NONE),
+        (PressureLevel.HIGH, 0.95, PressureLevel.CRITICAL),
+        (PressureLevel.CRITICAL, 0.92, PressureLevel.CRITICAL),
+        (PressureLevel.CRITICAL, 0.89, PressureLevel.HIGH),
+        (PressureLevel.CRITICAL, 0.50, PressureLevel.NONE),
+    ],
+)
+def test_memory_pressure_rises_at_its_marks_and_falls_well_below(
+    current: PressureLevel, share: float, expected: PressureLevel
+) -> None:
+    assert memory_pressure(current, int(share * 1000), 1000) == expected
+
+
+def test_no_maxmemory_or_no_reading_leaves_the_pressure_as_it_is() -> None:
+    assert memory_pressure(PressureLevel.HIGH, 10**12, 0) == PressureLevel.HIGH
+    assert memory_pressure(PressureLevel.NONE, None, 1000) == PressureLevel.NONE
+
+
+def test_a_pressure_change_is_a_backpressure_to_set_and_only_a_change() -> None:
+    def observed(used: int, level: PressureLevel) -> Observation:
+        return dataclasses.replace(
+            seen(queued=50),
+            memory_used_bytes=used,
+            memory_max_bytes=1000,
+            pressure=level,
+            pages_per_second=40.0,
+        )
+
+    decision, _ = decide(POLICY, observed(850, PressureLevel.NONE), FleetMemory(replicas=1))
+    assert decision.pressure == PressureLevel.HIGH
+    assert decision.set_pressure == Backpressure.at(PressureLevel.HIGH, claims_per_second=30.0)
+    decision, _ = decide(POLICY, observed(850, PressureLevel.HIGH), FleetMemory(replicas=1))
+    assert decision.set_pressure is None  # already in force
+    decision, _ = decide(POLICY, observed(600, PressureLevel.HIGH), FleetMemory(replicas=1))
+    assert decision.set_pressure == Backpressure()  # released
+
+
+def test_backpressure_slows_claims_to_a_share_of_the_rate_and_never_to_zero() -> None:
+    assert backpressure(PressureLevel.HIGH, 40.0).claims_per_second == 30.0
+    assert backpressure(PressureLevel.CRITICAL, 40.0).claims_per_second == 20.0
+    assert backpressure(PressureLevel.CRITICAL, 0.5).claims_per_second == 1.0
+    assert backpressure(PressureLevel.HIGH, None).claims_per_second is None
+    assert backpressure(PressureLevel.CRITICAL, 40.0).links_per_page == 0
+    assert backpressure(PressureLevel.NONE, 40.0) == Backpressure()
+
+
+def test_the_bloom_filter_is_nearly_full_at_80_percent_of_its_capacity() -> None:
+    policy = dataclasses.replace(POLICY, bloom_capacity=1000)
+    below = dataclasses.replace(seen(queued=5), seen=799)
+    at = dataclasses.replace(seen(queued=5), seen=800)
+    assert not decide(policy, below, FleetMemory(replicas=1))[0].bloom_nearly_full
+    decision, memory = decide(policy, at, FleetMemory(replicas=1))
+    assert decision.bloom_nearly_full
+    assert memory.bloom_nearly_full  # so the warning is given once
+    assert FleetMemory.from_mapping(memory.to_mapping()) == memory
+
+
+def test_policy_takes_on_loss_and_capacity_from_the_spec() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {
+            "seeds": ["https://books.example/"],
+            "redis": {"onLoss": "Reseed"},
+            "dedup": {"capacity": 5000},
+        }
+    )
+    policy = FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
+    assert (policy.on_loss, policy.bloom_capacity) == ("Reseed", 5000)
+
+
+def test_claims_are_slowed_to_shares_of_the_rate_before_pressure_not_of_a_slowed_one() -> None:
+    def observed(used: int, level: PressureLevel, rate: float) -> Observation:
+        return dataclasses.replace(
+            seen(queued=50),
+            memory_used_bytes=used,
+            memory_max_bytes=1000,
+            pressure=level,
+            pages_per_second=rate,
+        )
+
+    decision, memory = decide(POLICY, observed(850, PressureLevel.NONE, 40.0), FleetMemory())
+    assert memory.pressure_base_rate == 40.0
+    # Slowed to 30 a second, the crawl then runs at about that: CRITICAL halves the 40.
+    decision, memory = decide(POLICY, observed(960, PressureLevel.HIGH, 30.0), memory)
+    assert decision.set_pressure == Backpressure.at(PressureLevel.CRITICAL, claims_per_second=20.0)
+    decision, memory = decide(POLICY, observed(880, PressureLevel.CRITICAL, 20.0), memory)
+    assert decision.set_pressure == Backpressure.at(PressureLevel.HIGH, claims_per_second=30.0)
+    assert FleetMemory.from_mapping(memory.to_mapping()) == memory  # an operator restart
+    decision, memory = decide(POLICY, observed(500, PressureLevel.HIGH, 30.0), memory)
+    assert decision.set_pressure == Backpressure()
+    assert memory.pressure_base_rate is None

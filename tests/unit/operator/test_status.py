@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from crawlfleet.frontier import FrontierStats
+from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 from crawlfleet.operator.status import (
     CONDITION_TYPES,
     Observed,
@@ -109,3 +109,45 @@ def test_invalid_spec_says_exactly_why_and_fails_the_job() -> None:
     fixed = job_status(status, observed(), generation=5, now=T0 + timedelta(minutes=1))
     assert conditions(fixed)["InvalidSpec"]["status"] == "False"
     assert conditions(fixed)["InvalidSpec"]["lastTransitionTime"] == "2026-11-29T12:01:00Z"
+
+
+def test_the_frontier_conditions_say_what_is_wrong_with_it() -> None:
+    fine = conditions(job_status({}, observed(), generation=1, now=T0))
+    assert fine["FrontierLost"]["status"] == "False"
+    assert fine["FrontierMemoryPressure"]["status"] == "False"
+    assert fine["BloomNearlyFull"]["status"] == "False"
+
+    lost = job_status(
+        {},
+        observed(phase="Failed", stats=None, frontier_lost="frontier lost: Redis is empty"),
+        generation=1,
+        now=T0,
+    )
+    assert conditions(lost)["FrontierLost"]["status"] == "True"
+    assert conditions(lost)["FrontierLost"]["message"] == "frontier lost: Redis is empty"
+    assert lost["completionTime"]  # failed: done, for ttlSecondsAfterFinished
+
+    pressed = job_status(
+        {},
+        observed(
+            frontier_memory=MemoryState(used_bytes=850, max_bytes=1000, policy="noeviction"),
+            pressure=PressureLevel.HIGH,
+            bloom_capacity=160,
+            bloom_nearly_full=True,
+            frontier_epoch="e1",
+        ),
+        generation=1,
+        now=T0,
+    )
+    by_type = conditions(pressed)
+    assert by_type["FrontierMemoryPressure"]["status"] == "True"
+    assert by_type["FrontierMemoryPressure"]["reason"] == "High"
+    assert "850 of 1000 bytes" in by_type["FrontierMemoryPressure"]["message"]
+    assert by_type["BloomNearlyFull"]["status"] == "True"
+    assert (
+        "150 distinct URLs seen, 94% of dedup.capacity 160" in by_type["BloomNearlyFull"]["message"]
+    )
+    assert pressed["frontierEpoch"] == "e1"
+    assert (pressed["frontierMemoryUsedBytes"], pressed["frontierMemoryMaxBytes"]) == (850, 1000)
+    assert pressed["frontierPressure"] == "High"
+    assert pressed["bloomFillRatio"] == round(150 / 160, 4)
