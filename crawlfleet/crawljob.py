@@ -828,6 +828,15 @@ class ScopeSpec(_Section):
     respect_nofollow: bool = True
     """Skip links marked rel="nofollow", and every link of a page whose robots meta tag says
     nofollow or none."""
+    max_links_per_page: Annotated[int, _Range(ge=1, le=1_000_000)] = 6000
+    """Most links taken from one page, in document order (Heritrix's default): a page of 200,000
+    links must not flood the frontier. The rest are counted as dropped (reason link_cap)."""
+    max_path_segments: Annotated[int, _Range(ge=0, le=1000)] = 20
+    """Longest URL path followed, in segments (/a/b/c has 3): deeper paths are nearly always a
+    crawler trap. 0: no limit."""
+    max_repeated_segments: Annotated[int, _Range(ge=0, le=100)] = 2
+    """Most times one path segment, or a run of them, may appear in a row (/a/a/ is 2): a link
+    such as href="a/" on every page makes /a/a/a/... forever. 0: no limit."""
 
 
 class DedupSpec(_Section):

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.scope import Scope, ScopeVerdict
 from crawlfleet.frontier import Admission, CanonicalURL, Link, try_canonicalize
 
 __all__ = [
@@ -97,6 +97,8 @@ class PendingLinks:
     settled: list[str] = field(default_factory=list)
     waiting: list[list[str]] = field(default_factory=list)
     skipped: int = 0
+    #: Links refused here, by reason (a ScopeVerdict's value, or ``invalid_url``).
+    dropped: dict[str, int] = field(default_factory=dict)
 
 
 class LinkAdmission:
@@ -118,15 +120,24 @@ class LinkAdmission:
         current, previous = self._current, self._previous
         max_depth = self._scope.max_depth
         pending = PendingLinks()
+        dropped = pending.dropped
         index_of: dict[str, int] = {}  # canonical URL -> its position in pending.links
         for page in pages:
             fresh = [link for link in page.links if link not in current and link not in previous]
             pending.skipped += len(page.links) - len(fresh)
-            if not fresh or (max_depth is not None and page.depth > max_depth):
+            if not fresh:
+                continue
+            if max_depth is not None and page.depth > max_depth:
+                _count(dropped, ScopeVerdict.TOO_DEEP, len(fresh))
                 continue  # too deep here is not too deep everywhere: nothing settles
             canonical = list(map(canonical_link, fresh))
             valid = [url for url in canonical if url is not None]
-            kept = set(self._scope.filter(valid, page.depth)[0])
+            if len(valid) < len(canonical):
+                _count(dropped, ScopeVerdict.INVALID_URL, len(canonical) - len(valid))
+            in_scope, refusals = self._scope.filter(valid, page.depth)
+            for verdict, refused in refusals.items():
+                _count(dropped, verdict, refused)
+            kept = set(in_scope)
             for raw, url in zip(fresh, canonical, strict=True):
                 if url is None or url not in kept:
                     pending.settled.append(raw)
@@ -148,3 +159,7 @@ class LinkAdmission:
         self._current.update(settled)
         if len(self._current) >= self._generation_size:
             self._previous, self._current = self._current, set()
+
+
+def _count(dropped: dict[str, int], verdict: ScopeVerdict, count: int) -> None:
+    dropped[verdict.value] = dropped.get(verdict.value, 0) + count

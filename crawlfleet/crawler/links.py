@@ -20,8 +20,13 @@ expression. The rare href with spaces or non-ASCII characters is percent-encoded
 its host spelled by ``crawlfleet.hosts`` (IDNA 2008, as the scope spells ``allowedDomains``),
 so every URL handed to the frontier is ASCII.
 
-Bytes are parsed as UTF-8 (lexbor's rule); a caller that knows another charset from the
-``Content-Type`` header should decode first and pass ``str``.
+Bytes are parsed as UTF-8 (lexbor's rule); a page in another encoding is decoded first
+(``crawler/charset.py``) and comes as ``str`` with its ``encoding``, in which a non-ASCII query
+is percent-encoded, as browsers do (a path is always UTF-8).
+
+A page gives at most ``max_links`` links (the first ones, in document order); the anchors past
+the cap are not even resolved, only counted (``PageLinks.over_cap``), as are the links skipped
+for ``nofollow`` (``PageLinks.nofollow``): every link left out has a counted reason.
 """
 
 from __future__ import annotations
@@ -110,15 +115,27 @@ class PageLinks:
 
     title: str | None
     links: list[str] = field(default_factory=list)
+    #: Anchors left unread past ``max_links``.
+    over_cap: int = 0
+    #: Links left out for ``rel="nofollow"`` or a robots meta tag's ``nofollow``.
+    nofollow: int = 0
 
 
-def extract_links(html: bytes | str, page_url: str, *, respect_nofollow: bool = True) -> PageLinks:
+def extract_links(
+    html: bytes | str,
+    page_url: str,
+    *,
+    respect_nofollow: bool = True,
+    max_links: int | None = None,
+    encoding: str = "utf-8",
+) -> PageLinks:
     """Return the title and crawlable links of ``html`` fetched from ``page_url``.
 
     ``<base href>`` (the first one, resolved against ``page_url``) sets the base for relative
     links, as in a browser. With ``respect_nofollow``, links with ``rel="nofollow"`` are skipped,
-    and a ``<meta name="robots">`` saying ``nofollow`` or ``none`` drops every link. Never raises
-    on malformed input: what cannot be parsed or resolved is left out.
+    and a ``<meta name="robots">`` saying ``nofollow`` or ``none`` drops every link. At most
+    ``max_links`` links are taken. ``encoding`` is the page's (``str`` input was decoded with
+    it). Never raises on malformed input: what cannot be parsed or resolved is left out.
     """
     try:
         document = _parse(html)
@@ -134,13 +151,19 @@ def extract_links(html: bytes | str, page_url: str, *, respect_nofollow: bool = 
 
     title = _title_text(titles[0] if titles else None)
     if respect_nofollow and _meta_says_nofollow(meta_nodes):
-        return PageLinks(title=title, links=[])
+        return PageLinks(title=title, links=[], nofollow=len(nodes))
 
-    resolver = _Resolver(_base_url(bases, page_url))
+    resolver = _Resolver(_base_url(bases, page_url), encoding)
     links: list[str] = []
     seen_links: set[str] = set()
     seen_hrefs: set[str] = set()
-    for node in nodes:
+    cap = len(nodes) if max_links is None else max_links
+    nofollow = 0
+    for position, node in enumerate(nodes):
+        if len(links) >= cap:
+            return PageLinks(
+                title=title, links=links, over_cap=len(nodes) - position, nofollow=nofollow
+            )
         try:
             attributes = node.attributes
         except _PARSE_ERRORS:  # older selectolax raises on attribute bytes that are not UTF-8
@@ -151,6 +174,7 @@ def extract_links(html: bytes | str, page_url: str, *, respect_nofollow: bool = 
         if respect_nofollow:
             rel = attributes.get("rel")
             if rel and "nofollow" in rel.lower().split():
+                nofollow += 1
                 continue
         # Dedupe the raw string first: repeated navigation links then cost one set lookup.
         if href in seen_hrefs:
@@ -160,7 +184,7 @@ def extract_links(html: bytes | str, page_url: str, *, respect_nofollow: bool = 
         if url is not None and url not in seen_links:
             seen_links.add(url)
             links.append(url)
-    return PageLinks(title=title, links=links)
+    return PageLinks(title=title, links=links, nofollow=nofollow)
 
 
 def _title_text(node: _Node | None) -> str | None:
@@ -236,14 +260,17 @@ class _Resolver:
         "_base",
         "_directory",
         "_directory_path",
+        "_encoding",
         "_fast",
         "_origin",
         "_scheme",
         "_without_query",
     )
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, encoding: str = "utf-8") -> None:
         self._base = base_url
+        # None for UTF-8, the common case: URLs are then finished (and cached) as they were.
+        self._encoding = None if encoding in ("utf-8", "utf8") else encoding
         self._fast = False
         self._scheme = self._origin = self._directory = self._without_query = ""
         self._directory_path = "/"
@@ -285,16 +312,18 @@ class _Resolver:
         if self._fast and "/." not in href and first != ".":
             if first == "/":
                 if not href.startswith("//"):
-                    return _finish(self._origin + href)
+                    return _finish(self._origin + href, self._encoding)
                 # Scheme-relative: take the base's scheme. An empty authority ('//') is no URL,
                 # although urljoin would quietly return the base for it.
                 return self._absolute(self._scheme + ":" + href)
             elif first == "?":
-                return _finish(self._without_query + href)
+                return _finish(self._without_query + href, self._encoding)
             else:
-                return _finish(self._directory + href)
+                return _finish(self._directory + href, self._encoding)
         if self._fast and href.startswith("./") and "/." not in href[1:]:
-            return _finish(self._directory + href[2:])  # './page': common, and urljoin is slow
+            return _finish(
+                self._directory + href[2:], self._encoding
+            )  # './page': common, and urljoin is slow
         if self._fast and href.startswith("../") and "//" not in self._directory_path:
             return self._up(href)
         return self._joined(href)
@@ -312,13 +341,18 @@ class _Resolver:
             path = path[: path.rfind("/", 0, -1) + 1] or "/"
         if "/." in rest or rest.startswith("."):
             return self._joined(href)
-        return _finish(self._origin + path + rest)
+        return _finish(self._origin + path + rest, self._encoding)
 
     def _joined(self, href: str) -> str | None:
-        return _join(self._base, href)
+        try:
+            joined = urljoin(self._base, href)
+        except ValueError:
+            return None
+        return self._absolute(joined)
 
-    @staticmethod
-    def _absolute(url: str) -> str | None:
+    def _absolute(self, url: str) -> str | None:
+        if self._encoding is not None and not url.isascii():
+            return _absolute(url, self._encoding)  # not cached: the page's encoding matters
         if len(url) <= _MAX_CACHED_LENGTH:
             return _cached_absolute(url)
         return _absolute(url)
@@ -382,15 +416,7 @@ def _clean_origin(prefix: str) -> tuple[str, str] | None:
     return None if clean is None else (clean[0], clean[1])
 
 
-def _join(base: str, href: str) -> str | None:
-    try:
-        joined = urljoin(base, href)
-    except ValueError:
-        return None
-    return _Resolver._absolute(joined)
-
-
-def _absolute(url: str) -> str | None:
+def _absolute(url: str, encoding: str | None = None) -> str | None:
     """An absolute URL checked (http(s), a valid host and port) and finished, or None."""
     try:
         parts = urlsplit(url)
@@ -400,7 +426,7 @@ def _absolute(url: str) -> str | None:
         return None
     if not url.startswith(parts.scheme):  # 'HTTP://...': let urlunsplit lower-case it
         url = parts.geturl()
-    return _finish(url)
+    return _finish(url, encoding)
 
 
 # A pure function of the URL; navigation links repeat on every page of a site, and urlsplit
@@ -420,12 +446,15 @@ def _is_scheme(candidate: str) -> bool:
     )
 
 
-def _finish(url: str) -> str | None:
-    """Return ``url`` percent-encoded when it holds spaces, controls or non-ASCII characters."""
+def _finish(url: str, encoding: str | None = None) -> str | None:
+    """Return ``url`` percent-encoded when it holds spaces, controls or non-ASCII characters.
+
+    The path as UTF-8, the query in the page's ``encoding`` (None: UTF-8), as browsers do.
+    """
     if url.isascii() and url.isprintable() and " " not in url:
         return url if len(url) <= _MAX_URL_LENGTH else None
     try:
-        encoded = str(safe_url_string(_with_ascii_host(url)))
+        encoded = str(safe_url_string(_with_ascii_host(url), encoding or "utf-8"))
     except ValueError:  # includes UnicodeError from IDNA-encoding a malformed host
         return None
     if len(encoded) > _MAX_URL_LENGTH or not encoded.isascii():

@@ -14,7 +14,7 @@ process (local mode) never collide; every label value is created at zero up fron
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 from wsgiref.simple_server import WSGIServer
 
@@ -22,9 +22,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from crawlfleet.crawler.failures import FailureClass
 from crawlfleet.crawler.memory import ByteBudget
+from crawlfleet.crawler.scope import ScopeVerdict
 
 __all__ = [
     "FETCH_SECONDS_BUCKETS",
+    "LINK_DROP_REASONS",
     "BloomResult",
     "StatusClass",
     "WorkerMetrics",
@@ -48,6 +50,11 @@ FETCH_SECONDS_BUCKETS: Final = (
     20.0,
     30.0,
     60.0,
+)
+
+#: Why a found link was not admitted: the closed set of ``links_dropped_total``'s labels.
+LINK_DROP_REASONS: Final = frozenset(
+    {"link_cap", "nofollow", "max_pages", "memory_pressure", *(v.value for v in ScopeVerdict)}
 )
 
 StatusClass = Literal["2xx", "3xx", "4xx", "5xx", "none", "other"]
@@ -138,6 +145,15 @@ class WorkerMetrics:
             registry=reg,
         )
         self._memory_waits_seen = 0
+        self.links_dropped = Counter(
+            _PREFIX + "links_dropped_total",
+            "Links found on pages and not admitted, by reason: the page's link cap, nofollow, a"
+            " scope rule (too_deep, out_of_domain, excluded, not_included, the trap rules"
+            " too_many_path_segments and repeated_path_segments), invalid_url, bad_scheme,"
+            " max_pages, memory_pressure. Repeats the worker already settled are not counted.",
+            ["reason"],
+            registry=reg,
+        )
         self.robots_deferrals = Counter(
             _PREFIX + "robots_deferrals_total",
             "URLs given back to the frontier, no attempt counted, because their host's"
@@ -188,6 +204,8 @@ class WorkerMetrics:
             self.failures.labels(failure_class=failure.value)
         for result in ("new", "duplicate"):
             self.bloom.labels(result=result)
+        for reason in LINK_DROP_REASONS:
+            self.links_dropped.labels(reason=reason)
 
     # -- reporting verbs ------------------------------------------------------------------
 
@@ -239,6 +257,14 @@ class WorkerMetrics:
     def observe_leases_lost(self, count: int = 1) -> None:
         if count > 0:
             self.leases_lost.inc(count)
+
+    def observe_dropped_links(self, dropped: Mapping[str, int]) -> None:
+        """Links a flush left out, by reason (one of :data:`LINK_DROP_REASONS`): per batch."""
+        for reason, count in dropped.items():
+            if reason not in LINK_DROP_REASONS:
+                raise ValueError(f"unknown link drop reason {reason!r}")
+            if count:
+                self.links_dropped.labels(reason=reason).inc(count)
 
     def set_memory(self, budget: ByteBudget) -> None:
         """The memory budget's state, once per flush."""

@@ -14,7 +14,15 @@ default port counts: ``example.com:443`` allows ``https://example.com/``); an en
 port allows any port.
 
 Checks run in a fixed order and the first failing one is the verdict: URL syntax, scheme,
-depth, domain, ``exclude``, ``include``. Patterns are RE2, searched anywhere in the whole URL
+depth, domain, the trap rules, ``exclude``, ``include``.
+
+Trap rules, as Heritrix's ``TooManyPathSegmentsDecideRule`` and ``PathologicalPathDecideRule``
+have them: a path of more than ``max_path_segments`` segments (``/a/b/c`` has three), and a path
+where one directory segment, or a run of them, appears more than ``max_repeated_segments`` times
+in a row (``/a/a/a/`` three times, ``/x/y/x/y/x/y/`` a run of two three times): what relative
+links on a misconfigured server (``href="a/"`` on every page) and calendars that link ever
+onwards produce. 0 turns a rule off. Both cost a ``count("/")`` per URL; only a path of enough
+segments is split. Patterns are RE2, searched anywhere in the whole URL
 (as Scrapy's link extractor does), and compiled by ``crawlfleet.patterns`` exactly as the
 CrawlJob model validated them: linear time whatever the pattern, one scan per list. Hosts are
 spelled by ``crawlfleet.hosts``, as the model spells ``allowedDomains``. ``max_pages`` is
@@ -27,11 +35,15 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from crawlfleet.errors import ConfigError, InvalidURL, UnsupportedScheme
 from crawlfleet.frontier.urls import Authority, authority_of, authority_prefix
 from crawlfleet.hosts import normalize_host, split_host_port
 from crawlfleet.patterns import PatternError, URLPatterns, compile_patterns
+
+if TYPE_CHECKING:
+    from crawlfleet.crawljob import ScopeSpec
 
 __all__ = ["Scope", "ScopeVerdict"]
 
@@ -56,6 +68,8 @@ class ScopeVerdict(StrEnum):
     OUT_OF_DOMAIN = "out_of_domain"
     EXCLUDED = "excluded"
     NOT_INCLUDED = "not_included"
+    TOO_MANY_PATH_SEGMENTS = "too_many_path_segments"
+    REPEATED_PATH_SEGMENTS = "repeated_path_segments"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +78,7 @@ class Scope:
 
     ``max_depth`` counts links from a seed (seeds are depth 0); ``None`` means no limit.
     ``max_pages`` 0 means no limit. An empty ``allowed_domains`` allows every host.
+    ``max_path_segments`` and ``max_repeated_segments`` are the trap rules (0: off).
     Invalid entries or patterns raise ``ConfigError`` naming the field.
     """
 
@@ -72,12 +87,27 @@ class Scope:
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     max_pages: int = 0
+    max_path_segments: int = 0
+    max_repeated_segments: int = 0
     _domains: dict[str, _Ports] = field(init=False, repr=False, compare=False)
     _addresses: dict[str, _Ports] = field(init=False, repr=False, compare=False)
     _include: URLPatterns | None = field(init=False, repr=False, compare=False)
     _exclude: URLPatterns | None = field(init=False, repr=False, compare=False)
     # Host verdicts per scheme://netloc prefix, across calls (bounded: see _prefix_verdict).
     _prefix_verdicts: dict[str, ScopeVerdict | None] = field(init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_spec(cls, scope: ScopeSpec) -> Scope:
+        """The scope a CrawlJob's ``scope`` section asks for."""
+        return cls(
+            allowed_domains=tuple(scope.allowed_domains),
+            max_depth=scope.max_depth,
+            include=tuple(scope.include),
+            exclude=tuple(scope.exclude),
+            max_pages=scope.max_pages,
+            max_path_segments=scope.max_path_segments,
+            max_repeated_segments=scope.max_repeated_segments,
+        )
 
     def __post_init__(self) -> None:
         # Accept any iterable of strings, store tuples so the value stays hashable and frozen.
@@ -94,6 +124,8 @@ class Scope:
             raise ConfigError(f"scope.maxDepth: must be >= 0, got {self.max_depth}")
         if self.max_pages < 0:
             raise ConfigError(f"scope.maxPages: must be >= 0, got {self.max_pages}")
+        if self.max_path_segments < 0 or self.max_repeated_segments < 0:
+            raise ConfigError("scope.maxPathSegments, maxRepeatedSegments: must be >= 0")
         domains: dict[str, _Ports] = {}
         addresses: dict[str, _Ports] = {}
         for index, entry in enumerate(self.allowed_domains):
@@ -113,25 +145,27 @@ class Scope:
             return self._url_verdict(url) or ScopeVerdict.TOO_DEEP
         return self._check_url(url)
 
-    def filter(self, urls: Iterable[str], depth: int) -> tuple[list[str], int]:
-        """Keep the in-scope URLs of one page's batch; return them and how many were refused.
+    def filter(self, urls: Iterable[str], depth: int) -> tuple[list[str], dict[ScopeVerdict, int]]:
+        """Keep the in-scope URLs of one page's batch; return them and the refusals by reason.
 
         All links of a page share a depth, so a batch past ``max_depth`` is refused without
         looking at a single URL; and most share a few hosts, so the host verdict is computed
         once per (scheme, netloc) of the batch.
         """
         if self.max_depth is not None and depth > self.max_depth:
-            return [], sum(1 for _ in urls)
+            refused = sum(1 for _ in urls)
+            return [], {ScopeVerdict.TOO_DEEP: refused} if refused else {}
         kept: list[str] = []
-        refused = 0
+        refusals: dict[ScopeVerdict, int] = {}
         check = self._check_url
         host_verdicts: _HostVerdicts = {}
         for url in urls:
-            if check(url, host_verdicts) is None:
+            verdict = check(url, host_verdicts)
+            if verdict is None:
                 kept.append(url)
             else:
-                refused += 1
-        return kept, refused
+                refusals[verdict] = refusals.get(verdict, 0) + 1
+        return kept, refusals
 
     def allows_host(self, host: str, port: int) -> bool:
         """True when ``host`` (no brackets) on ``port`` is in ``allowed_domains``.
@@ -190,10 +224,34 @@ class Scope:
             verdict = self._split_verdict(url, host_verdicts)
         if verdict is not None:
             return verdict
+        if self.max_path_segments or self.max_repeated_segments:
+            verdict = self._trap_verdict(url)
+            if verdict is not None:
+                return verdict
         if self._exclude is not None and self._exclude.search(url):
             return ScopeVerdict.EXCLUDED
         if self._include is not None and not self._include.search(url):
             return ScopeVerdict.NOT_INCLUDED
+        return None
+
+    def _trap_verdict(self, url: str) -> ScopeVerdict | None:
+        """TOO_MANY_PATH_SEGMENTS or REPEATED_PATH_SEGMENTS for a trap-shaped path, else None."""
+        start = url.find("/", url.find("://") + 3)
+        if start < 0:
+            return None
+        end = len(url)
+        for stop in "?#":
+            found = url.find(stop, start, end)
+            if found >= 0:
+                end = found
+        slashes = url.count("/", start, end)
+        if self.max_path_segments and slashes > self.max_path_segments:
+            return ScopeVerdict.TOO_MANY_PATH_SEGMENTS
+        repeats = self.max_repeated_segments
+        if repeats and slashes > repeats + 1:  # enough directories for repeats + 1 in a row
+            directories = url[start + 1 : end].split("/")[:-1]
+            if _repeats_in_a_row(directories, repeats + 1):
+                return ScopeVerdict.REPEATED_PATH_SEGMENTS
         return None
 
     def _prefix_verdict(self, prefix: str) -> ScopeVerdict | None:
@@ -224,6 +282,20 @@ class Scope:
         if host_verdicts is not None:
             host_verdicts[authority] = verdict
         return verdict
+
+
+def _repeats_in_a_row(segments: list[str], times: int) -> bool:
+    """Whether a run of one or more segments appears ``times`` times in a row."""
+    count = len(segments)
+    for run in range(1, count // times + 1):
+        span = run * times
+        for first in range(count - span + 1):
+            unit = segments[first : first + run]
+            if all(
+                segments[first + k * run : first + (k + 1) * run] == unit for k in range(1, times)
+            ):
+                return True
+    return False
 
 
 def _parse_domain_entry(entry: str, field_name: str) -> tuple[str, int | None]:

@@ -31,10 +31,11 @@ from hashlib import sha256
 
 from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler.admission import LinkAdmission, PageLinksToAdmit
+from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
-from crawlfleet.crawler.links import extract_links
+from crawlfleet.crawler.links import PageLinks, extract_links
 from crawlfleet.crawler.memory import ByteBudget, Reservation
 from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
@@ -67,6 +68,8 @@ _FINISH_CHECK_SECONDS = 1.0
 _FINISH_CLAIM_SECONDS = 120.0
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
+#: What a page that is not HTML offers: nothing (never mutated).
+_NO_LINKS = PageLinks(title=None)
 #: Hosts whose robots delay this worker remembers having applied (then it starts over).
 _ROBOTS_APPLIED_MAX = 65_536
 
@@ -128,6 +131,9 @@ class _Outcome:
     result: FetchResult | None = None
     #: The body's bytes in the worker's memory budget, given back once the page is flushed.
     reservation: Reservation | None = None
+    #: Links the page offered that extraction left out: past the cap, nofollow.
+    over_cap: int = 0
+    nofollow: int = 0
 
     def let_go_of_body(self) -> None:
         """The page is written: its body is no longer held, nor counted in the budget."""
@@ -190,13 +196,7 @@ class Worker:
         #: The bytes of bodies in flight and in the done buffer (crawler/memory.py).
         self.memory = memory if memory is not None else ByteBudget(None)
         self.worker_id = options.worker_id
-        self.scope = Scope(
-            allowed_domains=tuple(spec.scope.allowed_domains),
-            max_depth=spec.scope.max_depth,
-            include=tuple(spec.scope.include),
-            exclude=tuple(spec.scope.exclude),
-            max_pages=spec.scope.max_pages,
-        )
+        self.scope = Scope.from_spec(spec.scope)
         self.limit = AdaptiveLimit(maximum=spec.concurrency.per_worker)
         self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
@@ -454,18 +454,24 @@ class Worker:
             self.limit.record(False)
             return self._failed(lease, result, result.failure, result.message)
         self.limit.record(True)
-        title, links = None, []
+        page = _NO_LINKS
         if _is_html(result.content_type):
+            html, encoding = decode_html(result.body, result.content_type)
             page = extract_links(
-                result.body, result.final_url, respect_nofollow=self.spec.scope.respect_nofollow
+                html,
+                result.final_url,
+                respect_nofollow=self.spec.scope.respect_nofollow,
+                max_links=self.spec.scope.max_links_per_page,
+                encoding=encoding,
             )
-            title, links = page.title, page.links
         return _Outcome(
             lease=lease,
-            record=self._record(lease, result, None, title, len(links)),
-            links=links,
+            record=self._record(lease, result, None, page.title, len(page.links)),
+            links=page.links,
             result=result,
             reservation=reservation,
+            over_cap=page.over_cap,
+            nofollow=page.nofollow,
         )
 
     async def _apply_robots_delay(self, host: str, verdict: RobotsVerdict) -> None:
@@ -637,6 +643,7 @@ class Worker:
             self.counters["links_new"] += new
             self.metrics.observe_bloom(code == 1 for code in admitted)
         self._admission.settle(pending, admitted)
+        self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
         generation = self.output.write(
             [
                 PageOutput(
@@ -779,6 +786,25 @@ class Worker:
             return
         self.counters["released"] += sum(released)
         log.info("released %d unsaved pages at shutdown", sum(released), extra={"layer": "flow"})
+
+
+def _dropped_links(
+    batch: Sequence[_Outcome], refused: dict[str, int], admitted: Sequence[Admission]
+) -> dict[str, int]:
+    """Every link a flush left out, by reason: at extraction, at admission, in the frontier."""
+    dropped = dict(refused)
+    over_cap = sum(outcome.over_cap for outcome in batch)
+    nofollow = sum(outcome.nofollow for outcome in batch)
+    if over_cap:
+        dropped["link_cap"] = over_cap
+    if nofollow:
+        dropped["nofollow"] = nofollow
+    for code in admitted:
+        if code is Admission.OVER_LIMIT:
+            dropped["max_pages"] = dropped.get("max_pages", 0) + 1
+        elif code not in (Admission.NEW, Admission.SEEN):
+            dropped["memory_pressure"] = dropped.get("memory_pressure", 0) + 1
+    return dropped
 
 
 def _is_html(content_type: str | None) -> bool:

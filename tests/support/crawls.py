@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from crawlfleet.crawljob import load_crawljob
-from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize
+from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import TestSite
 
@@ -95,6 +95,14 @@ class Crawl:
                 letter.url: {"failure_class": letter.failure_class, "message": letter.message}
                 async for letter in frontier.dead_letters()
             }
+        finally:
+            await frontier.aclose()
+
+    async def stats(self) -> FrontierStats:
+        """The job's counters, read once (the frontier is closed again)."""
+        frontier = await self.frontier()
+        try:
+            return await frontier.stats()
         finally:
             await frontier.aclose()
 

@@ -111,13 +111,7 @@ def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
     FetchSettings.from_spec(spec)
     httpx.Request("GET", "http://a.test/", headers={"User-Agent": spec.user_agent})  # ASCII only
     product_token(spec.user_agent)
-    Scope(
-        allowed_domains=spec.scope.allowed_domains,
-        max_depth=spec.scope.max_depth,
-        include=spec.scope.include,
-        exclude=spec.scope.exclude,
-        max_pages=spec.scope.max_pages,
-    )
+    Scope.from_spec(spec.scope)
     FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
     store = open_store(parse_destination(spec.output.destination or str(tmp_path)), spec.output.s3)
     OutputSink.from_spec(

@@ -96,9 +96,7 @@ async def test_robots_503_several_times_then_200_defers_the_host_then_crawls_it(
     assert {r["url"] for r in records} == {canonicalize(u) for u in site.expected_pages(3)}
     assert all(r["attempt"] == 1 for r in records)  # the waits spent no attempt
     assert await crawl.dead() == {}
-    frontier = await crawl.frontier()
-    stats = await frontier.stats()
-    await frontier.aclose()
+    stats = await crawl.stats()
     assert stats.released >= 1  # the seed went back (deferred) at least once
     assert stats.failed == 0
 
@@ -236,3 +234,74 @@ async def test_oversized_response_heads_are_dead_lettered_after_one_request(
     assert (await crawl.dead())[canonicalize(site.url(0, path))]["failure_class"] == (
         "headers_too_large"
     )
+
+
+# -- links: floods, legacy charsets, traps -----------------------------------------------------
+
+
+async def test_a_page_of_200000_links_gives_only_its_cap_to_the_frontier(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    cap = 300
+    flood = site.url(0, "/links/200000")
+    crawl = hostile_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        [flood],
+        scope={"maxDepth": 1, "maxLinksPerPage": cap},
+        fetch={"maxBodyBytes": 16 * _MIB, "maxDecompressedBytes": 16 * _MIB},
+    )
+    run_worker(crawl)
+    record = next(r for r in crawl.pages() if r["url"] == canonicalize(flood))
+    assert record["outlinks"] == cap
+    stats = await crawl.stats()
+    assert stats.seen == 1 + cap  # the frontier was not flooded: the seed and the first 300
+    followed = {r.path for r in site.requests_for(0) if r.path.startswith("/links/to/")}
+    assert followed == {f"/links/to/{i}" for i in range(cap)}  # in document order
+
+
+async def test_links_of_a_shift_jis_page_are_decoded_right(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    pages = [site.url(0, "/sjis/header"), site.url(0, "/sjis/meta")]
+    crawl = hostile_crawl(site, redis_server, tmp_path, pages, scope={"maxDepth": 1})
+    run_worker(crawl)
+    titles = {r["url"]: r["title"] for r in crawl.pages()}
+    assert all(titles[canonicalize(url)] == "日本語のページ" for url in pages)
+    requested = {r.path for r in site.requests_for(0)}
+    # The path in UTF-8 and the query in the page's Shift_JIS, as a browser sends them.
+    assert "/sjis/%E6%97%A5%E6%9C%AC%E8%AA%9E/%E3%83%9A%E3%83%BC%E3%82%B8.html" in requested
+    assert "/sjis/%E6%A4%9C%E7%B4%A2?q=%93%8C%8B%9E" in requested
+    assert not any("%EF%BF%BD" in path for path in requested)  # no replacement characters
+
+
+async def test_repeated_segment_and_deep_path_traps_end(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    crawl = hostile_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        [site.url(0, "/trap/")],
+        scope={"maxDepth": 100, "maxPathSegments": 6, "maxRepeatedSegments": 2},
+    )
+    run_worker(crawl)
+    paths = [r.path for r in site.requests_for(0) if r.path.startswith("/trap/")]
+    assert "/trap/same/same/" in paths
+    assert all("same/same/same/" not in path for path in paths)  # the third repeat is refused
+    assert all(path.count("/") <= 6 for path in paths)  # and so is a seventh segment
+    assert len(paths) == len(set(paths))  # the trap ended: each page once
+    assert len(paths) < 100
+
+
+async def test_a_calendar_trap_is_cut_at_max_depth(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    depth = 10
+    crawl = hostile_crawl(
+        site, redis_server, tmp_path, [site.url(0, "/calendar/2024/1")], scope={"maxDepth": depth}
+    )
+    run_worker(crawl)
+    months = [r.path for r in site.requests_for(0) if r.path.startswith("/calendar/")]
+    assert len(months) == len(set(months)) == 2 * depth + 1  # one month each way per level

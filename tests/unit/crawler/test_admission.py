@@ -137,3 +137,28 @@ def test_the_canonical_shortcut_agrees_on_generated_urls() -> None:
             + "".join(rng.choice(segments) for _ in range(rng.randint(0, 3)))
         )
         assert canonical_link(url) == try_canonicalize(url), url
+
+
+def test_every_refused_link_is_counted_by_reason() -> None:
+    admission = LinkAdmission(SCOPE)
+    pending = admission.prepare(
+        [
+            page(
+                [
+                    "http://a.test/ok",
+                    "http://b.test/elsewhere",
+                    "http://a.test/private/x",
+                    "http://a.test/private/y",
+                    "http://[::1/broken",
+                ]
+            ),
+            page(["http://a.test/deep/1", "http://a.test/deep/2"], depth=4),
+        ]
+    )
+    assert urls(pending) == ["http://a.test/ok"]
+    assert pending.dropped == {
+        "out_of_domain": 1,
+        "excluded": 2,
+        "invalid_url": 1,
+        "too_deep": 2,
+    }

@@ -333,3 +333,31 @@ def test_a_base_splits_as_urlsplit_splits_it() -> None:
     for _ in range(5000):
         url = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 7)))
         assert _clean_base(url) == _split_clean(url), url
+
+
+def test_a_page_gives_at_most_max_links_and_counts_the_rest() -> None:
+    html = "".join(f'<a href="/p{i}">{i}</a>' for i in range(1000)).encode()
+    page = extract_links(html, "http://a.test/", max_links=10)
+    assert page.links == [f"http://a.test/p{i}" for i in range(10)]
+    assert page.over_cap == 990  # every anchor past the cap is counted, none resolved
+    assert extract_links(html, "http://a.test/", max_links=1000).over_cap == 0
+
+
+def test_nofollow_links_are_counted() -> None:
+    html = b'<a href="/a" rel="nofollow">a</a><a href="/b">b</a><a href="/c" rel="nofollow">'
+    page = extract_links(html, "http://a.test/")
+    assert (page.links, page.nofollow) == (["http://a.test/b"], 2)
+    meta = b'<meta name="robots" content="nofollow">' + html
+    assert extract_links(meta, "http://a.test/").nofollow == 3
+
+
+def test_a_query_is_encoded_in_the_page_encoding_and_a_path_in_utf8() -> None:
+    html = '<a href="/ü?q=ü">x</a><a href="http://a.test/ä?q=ä">y</a>'
+    assert extract_links(html, "http://a.test/", encoding="cp1252").links == [
+        "http://a.test/%C3%BC?q=%FC",
+        "http://a.test/%C3%A4?q=%E4",
+    ]
+    assert extract_links(html, "http://a.test/").links == [
+        "http://a.test/%C3%BC?q=%C3%BC",
+        "http://a.test/%C3%A4?q=%C3%A4",
+    ]

@@ -118,3 +118,22 @@ def test_port_zero_disables_serving() -> None:
     metrics = WorkerMetrics()
     metrics.serve(0)
     assert metrics.serving_port is None
+
+
+def test_dropped_links_are_counted_by_a_closed_set_of_reasons() -> None:
+    metrics = WorkerMetrics()
+    metrics.observe_dropped_links({"link_cap": 190, "too_deep": 3, "repeated_path_segments": 1})
+    assert (
+        metrics.registry.get_sample_value(
+            "crawlfleet_worker_links_dropped_total", {"reason": "link_cap"}
+        )
+        == 190
+    )
+    assert (
+        metrics.registry.get_sample_value(
+            "crawlfleet_worker_links_dropped_total", {"reason": "max_pages"}
+        )
+        == 0
+    )  # every reason exists from the start
+    with pytest.raises(ValueError, match="unknown"):
+        metrics.observe_dropped_links({"https://a.test/": 1})

@@ -138,11 +138,11 @@ def test_filter_batch() -> None:
     ]
     assert checked.filter(urls, 2) == (
         ["https://example.com/a", "https://www.example.com/c", "https://example.com/a"],
-        3,
+        {V.OUT_OF_DOMAIN: 1, V.EXCLUDED: 1, V.BAD_SCHEME: 1},
     )
-    assert checked.filter(urls, 3) == ([], 6)
-    assert checked.filter(iter(urls), 3) == ([], 6)
-    assert checked.filter([], 0) == ([], 0)
+    assert checked.filter(urls, 3) == ([], {V.TOO_DEEP: 6})
+    assert checked.filter(iter(urls), 3) == ([], {V.TOO_DEEP: 6})
+    assert checked.filter([], 0) == ([], {})
 
 
 @pytest.mark.parametrize(
@@ -195,7 +195,7 @@ def test_filter_agrees_with_check() -> None:
     ]
     kept, refused = checked.filter(urls, 1)
     assert kept == [url for url in urls if checked.check(url, 1) is None]
-    assert refused == len(urls) - len(kept)
+    assert sum(refused.values()) == len(urls) - len(kept)
     assert kept == [
         "http://example.com/in/yes",
         "http://www.example.com/in/yes",
@@ -270,3 +270,31 @@ def test_an_internationalised_allowed_domain_matches_its_own_links(domain: str, 
 def test_idna_2003_spelling_is_another_domain() -> None:
     checked = scope("fa\u00df.de")
     assert checked.check("http://fass.de/", 1) is V.OUT_OF_DOMAIN
+
+
+@pytest.mark.parametrize(
+    ("path", "verdict"),
+    [
+        ("/a/b/c/d/e/f/page.html", None),  # 7 segments
+        ("/a/b/c/d/e/f/g/h/", V.TOO_MANY_PATH_SEGMENTS),  # 9 (the trailing slash's empty one)
+        ("/a/a/page.html", None),  # one segment twice in a row
+        ("/a/a/a/page.html", V.REPEATED_PATH_SEGMENTS),  # three times
+        ("/x/y/x/y/x/y/", V.REPEATED_PATH_SEGMENTS),  # a run of two, three times
+        ("/x/y/x/y/", None),
+        ("/a/b/a/b/a/", None),  # the last segment is a file, not a directory
+        ("/a/a/?q=/b/b/b/b/", None),  # the query is not the path
+        ("/cal/2024/1/cal/2024/2/", None),
+    ],
+)
+def test_trap_rules(path: str, verdict: ScopeVerdict | None) -> None:
+    checked = scope("example.com", max_path_segments=8, max_repeated_segments=2)
+    assert checked.check("https://example.com" + path, 1) is verdict
+    assert scope("example.com").check("https://example.com" + path, 1) is None  # rules off
+
+
+def test_trap_rules_come_from_the_spec() -> None:
+    spec = CrawlJobSpec.from_mapping({"seeds": ["https://example.com/"]})
+    checked = Scope.from_spec(spec.scope)
+    assert (checked.max_path_segments, checked.max_repeated_segments) == (20, 2)
+    assert checked.check("https://example.com/s/s/s/", 1) is V.REPEATED_PATH_SEGMENTS
+    assert checked.check("https://example.com" + "/s1/s2" * 11, 1) is V.TOO_MANY_PATH_SEGMENTS
