@@ -1240,8 +1240,8 @@ class FetchSpec(_Section):
     """Most redirects followed in one fetch; each hop is checked against scope and the
     private-network guard."""
     max_decompressed_bytes: _Bytes = 50 * _MIB
-    """Largest response body after gzip or deflate decoding, in bytes: a cap that defuses
-    compression bombs."""
+    """Largest response body after decoding (gzip, deflate, br or zstd), in bytes: a cap that
+    defuses compression bombs."""
 
     cross_field_rules: ClassVar[tuple[Rule[FetchSpec], ...]] = (
         Rule(
