@@ -9,8 +9,14 @@ memory the formula asks for (see ``_fit_segments``). The filter is partitioned: 
 one segment by hash and sets all k bits inside it, so
 one segment (a plain Redis string, under 512 MB) is all a check touches, and segments can
 later be placed on different shards by URL hash (DESIGN §7). Python hashes each URL once
-(BLAKE2b, 12 bytes: segment, h1, h2); the Lua script derives the k positions by double
-hashing (Kirsch–Mitzenmacher), so only 12 bytes per URL cross the wire.
+(BLAKE2b, 16 bytes: segment, h1, h2, h3); the Lua script derives the k positions by triple
+hashing (``h1 + i·h2 + i²·h3``, Dillinger and Manolios) over a prime number of bits per
+segment, and only 16 bytes per URL cross the wire. Plain double hashing (Kirsch–Mitzenmacher)
+is not enough here: two URLs whose (h1, h2) agree modulo a segment's bits are one URL to the
+filter, a floor of about ``n/bits²`` under the false-positive rate -- 7e-6 for a
+1,000-URL filter at 1e-7, seventy times the target (measured: one page in 5,000 skipped).
+A third hash lowers the floor to ``n/bits³``; a prime size keeps every stride coprime
+with it, so no stride revisits a handful of bits.
 
 **Growth.** A filter past its capacity would take ever more new URLs for seen, so the filter
 is a chain of layers, as a scalable Bloom filter is (Almeida et al.; RedisBloom's
@@ -48,6 +54,7 @@ __all__ = [
     "allocated_bytes",
     "digests",
     "native_estimate",
+    "native_reserve_capacity",
 ]
 
 BloomBackend = Literal["native", "bitmap"]
@@ -92,8 +99,18 @@ class BloomLayer:
         hashes = max(1, round(ideal / capacity * ln2))
         needed = -hashes * capacity / math.log1p(-(error_rate ** (1 / hashes)))
         bits = max(64, math.ceil(max(ideal, needed)))
-        segments, segment_bytes = _fit_segments(math.ceil(bits / 8))
-        return cls(capacity, error_rate, segments * segment_bytes * 8, hashes, segments)
+        data_bytes = math.ceil(bits / 8)
+        while True:
+            segments, segment_bytes = _fit_segments(data_bytes)
+            # A prime number of bits per segment: the double-hashing stride h2 (1..p-1) is
+            # then coprime with it, so the k positions are always k distinct bits. With a
+            # composite size, a stride sharing a large factor with it visits a handful of
+            # bits over and over (3968 = 2^7 * 31 bits and h2 = 1984: two bits for k = 23),
+            # and such URLs are taken for seen a thousand times more often than errorRate.
+            segment_bits = _prime_at_most(segment_bytes * 8)
+            if segments * segment_bits >= bits:
+                return cls(capacity, error_rate, segments * segment_bits, hashes, segments)
+            data_bytes += segments * 64  # the prime fell below the need: a size up
 
     @property
     def segment_bits(self) -> int:
@@ -229,6 +246,26 @@ class BloomParams:
         return cls(capacity, error_rate, tuple(layers))
 
 
+#: RedisBloom's double-hashing floor, measured (scripts in docs/frontier.md): about
+#: ``FLOOR / (n · b²)`` for a full sub-filter of n URLs at b bits per URL (1.7e-6 at n = 1,000
+#: and 1e-7, seventeen times that rate).
+_NATIVE_FLOOR: Final = 2.0
+
+
+def native_reserve_capacity(capacity: int, error_rate: float) -> int:
+    """The capacity to reserve RedisBloom's first sub-filter at, for ``capacity`` URLs.
+
+    RedisBloom derives its k positions from two 64-bit hashes (double hashing), so two URLs
+    whose pair agrees modulo the filter's bits are one URL to it: a floor under the
+    false-positive rate that falls with the filter's size. A small filter at a tight rate
+    sits on that floor, far above the rate asked for; reserving enough URLs that the floor
+    is a quarter of the rate costs a few hundred kilobytes at 1e-7 and nothing at 1 %.
+    """
+    bits_per_url = -math.log(error_rate) / math.log(2) ** 2
+    least = math.ceil(4 * _NATIVE_FLOOR / (error_rate * bits_per_url**2))
+    return max(capacity, min(least, MAX_CAPACITY))
+
+
 def native_estimate(debug: list[str]) -> tuple[int, BloomEstimate]:
     """Items and estimate of a RedisBloom filter from its ``BF.DEBUG`` reply.
 
@@ -290,12 +327,47 @@ def _fit_segments(data_bytes: int) -> tuple[int, int]:
     return best[1], best[2]
 
 
+def _prime_at_most(n: int) -> int:
+    """The largest prime <= n (n >= 2): a few steps down at most, prime gaps below 2**32 being
+    under 340 and about 22 on average."""
+    candidate = n if n % 2 else n - 1
+    while candidate > 2 and not _is_prime(candidate):
+        candidate -= 2
+    return max(2, candidate)
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin for n < 3.3e24 (the first 13 prime bases suffice)."""
+    if n < 2:
+        return False
+    bases = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
+    if n in bases:
+        return True
+    if any(n % b == 0 for b in bases):
+        return False
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for b in bases:
+        x = pow(b, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
 def allocated_bytes(layer: BloomParams | BloomLayer) -> int:
     """What Redis' allocator holds for a layer's bitmap segments (the first layer's, for
     params): MEMORY USAGE, near enough."""
-    return layer.segments * _size_class(layer.segment_bits // 8 + _SDS_OVERHEAD)
+    return layer.segments * _size_class(math.ceil(layer.segment_bits / 8) + _SDS_OVERHEAD)
 
 
 def digests(urls: Iterable[str]) -> list[bytes]:
-    """12-byte BLAKE2b digests (segment, h1, h2 as little-endian uint32) the Lua filter reads."""
-    return [blake2b(u.encode(), digest_size=12).digest() for u in urls]
+    """16-byte BLAKE2b digests (segment, h1, h2, h3 as little-endian uint32) the Lua filter
+    reads."""
+    return [blake2b(u.encode(), digest_size=16).digest() for u in urls]

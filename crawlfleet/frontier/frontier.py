@@ -39,6 +39,7 @@ from crawlfleet.frontier.bloom import (
     BloomParams,
     digests,
     native_estimate,
+    native_reserve_capacity,
 )
 from crawlfleet.frontier.connection import call, check_epoch, close_quietly, connect, translate
 from crawlfleet.frontier.keys import JobKeys
@@ -87,8 +88,9 @@ _MAX_BATCH = 10_000
 #: another layout is refused at open (FrontierLayoutMismatch), never misread. 1: before
 #: epochs; 2: epochs, loss detection and backpressure; 3: a Bloom filter that grows in
 #: layers (bloom:<layer>:<segment>, the schedule in the meta); 4: compact queues (a list
-#: per host and depth, q:<depth>:<host>, parents once per run).
-LAYOUT_VERSION: Final = "4"
+#: per host and depth, q:<depth>:<host>, parents once per run); 5: triple hashing over
+#: prime-sized Bloom segments (16-byte digests).
+LAYOUT_VERSION: Final = "5"
 
 #: The one maxmemory-policy under which Redis never drops a key to make room.
 _SAFE_POLICY = "noeviction"
@@ -288,14 +290,20 @@ class Frontier:
         and halve it again for each one added, so the sub-filters' rates sum to at most the
         rate asked for. An older module gives the first sub-filter the whole rate; asked at
         half of it, its sum stays within the rate too. Which one answers is measured once,
-        when the job is created, on a scratch filter.
+        when the job is created, on a scratch filter. At a tight rate the first sub-filter is
+        reserved larger than ``dedup.capacity`` (:func:`native_reserve_capacity`).
         """
         rate = bloom.error_rate
         try:
             if created and not await _native_tightens_first_layer(client, keys, rate):
                 rate /= 2
             await client.execute_command(  # type: ignore[no-untyped-call]
-                "BF.RESERVE", keys.native_bloom, rate, bloom.capacity, "EXPANSION", GROWTH
+                "BF.RESERVE",
+                keys.native_bloom,
+                rate,
+                native_reserve_capacity(bloom.capacity, bloom.error_rate),
+                "EXPANSION",
+                GROWTH,
             )
         except ResponseError as exc:
             if "exists" not in str(exc).lower():

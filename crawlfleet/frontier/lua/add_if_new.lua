@@ -1,6 +1,6 @@
 -- add_if_new.lua: bitmap Bloom "add if new" for a batch, nothing queued. (The native
 -- backend needs no script: BF.INSERT is already one atomic command.)
--- ARGV: [1] prefix, [2] epoch, then one 12-byte digest per URL.
+-- ARGV: [1] prefix, [2] epoch, then one 16-byte digest per URL.
 -- Returns one 1 (new) / 0 (seen before) per digest; counts new ones in stats.seen. Grows the
 -- filter by a layer when its newest is full (lib.lua's bloom_add).
 settings()

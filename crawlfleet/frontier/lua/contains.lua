@@ -1,6 +1,6 @@
 -- contains.lua: read-only Bloom membership for a batch ("was this URL seen?").
 -- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] native filter key, then
---       one item per URL: the 12-byte digest (bitmap) or the URL itself (native).
+--       one item per URL: the 16-byte digest (bitmap) or the URL itself (native).
 -- Returns one 1 (probably seen, in any layer) / 0 (certainly not seen) per item.
 settings()
 local items = {}

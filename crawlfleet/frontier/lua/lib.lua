@@ -366,7 +366,8 @@ end
 
 -- Bitmap Bloom filter: a chain of layers (bloom.py), each a set of segments
 -- ("bloom:<layer>:<segment>"). A digest picks one segment of a layer and its k bit positions
--- ((h1 + i * h2) mod segment bits) inside it. K.meta holds every layer's shape, computed once
+-- ((h1 + i * h2 + i^2 * h3) mod segment bits, triple hashing; the segment's bits are prime)
+-- inside it. K.meta holds every layer's shape, computed once
 -- when the job was created ('bloom_schedule': "bits:hashes:segments:capacity,..."), and how
 -- many are in use ('bloom_layers'); K.stats 'seen' counts what the filter holds.
 
@@ -396,28 +397,36 @@ local function bloom_open()
   return f
 end
 
-local function layer_slot(layer, digest)
-  local s, h1, h2 = struct.unpack('<I4I4I4', digest)
-  return layer.keys[s % layer.segments], h1, (h2 % (layer.seg_bits - 1)) + 1
+-- The segment key of a digest and its k bit positions. Three hashes, not two: with double
+-- hashing two URLs whose (h1, h2) agree modulo a small segment are one to the filter, which
+-- puts a floor of about n/bits^2 under the false-positive rate, far above a tight errorRate
+-- (bloom.py). Every term stays below 2^53, so doubles compute it exactly.
+local function layer_bits(layer, digest)
+  local s, h1, h2, h3 = struct.unpack('<I4I4I4I4', digest)
+  local bits = layer.seg_bits
+  h1, h2, h3 = h1 % bits, (h2 % (bits - 1)) + 1, h3 % bits
+  local positions = {}
+  for i = 0, layer.hashes - 1 do
+    positions[i + 1] = (h1 + i * h2 + ((i * i) % bits) * h3) % bits
+  end
+  return layer.keys[s % layer.segments], positions
 end
 
 -- Read-only: true when all k bits of one digest are set in this layer.
 local function layer_has(layer, digest)
-  local key, h1, h2 = layer_slot(layer, digest)
-  local bits = layer.seg_bits
-  for i = 0, layer.hashes - 1 do
-    if redis.call('GETBIT', key, (h1 + i * h2) % bits) == 0 then return false end
+  local key, positions = layer_bits(layer, digest)
+  for _, bit in ipairs(positions) do
+    if redis.call('GETBIT', key, bit) == 0 then return false end
   end
   return true
 end
 
 -- Set the k bits of one digest in this layer; true when any bit was clear (it was new here).
 local function layer_set(layer, digest)
-  local key, h1, h2 = layer_slot(layer, digest)
-  local bits = layer.seg_bits
+  local key, positions = layer_bits(layer, digest)
   local new = false
-  for i = 0, layer.hashes - 1 do
-    if redis.call('SETBIT', key, (h1 + i * h2) % bits, 1) == 0 then new = true end
+  for _, bit in ipairs(positions) do
+    if redis.call('SETBIT', key, bit, 1) == 0 then new = true end
   end
   return new
 end

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aioredis
 
-from crawlfleet.frontier import Admission, Link, canonicalize
-from tests.integration.frontier.conftest import OpenFrontier
+from crawlfleet.frontier import Admission, Frontier, Link, canonicalize
+from tests.integration.frontier.conftest import TEST_JOB, OpenFrontier
+from tests.support.specs import frontier_settings, merged
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +74,32 @@ async def test_a_filter_past_its_capacity_grows_and_admits_every_url_once(
     for start in range(0, len(fresh), 2_000):
         positives += sum(await frontier.contains(fresh[start : start + 2_000]))
     assert positives / len(fresh) <= 2 * target
+
+
+async def test_a_tight_error_rate_holds_in_a_small_filter_that_grows(
+    redis_client: aioredis.Redis, job_id: str, backend: str
+) -> None:
+    # A 1,000-URL filter at 1e-7 (a layer of ~4,000-bit segments), grown to 5,000 URLs:
+    # double hashing took one URL in ~5,000 for seen here (two URLs agreeing on (h1, h2)
+    # modulo the segment), triple hashing over prime segments keeps to the target. Eight
+    # jobs: at the old rate, all eight clean would be a 1-in-250 chance.
+    urls = [
+        canonicalize(f"http://127.0.0.{2 + h}:8080/d{h}/p{i}.html")
+        for h in range(5)
+        for i in range(1_000)
+    ]
+    for run in range(8):
+        settings = frontier_settings(
+            f"{job_id}-{run}", merged(TEST_JOB, {"dedup": {"capacity": 1_000, "errorRate": 1e-7}})
+        )
+        frontier = await Frontier.open(redis_client, settings)
+        assert frontier.backend == backend
+        salted = [f"{url}?run={run}" for url in urls]
+        new = 0
+        for start in range(0, len(salted), 250):
+            batch = [Link(url, 1, "") for url in salted[start : start + 250]]
+            new += (await frontier.enqueue(batch)).count(Admission.NEW)
+        assert new == len(salted), f"run {run}: {len(salted) - new} new URL(s) taken for seen"
 
 
 @pytest.mark.parametrize("capacity", [200_000, 2_000])

@@ -108,8 +108,20 @@ def test_meta_round_trip() -> None:
     assert BloomParams.from_meta(params.to_meta()) == params
 
 
-def test_digests_are_12_bytes_and_stable() -> None:
+def test_digests_are_16_bytes_and_stable() -> None:
     a, b, a2 = digests(["http://a.com/", "http://b.com/", "http://a.com/"])
-    assert len(a) == 12
+    assert len(a) == 16
     assert a == a2
     assert a != b
+
+
+@pytest.mark.parametrize(
+    ("capacity", "error_rate"), [(1, 0.5 - 1e-9), (1_000, 1e-7), (12_345, 0.01), (10**7, 1e-9)]
+)
+def test_every_segment_has_a_prime_number_of_bits(capacity: int, error_rate: float) -> None:
+    # The stride h2 is 1..bits-1: coprime with a prime size, so k positions are k bits.
+    for layer in BloomParams.for_capacity(capacity, error_rate).layers[:6]:
+        bits = layer.segment_bits
+        assert bits * layer.segments == layer.bits
+        assert bits > 1
+        assert all(bits % d for d in range(2, math.isqrt(bits) + 1)), bits
