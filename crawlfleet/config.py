@@ -122,6 +122,10 @@ class WorkerConfig:
     #: Where pages go (``--output``): a folder, file:// or s3:// URL, over the job's own
     #: output.destination; with neither, the folder ``output_dir``.
     destination: str | None = field(default=None, metadata=_env("OUTPUT"))
+    #: Where a worker that must stop writes why (``<Reason>: <sentence>``), for whatever
+    #: runs it: a pod's terminationMessagePath, or the local runner's ``logs/<worker>.exit``
+    #: (crawlfleet.fleet.exits). None: only stderr says it.
+    termination_log: Path | None = field(default=None, metadata=_env("TERMINATION_LOG"))
     #: How long a finished fetch waits for others to share its flush (one ack per batch).
     flush_linger_seconds: float = 0.005
     #: How long the claim loop sleeps when it has no room or found nothing.
@@ -148,6 +152,10 @@ class SteeringConfig:
     #: this long to start), so a fleet scaled to zero wakes in time for it; see
     #: docs/steering.md, "Delayed retries are demand".
     retry_lead_seconds: float = field(default=10.0, metadata=_env("RETRY_LEAD_SECONDS"))
+    #: Workers that die this many times in a row within ``startup_grace_seconds`` of their
+    #: start, with the same error, are failing, not unlucky: ``crawlfleet run`` stops with
+    #: the error, the operator sets the ``WorkersFailing`` condition (docs/steering.md).
+    crash_loop_deaths: int = field(default=3, metadata=_env("CRASH_LOOP_DEATHS"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,11 @@ reached, is ``kopf.TemporaryError(delay=...)``, retried soon; never an unhandled
 A lease the caller no longer owns is not an error: ``ack``, ``fail`` and ``release`` answer
 per lease (fencing is an outcome). This module imports nothing, so the zygote (which starts
 before anything heavy) can use it.
+
+Each class names its ``reason``: one CamelCase word for what went wrong, the reason of the
+condition or Event that reports it. A worker that refuses to start writes it before its
+sentence in its termination message (:mod:`crawlfleet.fleet.exits`), so the operator's
+``WorkersFailing`` condition says ``OutputUnavailable`` and not just "exit code 2".
 """
 
 from __future__ import annotations
@@ -51,13 +56,20 @@ __all__ = [
 class CrawlfleetError(Exception):
     """Base of every error crawlfleet raises on purpose."""
 
+    #: What went wrong, as a condition's or an event's reason (CamelCase, no spaces).
+    reason: str = "Failed"
+
 
 class ConfigError(CrawlfleetError, ValueError):
     """A CrawlJob spec or setting is invalid; the message names the field."""
 
+    reason = "InvalidConfig"
+
 
 class FrontierError(CrawlfleetError):
     """The frontier refused an operation or could not perform it."""
+
+    reason = "FrontierError"
 
 
 class InvalidURL(FrontierError, ValueError):
@@ -70,6 +82,8 @@ class UnsupportedScheme(InvalidURL):
 
 class FrontierUnavailable(FrontierError):
     """Redis could not be reached, or answered with an error the frontier cannot handle."""
+
+    reason = "RedisUnavailable"
 
 
 class FrontierFull(FrontierUnavailable):
@@ -88,6 +102,8 @@ class FrontierLost(FrontierError):
     gone, and only an explicit decision (fail the job, or re-seed it) may follow.
     """
 
+    reason = "FrontierLost"
+
 
 class FrontierLayoutMismatch(FrontierError):
     """The job's keys were written by a crawlfleet with another key layout; nothing is read."""
@@ -96,6 +112,8 @@ class FrontierLayoutMismatch(FrontierError):
 class UnsafeRedis(FrontierError):
     """Redis is configured in a way that could drop frontier keys silently (an evicting
     ``maxmemory-policy``); the message names the setting and the fix."""
+
+    reason = "UnsafeRedis"
 
 
 class FetchError(CrawlfleetError):
@@ -135,6 +153,8 @@ class KubeError(CrawlfleetError):
 class OutputError(CrawlfleetError):
     """The output destination refused or could not be reached; the message is one sentence
     that names the destination (never its credentials) and what to fix."""
+
+    reason = "OutputUnavailable"
 
 
 class OutputUnavailable(OutputError):

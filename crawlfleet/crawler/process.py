@@ -5,6 +5,11 @@ client, and the loop.
 local runner's zygote calls it in a forked child, so a forked worker never imports the command
 line (``cli.py``) and the zygote has no import circle with it. :func:`run_worker` is the part an
 embedder calls with values already resolved.
+
+A worker that must stop (a bad job, a destination or Redis refused at start: exit 2; an
+unexpected exception: exit 1, with its traceback) also writes why to ``--termination-log``,
+for whatever runs it (crawlfleet.fleet.exits): a pod's terminationMessagePath, the local
+runner's ``logs/<worker>.exit``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.worker import Worker, WorkerOptions
 from crawlfleet.crawljob import CrawlJob, load_crawljob
 from crawlfleet.errors import ConfigError, CrawlfleetError
+from crawlfleet.fleet.exits import write_termination_message
 from crawlfleet.frontier import Frontier, FrontierSettings
 from crawlfleet.output.destination import destination_flag
 from crawlfleet.output.stores import checked_store
@@ -156,8 +162,7 @@ def main(
         with without_gc():
             job, knobs = _resolve(args, config.worker)
     except CrawlfleetError as exc:
-        print(f"crawlfleet: {exc}", file=sys.stderr)
-        return 2
+        return _refused(exc, args.termination_log)
     worker_id = args.worker_id or _default_worker_id()
     if args.incarnation:
         worker_id = f"{worker_id}#{secrets.token_hex(3)}"
@@ -173,8 +178,22 @@ def main(
             )
         )
     except CrawlfleetError as exc:  # a destination or a Redis refused at start: one sentence
-        print(f"crawlfleet: {exc}", file=sys.stderr)
-        return 2
+        return _refused(exc, knobs.termination_log)
+    except Exception as exc:  # a bug: the traceback goes to the log, the gist to the runner
+        write_termination_message(knobs.termination_log, "WorkerCrashed", _gist(exc))
+        raise
+
+
+def _refused(error: CrawlfleetError, termination_log: Path | None) -> int:
+    """Exit 2 with one sentence, on stderr and in the termination message."""
+    print(f"crawlfleet: {error}", file=sys.stderr)
+    write_termination_message(termination_log, error.reason, str(error))
+    return 2
+
+
+def _gist(error: BaseException) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _parser(knobs: WorkerConfig) -> argparse.ArgumentParser:
@@ -217,6 +236,12 @@ def _parser(knobs: WorkerConfig) -> argparse.ArgumentParser:
         f"released [{knobs.drain.grace_seconds:g}]",
     )
     parser.add_argument(
+        "--termination-log",
+        type=Path,
+        default=knobs.termination_log,
+        help="a file to write why the worker stopped into, when it must (its runner reads it)",
+    )
+    parser.add_argument(
         "--keep-running",
         action="store_true",
         help="do not exit when the job is complete (the operator scales workers to zero)",
@@ -241,6 +266,7 @@ def _resolve(args: argparse.Namespace, knobs: WorkerConfig) -> tuple[CrawlJob, W
         destination=args.output,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
+        termination_log=args.termination_log,
         drain=dataclasses.replace(knobs.drain, grace_seconds=args.grace_seconds),
     )
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -54,7 +53,7 @@ from crawlfleet.frontier import (
     host_of,
     try_canonicalize,
 )
-from crawlfleet.output.manifest import finish_output
+from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.output.stores import OutputStore
 
 __all__ = ["Worker", "WorkerOptions"]
@@ -63,9 +62,6 @@ log = logging.getLogger(__name__)
 
 #: How often an idle worker that keeps running asks whether the job is complete (one read).
 _FINISH_CHECK_SECONDS = 1.0
-#: How long a worker's claim to write the closing files lasts: one that dies meanwhile leaves
-#: them to another.
-_FINISH_CLAIM_SECONDS = 120.0
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 #: What a page that is not HTML offers: nothing (never mutated).
@@ -95,8 +91,8 @@ class WorkerOptions:
     max_pending_files: int
     output_retry_max_seconds: float
     #: Write the output's closing files (manifest.json, dead-letters.jsonl) when the job is
-    #: complete, if no other worker has: a worker that keeps running is in a cluster, where no
-    #: other process holds the destination's credentials (locally, the run writes them).
+    #: complete, if no other worker has: a worker that keeps running is in a fleet (a pod,
+    #: or a child of crawlfleet run), whose first idle or draining worker writes them.
     finish_output: bool = False
 
     @classmethod
@@ -351,20 +347,18 @@ class Worker:
         stats = stats or await self.frontier.stats()
         if not stats.complete:
             return
-        if await self.frontier.output_finished() is None:
-            if not await self.frontier.claim_output_finish(self.worker_id, _FINISH_CLAIM_SECONDS):
-                return  # another worker writes them
-            manifest = await finish_output(
-                self.frontier, self.store, self.frontier.keys.job_id, self.spec, stats
-            )
-            counts = manifest["counts"]
-            await self.frontier.mark_output_finished(json.dumps(counts, separators=(",", ":")))
-            log.info(
-                "output complete: %d files, %d page records",
-                counts["files"],
-                counts["pageRecords"],
-                extra={"layer": "output", "worker": self.worker_id},
-            )
+        job_id = self.frontier.keys.job_id
+        counts = await finish_output_once(
+            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id
+        )
+        if counts is None:
+            return  # another worker holds the claim and writes them
+        log.info(
+            "output complete: %d files, %d page records",
+            counts["files"],
+            counts["pageRecords"],
+            extra={"layer": "output", "worker": self.worker_id},
+        )
         self._output_finished = True
 
     async def _wait(self, seconds: float) -> None:
@@ -733,7 +727,9 @@ class Worker:
         ids = [*self._inflight, *self._waiting_lease_ids()]
         if ids:
             extended = await self.frontier.extend(self.worker_id, ids)
-            lost = extended.count(False)
+            # A lease acked while the extend was on its way is done, not lost.
+            held = {*self._inflight, *self._waiting_lease_ids()}
+            lost = sum(1 for i, ok in zip(ids, extended, strict=True) if not ok and i in held)
             if lost:
                 log.warning("%d leases could not be extended", lost, extra={"layer": "flow"})
         # Any worker returns expired leases of crashed peers, so a crawl needs no operator.

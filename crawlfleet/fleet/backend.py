@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from crawlfleet.fleet.exits import UnitExit
+
 __all__ = ["EventReason", "FleetBackend", "FleetEvent", "FleetView", "Unit", "unit_of"]
 
 #: The Kubernetes Event reasons of the tick's decisions (locally, the ``kind`` of a line of
@@ -48,12 +50,22 @@ class Unit:
 
     ``drain_deadline`` (wall-clock seconds): set once the unit was told to stop -- a pod's
     deletionTimestamp, a local process sent SIGTERM -- and the moment it must be gone by.
+
+    ``last_exit``: how the unit's worker last ended (its termination message, see
+    :mod:`crawlfleet.fleet.exits`); None while it never did. ``quick_deaths``: how many times
+    in a row a worker died within ``startup_grace_seconds`` of its start, this unit's last
+    exit included (0: the last exit was not one, or there was none). A pod counts its own
+    container restarts (the kubelet restarts it in place, backing off: CrashLoopBackOff);
+    locally each worker is a new unit, so the backend counts the workers it started one after
+    another that each died so, with the same error.
     """
 
     name: str
     running: bool
     started_at: float
     drain_deadline: float | None = None
+    last_exit: UnitExit | None = None
+    quick_deaths: int = 0
 
 
 @dataclass(frozen=True, slots=True)

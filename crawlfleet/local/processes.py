@@ -9,6 +9,12 @@ A worker told to stop (scale-down, suspend, the end of the run) gets SIGTERM and
 the books, *draining*, until it has exited: the tick neither counts it as capacity nor
 requeues its leases while it finishes or releases them itself. Past its drain budget it is
 killed, and only then are its leftovers requeued.
+
+A worker that exits on its own is reported once, with how it ended (``Unit.last_exit``: its
+termination message ``logs/<worker>.exit``, else its log's tail; crawlfleet.fleet.exits) and
+how many workers in a row died so within ``quick_death_seconds`` of their start with the same
+error (``Unit.quick_deaths``); a worker that outlives that window ends the count. Each worker
+is a new unit, so the count is the backend's, where a pod counts its own restarts.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from crawlfleet.config import DrainConfig
+from crawlfleet.config import DrainConfig, SteeringConfig
 from crawlfleet.fleet.backend import FleetEvent, FleetView, Unit
+from crawlfleet.fleet.exits import UnitExit, log_tail, parse_exit
 from crawlfleet.local.zygote import Zygote, ZygoteError
 
 __all__ = ["WORKER_PREFIX", "LocalProcessBackend"]
@@ -54,6 +61,9 @@ class _Child:
     started_at: float
     #: Set when it was told to stop (wall-clock seconds): gone by then, or killed.
     drain_deadline: float | None = None
+    #: How it ended, once it has; and the quick deaths in a row it made the count.
+    exit: UnitExit | None = None
+    quick_deaths: int = 0
 
     @property
     def active(self) -> bool:
@@ -78,8 +88,14 @@ class LocalProcessBackend:
     first_number: int = 1
     #: Where :meth:`record` appends its events (one JSON object a line); None: log only.
     events_file: Path | None = None
+    #: A worker that exits within this long of its start died while starting.
+    quick_death_seconds: float = SteeringConfig().startup_grace_seconds
     _children: dict[str, _Child] = field(default_factory=dict)
     _started: int = 0
+    #: Quick deaths in a row, their error, and when the last one was seen.
+    _deaths: int = 0
+    _death_error: tuple[str, str] | None = None
+    _death_at: float = 0.0
 
     @property
     def next_number(self) -> int:
@@ -89,12 +105,15 @@ class LocalProcessBackend:
     # -- the FleetBackend protocol --------------------------------------------------------
 
     async def observe(self) -> FleetView:
+        self._count_deaths(time.time())
         units = tuple(
             Unit(
                 child.worker_id,
-                running=child.process.poll() is None,
+                running=child.exit is None,
                 started_at=child.started_at,
                 drain_deadline=child.drain_deadline,
+                last_exit=child.exit,
+                quick_deaths=child.quick_deaths,
             )
             for child in self._children.values()
         )
@@ -125,6 +144,40 @@ class LocalProcessBackend:
             entry = {"kind": event.reason, "message": event.message, **event.fields}
             _append_line(self.events_file, entry)
 
+    def _count_deaths(self, now: float) -> None:
+        """Read how each newly exited worker ended; keep the count of quick deaths in a row."""
+        for child in self._children.values():
+            code = child.process.poll()
+            if code is None:
+                if child.started_at > self._death_at and now - child.started_at >= (
+                    self.quick_death_seconds
+                ):
+                    self._deaths, self._death_error = 0, None  # a worker started fine since
+                continue
+            if child.exit is not None:
+                continue
+            lived = max(0.0, now - child.started_at)
+            child.exit = parse_exit(code, self._last_words(child, code), lived_seconds=lived)
+            if child.drain_deadline is not None or code == 0 or lived >= self.quick_death_seconds:
+                self._deaths, self._death_error = 0, None
+                continue
+            same = child.exit.error == self._death_error
+            self._deaths = self._deaths + 1 if same else 1
+            self._death_error, self._death_at = child.exit.error, now
+            child.quick_deaths = self._deaths
+
+    def _last_words(self, child: _Child, code: int) -> str:
+        """Its termination message; else, for a failure, its log's tail (as a pod's
+        FallbackToLogsOnError); a few hundred bytes, read once per exit."""
+        logs = self.output_dir / "logs"
+        try:
+            written = (logs / f"{child.worker_id}.exit").read_text(encoding="utf-8")
+        except OSError:
+            written = ""
+        if written.strip() or code == 0:
+            return written
+        return log_tail(logs / f"{child.worker_id}.log")
+
     # -- processes ------------------------------------------------------------------------
 
     def start(self) -> str:
@@ -137,6 +190,7 @@ class LocalProcessBackend:
             "--redis-url", self.redis_url, "--worker-id", worker_id,
             "--out", str(self.output_dir), "--keep-running",
             "--grace-seconds", str(self.drain.grace_seconds),
+            "--termination-log", str(logs / f"{worker_id}.exit"),
             *(("--output", self.destination) if self.destination else ()),
         ]  # fmt: skip
         process: _Process | None = None

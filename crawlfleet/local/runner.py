@@ -35,8 +35,8 @@ from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
 from crawlfleet.output.destination import parse_destination
-from crawlfleet.output.manifest import finish_output
-from crawlfleet.output.stores import checked_store
+from crawlfleet.output.manifest import FINISH_CLAIM_SECONDS, finish_output_once
+from crawlfleet.output.stores import OutputStore, checked_store
 
 __all__ = ["STATE_FILE", "RunOptions", "run_local"]
 
@@ -276,11 +276,11 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             return EXIT_INTERRUPTED.get(sig, 1)
         summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity)
         if store is not None:
-            manifest = await finish_output(frontier, store, job.job_id, job.spec, stats)
+            counts = await _finish_output(frontier, store, job, stats)
             summary["output"] = {
                 "destination": store.destination.url,
-                "files": manifest["counts"]["files"],
-                "page_records": manifest["counts"]["pageRecords"],
+                "files": counts["files"],
+                "page_records": counts["pageRecords"],
             }
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
         progress.done(stats, elapsed)
@@ -351,6 +351,35 @@ def _announce(done: steer.Tick, before: FleetMemory, frontier: Frontier) -> None
             f"crawlfleet: the Bloom filter is nearly full: {done.stats.seen} URLs seen of"
             " dedup.capacity; it grows a layer past it (more memory, a tighter error rate)"
         )
+
+
+async def _finish_output(
+    frontier: Frontier, store: OutputStore, job: CrawlJob, stats: FrontierStats
+) -> dict[str, int]:
+    """The closing files' counts: written by a worker as it drained (the one writer the
+    frontier's claim elects, as in a cluster), else by the run itself now that none is left.
+
+    A claim still held is a worker killed while it wrote them: it expires, then the run
+    writes them.
+    """
+    waited = False
+    while True:
+        counts = await finish_output_once(
+            frontier, store, job.job_id, job.spec, stats, writer=_RUNNER_WRITER
+        )
+        if counts is not None:
+            return counts
+        if not waited:
+            waited = True
+            _print(
+                "crawlfleet: a worker stopped while writing the output's manifest; writing it"
+                f" once its claim expires (at most {FINISH_CLAIM_SECONDS:.0f} s)"
+            )
+        await asyncio.sleep(1.0)
+
+
+#: Who the run is when it writes the closing files itself (no worker id starts so).
+_RUNNER_WRITER = "crawlfleet-run"
 
 
 class _Outage:

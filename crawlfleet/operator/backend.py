@@ -8,6 +8,12 @@ kopf's Events. The Deployment replaces an exited pod itself, so ``forget`` has n
 A pod with a ``deletionTimestamp`` is draining: Kubernetes sets that field to the moment the
 kubelet will kill it (deletion time plus the termination grace), which is the drain deadline
 the tick needs.
+
+A worker container that exits is restarted in place by the kubelet (the pod keeps its name,
+``restartCount`` goes up, and after a few quick deaths it backs off: CrashLoopBackOff). Its
+last termination -- exit code, times, and the termination message the worker wrote
+(crawlfleet.fleet.exits) -- is in the container's status, which the pod index keeps, so the
+tick sees a worker that dies at start as what it is.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from typing import Any, cast
 
 import kopf
 
+from crawlfleet.config import SteeringConfig
 from crawlfleet.fleet import FleetEvent, FleetView, Unit
+from crawlfleet.fleet.exits import parse_exit
 from crawlfleet.operator.children import JobRef
 from crawlfleet.operator.kube import Kube
 from crawlfleet.operator.metrics import OperatorMetrics
@@ -28,10 +36,39 @@ from crawlfleet.operator.metrics import OperatorMetrics
 __all__ = ["DeploymentInfo", "KubeBackend", "PodInfo"]
 
 
+#: The container of a worker pod that runs the worker (operator/children.py).
+WORKER_CONTAINER = "worker"
+
+
 def _timestamp(value: str | None) -> float | None:
     if not value:
         return None
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerExit:
+    """A container's last termination, as its status shows it."""
+
+    code: int
+    message: str
+    started_at: float | None
+    finished_at: float | None
+
+    @classmethod
+    def of(cls, terminated: Mapping[str, Any]) -> ContainerExit:
+        return cls(
+            int(terminated.get("exitCode") or 0),
+            str(terminated.get("message") or ""),
+            _timestamp(terminated.get("startedAt")),
+            _timestamp(terminated.get("finishedAt")),
+        )
+
+    @property
+    def lived_seconds(self) -> float:
+        if self.started_at is None or self.finished_at is None:
+            return 0.0
+        return max(0.0, self.finished_at - self.started_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +80,67 @@ class PodInfo:
     started_at: float
     #: metadata.deletionTimestamp: the pod drains, and is killed at this moment.
     drain_deadline: float | None = None
+    #: The worker container's restarts, its last termination, and since when its current
+    #: run has been running (None: it is not running now).
+    restarts: int = 0
+    last_exit: ContainerExit | None = None
+    running_since: float | None = None
 
     @classmethod
-    def of(cls, name: str, phase: str | None, meta: Mapping[str, Any]) -> PodInfo:
+    def of(cls, name: str, status: Mapping[str, Any], meta: Mapping[str, Any]) -> PodInfo:
         created = _timestamp(meta.get("creationTimestamp"))
+        restarts, last_exit, running_since = 0, None, None
+        for container in status.get("containerStatuses") or ():
+            if container.get("name") != WORKER_CONTAINER:
+                continue
+            restarts = int(container.get("restartCount") or 0)
+            state = container.get("state") or {}
+            terminated = state.get("terminated") or (container.get("lastState") or {}).get(
+                "terminated"
+            )
+            if terminated:
+                last_exit = ContainerExit.of(terminated)
+            if state.get("running"):
+                running_since = _timestamp(state["running"].get("startedAt"))
         return cls(
             name,
-            phase,
+            status.get("phase"),
             created if created is not None else time.time(),
             _timestamp(meta.get("deletionTimestamp")),
+            restarts,
+            last_exit,
+            running_since,
         )
 
     @property
     def running(self) -> bool:
         """Not exited: a pod still being scheduled or started counts as running."""
         return self.phase in (None, "Pending", "Running")
+
+    def unit(self, *, quick_seconds: float, now: float) -> Unit:
+        """The tick's view of this pod: a worker that keeps dying at start shows as one.
+
+        Its deaths in a row are its restarts (plus the death it is backing off from, when it
+        is not running), as long as the last run was quick and the current one, if any, has
+        not outlived ``quick_seconds`` yet.
+        """
+        last = self.last_exit
+        exit_ = None
+        deaths = 0
+        if last is not None:
+            exit_ = parse_exit(last.code, last.message, lived_seconds=last.lived_seconds)
+            quick = last.code != 0 and last.lived_seconds < quick_seconds
+            settled = self.running_since is not None and now - self.running_since >= quick_seconds
+            if quick and not settled:
+                deaths = self.restarts + (0 if self.running_since is not None else 1)
+        return Unit(
+            self.name,
+            self.running,
+            self.started_at,
+            self.drain_deadline,
+            last_exit=exit_,
+            quick_deaths=deaths,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +166,8 @@ class KubeBackend:
     pods: Collection[PodInfo]
     deployment: DeploymentInfo | None
     metrics: OperatorMetrics
+    #: A worker container that exits within this long of its start died while starting.
+    quick_death_seconds: float = SteeringConfig().startup_grace_seconds
 
     async def observe(self) -> FleetView | None:
         """None until the job's Deployment is in the index (just created by ``ensure``).
@@ -93,8 +178,9 @@ class KubeBackend:
         """
         if self.deployment is None:
             return None
+        now = time.time()
         units = tuple(
-            Unit(pod.name, pod.running, pod.started_at, pod.drain_deadline) for pod in self.pods
+            pod.unit(quick_seconds=self.quick_death_seconds, now=now) for pod in self.pods
         )
         return FleetView(
             units,

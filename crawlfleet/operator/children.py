@@ -24,6 +24,7 @@ from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec, ManagedRedis
 __all__ = [
     "METRICS_PORT",
     "REDIS_PORT",
+    "TERMINATION_LOG",
     "ChildNames",
     "JobRef",
     "config_map",
@@ -46,6 +47,8 @@ REDIS_PORT: Final = 6379
 METRICS_PORT: Final = 9100
 JOB_FILE: Final = "/etc/crawlfleet/job.yaml"
 OUTPUT_DIR: Final = "/data/out"
+#: The container's terminationMessagePath (Kubernetes' default): why a worker stopped.
+TERMINATION_LOG: Final = "/dev/termination-log"
 NONROOT_UID: Final = 65532
 
 LABEL_JOB: Final = "crawlfleet.io/job"
@@ -522,7 +525,15 @@ def worker_deployment(
                                 "--keep-running",
                                 # A restarted container is a new worker (POD_NAME#random).
                                 "--incarnation",
+                                "--termination-log",
+                                TERMINATION_LOG,
                             ],
+                            # A worker that must stop writes "<Reason>: <sentence>" there;
+                            # one that dies without writing it (a traceback) leaves its log's
+                            # tail instead: the pod's status says why either way, and the
+                            # operator's WorkersFailing condition quotes it.
+                            "terminationMessagePath": TERMINATION_LOG,
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
                             "env": env,
                             "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                             "readinessProbe": {

@@ -94,9 +94,7 @@ def index_worker_pod(
     **_: Any,
 ) -> dict[tuple[str, str], PodInfo]:
     """The ``worker_pods`` index: (namespace, job label) -> the job's pods."""
-    return {
-        (namespace or "", labels[children.LABEL_JOB]): PodInfo.of(name, status.get("phase"), meta)
-    }
+    return {(namespace or "", labels[children.LABEL_JOB]): PodInfo.of(name, status, meta)}
 
 
 def index_worker_deployment(

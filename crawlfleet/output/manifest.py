@@ -1,7 +1,11 @@
 """The files that close a crawl's output: ``dead-letters.jsonl`` and ``manifest.json``.
 
-Both are written once, at completion, by one writer (``crawlfleet run`` itself; in a cluster the
-worker that wins :meth:`~crawlfleet.frontier.Frontier.claim_output_finish`), from the frontier:
+Both are written once, at completion, by one writer, from the frontier: whoever wins
+:meth:`~crawlfleet.frontier.Frontier.claim_output_finish` in :func:`finish_output_once` -- the
+first idle or draining worker, in a cluster and locally alike, or ``crawlfleet run`` itself
+after its workers stopped, when none did -- and marks them written
+(:meth:`~crawlfleet.frontier.Frontier.mark_output_finished`), which is how the operator knows
+the output is whole before it reports the job Succeeded:
 
 * ``dead-letters.jsonl``: every URL that will not be tried again, with its last failure class
   and message, one JSON line each. They live in the frontier's dead set (requeued leases of dead
@@ -28,12 +32,23 @@ if TYPE_CHECKING:
     from crawlfleet.frontier import Frontier, FrontierStats
     from crawlfleet.output.stores import OutputStore
 
-__all__ = ["DEAD_LETTERS", "MANIFEST", "MANIFEST_VERSION", "finish_output", "spec_sha256"]
+__all__ = [
+    "DEAD_LETTERS",
+    "FINISH_CLAIM_SECONDS",
+    "MANIFEST",
+    "MANIFEST_VERSION",
+    "finish_output",
+    "finish_output_once",
+    "spec_sha256",
+]
 
 MANIFEST: Final = "manifest.json"
 DEAD_LETTERS: Final = "dead-letters.jsonl"
 #: Bumped when a reader of an older manifest would misread a newer one.
 MANIFEST_VERSION: Final = 1
+#: How long a writer's claim on the closing files lasts: one that dies while writing leaves
+#: them to another after this.
+FINISH_CLAIM_SECONDS: Final = 120.0
 
 
 def spec_sha256(spec: CrawlJobSpec) -> str:
@@ -96,3 +111,26 @@ async def finish_output(
     text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     await store.put(MANIFEST, text.encode("utf-8"))
     return manifest
+
+
+async def finish_output_once(
+    frontier: Frontier,
+    store: OutputStore,
+    job_id: str,
+    spec: CrawlJobSpec,
+    stats: FrontierStats,
+    *,
+    writer: str,
+) -> dict[str, int] | None:
+    """The closing files' counts once they are written: by ``writer`` now, if it wins the
+    claim, or by whoever did before. None: another writer holds the claim (it writes them)."""
+    written = await frontier.output_finished()
+    if written is None:
+        if not await frontier.claim_output_finish(writer, FINISH_CLAIM_SECONDS):
+            return None
+        counts: dict[str, int] = (await finish_output(frontier, store, job_id, spec, stats))[
+            "counts"
+        ]
+        await frontier.mark_output_finished(json.dumps(counts, separators=(",", ":")))
+        return counts
+    return {str(key): int(value) for key, value in json.loads(written).items()}

@@ -374,7 +374,13 @@ class BucketStore:
         # Allowed to write but not to delete: the probe stays, harmless (never listed).
         with contextlib.suppress(Exception):
             await obstore.delete_async(self._store, key)
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.spool_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"output destination {self.destination.url}: the spool folder {self.spool_dir}"
+                f" (CRAWLFLEET_SPOOL_DIR) cannot be made: {exc.strerror or exc}"
+            ) from exc
 
     async def commit(self, spooled: Path, key: str) -> None:
         import obstore

@@ -267,6 +267,54 @@ def test_crashing_container_reports_exit_code_and_restarts(
     )
 
 
+def test_termination_messages_come_from_the_file_or_the_logs_tail(
+    core: client.CoreV1Api, namespace: str, kubelet: KubeletDouble
+) -> None:
+    writes = (
+        "import sys; open(sys.argv[1], 'w').write('OutputUnavailable: no bucket');"
+        " print('a log line'); sys.exit(2)"
+    )
+    says = (
+        "import sys; print('starting', flush=True); print('KeyError: boom', file=sys.stderr);"
+        " sys.exit(1)"
+    )
+    quiet = "import sys; print('nothing to say'); sys.exit(3)"
+    containers = [
+        {  # the file wins over the log
+            "name": "writes",
+            "image": "crawlfleet:dev",
+            "command": ["python", "-c", writes],
+            "args": ["/dev/termination-log"],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        },
+        {  # nothing written, a failure: the log's tail, this run's only
+            "name": "says",
+            "image": "crawlfleet:dev",
+            "command": ["python", "-c", says],
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        },
+        {  # nothing written, policy File (the default): no message
+            "name": "quiet",
+            "image": "crawlfleet:dev",
+            "command": ["python", "-c", quiet],
+            "terminationMessagePath": "/var/run/why",
+        },
+    ]
+    core.create_namespaced_pod(namespace, bare_pod("talker", *containers))
+
+    def all_restarted() -> Any:
+        statuses = core.read_namespaced_pod("talker", namespace).status.container_statuses
+        done = {s.name: s for s in statuses or [] if s.restart_count >= 1 and s.last_state}
+        return done if len(done) == 3 else None
+
+    statuses = wait_until(all_restarted, timeout=30, what="three containers that restarted")
+    written = statuses["writes"].last_state.terminated
+    assert (written.exit_code, written.message) == (2, "OutputUnavailable: no bucket")
+    tail = statuses["says"].last_state.terminated.message
+    assert tail.splitlines() == ["starting", "KeyError: boom"]  # no line of the run before
+    assert statuses["quiet"].last_state.terminated.message is None
+
+
 def test_unknown_image_is_a_failure_not_a_running_pod(
     core: client.CoreV1Api, namespace: str, kubelet: KubeletDouble
 ) -> None:

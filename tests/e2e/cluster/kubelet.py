@@ -48,6 +48,13 @@ not run:
   ``exec`` probe runs as if inside the container: with its environment, its mount paths
   rewritten, and ``127.0.0.1``/``localhost`` rewritten to the pod IP (the pods share the
   machine's loopback, so a pod's own loopback is its pod IP here).
+- **termination messages**: each start of a container gets a fresh, empty file for its
+  ``terminationMessagePath`` (default ``/dev/termination-log``; the path in args and env is
+  rewritten to it, as a mount path is). When the container exits, what the process wrote
+  there (at most 4096 bytes, a kubelet's limit) becomes ``state.terminated.message`` (then
+  ``lastState.terminated.message`` once it restarts); with ``terminationMessagePolicy:
+  FallbackToLogsOnError`` an empty file and a non-zero exit code give the last 2048 bytes
+  (at most 80 lines) of what that run wrote to its log instead, as a kubelet does.
 - **restarts**: per ``restartPolicy`` (Always, OnFailure, Never), with back-off doubling from
   ``backoff_base_seconds`` up to ``backoff_max_seconds`` (1 s and 10 s here; a kubelet uses
   10 s and 5 min, too slow for tests).
@@ -96,6 +103,12 @@ Json = dict[str, Any]
 NODE_IP = "127.0.0.1"
 SYNC_INTERVAL_SECONDS = 0.2
 KILL_GRACE_AT_STOP_SECONDS = 3.0
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+#: A kubelet's limits: a termination file is read up to 4096 bytes; FallbackToLogsOnError
+#: takes the last 2048 bytes or 80 lines of the log, whichever is less.
+TERMINATION_MESSAGE_MAX_BYTES = 4096
+TERMINATION_LOG_TAIL_BYTES = 2048
+TERMINATION_LOG_TAIL_LINES = 80
 
 
 class ContainerStartError(Exception):
@@ -213,6 +226,9 @@ class Container:
     #: The environment and mounts it was started with: an exec probe runs inside them.
     env: dict[str, str] = field(default_factory=dict)
     mounts: list[tuple[str, str]] = field(default_factory=list)
+    #: This run's termination message file, and where its output began in the log.
+    termination_file: Path | None = None
+    log_offset: int = 0
 
     @property
     def name(self) -> str:
@@ -680,6 +696,9 @@ class KubeletDouble:
         }
         if code < 0:
             terminated["signal"] = -code
+        message = self._termination_message(pod, container, code)
+        if message:
+            terminated["message"] = message
         container.process = None
         container.ready = False
         policy = raw["spec"].get("restartPolicy", "Always")
@@ -716,6 +735,14 @@ class KubeletDouble:
                 f"(it runs images containing: {', '.join(r.marker for r in self.images)})",
             )
         mounts = self._volumes(pod, raw, container)
+        container.termination_file = pod.sandbox / f"{container.name}.termination-log"
+        container.termination_file.write_bytes(b"")  # each run starts with an empty one
+        message_path = spec.get("terminationMessagePath") or DEFAULT_TERMINATION_MESSAGE_PATH
+        mounts = sorted(
+            [*mounts, (message_path, str(container.termination_file))],
+            key=lambda m: len(m[0]),
+            reverse=True,
+        )
         env = self._env(pod, raw, container)
         argv = [expand(arg, env) for arg in rule.argv(spec, pod.ip)]
         argv = [self._rewrite(arg, mounts) for arg in argv]
@@ -723,6 +750,7 @@ class KubeletDouble:
         log_path = pod.sandbox / f"{container.name}.log"
         with log_path.open("ab") as out:
             out.write(f"--- {now_rfc3339()} kubelet double: {argv}\n".encode())
+            container.log_offset = out.tell()
         try:
             container.process = spawn(argv, log=log_path, env=env, cwd=pod.sandbox)
         except OSError as error:
@@ -740,6 +768,25 @@ class KubeletDouble:
             if probe
             else None
         )
+
+    def _termination_message(self, pod: Pod, container: Container, code: int) -> str:
+        """The message of a run that ended: its termination file, else (FallbackToLogsOnError,
+        a failure) the tail of what it logged."""
+        if container.termination_file is not None and container.termination_file.exists():
+            with container.termination_file.open("rb") as source:
+                written = source.read(TERMINATION_MESSAGE_MAX_BYTES)
+            if written:
+                return written.decode("utf-8", errors="replace")
+        policy = container.spec.get("terminationMessagePolicy", "File")
+        if policy != "FallbackToLogsOnError" or code == 0:
+            return ""
+        log_path = pod.sandbox / f"{container.name}.log"
+        with contextlib.suppress(OSError), log_path.open("rb") as source:
+            size = source.seek(0, os.SEEK_END)
+            source.seek(max(container.log_offset, size - TERMINATION_LOG_TAIL_BYTES))
+            lines = source.read().decode("utf-8", errors="replace").splitlines()
+            return "\n".join(lines[-TERMINATION_LOG_TAIL_LINES:])
+        return ""
 
     # -- env, volumes, names -----------------------------------------------------------------
 

@@ -167,6 +167,17 @@ async def test_each_unusable_destination_is_found_by_the_check(
     assert "\n" not in str(refused.value)
 
 
+async def test_a_spool_folder_that_cannot_be_made_is_one_sentence(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    (tmp_path / "spool").write_text("a file where the spool folder would go")
+    store = bucket_store(s3_server, f"s3://{s3_bucket}/", tmp_path=tmp_path)
+    with pytest.raises(OutputError) as refused:
+        await store.check()
+    assert "the spool folder" in str(refused.value)
+    assert "(CRAWLFLEET_SPOOL_DIR) cannot be made" in str(refused.value)
+
+
 # --- a folder -------------------------------------------------------------------------------
 
 

@@ -239,3 +239,14 @@ def test_workers_are_told_to_be_a_new_worker_after_each_restart() -> None:
         "spec"
     ]["template"]["spec"]["containers"][0]
     assert "--incarnation" in container["args"]
+
+
+def test_a_worker_that_must_stop_says_why_in_its_pod_status() -> None:
+    container = children.worker_deployment(JOB, spec(), replicas=0, image="img", drain=DRAIN)[
+        "spec"
+    ]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--termination-log") + 1] == children.TERMINATION_LOG
+    assert container["terminationMessagePath"] == children.TERMINATION_LOG
+    # A worker that dies without writing it (a traceback) leaves its log's tail instead.
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from crawlfleet.fleet import FleetView, Unit, unit_of
 from crawlfleet.fleet.steer import join
 from crawlfleet.frontier import WorkerHeartbeat
-from crawlfleet.operator.backend import PodInfo
+from crawlfleet.operator.backend import ContainerExit, PodInfo
 from crawlfleet.operator.handlers import index_worker_pod
 
 CREATED = {"creationTimestamp": "2026-11-29T12:00:00Z"}
 
 
 def pod(name: str, phase: str = "Running", **meta: str) -> Unit:
-    info = PodInfo.of(name, phase, {**CREATED, **meta})
+    info = PodInfo.of(name, {"phase": phase}, {**CREATED, **meta})
     return Unit(info.name, info.running, info.started_at, info.drain_deadline)
 
 
@@ -61,7 +63,7 @@ def test_a_terminating_pod_is_draining_until_its_deletion_timestamp() -> None:
 
 
 def test_pod_info_reads_the_creation_timestamp() -> None:
-    assert PodInfo.of("w-1", "Running", CREATED).started_at == 1795953600.0
+    assert PodInfo.of("w-1", {"phase": "Running"}, CREATED).started_at == 1795953600.0
 
 
 def test_the_pod_index_keys_pods_by_namespace_and_job_label() -> None:
@@ -73,3 +75,67 @@ def test_the_pod_index_keys_pods_by_namespace_and_job_label() -> None:
         status={"phase": "Running"},
     )
     assert entry == {("crawls", "books"): PodInfo("books-workers-abc", "Running", 1795953600.0)}
+
+
+def worker_status(restarts: int, state: dict[str, Any], last: dict[str, Any] | None = None) -> Any:
+    """A worker pod's status as the kubelet reports a container that keeps dying."""
+    container: dict[str, Any] = {"name": "worker", "restartCount": restarts, "state": state}
+    if last is not None:
+        container["lastState"] = {"terminated": last}
+    sidecar = {"name": "other", "restartCount": 9, "state": {"running": {}}}
+    return {"phase": "Running", "containerStatuses": [sidecar, container]}
+
+
+REFUSED = {
+    "exitCode": 2,
+    "reason": "Error",
+    "message": "OutputUnavailable: output destination s3://b/x/ at http://s:1: the bucket does"
+    " not exist (NoSuchBucket)\n",
+    "startedAt": "2026-11-29T12:01:00Z",
+    "finishedAt": "2026-11-29T12:01:01Z",
+}
+NOW = 1795953600.0 + 120
+
+
+def test_a_pod_backing_off_after_deaths_at_start_counts_them() -> None:
+    status = worker_status(2, {"waiting": {"reason": "CrashLoopBackOff"}}, REFUSED)
+    info = PodInfo.of("w-1", status, CREATED)
+    assert info.restarts == 2
+    assert info.last_exit == ContainerExit(2, REFUSED["message"], 1795953660.0, 1795953661.0)
+    unit = info.unit(quick_seconds=60, now=NOW)
+    assert unit.running  # the pod runs; its container is what keeps dying
+    assert unit.quick_deaths == 3  # two restarts, and the death it is backing off from
+    assert unit.last_exit is not None
+    assert unit.last_exit.reason == "OutputUnavailable"
+    assert unit.last_exit.message.endswith("the bucket does not exist (NoSuchBucket)")
+    assert unit.last_exit.lived_seconds == 1.0
+
+
+def test_a_restarted_container_still_young_is_still_in_its_crash_loop() -> None:
+    running = {"running": {"startedAt": "2026-11-29T12:01:30Z"}}
+    young = PodInfo.of("w-1", worker_status(3, running, REFUSED), CREATED)
+    assert young.unit(quick_seconds=60, now=NOW).quick_deaths == 3
+    # The same run, past the start-up window: it started fine, the count is over.
+    assert young.unit(quick_seconds=60, now=NOW + 60).quick_deaths == 0
+
+
+def test_a_death_after_a_long_run_or_a_clean_exit_is_no_crash_loop() -> None:
+    long_run = {**REFUSED, "startedAt": "2026-11-29T11:00:00Z", "exitCode": 1, "message": ""}
+    waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
+    unit = PodInfo.of("w-1", worker_status(4, waiting, long_run), CREATED).unit(
+        quick_seconds=60, now=NOW
+    )
+    assert unit.quick_deaths == 0
+    assert unit.last_exit is not None
+    assert unit.last_exit.message == "exited with code 1"  # no message: the code says it
+    clean = {**REFUSED, "exitCode": 0, "message": ""}
+    done = PodInfo.of("w-1", worker_status(1, waiting, clean), CREATED)
+    assert done.unit(quick_seconds=60, now=NOW).quick_deaths == 0
+
+
+def test_a_pod_that_never_exited_has_no_exit() -> None:
+    info = PodInfo.of(
+        "w-1", worker_status(0, {"running": {"startedAt": CREATED["creationTimestamp"]}}), CREATED
+    )
+    unit = info.unit(quick_seconds=60, now=NOW)
+    assert (unit.last_exit, unit.quick_deaths) == (None, 0)
