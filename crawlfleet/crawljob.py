@@ -1433,6 +1433,9 @@ class FleetStatus(_Observed):
     pressure_base_rate: str | None = None
     """Pages a second when memory backpressure began (claims are slowed to shares of it), as
     a decimal string; unset while there is no pressure."""
+    workers_failing: str | None = None
+    """The error of workers that keep dying at start (``Reason: message``) that the
+    WorkersFailing (or OutputUnavailable) Event was given for; unset while none is failing."""
 
 
 class CrawlJobStatus(_Observed):

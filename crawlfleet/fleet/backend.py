@@ -36,6 +36,9 @@ EventReason = Literal[
     "FrontierReseeded",
     "FrontierMemoryPressure",
     "BloomNearlyFull",
+    "WorkersFailing",
+    "OutputUnavailable",
+    "WorkersRecovered",
 ]
 
 

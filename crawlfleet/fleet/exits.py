@@ -62,6 +62,16 @@ class UnitExit:
     lived_seconds: float
 
     @property
+    def failed(self) -> bool:
+        """It exited on its own with an error: what a worker that cannot start does.
+
+        A clean exit (0) is not one, nor a kill (a signal: a negative code from
+        ``Popen.returncode``, or 128 + the signal from a container runtime): a worker killed
+        by chaos, a node drain or a person was stopped, it did not fail to start.
+        """
+        return 0 < self.code < 128
+
+    @property
     def error(self) -> tuple[str, str]:
         """What "the same error" compares: deaths with equal errors are one crash loop."""
         return self.reason, self.message

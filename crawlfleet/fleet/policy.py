@@ -15,6 +15,18 @@ A worker is in one of four states, and each has its rule:
   leftovers (normally none) are requeued; past its drain deadline it is killed first.
 - **exited** without being told to: crashed. Its leases are requeued at once.
 
+A worker that dies at start again and again with the same error (its output destination
+refuses the test write, its Redis cannot be reached, its job is invalid) is **failing**: after
+``crash_loop_deaths`` quick deaths in a row (``WorkerView.quick_deaths``, counted by the
+backend) the decision carries :class:`WorkersFailing` with the worker's own sentence. In a
+cluster that is a condition and an Event while the kubelet keeps retrying (the fix -- a
+bucket created, a Secret corrected -- needs no restart of anything); ``crawlfleet run``
+(``stop_on_crash_loop``) stops there, Failed, instead of starting workers forever.
+
+A job that writes output is complete only once its closing files are written
+(``manifest.json``, by the one worker the frontier elects): until then it stays Running with
+at least one worker, so whoever sees Succeeded finds the manifest.
+
 A heartbeat whose worker the backend does not know (a pod that is gone) is **vanished**.
 """
 
@@ -28,6 +40,7 @@ from typing import Final, Literal
 
 from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.fleet.exits import UnitExit
 from crawlfleet.frontier.models import Backpressure, FrontierStats, PressureLevel
 
 __all__ = [
@@ -44,6 +57,7 @@ __all__ = [
     "Requeue",
     "RequeueReason",
     "WorkerView",
+    "WorkersFailing",
     "decide",
     "demand",
     "memory_pressure",
@@ -94,6 +108,14 @@ class FleetPolicy:
     on_loss: OnLoss = "Fail"
     #: ``dedup.capacity``: the Bloom filter's sizing, against which it is nearly full.
     bloom_capacity: int = 0
+    #: Quick deaths in a row, with the same error, that make workers failing.
+    crash_loop_deaths: int = 3
+    #: Failing workers fail the job (``crawlfleet run``: nobody else would fix them) rather
+    #: than only being reported while they are retried (a cluster).
+    stop_on_crash_loop: bool = False
+    #: The job writes output (``output.format`` is not none): complete only once its
+    #: closing files are written.
+    writes_output: bool = False
 
     @classmethod
     def from_spec(
@@ -103,6 +125,7 @@ class FleetPolicy:
         *,
         completion_grace_seconds: float,
         pinned_replicas: int | None = None,
+        stop_on_crash_loop: bool = False,
     ) -> FleetPolicy:
         """The spec's rules, the process's knobs, and a pin from the command line if any.
 
@@ -126,6 +149,9 @@ class FleetPolicy:
             pinned_replicas=pinned_replicas,
             on_loss=spec.redis.on_loss,
             bloom_capacity=spec.dedup.capacity,
+            crash_loop_deaths=steering.crash_loop_deaths,
+            stop_on_crash_loop=stop_on_crash_loop,
+            writes_output=spec.output.format != "none",
         )
 
 
@@ -138,6 +164,8 @@ class WorkerView:
     ``running``: the process or pod exists and has not exited. ``heartbeat_age_seconds``:
     None when it never heartbeated. ``started_at``: when the backend started it.
     ``drain_deadline``: set once the worker was told to stop; it must be gone by then.
+    ``last_exit`` and ``quick_deaths``: how its worker last ended, and how many times in a row
+    it died at start so (:class:`~crawlfleet.fleet.backend.Unit`).
     """
 
     worker_id: str
@@ -146,6 +174,8 @@ class WorkerView:
     started_at: float
     heartbeat_age_seconds: float | None = None
     drain_deadline: float | None = None
+    last_exit: UnitExit | None = None
+    quick_deaths: int = 0
 
     @property
     def draining(self) -> bool:
@@ -182,6 +212,8 @@ class Observation:
     #: The frontier the job remembers is gone: what was found instead. With ``lost``, the
     #: counters above mean nothing.
     lost: str | None = None
+    #: The job's closing files (manifest.json) are written (FrontierStats.output_finished).
+    output_finished: bool = False
 
     @classmethod
     def of(
@@ -213,6 +245,7 @@ class Observation:
             memory_max_bytes=memory_max_bytes,
             pressure=stats.pressure.level,
             pages_per_second=pages_per_second,
+            output_finished=stats.output_finished,
         )
 
     @classmethod
@@ -243,6 +276,9 @@ class FleetMemory:
     #: Pages a second when memory pressure began: claims are slowed to shares of it, not of
     #: a rate the slowing itself lowered. None while there is no pressure.
     pressure_base_rate: float | None = None
+    #: The failing workers' error the Event was given for (``Reason: message``; once per
+    #: error). None while no worker is failing.
+    workers_failing: str | None = None
     #: The epoch of the frontier this job runs on (None until the first tick adopts one).
     #: Kept beside the rest by the callers (``status.frontierEpoch``, state.json's
     #: ``frontierEpoch``), not in :meth:`to_mapping`: it is the frontier's identity, for
@@ -260,6 +296,8 @@ class FleetMemory:
             out["bloomNearlyFull"] = True
         if self.pressure_base_rate is not None:
             out["pressureBaseRate"] = str(self.pressure_base_rate)
+        if self.workers_failing is not None:
+            out["workersFailing"] = self.workers_failing
         return out
 
     @classmethod
@@ -277,6 +315,7 @@ class FleetMemory:
                 idle_since=_seconds(raw.get("idleSince")),
                 bloom_nearly_full=raw.get("bloomNearlyFull") is True,
                 pressure_base_rate=_rate(raw.get("pressureBaseRate")),
+                workers_failing=_text(raw.get("workersFailing")),
             )
         except (TypeError, ValueError):
             return None
@@ -286,6 +325,10 @@ def _rate(value: object) -> float | None:
     """A rate kept as a string (status fields are typed; a float field would round-trip
     through the API server's JSON as an int when whole)."""
     return None if value is None else float(str(value))
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _timestamp(seconds: float) -> str:
@@ -315,6 +358,35 @@ class Requeue:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkersFailing:
+    """Workers that die at start, again and again, with the same error: what the last said.
+
+    ``reason`` is the worker's own (``OutputUnavailable``, ``RedisUnavailable``,
+    ``InvalidConfig``, ``WorkerCrashed``, or ``WorkerExited`` when it said nothing);
+    ``message`` its sentence; ``code`` its exit code.
+    """
+
+    unit: str
+    deaths: int
+    reason: str
+    message: str
+    code: int
+
+    @property
+    def key(self) -> str:
+        """What "the same error" is, as remembered between ticks (``Reason: message``)."""
+        return f"{self.reason}: {self.message}"
+
+    @property
+    def summary(self) -> str:
+        """One sentence for a condition, an Event and the terminal."""
+        return (
+            f"{self.deaths} workers in a row died at start ({self.unit} last, exit code"
+            f" {self.code}): {self.message}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     desired_replicas: int
     phase: Phase
@@ -336,6 +408,8 @@ class Decision:
     #: re-created (``redis.onLoss: Reseed``) when the caller next opens it.
     lost: str | None = None
     reopen: bool = False
+    #: Workers that keep dying at start (None: none do).
+    workers_failing: WorkersFailing | None = None
 
     @property
     def reason(self) -> str:
@@ -355,9 +429,15 @@ def _fate(worker: WorkerView, now: float, policy: FleetPolicy) -> RequeueReason 
     if not worker.running:
         return "exited"
     if worker.heartbeat_age_seconds is None:
+        if worker.quick_deaths:
+            return None  # restarted in place and backing off: a new pod would die alike
         startup = max(policy.dead_after_seconds, policy.startup_grace_seconds)
         return "no_heartbeat" if now - worker.started_at > startup else None
     return "stale_heartbeat" if worker.heartbeat_age_seconds > policy.dead_after_seconds else None
+
+
+def _fresh(heartbeat_age_seconds: float | None, policy: FleetPolicy) -> bool:
+    return heartbeat_age_seconds is not None and heartbeat_age_seconds <= policy.dead_after_seconds
 
 
 def demand(
@@ -397,7 +477,10 @@ def wants_tick(
     if suspended:
         return memory.replicas != 0
     if stats.pending == 0:
-        return True
+        # Crawled out: complete now, unless a worker is still writing the closing files
+        # (then only a fleet of none needs the tick, to start one that writes them).
+        closing = policy.writes_output and stats.seeded and not stats.output_finished
+        return not closing or memory.replicas == 0
     wanted = _wanted(policy, stats.queued, stats.fetching, stats.next_retry_in_seconds)
     if policy.pinned_replicas is not None:
         return wanted != memory.replicas
@@ -472,9 +555,50 @@ def decide(
     elif seen.pressure == PressureLevel.NONE or base is None:
         base = seen.pages_per_second
     changed = backpressure(level, base) if level != seen.pressure else None
+    failing = _failing(policy, seen.workers)
+    if failing is not None and policy.stop_on_crash_loop and decision.phase != "Succeeded":
+        decision = replace(
+            decision,
+            desired_replicas=0,
+            phase="Failed",
+            reasons=(*decision.reasons, f"workers failing: {failing.summary}"),
+        )
+        memory = replace(memory, replicas=0, low_demand_since=None, idle_since=None)
     return replace(
-        decision, pressure=level, set_pressure=changed, bloom_nearly_full=nearly_full
-    ), replace(memory, bloom_nearly_full=nearly_full, pressure_base_rate=base)
+        decision,
+        pressure=level,
+        set_pressure=changed,
+        bloom_nearly_full=nearly_full,
+        workers_failing=failing,
+    ), replace(
+        memory,
+        bloom_nearly_full=nearly_full,
+        pressure_base_rate=base,
+        workers_failing=failing.key if failing is not None else None,
+    )
+
+
+def _failing(policy: FleetPolicy, workers: tuple[WorkerView, ...]) -> WorkersFailing | None:
+    """The worker that died at start most often in a row, once that is ``crash_loop_deaths``.
+
+    One that runs and heartbeats again has started (the fix came: a bucket created), however
+    young its run.
+    """
+    worst = max(
+        (
+            w
+            for w in workers
+            if w.last_exit is not None
+            and w.quick_deaths > 0
+            and not (w.running and _fresh(w.heartbeat_age_seconds, policy))
+        ),
+        key=lambda w: w.quick_deaths,
+        default=None,
+    )
+    if worst is None or worst.last_exit is None or worst.quick_deaths < policy.crash_loop_deaths:
+        return None
+    last = worst.last_exit
+    return WorkersFailing(worst.unit, worst.quick_deaths, last.reason, last.message, last.code)
 
 
 def _steer(
@@ -489,10 +613,10 @@ def _steer(
         if reason is None:
             continue
         requeues.append(Requeue(worker.worker_id, reason))
-        if worker.running:
-            replace_units.append(worker.unit)
-        else:
+        if not worker.running:
             forget_units.append(worker.unit)
+        elif not worker.quick_deaths:  # one restarted in place and backing off stays
+            replace_units.append(worker.unit)
     requeues += [Requeue(worker, "gone") for worker in sorted(set(seen.vanished))]
     requeues.sort(key=lambda r: r.worker_id)
     reasons: list[str] = []
@@ -517,9 +641,15 @@ def _steer(
         )
 
     pending = seen.queued + seen.delayed + seen.in_flight
+    closing = False  # crawled out, but the output's closing files are not written yet
     if seen.seeded and pending == 0:
         idle_since = memory.idle_since if memory.idle_since is not None else seen.now
-        if seen.now - idle_since >= policy.completion_grace_seconds:
+        if policy.writes_output and not seen.output_finished:
+            # A worker writes them (the one the frontier elects): keep one to do it, and say
+            # Succeeded only once they are there.
+            closing = True
+            reasons.append("nothing left to crawl: waiting for the output's manifest.json")
+        elif seen.now - idle_since >= policy.completion_grace_seconds:
             reasons.append("nothing queued, delayed or in flight: complete")
             return made(0, "Succeeded", complete=True), replace(
                 memory, replicas=0, idle_since=idle_since
@@ -528,6 +658,8 @@ def _steer(
         idle_since = None
 
     wanted = _wanted(policy, seen.queued, seen.demand_in_flight, seen.next_retry_in_seconds)
+    if closing:
+        wanted = max(wanted, 1)
     current = memory.replicas
     low_since = memory.low_demand_since
     if policy.pinned_replicas is not None:

@@ -16,7 +16,7 @@
               backend.forget(unit)        exited units
               frontier.requeue_expired()  leases whose ttl ran out
               backend.scale(n)            when the desired count differs
-              backend.record(event)       one per decision applied
+              backend.record(event)       one per decision applied (WorkersFailing once per error)
 
 A tick is O(1) Redis round trips per job (four, plus two per worker found dead), however big
 the crawl. Between ticks the callers make one cheap :func:`check` (one read of the counters)
@@ -135,6 +135,8 @@ def join(
                 started_at=unit.started_at,
                 heartbeat_age_seconds=incarnations[0][0] if incarnations else None,
                 drain_deadline=unit.drain_deadline,
+                last_exit=unit.last_exit,
+                quick_deaths=unit.quick_deaths,
             )
         )
     for name, incarnations in by_unit.items():
@@ -283,6 +285,7 @@ async def _tick(
     before = memory
     decision, memory = decide(policy, observation, memory)
     await _frontier_health(frontier, backend, policy, before, decision, stats, redis_memory)
+    await _workers_health(backend, before, decision)
 
     for unit in decision.replace:
         await backend.replace(unit)
@@ -391,6 +394,36 @@ async def _frontier_health(
                 fields={"seen": stats.seen, "capacity": policy.bloom_capacity},
             )
         )
+
+
+async def _workers_health(backend: FleetBackend, before: FleetMemory, decision: Decision) -> None:
+    """An Event when workers start failing at start (once per error), and when that ends.
+
+    The reason is ``OutputUnavailable`` when that is what the workers said (the destination
+    refused their test write), else ``WorkersFailing``; the message is their own sentence.
+    """
+    failing = decision.workers_failing
+    if failing is not None and failing.key != before.workers_failing:
+        then = (
+            "the job stops (crawlfleet run); fix it and resume"
+            if decision.phase == "Failed"
+            else "they are restarted with back-off until it is fixed"
+        )
+        await backend.record(
+            FleetEvent(
+                "OutputUnavailable" if failing.reason == "OutputUnavailable" else "WorkersFailing",
+                f"{failing.summary}; {then}",
+                warning=True,
+                fields={
+                    "worker": failing.unit,
+                    "deaths": failing.deaths,
+                    "why": failing.reason,
+                    "code": failing.code,
+                },
+            )
+        )
+    elif failing is None and before.workers_failing is not None:
+        await backend.record(FleetEvent("WorkersRecovered", "no worker dies at start any more"))
 
 
 def _rate(pressure: Backpressure) -> str:

@@ -554,15 +554,18 @@ class Frontier:
         # wakes a worker for it (a claim is what promotes a due retry).
         pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)
         pipe.time()
+        # Whether the closing files are written: the job is complete only then (a reader who
+        # sees Succeeded finds manifest.json).
+        pipe.exists(self.keys.key("output-finished"))
         if self.backend == "native":
             # Every sub-filter's bits, hashes, capacity and items; BF.CARD if BF.DEBUG is
             # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
-        values, meta, earliest, (seconds, micros), *native = await call(
+        values, meta, earliest, (seconds, micros), finished, *native = await call(
             pipe.execute(raise_on_error=False)
         )
-        for reply in (values, meta, earliest, native[0] if native else None):
+        for reply in (values, meta, earliest, finished, native[0] if native else None):
             if isinstance(reply, Exception):
                 raise translate(reply) from reply
         epoch, seeded, level, links_per_page, claims_per_s, layers = meta
@@ -587,6 +590,7 @@ class Frontier:
             bloom_layers=bloom.layers,
             bloom_capacity=bloom.capacity,
             pressure=_pressure(level, links_per_page, claims_per_s),
+            output_finished=bool(finished),
             next_retry_in_seconds=earliest[0][1] / 1000.0 - (seconds + micros / 1e6)
             if earliest
             else None,

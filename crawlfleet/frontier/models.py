@@ -280,6 +280,9 @@ class FrontierStats:
     #: Seconds until the earliest delayed retry is due, on the server's clock (<= 0: due
     #: already, waiting for a claim to promote it); None when no retry waits.
     next_retry_in_seconds: float | None = None
+    #: The output's closing files (manifest.json, dead-letters.jsonl) are written
+    #: (:meth:`~crawlfleet.frontier.Frontier.mark_output_finished`).
+    output_finished: bool = False
 
     @property
     def in_flight(self) -> int:

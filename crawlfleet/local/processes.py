@@ -13,7 +13,8 @@ killed, and only then are its leftovers requeued.
 A worker that exits on its own is reported once, with how it ended (``Unit.last_exit``: its
 termination message ``logs/<worker>.exit``, else its log's tail; crawlfleet.fleet.exits) and
 how many workers in a row died so within ``quick_death_seconds`` of their start with the same
-error (``Unit.quick_deaths``); a worker that outlives that window ends the count. Each worker
+error (``Unit.quick_deaths``); a worker that outlives that window, exits cleanly or is killed
+(``UnitExit.failed``) ends the count. Each worker
 is a new unit, so the count is the backend's, where a pod counts its own restarts.
 """
 
@@ -158,7 +159,8 @@ class LocalProcessBackend:
                 continue
             lived = max(0.0, now - child.started_at)
             child.exit = parse_exit(code, self._last_words(child, code), lived_seconds=lived)
-            if child.drain_deadline is not None or code == 0 or lived >= self.quick_death_seconds:
+            told = child.drain_deadline is not None
+            if told or not child.exit.failed or lived >= self.quick_death_seconds:
                 self._deaths, self._death_error = 0, None
                 continue
             same = child.exit.error == self._death_error

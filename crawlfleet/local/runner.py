@@ -29,14 +29,14 @@ from typing import Any
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, load_crawljob
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
-from crawlfleet.fleet import Decision, FleetMemory, FleetPolicy, steer
+from crawlfleet.fleet import Decision, FleetMemory, FleetPolicy, WorkersFailing, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
 from crawlfleet.output.destination import parse_destination
-from crawlfleet.output.manifest import FINISH_CLAIM_SECONDS, finish_output_once
-from crawlfleet.output.stores import OutputStore, checked_store
+from crawlfleet.output.manifest import written_counts
+from crawlfleet.output.stores import checked_store
 
 __all__ = ["STATE_FILE", "RunOptions", "run_local"]
 
@@ -175,6 +175,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
         zygote=options.zygote,
         first_number=state.next_worker,
         events_file=out / "events.jsonl",
+        quick_death_seconds=config.steering.startup_grace_seconds,
     )
     stop_signal: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
@@ -238,6 +239,8 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             _announce(done, memory, frontier)
             memory = done.memory
             state.save(memory, backend.next_number, done.decision.phase)
+            if done.decision.workers_failing is not None and done.decision.phase == "Failed":
+                return _workers_failing(done.decision.workers_failing, options, out)
             if done.stats is None:  # the frontier is lost
                 if not done.decision.reopen:
                     return _failed(done.decision, options, out)
@@ -276,7 +279,8 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
             return EXIT_INTERRUPTED.get(sig, 1)
         summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity)
         if store is not None:
-            counts = await _finish_output(frontier, store, job, stats)
+            # Written by the worker the frontier elected, before the tick said complete.
+            counts = await written_counts(frontier) or {"files": 0, "pageRecords": 0}
             summary["output"] = {
                 "destination": store.destination.url,
                 "files": counts["files"],
@@ -307,7 +311,23 @@ def _policy(job: CrawlJob, options: RunOptions) -> FleetPolicy:
         options.config.steering,
         completion_grace_seconds=options.config.run.completion_grace_seconds,
         pinned_replicas=options.workers,
+        stop_on_crash_loop=True,
     )
+
+
+def _workers_failing(failing: WorkersFailing, options: RunOptions, out: Path) -> int:
+    """The crash-loop cap: workers that cannot start end the run with what they said.
+
+    Exit 2 when they refused (a destination, a Redis or a job they could not use: input to
+    fix, as the run's own checks at start exit 2), else 1. Nothing is lost: whatever a
+    worker held went back to the queue, so the run resumes where it stopped.
+    """
+    _print(
+        f"crawlfleet: workers fail at start: {failing.summary} ({failing.reason}). Stopped"
+        f" instead of starting more; once it is fixed, resume with:\n"
+        f"  crawlfleet run {options.job_file} --resume --out {out}"
+    )
+    return 2 if failing.code == 2 else 1
 
 
 #: ``crawlfleet run``'s exit code when the job's frontier was lost (redis.onLoss: Fail).
@@ -351,35 +371,6 @@ def _announce(done: steer.Tick, before: FleetMemory, frontier: Frontier) -> None
             f"crawlfleet: the Bloom filter is nearly full: {done.stats.seen} URLs seen of"
             " dedup.capacity; it grows a layer past it (more memory, a tighter error rate)"
         )
-
-
-async def _finish_output(
-    frontier: Frontier, store: OutputStore, job: CrawlJob, stats: FrontierStats
-) -> dict[str, int]:
-    """The closing files' counts: written by a worker as it drained (the one writer the
-    frontier's claim elects, as in a cluster), else by the run itself now that none is left.
-
-    A claim still held is a worker killed while it wrote them: it expires, then the run
-    writes them.
-    """
-    waited = False
-    while True:
-        counts = await finish_output_once(
-            frontier, store, job.job_id, job.spec, stats, writer=_RUNNER_WRITER
-        )
-        if counts is not None:
-            return counts
-        if not waited:
-            waited = True
-            _print(
-                "crawlfleet: a worker stopped while writing the output's manifest; writing it"
-                f" once its claim expires (at most {FINISH_CLAIM_SECONDS:.0f} s)"
-            )
-        await asyncio.sleep(1.0)
-
-
-#: Who the run is when it writes the closing files itself (no worker id starts so).
-_RUNNER_WRITER = "crawlfleet-run"
 
 
 class _Outage:

@@ -129,7 +129,7 @@ class PodInfo:
         deaths = 0
         if last is not None:
             exit_ = parse_exit(last.code, last.message, lived_seconds=last.lived_seconds)
-            quick = last.code != 0 and last.lived_seconds < quick_seconds
+            quick = exit_.failed and last.lived_seconds < quick_seconds
             settled = self.running_since is not None and now - self.running_since >= quick_seconds
             if quick and not settled:
                 deaths = self.restarts + (0 if self.running_since is not None else 1)

@@ -430,6 +430,7 @@ class CrawlJobOperator:
             pods=tuple(worker_pods.get((ref.namespace, ref.label), ())),
             deployment=_first(worker_deployments.get((ref.namespace, ref.names.workers))),
             metrics=self.metrics,
+            quick_death_seconds=self.config.steering.startup_grace_seconds,
         )
         try:
             await self._reconcile(body, ref, parsed, policy, backend, state, status, meta, patch)
@@ -537,6 +538,7 @@ class CrawlJobOperator:
                 "idleSince": None,
                 "bloomNearlyFull": None,
                 "pressureBaseRate": None,
+                "workersFailing": None,
                 **remembered,
             }
         stats, decision = done.stats, done.decision
@@ -558,7 +560,9 @@ class CrawlJobOperator:
             stats=stats,
             selector=selector,
             pages_per_second=state.pages_per_second,
-            message=_message(decision.phase, stats, desired),
+            message=_message(decision.phase, stats, desired)
+            if decision.workers_failing is None
+            else f"workers failing: {decision.workers_failing.summary}",
             scaled=done.scaled,
             output=state.output,
             output_blocked=done.output_blocked,
@@ -567,6 +571,7 @@ class CrawlJobOperator:
             pressure=decision.pressure,
             bloom_capacity=spec.dedup.capacity,
             bloom_nearly_full=decision.bloom_nearly_full,
+            workers_failing=decision.workers_failing,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, decision.phase, stats, desired, ready)

@@ -3,13 +3,17 @@
 Conditions follow ``metav1.Condition``: one entry per type, ``lastTransitionTime`` moves only
 when the status of that type flips (so ``kubectl wait --for=condition=Complete`` and alerts on
 "Ready false for 10 minutes" both work), and each carries the generation it was computed for.
-All eleven types are present from the first reconcile on, so a client never has to tell "not
+All twelve types are present from the first reconcile on, so a client never has to tell "not
 yet reported" from "false". ``OutputNotDurable`` and ``OutputBlocked`` are about the output
 (DESIGN §8): the job's files would go nowhere durable (no worker is created), or the workers
 claim nothing because their destination is failing. ``FrontierLost``,
 ``FrontierMemoryPressure`` and ``BloomNearlyFull`` are about the frontier (DESIGN §3): it is
 gone from Redis (the job fails, or is re-seeded on purpose), Redis's memory is filling (the
 crawl is slowed), the Bloom filter is past 80 % of the capacity it was sized for.
+``WorkersFailing`` is about the workers: they die at start again and again with the same error
+(its reason is theirs -- ``OutputUnavailable`` when the destination refused their test write,
+``RedisUnavailable``, ``InvalidConfig``, ``WorkerCrashed`` -- and its message their sentence,
+read from the pods' termination messages); the kubelet keeps restarting them meanwhile.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from crawlfleet.crawljob import Phase
+from crawlfleet.fleet import WorkersFailing
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = [
@@ -46,6 +51,7 @@ CONDITION_TYPES: Final = (
     "FrontierLost",
     "FrontierMemoryPressure",
     "BloomNearlyFull",
+    "WorkersFailing",
 )
 #: The status of the three frontier conditions when nothing is wrong with it.
 _FRONTIER_FINE: Final = (
@@ -125,6 +131,8 @@ class Observed:
     #: ``dedup.capacity``: what the Bloom filter was sized for.
     bloom_capacity: int = 0
     bloom_nearly_full: bool = False
+    #: Workers that keep dying at start, and what they said.
+    workers_failing: WorkersFailing | None = None
 
 
 def _frontier_conditions(seen: Observed) -> list[Wanted]:
@@ -168,8 +176,11 @@ def _frontier_unknown() -> list[Wanted]:
 def conditions_for(seen: Observed) -> list[Wanted]:
     phase = seen.phase
     workers_ready = seen.ready_replicas >= seen.desired_replicas
+    failing = seen.workers_failing
     if not seen.redis_ready:
         ready = Wanted("Ready", "False", "RedisUnavailable", seen.message)
+    elif failing is not None and not workers_ready:
+        ready = Wanted("Ready", "False", "WorkersFailing", failing.summary)
     elif not workers_ready:
         ready = Wanted(
             "Ready",
@@ -214,6 +225,11 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         if seen.output_blocked
         else Wanted("OutputBlocked", "False", "Writing", "")
     )
+    workers = (
+        Wanted("WorkersFailing", "True", failing.reason, failing.summary)
+        if failing is not None
+        else Wanted("WorkersFailing", "False", "NotFailing", "")
+    )
     return [
         ready,
         progressing,
@@ -224,6 +240,7 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         durable,
         blocked,
         *_frontier_conditions(seen),
+        workers,
     ]
 
 
@@ -297,6 +314,7 @@ def invalid_spec_status(
         Wanted("OutputNotDurable", "Unknown", "InvalidSpec", ""),
         Wanted("OutputBlocked", "False", "Writing", ""),
         *_frontier_unknown(),
+        Wanted("WorkersFailing", "False", "NotFailing", ""),
     ]
     return {
         "phase": "Failed",
@@ -323,6 +341,7 @@ def output_not_durable_status(
         Wanted("OutputNotDurable", "True", "OutputNotDurable", message),
         Wanted("OutputBlocked", "False", "Writing", ""),
         *_frontier_unknown(),
+        Wanted("WorkersFailing", "False", "NotFailing", ""),
     ]
     return {
         "phase": "Pending",

@@ -1,11 +1,12 @@
 """The files that close a crawl's output: ``dead-letters.jsonl`` and ``manifest.json``.
 
-Both are written once, at completion, by one writer, from the frontier: whoever wins
-:meth:`~crawlfleet.frontier.Frontier.claim_output_finish` in :func:`finish_output_once` -- the
-first idle or draining worker, in a cluster and locally alike, or ``crawlfleet run`` itself
-after its workers stopped, when none did -- and marks them written
-(:meth:`~crawlfleet.frontier.Frontier.mark_output_finished`), which is how the operator knows
-the output is whole before it reports the job Succeeded:
+Both are written once, at completion, by one writer, from the frontier: the worker that wins
+:meth:`~crawlfleet.frontier.Frontier.claim_output_finish` in :func:`finish_output_once` (the
+first idle or draining worker once nothing is left to crawl, in a cluster and under
+``crawlfleet run`` alike), which then marks them written
+(:meth:`~crawlfleet.frontier.Frontier.mark_output_finished`). The steering tick reports the job
+Succeeded only after that mark (``FrontierStats.output_finished``), keeping a worker to write
+them meanwhile, so whoever sees Succeeded finds the manifest:
 
 * ``dead-letters.jsonl``: every URL that will not be tried again, with its last failure class
   and message, one JSON line each. They live in the frontier's dead set (requeued leases of dead
@@ -40,6 +41,7 @@ __all__ = [
     "finish_output",
     "finish_output_once",
     "spec_sha256",
+    "written_counts",
 ]
 
 MANIFEST: Final = "manifest.json"
@@ -124,13 +126,19 @@ async def finish_output_once(
 ) -> dict[str, int] | None:
     """The closing files' counts once they are written: by ``writer`` now, if it wins the
     claim, or by whoever did before. None: another writer holds the claim (it writes them)."""
+    written = await written_counts(frontier)
+    if written is not None:
+        return written
+    if not await frontier.claim_output_finish(writer, FINISH_CLAIM_SECONDS):
+        return None
+    counts: dict[str, int] = (await finish_output(frontier, store, job_id, spec, stats))["counts"]
+    await frontier.mark_output_finished(json.dumps(counts, separators=(",", ":")))
+    return counts
+
+
+async def written_counts(frontier: Frontier) -> dict[str, int] | None:
+    """The manifest's counts once the closing files are written; None before."""
     written = await frontier.output_finished()
     if written is None:
-        if not await frontier.claim_output_finish(writer, FINISH_CLAIM_SECONDS):
-            return None
-        counts: dict[str, int] = (await finish_output(frontier, store, job_id, spec, stats))[
-            "counts"
-        ]
-        await frontier.mark_output_finished(json.dumps(counts, separators=(",", ":")))
-        return counts
+        return None
     return {str(key): int(value) for key, value in json.loads(written).items()}

@@ -49,19 +49,24 @@ def site() -> Iterator[TestSite]:
         yield running
 
 
-def default_output(core: client.CoreV1Api, namespace: str, server: S3Server, bucket: str) -> str:
-    """The chart's defaultOutput as the operator reads it, and its credentials Secret."""
+def credentials_secret(core: client.CoreV1Api, namespace: str, server: S3Server, name: str) -> None:
+    """A Secret with the server's root access key pair, as a user makes one for a bucket."""
     keys = server.root_credentials
     core.create_namespaced_secret(
         namespace,
         client.V1Secret(
-            metadata=client.V1ObjectMeta(name="crawl-store"),
+            metadata=client.V1ObjectMeta(name=name),
             string_data={
                 "AWS_ACCESS_KEY_ID": keys.access_key_id,
                 "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
             },
         ),
     )
+
+
+def default_output(core: client.CoreV1Api, namespace: str, server: S3Server, bucket: str) -> str:
+    """The chart's defaultOutput as the operator reads it, and its credentials Secret."""
+    credentials_secret(core, namespace, server, "crawl-store")
     return json.dumps(
         {
             "destination": f"s3://{bucket}/crawls/",
@@ -160,11 +165,8 @@ def test_with_a_default_destination_a_job_crawls_into_the_bucket_and_scales_down
         pages = bucket_pages(s3_server, bucket, prefix)
         assert set(pages) == expected
         assert job["status"]["crawled"] == len(expected)
-        wait_until(
-            lambda: prefix + "manifest.json" in s3_server.stored_objects(bucket),
-            timeout=60,
-            what="manifest.json",
-        )
+        # Written before the job said Succeeded: a reader who sees the phase finds it.
+        assert prefix + "manifest.json" in s3_server.stored_objects(bucket)
         manifest = json.loads(
             s3_server.stored_objects(bucket)[prefix + "manifest.json"].read_text()
         )
@@ -188,3 +190,87 @@ def test_with_a_default_destination_a_job_crawls_into_the_bucket_and_scales_down
     )
     config = core.read_namespaced_config_map("to-bucket-config", namespace)
     assert s3_server.root_credentials.secret_access_key not in json.dumps(config.data)
+
+
+def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_exists(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    site: TestSite,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    s3_server: S3Server,
+) -> None:
+    """The job's own s3:// destination names a bucket that does not exist: each worker's
+    test write is refused at start, the worker writes why to its termination message, the
+    kubelet copies it into the pod's status and restarts it with back-off, and the operator
+    turns the repeated deaths into the WorkersFailing condition (reason OutputUnavailable,
+    the worker's sentence) and one Event. Nothing is crawled meanwhile. Once the bucket
+    exists the restarted workers start, the condition clears, and the job succeeds with its
+    manifest already in the bucket."""
+    bucket = f"later-{namespace}"
+    credentials_secret(core, namespace, s3_server, "store-keys")
+    document = crawljob("no-bucket", site)
+    document["spec"]["output"] = {
+        "maxFileAgeSeconds": 1,
+        "destination": f"s3://{bucket}/crawl/",
+        "s3": {
+            "endpoint": s3_server.endpoint_url,
+            "region": REGION,
+            "secretRef": {"name": "store-keys"},
+        },
+    }
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, document, namespace=namespace)
+
+        def failing() -> dict[str, Any] | None:
+            found = condition(get_job(cluster, namespace, "no-bucket"), "WorkersFailing")
+            return found if found and found["status"] == "True" else None
+
+        found = wait_until(failing, timeout=120, what="WorkersFailing")
+        assert found["reason"] == "OutputUnavailable", operator.log()
+        assert "workers in a row died at start" in found["message"]
+        assert (
+            f"output destination s3://{bucket}/crawl/ at {s3_server.endpoint_url}"
+            in (found["message"])
+        )
+        assert found["message"].endswith("the bucket does not exist (NoSuchBucket)")
+        job = get_job(cluster, namespace, "no-bucket")
+        assert job["status"]["phase"] in ("Pending", "Running")  # retried, not failed
+        ready = condition(job, "Ready")
+        assert ready is not None
+        assert ready["reason"] == "WorkersFailing"
+        selector = "app.kubernetes.io/component=worker,crawlfleet.io/job=no-bucket"
+        (pod,) = core.list_namespaced_pod(namespace, label_selector=selector).items
+        (container,) = pod.status.container_statuses
+        said = container.last_state.terminated
+        assert said.exit_code == 2
+        assert said.message.startswith(f"OutputUnavailable: output destination s3://{bucket}/")
+        warned = core.list_namespaced_event(
+            namespace, field_selector="reason=OutputUnavailable"
+        ).items
+        assert len(warned) == 1  # once, however many ticks saw it
+        assert warned[0].type == "Warning"
+        assert "NoSuchBucket" in warned[0].message
+        assert s3_server.root_credentials.secret_access_key not in warned[0].message
+        assert site.log.all_requests() == []  # nothing crawled into the void
+
+        s3_server.create_bucket(bucket)
+        job = wait_for_phase(
+            cluster, namespace, "no-bucket", "Succeeded", timeout=240, operator=operator
+        )
+        # Written before the job said Succeeded: a reader who sees the phase finds it.
+        stored = s3_server.stored_objects(bucket)
+        assert "crawl/manifest.json" in stored
+        manifest = json.loads(stored["crawl/manifest.json"].read_text())
+        expected = {canonicalize(u) for u in site.expected_pages()}
+        assert manifest["counts"]["crawled"] == len(expected)
+        assert set(bucket_pages(s3_server, bucket, "crawl/")) == expected
+        cleared = condition(job, "WorkersFailing")
+        assert cleared is not None
+        assert (cleared["status"], cleared["reason"]) == ("False", "NotFailing")
+        recovered = core.list_namespaced_event(
+            namespace, field_selector="reason=WorkersRecovered"
+        ).items
+        assert len(recovered) == 1

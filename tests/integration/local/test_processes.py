@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from crawlfleet.config import DrainConfig
+from crawlfleet.fleet import Unit
 from crawlfleet.local.processes import LocalProcessBackend, _Child
 
 
@@ -56,3 +57,36 @@ async def test_a_worker_asked_to_stop_drains_in_view_until_it_has_exited(tmp_pat
     assert not unit.running
     assert unit.drain_deadline is not None  # still known as drained, not vanished
     backend.stop_all()
+
+
+async def _start_and_reap(backend: LocalProcessBackend) -> Unit:
+    """Start a real worker, wait for it to exit, and return the unit the next observe shows."""
+    worker_id = backend.start()
+    backend._children[worker_id].process.wait(60)
+    (unit,) = [u for u in (await backend.observe()).units if u.name == worker_id]
+    await backend.forget(worker_id)  # as the tick does, once it requeued the leases
+    return unit
+
+
+async def test_workers_that_die_at_start_are_counted_with_what_they_said(tmp_path: Path) -> None:
+    """Real workers on an invalid job: each exits 2 and writes its reason and sentence to
+    logs/<worker>.exit; the backend reads it and counts the deaths in a row with the same
+    error. Another error starts the count again."""
+    job = tmp_path / "job.yaml"
+    job.write_text("apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: x}\n")
+    backend = LocalProcessBackend(job, "redis://127.0.0.1:1/0", tmp_path, drain=DrainConfig())
+    try:
+        deaths = [await _start_and_reap(backend) for _ in range(3)]
+        assert [u.quick_deaths for u in deaths] == [1, 2, 3]
+        last = deaths[-1].last_exit
+        assert last is not None
+        assert (last.code, last.reason) == (2, "InvalidConfig")
+        assert "spec" in last.message
+        assert (tmp_path / "logs" / "local-3.exit").read_text().startswith("InvalidConfig: ")
+        job.write_text("not: [a, crawljob")  # another error: a new count
+        other = await _start_and_reap(backend)
+        assert other.quick_deaths == 1
+        assert other.last_exit is not None
+        assert other.last_exit.message != last.message
+    finally:
+        backend.stop_all()

@@ -274,3 +274,54 @@ def test_a_store_down_for_ten_seconds_pauses_the_crawl_and_loses_nothing(
     assert "OutputBlocked" in kinds
     assert kinds.index("OutputResumed") > kinds.index("OutputBlocked")
     assert "output destination is failing" in err
+
+
+def test_workers_that_cannot_start_end_the_run_with_their_error_and_it_resumes(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The crash-loop cap: the bucket vanishes mid-crawl and the worker dies, so every new
+    worker's test write is refused at start. After three such deaths in a row the run stops
+    (exit 2) with the workers' own sentence instead of starting workers forever; nothing is
+    lost, and once the bucket is back ``--resume`` completes the crawl into it."""
+    bucket = s3_server.create_bucket("vanishing")
+    config = SiteConfig(hosts=2, pages_per_host=40, hostile=False, latency_seconds=0.1)
+    with TestSite(config) as site:
+        job = job_file(tmp_path, site, "vanishing")
+        out = tmp_path / "run"
+        args = ("run", str(job), "--output", f"s3://{bucket}/", "--workers", "1")
+        run = crawlfleet(*args, "--out", str(out), cwd=tmp_path, env=aws_env(s3_server))
+        deadline = time.monotonic() + 60
+        while len(site.all_requests()) < 10:
+            assert time.monotonic() < deadline, "the crawl did not start"
+            assert run.poll() is None, run.communicate()[1][-3000:]
+            time.sleep(0.05)
+        bucket_dir = s3_server.data_dir / bucket
+        hidden = bucket_dir.rename(bucket_dir.with_name(bucket + ".away"))  # NoSuchBucket
+        pid = worker_pid(job, "local-1")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 2, err[-3000:]
+        assert "crawlfleet: workers fail at start: 3 workers in a row died at start" in err
+        assert "the bucket does not exist (NoSuchBucket)" in err
+        assert f"crawlfleet run {job} --resume --out {out}" in err
+        # Three workers after the one killed, each refused, each saying why in its file.
+        for worker in ("local-2", "local-3", "local-4"):
+            said = (out / "logs" / f"{worker}.exit").read_text()
+            assert said.startswith(f"OutputUnavailable: output destination s3://{bucket}/")
+        assert not (out / "logs" / "local-5.log").exists()  # and no more were started
+        events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+        (failing,) = [e for e in events if e["kind"] == "OutputUnavailable"]
+        assert failing["deaths"] == 3
+        assert "NoSuchBucket" in failing["message"]
+        assert json.loads((out / "state.json").read_text())["phase"] == "Failed"
+
+        hidden.rename(bucket_dir)
+        resumed = crawlfleet(
+            *args, "--out", str(out), "--resume", "--json", cwd=tmp_path, env=aws_env(s3_server)
+        )
+        stdout, err = resumed.communicate(timeout=240)
+        assert resumed.returncode == 0, err[-3000:]
+        expected = {canonicalize(u) for u in site.expected_pages()}
+    assert set(crawled_urls(bucket_records(s3_server, bucket, ""))) == expected
+    assert summary_of(stdout)["crawled"] == len(expected)

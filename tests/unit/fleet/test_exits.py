@@ -60,3 +60,11 @@ def test_a_log_tail_reads_only_the_end(tmp_path: Path) -> None:
     assert len(tail) == 100
     assert tail.endswith("last line\n")
     assert log_tail(tmp_path / "none.log") == ""
+
+
+def test_only_an_exit_on_its_own_with_an_error_is_a_failure_to_start() -> None:
+    assert parse_exit(2, "", lived_seconds=1).failed
+    assert parse_exit(1, "", lived_seconds=1).failed
+    assert not parse_exit(0, "", lived_seconds=1).failed
+    assert not parse_exit(-9, "", lived_seconds=1).failed  # killed (Popen's returncode)
+    assert not parse_exit(137, "", lived_seconds=1).failed  # killed (a container's code)

@@ -19,6 +19,7 @@ from crawlfleet.fleet import (
     demand,
     wants_tick,
 )
+from crawlfleet.fleet.exits import UnitExit
 from crawlfleet.fleet.policy import backpressure, memory_pressure
 from crawlfleet.frontier import Backpressure, FrontierStats, PressureLevel
 
@@ -448,3 +449,122 @@ def test_claims_are_slowed_to_shares_of_the_rate_before_pressure_not_of_a_slowed
     decision, memory = decide(POLICY, observed(500, PressureLevel.HIGH, 30.0), memory)
     assert decision.set_pressure == Backpressure()
     assert memory.pressure_base_rate is None
+
+
+# -- workers that die at start -----------------------------------------------------------------
+
+REFUSED = UnitExit(2, "OutputUnavailable", "output destination s3://gone/: no such bucket", 0.8)
+
+
+def dying(name: str, deaths: int, *, running: bool = False, why: UnitExit = REFUSED) -> WorkerView:
+    """A worker that never heartbeated and died ``deaths`` times in a row at start."""
+    return dataclasses.replace(
+        worker(name, running=running, age=None), last_exit=why, quick_deaths=deaths
+    )
+
+
+def test_quick_deaths_below_the_cap_are_bad_luck_not_failing() -> None:
+    decision, memory = decide(POLICY, seen(queued=10, workers=(dying("w-1", 2),)), FleetMemory(1))
+    assert decision.workers_failing is None
+    assert memory.workers_failing is None
+    assert decision.phase == "Running"
+
+
+def test_in_a_cluster_failing_workers_are_reported_with_their_own_sentence_and_retried() -> None:
+    pods = (dying("w-1", 3, running=True), dying("w-2", 5, running=True), worker("w-3"))
+    decision, memory = decide(POLICY, seen(now=5000, queued=10, workers=pods), FleetMemory(3))
+    failing = decision.workers_failing
+    assert failing is not None
+    assert (failing.unit, failing.deaths, failing.reason, failing.code) == (
+        "w-2",
+        5,
+        "OutputUnavailable",
+        2,
+    )
+    assert failing.message == "output destination s3://gone/: no such bucket"
+    assert failing.summary.endswith(": output destination s3://gone/: no such bucket")
+    assert (
+        memory.workers_failing == "OutputUnavailable: output destination s3://gone/: no such bucket"
+    )
+    # The job goes on: the kubelet restarts them with back-off, and the fix needs no restart.
+    assert (decision.phase, decision.desired_replicas) == ("Running", 3)
+    # A pod backing off never heartbeats; replacing it would only reset its count.
+    assert decision.replace == ()
+    assert decision.requeues == ()
+
+
+def test_locally_failing_workers_stop_the_run() -> None:
+    policy = dataclasses.replace(POLICY, stop_on_crash_loop=True)
+    decision, memory = decide(policy, seen(queued=10, workers=(dying("w-4", 3),)), FleetMemory(1))
+    assert decision.workers_failing is not None
+    assert (decision.phase, decision.desired_replicas, memory.replicas) == ("Failed", 0, 0)
+    assert decision.forget == ("w-4",)  # its leases go back first: nothing is lost
+    assert decision.requeue_owners == ("w-4",)
+    assert "workers failing: 3 workers in a row died at start" in decision.reason
+
+
+def test_the_cap_is_the_policys_and_comes_from_the_steering_config() -> None:
+    spec = CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"]})
+    steering = dataclasses.replace(SteeringConfig(), crash_loop_deaths=5)
+    policy = FleetPolicy.from_spec(
+        spec, steering, completion_grace_seconds=0, stop_on_crash_loop=True
+    )
+    assert (policy.crash_loop_deaths, policy.stop_on_crash_loop, policy.writes_output) == (
+        5,
+        True,
+        True,
+    )
+    decision, _ = decide(policy, seen(queued=1, workers=(dying("w-1", 4),)), FleetMemory(1))
+    assert decision.workers_failing is None
+    decision, _ = decide(policy, seen(queued=1, workers=(dying("w-1", 5),)), FleetMemory(1))
+    assert decision.workers_failing is not None
+
+
+def test_the_failing_error_is_remembered_so_its_event_is_given_once() -> None:
+    memory = FleetMemory.from_mapping(
+        FleetMemory(replicas=2, workers_failing="InvalidConfig: spec.seeds: required").to_mapping()
+    )
+    assert memory is not None
+    assert memory.workers_failing == "InvalidConfig: spec.seeds: required"
+    _, after = decide(POLICY, seen(queued=10, workers=(worker("w-1"),)), memory)
+    assert after.workers_failing is None  # fixed: the next failure is news again
+
+
+# -- the manifest before Succeeded -------------------------------------------------------------
+
+
+def test_a_job_that_writes_output_succeeds_only_once_its_manifest_is_written() -> None:
+    policy = dataclasses.replace(POLICY, writes_output=True, min_replicas=0)
+    crawled_out = seen(now=2000)
+    decision, memory = decide(policy, crawled_out, FleetMemory(replicas=0, idle_since=1000))
+    assert not decision.complete
+    assert decision.phase == "Running"
+    assert decision.desired_replicas == 1  # a worker to write it, even with minReplicas 0
+    assert "waiting for the output's manifest.json" in decision.reason
+    stats = FrontierStats(seeded=True)
+    assert wants_tick(policy, stats, FleetMemory(replicas=0), suspended=False)
+    assert not wants_tick(policy, stats, FleetMemory(replicas=1), suspended=False)
+    written = dataclasses.replace(stats, output_finished=True)
+    assert wants_tick(policy, written, FleetMemory(replicas=1), suspended=False)
+    done = Observation.of(written, now=2001, suspended=False, workers=(), vanished=())
+    decision, _ = decide(policy, done, memory)
+    assert decision.complete
+    assert decision.phase == "Succeeded"
+
+
+def test_a_restarted_worker_that_heartbeats_again_has_started_and_is_not_failing() -> None:
+    fixed = dataclasses.replace(dying("w-1", 4, running=True), heartbeat_age_seconds=0.5)
+    decision, memory = decide(POLICY, seen(queued=10, workers=(fixed,)), FleetMemory(1))
+    assert decision.workers_failing is None
+    assert memory.workers_failing is None
+    # A dead one's last heartbeat proves nothing: locally it still counts.
+    dead = dataclasses.replace(dying("w-2", 3), heartbeat_age_seconds=0.5)
+    decision, _ = decide(POLICY, seen(queued=10, workers=(dead,)), FleetMemory(1))
+    assert decision.workers_failing is not None
+
+
+def test_a_backing_off_pod_whose_old_heartbeat_went_stale_is_requeued_not_replaced() -> None:
+    stale = dataclasses.replace(dying("w-1", 2, running=True), heartbeat_age_seconds=30.0)
+    decision, _ = decide(POLICY, seen(queued=10, workers=(stale,)), FleetMemory(1))
+    assert decision.requeues == (Requeue("w-1", "stale_heartbeat"),)
+    assert (decision.replace, decision.forget) == ((), ())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from crawlfleet.fleet import WorkersFailing
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 from crawlfleet.operator.status import (
     CONDITION_TYPES,
@@ -151,3 +152,25 @@ def test_the_frontier_conditions_say_what_is_wrong_with_it() -> None:
     assert (pressed["frontierMemoryUsedBytes"], pressed["frontierMemoryMaxBytes"]) == (850, 1000)
     assert pressed["frontierPressure"] == "High"
     assert pressed["bloomFillRatio"] == round(150 / 160, 4)
+
+
+def test_workers_that_die_at_start_are_a_condition_with_their_own_reason_and_sentence() -> None:
+    failing = WorkersFailing(
+        "books-workers-abc", 4, "OutputUnavailable", "output destination s3://gone/: no bucket", 2
+    )
+    status = job_status(
+        {}, observed(ready_replicas=0, workers_failing=failing), generation=1, now=T0
+    )
+    by_type = conditions(status)
+    condition = by_type["WorkersFailing"]
+    assert (condition["status"], condition["reason"]) == ("True", "OutputUnavailable")
+    assert condition["message"] == (
+        "4 workers in a row died at start (books-workers-abc last, exit code 2):"
+        " output destination s3://gone/: no bucket"
+    )
+    assert (by_type["Ready"]["status"], by_type["Ready"]["reason"]) == ("False", "WorkersFailing")
+    fine = conditions(job_status(status, observed(), generation=1, now=T0 + timedelta(1)))
+    assert (fine["WorkersFailing"]["status"], fine["WorkersFailing"]["reason"]) == (
+        "False",
+        "NotFailing",
+    )

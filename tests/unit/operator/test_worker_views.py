@@ -139,3 +139,12 @@ def test_a_pod_that_never_exited_has_no_exit() -> None:
     )
     unit = info.unit(quick_seconds=60, now=NOW)
     assert (unit.last_exit, unit.quick_deaths) == (None, 0)
+
+
+def test_a_container_killed_at_start_is_no_crash_loop() -> None:
+    killed = {**REFUSED, "exitCode": 137, "message": ""}
+    waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
+    unit = PodInfo.of("w-1", worker_status(3, waiting, killed), CREATED).unit(
+        quick_seconds=60, now=NOW
+    )
+    assert unit.quick_deaths == 0
