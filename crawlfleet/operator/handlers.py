@@ -258,9 +258,13 @@ class CrawlJobOperator:
                     " AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY: create it (the chart's"
                     " defaultOutput), or give the job its own output.destination",
                 )
+        was_writing_to = state.output
         state.output, state.output_problem = plan.description, plan.problem
         if plan.problem is not None:
-            self._mark_not_durable(body, status, meta, patch, plan.problem)
+            problem = plan.problem
+            if status.get("selector"):  # it ran: an edit took its durable destination away
+                problem += await self._stop_workers(ref, was_writing_to)
+            self._mark_not_durable(body, status, meta, patch, problem)
             return
         manifests: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
         if credentials is not None:
@@ -317,6 +321,21 @@ class CrawlJobOperator:
                 patch.status["message"] = "children created; waiting for Redis"
                 patch.status["completionTime"] = None
         self._state(body)
+
+    async def _stop_workers(self, ref: JobRef, was_writing_to: str) -> str:
+        """A running job edited to a destination that is not durable: the same rule as at
+        creation (no worker writes where nothing lasts), so its workers are scaled to 0 --
+        they drain, making what they hold durable where it went until now -- and the
+        Deployment keeps its old destination until the spec is fixed."""
+        try:
+            await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
+        except KubeError as error:
+            raise _retry_later(error) from error
+        where = f" ({was_writing_to})" if was_writing_to else ""
+        return (
+            f". The job's workers are stopped until then; what they wrote is in the"
+            f" destination it had before the edit{where}"
+        )
 
     async def _default_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
         """The default output's keys, to copy into the job's namespace; None if incomplete."""

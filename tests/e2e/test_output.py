@@ -64,6 +64,19 @@ def credentials_secret(core: client.CoreV1Api, namespace: str, server: S3Server,
     )
 
 
+def own_bucket(server: S3Server, bucket: str) -> dict[str, Any]:
+    """A job's own output section: ``s3://<bucket>/crawl/``, keys from Secret store-keys."""
+    return {
+        "maxFileAgeSeconds": 1,
+        "destination": f"s3://{bucket}/crawl/",
+        "s3": {
+            "endpoint": server.endpoint_url,
+            "region": REGION,
+            "secretRef": {"name": "store-keys"},
+        },
+    }
+
+
 def default_output(core: client.CoreV1Api, namespace: str, server: S3Server, bucket: str) -> str:
     """The chart's defaultOutput as the operator reads it, and its credentials Secret."""
     credentials_secret(core, namespace, server, "crawl-store")
@@ -212,15 +225,7 @@ def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_ex
     bucket = f"later-{namespace}"
     credentials_secret(core, namespace, s3_server, "store-keys")
     document = crawljob("no-bucket", site)
-    document["spec"]["output"] = {
-        "maxFileAgeSeconds": 1,
-        "destination": f"s3://{bucket}/crawl/",
-        "s3": {
-            "endpoint": s3_server.endpoint_url,
-            "region": REGION,
-            "secretRef": {"name": "store-keys"},
-        },
-    }
+    document["spec"]["output"] = own_bucket(s3_server, bucket)
     with running_operator(cluster, namespace, tmp_path) as operator:
         apply(cluster, document, namespace=namespace)
 
@@ -274,3 +279,72 @@ def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_ex
             namespace, field_selector="reason=WorkersRecovered"
         ).items
         assert len(recovered) == 1
+
+
+def test_a_running_job_edited_to_a_destination_that_is_not_durable_stops_its_workers(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    site: TestSite,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    apps: client.AppsV1Api,
+    s3_server: S3Server,
+) -> None:
+    """The rule at creation holds for an edit: a crawl into a bucket whose destination is
+    edited away (no destination, no volume, not ephemeral, no default) is marked
+    OutputNotDurable and its workers are scaled to 0, draining into the bucket; nothing is
+    written to an emptyDir. Edited back, it goes on and completes with every page there."""
+    bucket = s3_server.create_bucket(f"edited-{namespace}")
+    credentials_secret(core, namespace, s3_server, "store-keys")
+    output = {**own_bucket(s3_server, bucket), "ephemeral": False}
+    document = crawljob(
+        "edited",
+        site,
+        concurrency={"perWorker": 1, "perHost": 1, "hostDelaySeconds": 0.2},
+        output=output,
+    )
+    custom = client.CustomObjectsApi(cluster.api)
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, document, namespace=namespace)
+        wait_crawled(cluster, namespace, "edited", 5, timeout=120)
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "edited",
+            {"spec": {"output": {"destination": None, "s3": None}}},
+        )  # fmt: skip
+
+        def refused() -> dict[str, Any] | None:
+            found = condition(get_job(cluster, namespace, "edited"), "OutputNotDurable")
+            return found if found and found["status"] == "True" else None
+
+        found = wait_until(refused, timeout=60, what="OutputNotDurable after the edit")
+        assert "output.ephemeral: true" in found["message"], operator.log()
+        assert "workers are stopped until then" in found["message"]
+        assert f"s3://{bucket}/crawl/" in found["message"]
+        deployment = apps.read_namespaced_deployment("edited-workers", namespace)
+        assert deployment.spec.replicas == 0
+        # The Deployment still names the bucket: no worker writes to its emptyDir meanwhile.
+        config = core.read_namespaced_config_map("edited-config", namespace)
+        assert f"s3://{bucket}/crawl/" in json.dumps(config.data)
+        selector = "app.kubernetes.io/component=worker,crawlfleet.io/job=edited"
+        wait_until(
+            lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
+            timeout=120,
+            what="the workers drained and gone",
+        )
+        paused = get_job(cluster, namespace, "edited")["status"]
+        assert paused["phase"] == "Pending"
+        assert len(bucket_pages(s3_server, bucket, "crawl/")) >= paused["crawled"]
+
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "edited", {"spec": {"output": output}}
+        )
+        job = wait_for_phase(
+            cluster, namespace, "edited", "Succeeded", timeout=300, operator=operator
+        )
+    durable = condition(job, "OutputNotDurable")
+    assert durable is not None
+    assert durable["status"] == "False"
+    expected = {canonicalize(u) for u in site.expected_pages()}
+    assert set(bucket_pages(s3_server, bucket, "crawl/")) == expected
