@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -272,6 +275,21 @@ def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_ex
         expected = {canonicalize(u) for u in site.expected_pages()}
         assert manifest["counts"]["crawled"] == len(expected)
         assert set(bucket_pages(s3_server, bucket, "crawl/")) == expected
+        keys = s3_server.root_credentials
+        verify = subprocess.run(
+            [sys.executable, "-m", "crawlfleet", "output", "verify", f"s3://{bucket}/crawl/"],
+            env={
+                **os.environ,
+                "AWS_ACCESS_KEY_ID": keys.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
+                "AWS_ENDPOINT_URL": s3_server.endpoint_url,
+                "AWS_REGION": REGION,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert verify.returncode == 0, verify.stderr
         cleared = condition(job, "WorkersFailing")
         assert cleared is not None
         assert (cleared["status"], cleared["reason"]) == ("False", "NotFailing")
