@@ -71,6 +71,7 @@ from crawlfleet.output.destination import (
     parse_destination,
 )
 from crawlfleet.patterns import PatternError, compile_patterns
+from crawlfleet.selection import SelectorError, check_selector
 
 __all__ = [
     "API_VERSION",
@@ -83,6 +84,9 @@ __all__ = [
     "CrawlJobStatus",
     "CredentialsSecretRef",
     "DedupSpec",
+    "ExtractField",
+    "ExtractRule",
+    "ExtractSelector",
     "FetchSpec",
     "FleetStatus",
     "LeaseSpec",
@@ -131,6 +135,13 @@ _MAX_REDIS_URL_LENGTH: Final = 2048
 _MAX_ENDPOINT_LENGTH: Final = 2048
 _GIB: Final = 1024 * _MIB
 _MAX_SPEC_JSON_BYTES: Final = 880_000  # see CrawlJobSpec._fits_the_workers_config_map
+# spec.extract: rules, fields per rule, a selector's length. Bounded so that the API server's
+# CEL cost estimate of the RE2 checks (rules x fields x pattern length) stays in its budget.
+_MAX_EXTRACT_RULES: Final = 16
+_MAX_EXTRACT_FIELDS: Final = 32
+_MAX_SELECTOR_LENGTH: Final = 1024
+_MAX_VALUE_PATTERN_LENGTH: Final = 256
+_FIELD_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
 
@@ -681,12 +692,11 @@ _Seed = Annotated[
 # compile is an evaluation error: the API server refuses the object with Go's reason and this
 # message. type() keeps the rule from being true either way (an error inside || could be
 # absorbed). A list too large to compile together is the operator's InvalidSpec.
-_URLPattern = Annotated[
-    str,
-    _MaxLength(_MAX_PATTERN_LENGTH),
+_RE2_CHECKS: Final = (
     AfterValidator(_url_pattern),
     _Cel("type(''.matches(self)) == bool", "is not a valid RE2 pattern"),
-]
+)
+_URLPattern = Annotated[str, _MaxLength(_MAX_PATTERN_LENGTH), *_RE2_CHECKS]
 _Domain = Annotated[str, _MaxLength(_MAX_DOMAIN_LENGTH), AfterValidator(_allowed_domain)]
 _Seconds = Annotated[float, _Range(gt=0, le=_DAY_SECONDS)]
 _DelaySeconds = Annotated[float, _Range(ge=0, le=_DAY_SECONDS)]
@@ -1154,6 +1164,15 @@ class OutputSpec(_Section):
     """Endpoint, region and credentials of an s3:// destination."""
     max_file_bytes: Annotated[int, _Range(ge=1, le=64 * _GIB)] = 256 * _MIB
     """Size in bytes at which a worker starts a new output file (a record is never split)."""
+    content: Literal["none", "html", "text"] = "none"
+    """What of each HTML page its record holds besides the metadata. none: nothing (the
+    records stay small). html: the page's HTML as text, decoded with its charset (from the
+    byte order mark, Content-Type, or a <meta> tag). text: its visible text (no scripts,
+    styles or markup), whitespace collapsed. A page over maxContentBytes is cut there and its
+    record says content_truncated: true."""
+    max_content_bytes: Annotated[int, _Range(ge=1024, le=64 * _MIB)] = 2 * _MIB
+    """Most bytes (UTF-8) of content kept in one record; the rest is cut at a character
+    boundary and the record marked content_truncated."""
     max_file_age_seconds: Annotated[float, _Range(ge=1, le=3600)] = 30.0
     """Longest time, in seconds, a worker keeps an output file open. A page counts as crawled
     only once the file holding its record is durable (uploaded, or written to disk with
@@ -1189,6 +1208,94 @@ class OutputSpec(_Section):
             ),
         ),
     )
+
+
+def _css(query: str) -> str:
+    try:
+        check_selector("css", query)
+    except SelectorError as error:
+        raise _problem(error.message) from None
+    return query
+
+
+def _xpath(query: str) -> str:
+    try:
+        check_selector("xpath", query)
+    except SelectorError as error:
+        raise _problem(error.message) from None
+    return query
+
+
+def _item_field_names(fields: dict[str, ExtractField]) -> dict[str, ExtractField]:
+    if not fields:
+        raise _problem("must name at least one field")
+    if len(fields) > _MAX_EXTRACT_FIELDS:
+        raise _problem(f"must hold at most {_MAX_EXTRACT_FIELDS} fields (got {len(fields)})")
+    bad = [name for name in fields if not _FIELD_NAME.fullmatch(name)]
+    if bad:
+        raise _problem(
+            "field names must be letters, digits and '_', not starting with a digit, at most 64"
+            f" characters (got {_show(bad[0])})"
+        )
+    return fields
+
+
+# A field's re: RE2 as the URL patterns are, shorter (there can be 16 x 32 of them, and the
+# API server's CEL cost estimate grows with their number times their length).
+_ValuePattern = Annotated[str, _MaxLength(_MAX_VALUE_PATTERN_LENGTH), *_RE2_CHECKS]
+_CssQuery = Annotated[str, _MaxLength(_MAX_SELECTOR_LENGTH), AfterValidator(_css)]
+_XPathQuery = Annotated[str, _MaxLength(_MAX_SELECTOR_LENGTH), AfterValidator(_xpath)]
+_ONE_QUERY: Final[Rule[Any]] = Rule(
+    field=None,
+    message="must set exactly one of css and xpath",
+    cel="has(self.css) != has(self.xpath)",
+    holds=lambda selector: (selector.css is None) != (selector.xpath is None),
+)
+
+
+class ExtractSelector(_Section):
+    """A CSS or an XPath selector (exactly one), run with parsel as in Scrapy."""
+
+    css: _CssQuery | None = None
+    """A CSS selector, with Scrapy's ::text and ::attr(name) pseudo-elements, such as
+    h1.title::text or a.next::attr(href)."""
+    xpath: _XPathQuery | None = None
+    """An XPath 1.0 expression, such as //h1/text(); parsel's has-class() and the EXSLT re:
+    functions are available. Inside a rule's each, start it with ./ to stay in the node."""
+
+    cross_field_rules: ClassVar[tuple[Rule[Any], ...]] = (_ONE_QUERY,)
+
+
+class ExtractField(ExtractSelector):
+    """How one field of an item is read from the page (or from the rule's each node)."""
+
+    attr: Annotated[str, _MaxLength(_MAX_TEXT_LENGTH)] | None = None
+    """Take this attribute of each selected element (href, src, content ...) instead of its
+    text. Unset: an element's text, all of its descendants' text joined and whitespace
+    collapsed; a selected text or attribute node as it is."""
+    all_values: bool = Field(default=False, alias="all")
+    """Keep every value found, as a list (empty when none). false: the first value, or null."""
+    pattern: _ValuePattern | None = Field(default=None, alias="re")
+    """A regular expression (RE2 syntax) searched in each value: the value becomes its first
+    group, or the whole match when it has no group; a value it does not match is dropped."""
+
+
+class ExtractRule(_Section):
+    """Items from the pages whose URL matches: one per page, or one per each node."""
+
+    match: _URLPattern
+    """A regular expression (RE2 syntax) searched in the page's URL (after redirects): the rule
+    applies to the pages it matches."""
+    each: ExtractSelector | None = None
+    """For a listing: one item per element this selects, its fields read inside that element.
+    Unset: one item per matching page."""
+    fields: Annotated[
+        dict[str, ExtractField],
+        AfterValidator(_item_field_names),
+        Field(json_schema_extra={"minProperties": 1, "maxProperties": _MAX_EXTRACT_FIELDS}),
+    ]
+    """The item's fields by name (letters, digits and _), each read by a css or an xpath
+    selector."""
 
 
 class RobotsSpec(_Section):
@@ -1299,6 +1406,12 @@ class CrawlJobSpec(_Section):
     """What the workers write about the pages they fetch, and where."""
     robots: RobotsSpec = RobotsSpec()
     """Whether the crawl obeys robots.txt."""
+    extract: Annotated[
+        tuple[ExtractRule, ...], _LIST_FROM_YAML, _MaxLength(_MAX_EXTRACT_RULES)
+    ] = ()
+    """Declarative extraction: rules that turn matching pages into items (one JSON line each,
+    in items/ beside pages/), evaluated in order; a page may match several. Try them on one
+    page with crawlfleet extract --job job.yaml URL."""
     user_agent: Annotated[
         str, _MaxLength(_MAX_TEXT_LENGTH), AfterValidator(_user_agent), *_USER_AGENT_CEL
     ] = DEFAULT_USER_AGENT
@@ -1344,7 +1457,8 @@ class CrawlJobSpec(_Section):
         # would be admitted and then fail on every reconcile. Measured as JSON (the YAML the
         # ConfigMap holds is at most ~15 % larger: a list item's "- " and indent against '",').
         lists = (self.seeds, self.scope.include, self.scope.exclude, self.scope.allowed_domains)
-        if sum(len(item) for values in lists for item in values) < _MAX_SPEC_JSON_BYTES // 2:
+        listed = sum(len(item) for values in lists for item in values)
+        if listed + _extract_characters(self.extract) < _MAX_SPEC_JSON_BYTES // 2:
             return self  # far below: spare the serialisation
         size = len(json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True)))
         if size > _MAX_SPEC_JSON_BYTES:
@@ -1363,6 +1477,21 @@ class CrawlJobSpec(_Section):
     def to_mapping(self) -> dict[str, JsonValue]:
         """The camelCase spec with every default filled, for workers (ConfigMap/JSON)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _extract_characters(rules: Sequence[ExtractRule]) -> int:
+    """The characters of the extraction rules' strings: most of what they add to the JSON."""
+    total = 0
+    for rule in rules:
+        total += len(rule.match) + sum(len(name) for name in rule.fields)
+        selectors: list[ExtractSelector | ExtractField] = [*rule.fields.values()]
+        if rule.each is not None:
+            selectors.append(rule.each)
+        for selector in selectors:
+            total += len(selector.css or selector.xpath or "")
+            if isinstance(selector, ExtractField):
+                total += len(selector.attr or "") + len(selector.pattern or "")
+    return total
 
 
 class ObjectMeta(_Model):
@@ -1792,10 +1921,13 @@ _PLAIN_KEY: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
-    """``spec.seeds[0]``; a key that is no plain name is quoted: ``limits["nvidia.com/gpu"]``."""
+    """``spec.seeds[0]``; a key that is no plain name is quoted: ``limits["nvidia.com/gpu"]``;
+    a name of ``extract[].fields`` in brackets, as the API server writes a map's keys
+    (``spec.extract[0].fields[price].re``)."""
     path = ""
-    for part in loc:
-        if isinstance(part, int):
+    for index, part in enumerate(loc):
+        field_name = index >= 3 and loc[index - 1] == "fields" and loc[index - 3] == "extract"
+        if isinstance(part, int) or field_name:
             path += f"[{part}]"
         elif not _PLAIN_KEY.fullmatch(part):
             path += f"[{json.dumps(part, ensure_ascii=False)}]"

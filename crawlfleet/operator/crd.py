@@ -52,7 +52,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeGuard
 
 import yaml
 from pydantic import BaseModel, JsonValue
@@ -288,6 +288,10 @@ class _Converter:
         model = model or referenced
         out: _Schema = {}
         kind = node.get("type")
+        values = node.get("additionalProperties")
+        if kind == "object" and "properties" not in node and self._is_model(values):
+            # dict[str, Model] (extract[].fields): a map whose values all have one schema.
+            return self._map(node, values, path)
         if kind == "object" and "properties" not in node:
             # dict[str, JsonValue]: a Kubernetes structure (resources, a volume source) that
             # the Kubernetes API itself validates once the operator copies it into a Pod.
@@ -337,6 +341,28 @@ class _Converter:
             out["x-kubernetes-validations"] = [
                 {key: rule[key] for key in order if key in rule} for rule in rules
             ]
+        return out
+
+    def _is_model(self, schema: object) -> TypeGuard[Mapping[str, Any]]:
+        """Whether ``schema`` refers to one of the models (not a free-form JSON value)."""
+        if not isinstance(schema, Mapping):
+            return False
+        return str(schema.get("$ref", "")).removeprefix("#/$defs/") in self._models
+
+    def _map(self, node: Mapping[str, Any], values: Mapping[str, Any], path: _Path) -> _Schema:
+        """A map: ``additionalProperties`` holds its values' schema; its size stays a schema
+        bound (the API server estimates the cost of the values' CEL rules from it)."""
+        unknown = set(node) - _IGNORED - {"type", "description", "minProperties", "maxProperties"}
+        if unknown:
+            raise SchemaError(f"{_dotted(path)}: unsupported keywords {sorted(unknown)}")
+        out: _Schema = {"type": "object"}
+        for keyword in ("minProperties", "maxProperties"):
+            if keyword in node:
+                out[keyword] = node[keyword]
+        # The values' model docstring describes each value (kubectl explain shows it).
+        model = str(values["$ref"]).removeprefix("#/$defs/")
+        described = {"description": _prose(self._defs[model].get("description", ""))}
+        out["additionalProperties"] = {**described, **self._node(values, (*path, "*"))}
         return out
 
     def _property(self, raw: Mapping[str, Any], path: _Path) -> _Schema:
@@ -393,9 +419,11 @@ def _filled(value: Mapping[str, Any], schema: Mapping[str, Any]) -> _Schema:
 
 
 def _items_have_rules(node: Mapping[str, Any]) -> bool:
+    """Whether CEL rules read a list's items: rules or a pattern on them, or a section (a
+    ``$ref``; extract rules) whose fields have rules. Its ``maxItems`` must then stay."""
     items = node.get("items")
     return isinstance(items, Mapping) and bool(
-        items.get("x-kubernetes-validations") or items.get("pattern")
+        items.get("x-kubernetes-validations") or items.get("pattern") or items.get("$ref")
     )
 
 
@@ -511,7 +539,7 @@ def _range_words(schema: Mapping[str, Any]) -> str:
 
 def _cross_field_rules(model: type[BaseModel] | None) -> list[_Schema]:
     """The section's ``Rule`` objects as ``x-kubernetes-validations``."""
-    rules: Sequence[crawljob.Rule[Any]] = vars(model).get("cross_field_rules", ()) if model else ()
+    rules: Sequence[crawljob.Rule[Any]] = getattr(model, "cross_field_rules", ()) if model else ()
     return [
         {
             "rule": rule.cel,
@@ -595,12 +623,18 @@ def _tables(schema: Mapping[str, Any], path: _Path) -> list[str]:
         elif "properties" in row.schema.get("items", {}):
             items = {"description": row.schema["description"], **row.schema["items"]}
             out += _tables(items, (*row.path, "[]"))
+        elif "properties" in row.schema.get("additionalProperties", {}):
+            described = row.schema["additionalProperties"]
+            values = {"description": row.schema["description"], **described}
+            out += _tables(values, (*row.path, "<name>"))
     return out
 
 
 def _type(schema: Mapping[str, Any]) -> str:
     if "items" in schema:
         return f"[]{_type(schema['items'])}"
+    if "additionalProperties" in schema:
+        return f"map[string]{_type(schema['additionalProperties'])}"
     return str(schema["type"])
 
 
@@ -656,6 +690,8 @@ def _validations(schema: Mapping[str, Any], path: _Path) -> Iterator[tuple[_Path
         yield from _validations(sub, (*path, name))
     if "items" in schema:
         yield from _validations(schema["items"], (*path, "[]"))
+    if "additionalProperties" in schema:
+        yield from _validations(schema["additionalProperties"], (*path, "<name>"))
 
 
 def _cell(text: str) -> str:

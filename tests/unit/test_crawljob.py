@@ -99,9 +99,12 @@ def test_minimal_spec_fills_every_default() -> None:
         "output": {
             "format": "jsonl",
             "maxFileBytes": 256 * 1024 * 1024,
+            "content": "none",
+            "maxContentBytes": 2 * 1024 * 1024,
             "maxFileAgeSeconds": 30.0,
             "ephemeral": False,
         },
+        "extract": [],
         "robots": {
             "obey": True,
             "ttlSeconds": 86_400.0,
@@ -612,13 +615,13 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 12
+    assert len(rules) == 13
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases
         assert {name.split(".")[0] for name in rule.shows} <= aliases
         # a rule over the section
-        assert rule.cel.startswith(("self.", "[", "!has(self.", "!isQuantity(self."))
+        assert rule.cel.startswith(("self.", "[", "has(self.", "!has(self.", "!isQuantity(self."))
         assert rule.message
 
 
@@ -816,3 +819,71 @@ def test_a_spec_the_workers_config_map_could_not_hold_is_refused() -> None:
     assert "\n  spec: must be at most 880000 bytes as JSON to fit in the ConfigMap" in message
     fits = CrawlJobSpec.from_mapping({"seeds": longest[:420]})  # 863 kB
     assert len(fits.seeds) == 420
+
+
+# --- spec.extract and output.content (issue 15) ----------------------------------------------
+
+
+def test_extract_rules_round_trip_in_their_wire_names() -> None:
+    rules = [
+        {
+            "match": "/shop/$",
+            "each": {"css": "li.product"},
+            "fields": {
+                "name": {"css": "a::text"},
+                "price": {"xpath": "./span/text()", "re": "[0-9.]+", "all": True},
+                "link": {"css": "a", "attr": "href"},
+            },
+        }
+    ]
+    spec = CrawlJobSpec.from_mapping(
+        {"seeds": [SEED], "extract": rules, "output": {"content": "text"}}
+    )
+
+    (rule,) = spec.extract
+    assert rule.fields["price"].pattern == "[0-9.]+"
+    assert rule.fields["price"].all_values
+    assert spec.output.content == "text"
+    wire = spec.to_mapping()["extract"]
+    assert wire == [
+        {
+            "match": "/shop/$",
+            "each": {"css": "li.product"},
+            "fields": {
+                "name": {"css": "a::text", "all": False},
+                "price": {"xpath": "./span/text()", "re": "[0-9.]+", "all": True},
+                "link": {"css": "a", "attr": "href", "all": False},
+            },
+        }
+    ]
+    assert CrawlJobSpec.from_mapping({"seeds": [SEED], "extract": wire}) == spec.model_copy(
+        update={"output": CrawlJobSpec.from_mapping({"seeds": [SEED]}).output}
+    )
+
+
+def test_every_bad_selector_of_a_rule_is_reported_at_once_with_its_path() -> None:
+    message = config_error(
+        {
+            "apiVersion": "crawlfleet.io/v1alpha1",
+            "kind": "CrawlJob",
+            "metadata": {"name": "x"},
+            "spec": {
+                "seeds": [SEED],
+                "extract": [
+                    {"match": ".", "fields": {"ok": {"css": "h1"}}},
+                    {
+                        "match": "(",
+                        "each": {"xpath": "//li["},
+                        "fields": {"a": {"css": "p["}, "b": {"xpath": "nope()"}},
+                    },
+                ],
+            },
+        }
+    )
+    assert "spec.extract[1].match: is not a valid RE2 pattern" in message
+    assert (
+        "spec.extract[1].each.xpath: is not a valid XPath selector: Invalid expression" in message
+    )
+    assert "spec.extract[1].fields[a].css: is not a valid CSS selector" in message
+    assert "spec.extract[1].fields[b].xpath: is not a valid XPath selector" in message
+    assert "extract[0]" not in message

@@ -34,6 +34,7 @@ OUTSIDE_THE_TREE = {
         "a ValueError of a pure helper; the model and the command line translate it"
     ),
     "crawlfleet.operator.crd.SchemaError": "a bug in crawljob.py, found by the CRD's tests",
+    "crawlfleet.selection.SelectorError": "a ValueError of a pure helper; the model translates it",
 }
 
 #: Packages whose ``__init__`` imports its public face.
