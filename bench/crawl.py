@@ -10,6 +10,9 @@ test site when nginx is missing) and crawls it to the end with:
 - ``scrapy``: Scrapy (installed for the benchmark only: ``pip install scrapy``) with the same
   concurrency (64 in all, 16 per host), robots obeyed, a JSONL feed of every page;
 - ``two_workers``: two crawlfleet worker processes sharing the frontier;
+- ``extract``: one crawlfleet worker with ``content: text`` and three CSS fields per page
+  (``spec.extract``); ``extract_vs_plain_rate`` is its rate over the plain worker's (issue 15's
+  target: at least 0.7);
 - ``raw_loop``: a bare fetch + parse loop with the same HTTP client and link parser and a
   Python set for dedup, no Redis: the ceiling we measure the worker against.
 
@@ -49,7 +52,25 @@ HOSTS = 4
 PER_HOST = CONCURRENCY // HOSTS
 
 
-def job_document(name: str, setup: dict[str, Any]) -> dict[str, Any]:
+#: What the ``extract`` crawl asks of every page besides the plain crawl's work.
+EXTRACTION: dict[str, Any] = {
+    "output": {"format": "jsonl", "content": "text"},
+    "extract": [
+        {
+            "match": ".",
+            "fields": {
+                "title": {"css": "title::text"},
+                "heading": {"css": "h1"},
+                "first_link": {"css": "a::attr(href)"},
+            },
+        }
+    ],
+}
+
+
+def job_document(
+    name: str, setup: dict[str, Any], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "crawlfleet.io/v1alpha1",
         "kind": "CrawlJob",
@@ -64,6 +85,7 @@ def job_document(name: str, setup: dict[str, Any]) -> dict[str, Any]:
             "dedup": {"capacity": max(100_000, setup["pages"] * 4)},
             "concurrency": {"perWorker": CONCURRENCY, "perHost": PER_HOST, "hostDelaySeconds": 0},
             "output": {"format": "jsonl"},
+            **(extra or {}),
         },
     }
 
@@ -75,10 +97,15 @@ def children_cpu_seconds() -> float:
 
 
 async def crawlfleet_rate(
-    setup: dict[str, Any], redis_url: str, workers: int, name: str, tmp: Path
+    setup: dict[str, Any],
+    redis_url: str,
+    workers: int,
+    name: str,
+    tmp: Path,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[float, int, float]:
     """Pages/s of ``workers`` worker processes, pages crawled, and their CPU seconds."""
-    document = job_document(name, setup)
+    document = job_document(name, setup, extra)
     job_file = tmp / f"{name}.yaml"
     job_file.write_text(yaml.safe_dump(document))
     out = tmp / name
@@ -215,12 +242,18 @@ async def main() -> None:
                 report(results, "scrapy", "scrapy", *scrapy_rate(setup, tmp))
                 two = await crawlfleet_rate(setup, redis.url, 2, "two", tmp)
                 report(results, "crawlfleet, 2 workers", "two_workers", *two)
+                extracting = await crawlfleet_rate(setup, redis.url, 1, "extract", tmp, EXTRACTION)
+                report(results, "crawlfleet, extracting", "extract", *extracting)
             report(results, "raw fetch+parse loop", "raw_loop", *await raw_loop_rate(setup))
     results["ratio"] = results["crawlfleet_pages_per_s"] / results["scrapy_pages_per_s"]
     results["cpu_ratio"] = results["scrapy_cpu_ms_per_page"] / results["crawlfleet_cpu_ms_per_page"]
+    results["extract_vs_plain_rate"] = (
+        results["extract_pages_per_s"] / results["crawlfleet_pages_per_s"]
+    )
     results["python"] = platform.python_version()
     print(f"ratio crawlfleet/scrapy: {results['ratio']:.2f} (target ≥ 6.0)")
     print(f"CPU per page, scrapy/crawlfleet: {results['cpu_ratio']:.2f}")
+    print(f"extract_vs_plain_rate: {results['extract_vs_plain_rate']:.2f} (target ≥ 0.7)")
     if args.json:
         print(json.dumps(results, sort_keys=True))
 

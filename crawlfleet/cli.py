@@ -24,6 +24,7 @@ from crawlfleet.errors import CrawlfleetError
 from crawlfleet.startup import setup_logging, without_gc
 
 if TYPE_CHECKING:
+    from crawlfleet.crawljob import CrawlJobSpec
     from crawlfleet.local.zygote import Zygote
 
 __all__ = ["main", "run"]
@@ -53,13 +54,23 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a CrawlJob as the CRD will")
     validate.add_argument("job", help="CrawlJob YAML file")
 
+    extract = commands.add_parser(
+        "extract", help="try a job's extract rules on one page and print its items"
+    )
+    extract.add_argument("page", help="a page's http(s) URL, or an HTML file")
+    extract.add_argument("--job", required=True, help="CrawlJob YAML file with spec.extract")
+    extract.add_argument(
+        "--url", help="the URL a FILE stands for, which the rules' match is tried on [file://...]"
+    )
+
     output = commands.add_parser(
         "output", help="list, print or verify a crawl's output (a folder or a bucket)"
     )
     output.add_argument(
         "action",
-        choices=("ls", "cat", "verify"),
-        help="ls: the files; cat: the page records, latest fetch per URL; verify: the manifest",
+        choices=("ls", "cat", "items", "verify"),
+        help="ls: the files; cat: the page records, latest fetch per URL; items: the items of"
+        " those fetches; verify: the manifest",
     )
     output.add_argument(
         "target", help="a CrawlJob YAML file (its output.destination) or a destination"
@@ -144,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "output":
             return _output(args)
+        if args.command == "extract":
+            return _extract(args)
         if args.command == "run":
             return _run(args, Path(args.job), config)
         if args.command == "demo":
@@ -200,7 +213,7 @@ def _output(args: argparse.Namespace) -> int:
     """``crawlfleet output ls|cat|verify``: read what a crawl wrote, wherever it went."""
     from crawlfleet.crawljob import S3Spec, load_crawljob
     from crawlfleet.output.destination import destination_flag
-    from crawlfleet.output.reader import page_records, verify
+    from crawlfleet.output.reader import item_records, page_records, verify
     from crawlfleet.output.stores import open_store
 
     target = Path(args.target)
@@ -223,9 +236,10 @@ def _output(args: argparse.Namespace) -> int:
             for stored in await store.files():
                 print(f"{stored.size:>12}  {stored.key}")
             return 0
-        if args.action == "cat":
+        if args.action in ("cat", "items"):
             out = sys.stdout.buffer
-            async for line in page_records(store, every_fetch=args.all):
+            records = page_records if args.action == "cat" else item_records
+            async for line in records(store, every_fetch=args.all):
                 out.write(line + b"\n")
             out.flush()
             return 0
@@ -253,6 +267,57 @@ def _output(args: argparse.Namespace) -> int:
         from crawlfleet.errors import OutputError
 
         raise OutputError(f"{destination.url}: not found ({error.strerror or error})") from None
+
+
+def _extract(args: argparse.Namespace) -> int:
+    """``crawlfleet extract --job job.yaml URL|FILE``: the quickest way to write rules."""
+    import json
+
+    from crawlfleet.crawler.extract import ExtractionError, Extractor
+    from crawlfleet.crawler.harvest import decoded_html
+    from crawlfleet.crawljob import load_crawljob
+    from crawlfleet.errors import ConfigError
+
+    spec = load_crawljob(args.job).spec
+    extractor = Extractor.from_rules(spec.extract)
+    if extractor is None:
+        raise ConfigError(f"{args.job}: spec.extract holds no rules to try")
+    page = Path(args.page)
+    if page.is_file():
+        body, content_type = page.read_bytes(), None
+        url = args.url or page.resolve().as_uri()
+    elif args.page.startswith(("http://", "https://")):
+        url, body, content_type = asyncio.run(_fetch_one(args.page, spec))
+    else:
+        raise ConfigError(f"{args.page}: neither an http(s) URL nor a file")
+    if not extractor.applies_to(url):
+        print(f"crawlfleet: no rule of spec.extract matches {url}", file=sys.stderr)
+        return 1
+    try:
+        items = extractor.extract(decoded_html(body, content_type), url)
+    except ExtractionError as error:
+        print(f"crawlfleet: {url}: {error}", file=sys.stderr)
+        return 1
+    for item in items:
+        line = {"url": url, "source": item.source, "position": item.position, "fields": item.fields}
+        print(json.dumps(line, ensure_ascii=False))
+    return 0
+
+
+async def _fetch_one(url: str, spec: CrawlJobSpec) -> tuple[str, bytes, str | None]:
+    """One page fetched as a worker fetches it (the job's limits, user agent and address
+    guard); returns its URL after redirects, its body and its Content-Type."""
+    from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+    from crawlfleet.errors import FetchError
+
+    fetcher = Fetcher(FetchSettings.from_spec(spec))
+    try:
+        result = await fetcher.fetch(url, min_html_bytes=0)
+    finally:
+        await fetcher.aclose()
+    if result.failure is not None:
+        raise FetchError(str(result.failure), f"{url}: {result.message}")
+    return result.final_url, result.body, result.content_type
 
 
 def _run(args: argparse.Namespace, job_file: Path, config: Config) -> int:

@@ -62,6 +62,11 @@ class URLPatterns:
         """True when some pattern matches somewhere in ``url`` (``re.search`` semantics)."""
         return self._set.Match(url) is not None
 
+    def matching(self, url: str) -> list[int]:
+        """The indexes of the patterns that match somewhere in ``url``, in ascending order."""
+        found = self._set.Match(url)
+        return sorted(found) if found else []
+
 
 def _options() -> re2.Options:
     options = re2.Options()

@@ -70,6 +70,7 @@ class FailureClass(StrEnum):
     DECOMPRESSION_BOMB = "decompression_bomb"
     HEADERS_TOO_LARGE = "headers_too_large"
     SOFT_BLOCK = "soft_block"
+    PARSER_ERROR = "parser_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,8 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.DECOMPRESSION_BOMB: _PERMANENT,
     FailureClass.HEADERS_TOO_LARGE: _PERMANENT,  # past crawler/transport.py's header limits
     FailureClass.SOFT_BLOCK: _RETRY_SLOWLY,
+    # extraction failed on the page as fetched: fetching it again would fail the same way
+    FailureClass.PARSER_ERROR: _PERMANENT,
 }
 
 

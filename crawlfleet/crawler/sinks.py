@@ -61,6 +61,7 @@ if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every w
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
+    from crawlfleet.crawler.extract import Item
     from crawlfleet.crawler.metrics import WorkerMetrics
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
@@ -114,14 +115,25 @@ class PageRecord:
     attempt: int
     worker: str
     fetch_id: str
+    #: The page's HTML or visible text (``output.content``); None, and absent from the line,
+    #: when content is not asked for or the page has none (not HTML, a failure).
+    content: str | None = None
+    #: The content was cut at ``output.maxContentBytes``.
+    content_truncated: bool = False
 
     def to_json(self) -> str:
         # Field by field: dataclasses.asdict deep-copies and was a visible cost per page.
         fields = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        if self.content is not None:
+            fields["content"] = self.content
+            fields["content_truncated"] = self.content_truncated
         return _ENCODER.encode(fields)
 
 
-_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(PageRecord))
+_CONTENT_FIELDS: Final = frozenset({"content", "content_truncated"})
+_RECORD_FIELDS = tuple(
+    f.name for f in dataclasses.fields(PageRecord) if f.name not in _CONTENT_FIELDS
+)
 # One encoder for every line: json.dumps with options builds a new one per call.
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -138,6 +150,8 @@ class PageOutput:
     request_headers: Mapping[str, str] | None = None
     response_headers: Mapping[str, str] | None = None
     body: bytes | None = None
+    #: What ``spec.extract`` made of the page: one line each in the generation's items file.
+    items: Sequence[Item] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,11 +159,11 @@ class DurableFile:
     """A file the store has made durable: what the manifest lists for it."""
 
     key: str
-    """Relative to the destination: ``pages/<name>.jsonl``."""
+    """Relative to the destination: ``pages/<name>.jsonl``, ``items/<name>.jsonl``."""
     size: int
     sha256: str
     records: int
-    """Page records in it (a WARC file: the pages it archives)."""
+    """Records in it: page records, items (an items file), pages archived (a WARC file)."""
 
     def to_mapping(self) -> dict[str, str | int]:
         return {"path": self.key, "size": self.size, "sha256": self.sha256, "records": self.records}
@@ -189,11 +203,13 @@ class _Generation:
     pages: _Spool
     warc: _Spool | None = None
     warc_writer: WARCWriter | None = None
+    #: Opened with the generation's first item: a crawl without extraction writes none.
+    items: _Spool | None = None
     task: asyncio.Task[None] | None = None
 
     @property
     def spools(self) -> list[_Spool]:
-        return [self.pages] if self.warc is None else [self.pages, self.warc]
+        return [spool for spool in (self.pages, self.warc, self.items) if spool is not None]
 
     @property
     def size(self) -> int:
@@ -305,6 +321,8 @@ class OutputSink:
         lines = "".join([page.record.to_json() + "\n" for page in pages])
         generation.pages.file.write(lines.encode("utf-8", errors="replace"))
         generation.pages.records += len(pages)
+        if any(page.items for page in pages):
+            self._write_items(generation, pages)
         if generation.warc is not None:
             for page in pages:
                 self._write_warc(generation, page)
@@ -456,6 +474,30 @@ class OutputSink:
         if self.metrics is not None:
             self.metrics.output_pending.set(len(self._sealed))
             self.metrics.output_blocked.set(1 if self.blocked else 0)
+
+    def _write_items(self, generation: _Generation, pages: Sequence[PageOutput]) -> None:
+        """One line per item, beside the page records of the same generation (durable with
+        them, so an acked page's items are never missing)."""
+        if generation.items is None:
+            assert self.store is not None
+            name = generation.pages.key.removeprefix("pages/")
+            spool = self.store.spool_dir / f"items-{name}"
+            generation.items = _Spool(spool, f"items/{name}")
+        lines = []
+        for page in pages:
+            record = page.record
+            for item in page.items:
+                line = {
+                    "url": record.url,
+                    "fetch_id": record.fetch_id,
+                    "fetched_at": record.fetched_at,
+                    "source": item.source,
+                    "position": item.position,
+                    "fields": item.fields,
+                }
+                lines.append(_ENCODER.encode(line) + "\n")
+        generation.items.file.write("".join(lines).encode("utf-8", errors="replace"))
+        generation.items.records += len(lines)
 
     def _write_warc(self, generation: _Generation, page: PageOutput) -> None:
         record = page.record

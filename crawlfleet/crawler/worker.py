@@ -34,6 +34,7 @@ from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
+from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.links import PageLinks, extract_links
 from crawlfleet.crawler.memory import ByteBudget, Reservation
 from crawlfleet.crawler.metrics import WorkerMetrics
@@ -130,6 +131,9 @@ class _Outcome:
     #: Links the page offered that extraction left out: past the cap, nofollow.
     over_cap: int = 0
     nofollow: int = 0
+    #: The page waits for its content or items (``crawler/harvest.py``), made at flush time.
+    wants_harvest: bool = False
+    harvest: Harvest | None = None
 
     def let_go_of_body(self) -> None:
         """The page is written: its body is no longer held, nor counted in the budget."""
@@ -194,6 +198,8 @@ class Worker:
         self.worker_id = options.worker_id
         self.scope = Scope.from_spec(spec.scope)
         self.limit = AdaptiveLimit(maximum=spec.concurrency.per_worker)
+        #: None when the job wants neither content nor items: its pages cost nothing more.
+        self.harvester = Harvester.from_spec(spec)
         self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
         self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
@@ -449,7 +455,10 @@ class Worker:
             return self._failed(lease, result, result.failure, result.message)
         self.limit.record(True)
         page = _NO_LINKS
+        wants_harvest = False
         if _is_html(result.content_type):
+            harvester = self.harvester
+            wants_harvest = harvester is not None and harvester.wants(result.final_url)
             html, encoding = decode_html(result.body, result.content_type)
             page = extract_links(
                 html,
@@ -466,6 +475,7 @@ class Worker:
             reservation=reservation,
             over_cap=page.over_cap,
             nofollow=page.nofollow,
+            wants_harvest=wants_harvest,
         )
 
     async def _apply_robots_delay(self, host: str, verdict: RobotsVerdict) -> None:
@@ -624,7 +634,41 @@ class Worker:
             raise
         return len(batch)
 
+    async def _harvest(self, batch: list[_Outcome]) -> None:
+        """Content and items of the batch's pages that want them: one thread hop for the batch
+        (parsing stays off the event loop); a page whose extraction failed becomes a
+        ``parser_error`` failure with the message. Done once: a retried flush keeps it."""
+        waiting = [
+            outcome
+            for outcome in batch
+            if outcome.wants_harvest and outcome.harvest is None and outcome.result is not None
+        ]
+        if self.harvester is None or not waiting:
+            return
+        inputs = [
+            HarvestInput(result.body, result.content_type, result.final_url)
+            for outcome in waiting
+            if (result := outcome.result) is not None
+        ]
+        harvests = await asyncio.to_thread(self.harvester.harvest_batch, inputs)
+        for outcome, harvest in zip(waiting, harvests, strict=True):
+            outcome.harvest = harvest
+            if harvest.error is not None:
+                failure_class = FailureClass.PARSER_ERROR
+                self.metrics.observe_failure(failure_class, retried=False)
+                outcome.failure = Failure(
+                    outcome.lease.lease_id, str(failure_class), harvest.error, False, 0.0
+                )
+                outcome.record = replace(outcome.record, failure_class=str(failure_class))
+            elif harvest.content is not None:
+                outcome.record = replace(
+                    outcome.record,
+                    content=harvest.content,
+                    content_truncated=harvest.content_truncated,
+                )
+
     async def _complete(self, batch: list[_Outcome]) -> None:
+        await self._harvest(batch)
         pending = self._admission.prepare(
             PageLinksToAdmit(outcome.links, outcome.lease.depth + 1, outcome.record.final_url)
             for outcome in batch
@@ -644,6 +688,7 @@ class Worker:
                     outcome.record,
                     response_headers=outcome.result.headers if outcome.result else None,
                     body=outcome.result.body if outcome.result else None,
+                    items=outcome.harvest.items if outcome.harvest else (),
                 )
                 for outcome in batch
             ]

@@ -17,7 +17,7 @@ from crawlfleet._exports import lazy_exports
 if TYPE_CHECKING:
     from crawlfleet.output.destination import Destination, InvalidDestination, parse_destination
     from crawlfleet.output.manifest import finish_output
-    from crawlfleet.output.reader import Verification, page_records, verify
+    from crawlfleet.output.reader import Verification, item_records, page_records, verify
     from crawlfleet.output.stores import (
         BucketStore,
         FolderStore,
@@ -37,6 +37,7 @@ __all__ = [
     "Verification",
     "checked_store",
     "finish_output",
+    "item_records",
     "open_store",
     "page_records",
     "parse_destination",
@@ -55,6 +56,7 @@ __getattr__ = lazy_exports(
         "Verification": "crawlfleet.output.reader",
         "checked_store": "crawlfleet.output.stores",
         "finish_output": "crawlfleet.output.manifest",
+        "item_records": "crawlfleet.output.reader",
         "open_store": "crawlfleet.output.stores",
         "page_records": "crawlfleet.output.reader",
         "parse_destination": "crawlfleet.output.destination",

@@ -93,6 +93,7 @@ async def finish_output(
         }
     )
     records = sum(int(f["records"]) for f in files if str(f["path"]).startswith("pages/"))
+    items = sum(int(f["records"]) for f in files if str(f["path"]).startswith("items/"))
     manifest: dict[str, Any] = {
         "manifestVersion": MANIFEST_VERSION,
         "job": job_id,
@@ -106,6 +107,7 @@ async def finish_output(
             "deadLettered": stats.dead,
             "seen": stats.seen,
             "pageRecords": records,
+            "itemRecords": items,
             "files": len(files),
         },
         "files": sorted(files, key=lambda entry: str(entry["path"])),

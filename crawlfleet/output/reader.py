@@ -5,6 +5,8 @@
   lines, and the latest fetch wins (``fetched_at``, then ``fetch_id`` to break a tie). It reads
   the files twice -- first to choose the winners (a small index per URL), then to stream them
   -- so its memory grows with the number of URLs, not with the size of the records.
+* :func:`item_records` streams the items of ``items/`` that belong to those winning fetches,
+  once per (url, source, position) (DESIGN §9).
 * :func:`verify` checks the destination against ``manifest.json``: every listed file present,
   with its size and SHA-256. A file that is durable but not listed is reported and allowed (a
   duplicate nobody acked); a missing or changed one is a failure.
@@ -27,9 +29,10 @@ from crawlfleet.output.manifest import MANIFEST
 if TYPE_CHECKING:
     from crawlfleet.output.stores import OutputStore, StoredObject
 
-__all__ = ["Verification", "page_files", "page_records", "verify"]
+__all__ = ["Verification", "item_records", "page_files", "page_records", "verify"]
 
 _PAGES = "pages/"
+_ITEMS = "items/"
 
 
 async def _lines(store: OutputStore, key: str) -> AsyncIterator[bytes]:
@@ -61,7 +64,40 @@ def _rank(record: dict[str, Any]) -> tuple[float, str]:
 
 
 async def page_files(store: OutputStore) -> list[StoredObject]:
-    return [f for f in await store.files() if f.key.startswith(_PAGES) and f.key.endswith(".jsonl")]
+    return await _jsonl_files(store, _PAGES)
+
+
+async def _jsonl_files(store: OutputStore, folder: str) -> list[StoredObject]:
+    return [f for f in await store.files() if f.key.startswith(folder) and f.key.endswith(".jsonl")]
+
+
+def _url_digest(record: dict[str, Any]) -> bytes:
+    return hashlib.blake2b(record["url"].encode(), digest_size=12).digest()
+
+
+async def _every_line(store: OutputStore, files: list[StoredObject]) -> AsyncIterator[bytes]:
+    """Every whole record line of ``files``, in file order: one pass, nothing kept."""
+    for stored in files:
+        async for line in _lines(store, stored.key):
+            if _parse(line) is not None:
+                yield line
+
+
+async def _latest_fetches(
+    store: OutputStore, files: list[StoredObject]
+) -> dict[bytes, tuple[float, str]]:
+    """The rank of each URL's latest fetch among the page records of ``files``."""
+    best: dict[bytes, tuple[float, str]] = {}
+    for stored in files:
+        async for line in _lines(store, stored.key):
+            record = _parse(line)
+            if record is None:
+                continue
+            url = _url_digest(record)
+            rank = _rank(record)
+            if url not in best or rank > best[url]:
+                best[url] = rank
+    return best
 
 
 async def page_records(store: OutputStore, *, every_fetch: bool = False) -> AsyncIterator[bytes]:
@@ -69,29 +105,47 @@ async def page_records(store: OutputStore, *, every_fetch: bool = False) -> Asyn
     unless ``every_fetch`` (then every line, in file order, in one pass)."""
     files = await page_files(store)
     if every_fetch:
-        for stored in files:
-            async for line in _lines(store, stored.key):
-                if _parse(line) is not None:
-                    yield line
+        async for line in _every_line(store, files):
+            yield line
         return
-    best: dict[bytes, tuple[float, str]] = {}
+    best = await _latest_fetches(store, files)
     for stored in files:
         async for line in _lines(store, stored.key):
             record = _parse(line)
             if record is None:
                 continue
-            url = hashlib.blake2b(record["url"].encode(), digest_size=12).digest()
-            rank = _rank(record)
-            if url not in best or rank > best[url]:
-                best[url] = rank
-    for stored in files:
-        async for line in _lines(store, stored.key):
-            record = _parse(line)
-            if record is None:
-                continue
-            url = hashlib.blake2b(record["url"].encode(), digest_size=12).digest()
+            url = _url_digest(record)
             if best.get(url) == _rank(record):
                 del best[url]  # a second line with the very same rank is not printed twice
+                yield line
+
+
+async def item_records(store: OutputStore, *, every_fetch: bool = False) -> AsyncIterator[bytes]:
+    """Each item as its JSON line: those of the latest fetch of their page (the page record
+    that :func:`page_records` keeps), once per (url, source, position); every line, in file
+    order, with ``every_fetch``.
+
+    An item belongs to its page's fetch: a page crawled again after a kill gives the same items
+    again (kept once), and a listing whose latest fetch holds fewer items has only those.
+    """
+    files = await _jsonl_files(store, _ITEMS)
+    if every_fetch:
+        async for line in _every_line(store, files):
+            yield line
+        return
+    latest = await _latest_fetches(store, await page_files(store))
+    kept: set[tuple[bytes, object, object]] = set()
+    for stored in files:
+        async for line in _lines(store, stored.key):
+            item = _parse(line)
+            if item is None:
+                continue
+            url = _url_digest(item)
+            if latest.get(url) != _rank(item):
+                continue  # an earlier fetch's, or one whose page record was never durable
+            name = (url, item.get("source"), item.get("position"))
+            if name not in kept:
+                kept.add(name)
                 yield line
 
 

@@ -22,11 +22,16 @@ else:
 
 __all__ = [
     "BOMB_CODINGS",
+    "CP1251_TEXT",
+    "CP1251_TITLE",
     "LONG_LOCATION_CHARACTERS",
     "MANY_HEADERS",
     "MANY_HEADER_BYTES",
     "SJIS_LINKS",
+    "SJIS_TEXT",
+    "SJIS_TITLE",
     "build_bomb",
+    "render_cp1251_page",
     "render_link_flood",
     "render_sjis_page",
     "render_trap_page",
@@ -42,6 +47,12 @@ MANY_HEADERS: Final = 128
 MANY_HEADER_BYTES: Final = 8192
 #: The hrefs of ``/sjis/*`` pages as written (their path and query are Japanese).
 SJIS_LINKS: Final = ("/sjis/日本語/ページ.html", "/sjis/検索?q=東京")
+#: The title and the paragraph of the ``/sjis/*`` pages.
+SJIS_TITLE: Final = "日本語のページ"
+SJIS_TEXT: Final = "これは日本語の文章です。" * 20
+#: The title and the paragraph of the ``/cp1251/*`` pages (windows-1251).
+CP1251_TITLE: Final = "Русская страница"
+CP1251_TEXT: Final = "Съешь же ещё этих мягких французских булок, да выпей чаю."
 
 _lock = threading.Lock()
 _bombs: dict[tuple[str, int], bytes] = {}
@@ -104,10 +115,26 @@ def render_sjis_page(*, declare_in_meta: bool) -> bytes:
     meta = '<meta charset="shift_jis">' if declare_in_meta else ""
     links = "".join(f'<a href="{href}">リンク</a>\n' for href in SJIS_LINKS)
     text = (
-        f"<!DOCTYPE html><html><head>{meta}<title>日本語のページ</title></head><body>\n"
-        f"<p>{'これは日本語の文章です。' * 20}</p>\n{links}</body></html>\n"
+        f"<!DOCTYPE html><html><head>{meta}<title>{SJIS_TITLE}</title></head><body>\n"
+        f"<p>{SJIS_TEXT}</p>\n{links}</body></html>\n"
     )
     return text.encode("shift_jis")
+
+
+def render_cp1251_page(*, declare_in_meta: bool) -> bytes:
+    """A windows-1251 page (Cyrillic); its charset in an http-equiv ``<meta>`` if asked (the
+    server then sends no charset), else only in the header the server sends."""
+    meta = (
+        '<meta http-equiv="Content-Type" content="text/html; charset=windows-1251">'
+        if declare_in_meta
+        else ""
+    )
+    text = (
+        f"<!DOCTYPE html><html><head>{meta}<title>{CP1251_TITLE}</title></head><body>\n"
+        f'<h1 class="name">{CP1251_TITLE}</h1>\n<p>{CP1251_TEXT}</p>\n'
+        '<script>var hidden = "не видно";</script></body></html>\n'
+    )
+    return text.encode("windows-1251")
 
 
 def render_trap_page(path: str) -> bytes:

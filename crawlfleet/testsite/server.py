@@ -73,6 +73,11 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
 ``/sjis/header``            A Shift_JIS page, its charset only in ``Content-Type``, linking
                             Japanese paths and a Japanese query.
 ``/sjis/meta``              The same page, its charset only in ``<meta charset>``.
+``/cp1251/header``          A windows-1251 page (Cyrillic), its charset only in
+                            ``Content-Type``; ``/cp1251/meta``: only in an http-equiv
+                            ``<meta>``.
+``/shop/``                  The test shop's listing (:mod:`crawlfleet.testsite.shop`),
+                            linking ``/shop/product/<id>.html``, pages with known fields.
 ``/trap/…``                 Any depth: links ``same/`` and ``next-<depth>/`` (relative), an
                             endless space of repeated and of ever more path segments.
 =========================== ===========================================================
@@ -126,7 +131,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from crawlfleet.testsite import hostile
+from crawlfleet.testsite import hostile, shop
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
 
 __all__ = [
@@ -402,9 +407,18 @@ class SiteServer:
             "/trickle": self._trickle,
             "/long-location": self._long_location,
             "/many-headers": self._many_headers,
-            "/sjis/header": self._sjis_header,
-            "/sjis/meta": self._sjis_meta,
+            "/sjis/header": _html_route(
+                hostile.render_sjis_page(declare_in_meta=False), "text/html; charset=Shift_JIS"
+            ),
+            "/sjis/meta": _html_route(hostile.render_sjis_page(declare_in_meta=True)),
+            "/cp1251/header": _html_route(
+                hostile.render_cp1251_page(declare_in_meta=False),
+                "text/html; charset=windows-1251",
+            ),
+            "/cp1251/meta": _html_route(hostile.render_cp1251_page(declare_in_meta=True)),
+            shop.LISTING_PATH: _html_route(shop.render_listing()),
         }
+        self._products = {product.path: product for product in shop.PRODUCTS}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -544,6 +558,9 @@ class SiteServer:
             if int(parts[2]) <= 1_000_000:
                 body = hostile.render_link_flood(int(parts[2]))
                 return web.Response(body=body, headers=_HTML_HEADERS)
+        elif kind == "shop" and path in self._products:
+            body = shop.render_product(self._products[path])
+            return web.Response(body=body, headers=_HTML_HEADERS)
         elif kind == "trap":
             return web.Response(body=hostile.render_trap_page(path), headers=_HTML_HEADERS)
         elif kind == "redirect" and len(parts) == 4 and parts[2] == "chain":
@@ -666,14 +683,6 @@ class SiteServer:
             resp.headers[f"X-Filler-{i}"] = "h" * hostile.MANY_HEADER_BYTES
         return resp
 
-    async def _sjis_header(self, request: web.BaseRequest) -> web.StreamResponse:
-        body = hostile.render_sjis_page(declare_in_meta=False)
-        return web.Response(body=body, headers={"Content-Type": "text/html; charset=Shift_JIS"})
-
-    async def _sjis_meta(self, request: web.BaseRequest) -> web.StreamResponse:
-        body = hostile.render_sjis_page(declare_in_meta=True)
-        return web.Response(body=body, headers={"Content-Type": "text/html"})
-
     def _chain(self, n: int) -> web.StreamResponse:
         if n == 0:
             return self._leaf("/redirect/chain/0", "End of the redirect chain")
@@ -687,6 +696,15 @@ class SiteServer:
 
     async def _loop_b(self, request: web.BaseRequest) -> web.StreamResponse:
         return _redirect(self.graph.url(0, "/redirect/loop/a"))
+
+
+def _html_route(body: bytes, content_type: str = "text/html") -> Handler:
+    """A route that always answers ``body`` (built once) as ``content_type``."""
+
+    async def route(request: web.BaseRequest) -> web.StreamResponse:
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    return route
 
 
 def _small(status: int, text: str) -> web.Response:

@@ -35,6 +35,9 @@ OUTSIDE_THE_TREE = {
     ),
     "crawlfleet.operator.crd.SchemaError": "a bug in crawljob.py, found by the CRD's tests",
     "crawlfleet.selection.SelectorError": "a ValueError of a pure helper; the model translates it",
+    "crawlfleet.crawler.extract.ExtractionError": (
+        "a page's extraction failed: the harvest turns it into the page's parser_error"
+    ),
 }
 
 #: Packages whose ``__init__`` imports its public face.

@@ -92,6 +92,7 @@ PERMANENT = {
     F.BODY_TOO_LARGE,
     F.DECOMPRESSION_BOMB,
     F.HEADERS_TOO_LARGE,
+    F.PARSER_ERROR,
 }
 SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE}
 
@@ -148,6 +149,7 @@ def test_class_values_are_the_brief_names() -> None:
         "decompression_bomb",
         "headers_too_large",
         "soft_block",
+        "parser_error",
         "protocol_error",
         "invalid_url",
     }

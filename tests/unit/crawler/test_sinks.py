@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from crawlfleet.crawler.extract import Item
 from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.sinks import (
     DurableFile,
@@ -130,8 +131,13 @@ async def test_records_are_durable_only_once_sealed_and_then_handed_on(tmp_path:
     assert path.name.startswith("worker-1-")
     assert path.name.endswith("-00000.jsonl")
     lines = read_lines(path)
-    assert lines == [dataclasses.asdict(first), dataclasses.asdict(second)]
-    assert set(lines[0]) == {f.name for f in dataclasses.fields(PageRecord)}
+    content = {"content", "content_truncated"}  # content: none writes neither
+    without_content = [
+        {k: v for k, v in dataclasses.asdict(r).items() if k not in content}
+        for r in (first, second)
+    ]
+    assert lines == without_content
+    assert set(lines[0]) == {f.name for f in dataclasses.fields(PageRecord)} - content
     ((generation, (file,)),) = durable.calls
     assert generation == 0
     content = path.read_bytes()
@@ -378,3 +384,54 @@ def test_the_model_refuses_what_the_sink_would_choke_on(tmp_path: Path) -> None:
         sink_for(tmp_path, maxFileAgeSeconds=0.5)
     with pytest.raises(ConfigError, match=r"spec\.output\.format"):
         sink_for(tmp_path, format="csv")
+
+
+# --- items (spec.extract) and content (output.content) --------------------------------------
+
+
+async def test_items_go_beside_their_pages_and_become_durable_with_them(tmp_path: Path) -> None:
+    durable = Durable()
+    sink = sink_for(tmp_path, "worker-1", durable)
+    listing = record("https://example.com/list")
+    product = record("https://example.com/p/1", content="Teapot €24.90", content_truncated=False)
+    items = [
+        Item(0, 0, {"name": "Teapot", "tags": ["tea"]}),
+        Item(0, 1, {"name": None, "tags": []}),
+    ]
+
+    sink.write([PageOutput(listing, items=items), PageOutput(product)])
+    assert not (tmp_path / "items").exists()  # spooled with the pages, not durable yet
+    assert await sink.drain(5) == []
+
+    (items_file,) = sorted((tmp_path / "items").glob("*.jsonl"))
+    (pages_file,) = pages(tmp_path)
+    assert items_file.name == pages_file.name  # one generation, one name in both folders
+    assert read_lines(items_file) == [
+        {
+            "url": listing.url,
+            "fetch_id": listing.fetch_id,
+            "fetched_at": listing.fetched_at,
+            "source": 0,
+            "position": position,
+            "fields": item.fields,
+        }
+        for position, item in enumerate(items)
+    ]
+    page_lines = read_lines(pages_file)
+    assert "content" not in page_lines[0]
+    assert page_lines[1]["content"] == "Teapot €24.90"
+    assert page_lines[1]["content_truncated"] is False
+    ((_, files),) = durable.calls
+    by_key = {file.key: file for file in files}
+    assert by_key[f"items/{items_file.name}"].records == 2
+    assert by_key[f"pages/{pages_file.name}"].records == 2
+
+
+async def test_a_generation_without_items_writes_no_items_file(tmp_path: Path) -> None:
+    durable = Durable()
+    sink = sink_for(tmp_path, "worker-1", durable)
+    sink.write([PageOutput(record())])
+    assert await sink.drain(5) == []
+    assert not (tmp_path / "items").exists()
+    ((_, files),) = durable.calls
+    assert [file.key.split("/")[0] for file in files] == ["pages"]

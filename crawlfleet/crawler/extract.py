@@ -1,0 +1,206 @@
+"""Declarative extraction (``spec.extract``): pages in, items out, with parsel's selectors.
+
+A rule applies to the pages whose URL its ``match`` (RE2) finds; it makes one item per page, or
+one per node of its ``each`` selector (a listing), each field read by a CSS or XPath selector.
+CSS means what it means in Scrapy: parsel's translator turns it into XPath (``::text`` and
+``::attr(name)`` included), and the page is parsed the way parsel parses it (lxml's HTML parser,
+huge trees allowed).
+
+Compiled once per worker, cheap per page: every rule's ``match`` is in one RE2 set, so a page
+whose URL no rule matches costs one linear scan of its URL and is never parsed; every selector
+is translated and compiled by lxml once (``etree.XPath``), not for every page as a string query
+would be; the page is parsed once, however many rules and fields apply. The worker runs this for
+a whole batch of pages in one thread hop (``crawler/harvest.py``), off its event loop.
+
+The model refused every selector that parsel cannot run (``crawlfleet.selection``), so what can
+still fail here is the page: an evaluation error is an :class:`ExtractionError`, which costs that
+page a ``parser_error`` failure, never the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+import re2
+
+from crawlfleet.patterns import URLPatterns, compile_patterns
+
+if TYPE_CHECKING:
+    from crawlfleet.crawljob import ExtractField, ExtractRule, ExtractSelector
+
+__all__ = ["ExtractionError", "Extractor", "FieldValue", "Item"]
+
+#: A field's value in an item: the first value found (or None), or every value (``all``).
+FieldValue: TypeAlias = str | list[str] | None
+
+#: The namespaces parsel gives every query (EXSLT regular expressions and sets).
+_NAMESPACES: Final = {
+    "re": "http://exslt.org/regular-expressions",
+    "set": "http://exslt.org/sets",
+}
+_RE2_MAX_MEMORY_BYTES: Final = 8 << 20
+
+
+class ExtractionError(Exception):
+    """A page on which a rule could not be evaluated; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One item: the rule that made it (``source``, its index in ``spec.extract``), its place
+    among that rule's items on the page (``position``), and its fields. (url, source,
+    position) names it: a page crawled twice gives the same names, so readers keep one."""
+
+    source: int
+    position: int
+    fields: dict[str, FieldValue]
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    query: object  # an lxml XPath
+    attr: str | None
+    every: bool
+    pattern: re2._Regexp | None
+
+    def value(self, node: object) -> FieldValue:
+        found = self.query(node)  # type: ignore[operator]
+        values: list[str] = []
+        for result in found if isinstance(found, list) else [found]:
+            text = _text(result, self.attr)
+            if text is None:
+                continue
+            if self.pattern is not None:
+                match = self.pattern.search(text)
+                if match is None:
+                    continue
+                text = match.group(1 if self.pattern.groups else 0)
+                if text is None:
+                    continue
+            if not self.every:
+                return text
+            values.append(text)
+        return values if self.every else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    index: int
+    each: object | None  # an lxml XPath
+    fields: tuple[_Field, ...]
+
+    def items(self, root: object) -> list[Item]:
+        if self.each is None:
+            return [Item(self.index, 0, {field.name: field.value(root) for field in self.fields})]
+        nodes = self.each(root)  # type: ignore[operator]
+        if not isinstance(nodes, list):
+            return []
+        return [
+            Item(self.index, position, {field.name: field.value(node) for field in self.fields})
+            for position, node in enumerate(node for node in nodes if _is_element(node))
+        ]
+
+
+class Extractor:
+    """The compiled ``spec.extract`` of one job; build it with :meth:`from_rules`."""
+
+    def __init__(self, matches: URLPatterns, rules: Sequence[_Rule]) -> None:
+        self._matches = matches
+        self._rules = tuple(rules)
+
+    @classmethod
+    def from_rules(cls, rules: Sequence[ExtractRule]) -> Extractor | None:
+        """The extractor of ``rules``; None when there are none (nothing to do per page)."""
+        matches = compile_patterns([rule.match for rule in rules])
+        if matches is None:
+            return None
+        return cls(matches, [_compile_rule(index, rule) for index, rule in enumerate(rules)])
+
+    def applies_to(self, url: str) -> bool:
+        """Whether some rule matches ``url``: one RE2 scan, before any parsing."""
+        return self._matches.search(url)
+
+    def extract(self, html: str, url: str) -> list[Item]:
+        """The items of the page ``html`` fetched from ``url`` (after redirects).
+
+        Raises :class:`ExtractionError` when a rule cannot be evaluated on this page.
+        """
+        matching = self._matches.matching(url)
+        if not matching:
+            return []
+        root = _parse(html)
+        items: list[Item] = []
+        for index in matching:
+            try:
+                items += self._rules[index].items(root)
+            except (
+                Exception
+            ) as error:  # lxml's, or an XPath extension's (EXSLT's re: raises re.error)
+                raise ExtractionError(f"extract[{index}]: {error}") from error
+        return items
+
+
+def _parse(html: str) -> object:
+    """The page as parsel parses it (what ``Selector(text=...)`` queries)."""
+    from parsel import Selector
+
+    return Selector(text=html, type="html").root
+
+
+def _compile_rule(index: int, rule: ExtractRule) -> _Rule:
+    return _Rule(
+        index,
+        _compile_query(rule.each) if rule.each is not None else None,
+        tuple(_compile_field(name, field) for name, field in rule.fields.items()),
+    )
+
+
+def _compile_field(name: str, field: ExtractField) -> _Field:
+    pattern = None
+    if field.pattern is not None:
+        options = re2.Options()
+        options.max_mem = _RE2_MAX_MEMORY_BYTES
+        options.log_errors = False
+        pattern = re2.compile(field.pattern, options)
+    return _Field(name, _compile_query(field), field.attr, field.all_values, pattern)
+
+
+def _compile_query(selector: ExtractSelector) -> object:
+    """An lxml XPath for a CSS or XPath selector, as parsel would run it."""
+    import parsel.selector  # noqa: F401  (registers has-class(), which queries may call)
+    from lxml import etree
+    from parsel.csstranslator import css2xpath
+
+    query = css2xpath(selector.css) if selector.css is not None else selector.xpath
+    assert query is not None  # the model allows exactly one of the two
+    return etree.XPath(query, namespaces=_NAMESPACES, smart_strings=False)
+
+
+def _is_element(node: object) -> bool:
+    from lxml import etree
+
+    return isinstance(node, etree._Element)
+
+
+def _text(result: object, attr: str | None) -> str | None:
+    """One selected result as a string: an element's attribute or its text (whitespace
+    collapsed); a text or attribute node as it is; a number or boolean as XPath writes it."""
+    from lxml import etree
+
+    if isinstance(result, etree._Element):
+        if attr is not None:
+            value: str | None = result.get(attr)
+            return value
+        if not isinstance(result.tag, str):  # a comment or processing instruction
+            return None
+        return " ".join("".join(result.itertext()).split())
+    if attr is not None:
+        return None
+    if isinstance(result, bool):
+        return "true" if result else "false"
+    if isinstance(result, float):
+        return str(int(result)) if result.is_integer() else str(result)
+    return str(result)

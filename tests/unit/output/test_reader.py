@@ -1,0 +1,72 @@
+"""Reading items back (output/reader.py): those of each page's latest fetch, each name once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from crawlfleet.output.destination import parse_destination
+from crawlfleet.output.reader import item_records, page_records
+from crawlfleet.output.stores import FolderStore
+
+
+def page(url: str, fetch_id: str, fetched_at: float) -> dict[str, Any]:
+    return {"url": url, "fetch_id": fetch_id, "fetched_at": fetched_at, "status": 200}
+
+
+def item(url: str, fetch_id: str, fetched_at: float, source: int, position: int) -> dict[str, Any]:
+    return {
+        "url": url,
+        "fetch_id": fetch_id,
+        "fetched_at": fetched_at,
+        "source": source,
+        "position": position,
+        "fields": {"n": f"{fetch_id}/{position}"},
+    }
+
+
+def write(root: Path, key: str, lines: list[dict[str, Any]], *, cut: bool = False) -> None:
+    path = root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    path.write_text(text + ('{"url": "http://cut' if cut else ""))
+
+
+async def read(store: FolderStore, **options: bool) -> list[dict[str, Any]]:
+    return [json.loads(line) async for line in item_records(store, **options)]
+
+
+async def test_items_of_the_latest_fetch_once_per_url_source_and_position(tmp_path: Path) -> None:
+    listing, product = "http://shop.test/", "http://shop.test/p/1"
+    # The listing was crawled by a worker killed after its files were durable but before it
+    # acked (a-1), then again by another (b-7), whose copy of the same generation was written
+    # twice (a retried upload that had landed: the same lines in two files).
+    write(tmp_path, "pages/a-0.jsonl", [page(listing, "a-1", 10.0), page(product, "a-2", 11.0)])
+    write(tmp_path, "items/a-0.jsonl", [
+        item(listing, "a-1", 10.0, 1, 0), item(listing, "a-1", 10.0, 1, 1),
+        item(listing, "a-1", 10.0, 1, 2), item(product, "a-2", 11.0, 0, 0),
+    ], cut=True)  # fmt: skip
+    write(tmp_path, "pages/b-0.jsonl", [page(listing, "b-7", 20.0)])
+    newer = [item(listing, "b-7", 20.0, 1, 0), item(listing, "b-7", 20.0, 1, 1)]
+    write(tmp_path, "items/b-0.jsonl", newer)
+    write(tmp_path, "items/b-1.jsonl", newer)
+    # Items whose page record never became durable belong to no fetch a reader knows.
+    write(tmp_path, "items/c-0.jsonl", [item(product, "c-9", 30.0, 0, 0)])
+    store = FolderStore(parse_destination(str(tmp_path)))
+
+    kept = await read(store)
+
+    names = sorted((i["url"], i["source"], i["position"], i["fetch_id"]) for i in kept)
+    assert names == [
+        (listing, 1, 0, "b-7"),  # the latest fetch's two items, once each
+        (listing, 1, 1, "b-7"),
+        (product, 0, 0, "a-2"),  # not c-9's: its page record is nowhere
+    ]
+    assert len(await read(store, every_fetch=True)) == 4 + 2 + 2 + 1  # the cut line skipped
+    assert len([line async for line in page_records(store)]) == 2
+
+
+async def test_no_items_folder_no_items(tmp_path: Path) -> None:
+    write(tmp_path, "pages/a-0.jsonl", [page("http://shop.test/", "a-1", 1.0)])
+    assert await read(FolderStore(parse_destination(str(tmp_path)))) == []
