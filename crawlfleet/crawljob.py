@@ -1437,6 +1437,16 @@ class CrawlJobSpec(_Section):
             ),
             shows=("scope.maxPages", "dedup.capacity"),
         ),
+        Rule(
+            field="output.format",
+            message="must not be none when extract rules or output.content ask for output:"
+            " their items and content would go nowhere",
+            cel="self.output.format != 'none'"
+            " || (size(self.extract) == 0 && self.output.content == 'none')",
+            holds=lambda spec: (
+                spec.output.format != "none" or (not spec.extract and spec.output.content == "none")
+            ),
+        ),
     )
 
     @model_validator(mode="after")

@@ -204,6 +204,8 @@ class Worker:
         self._rng = rng or random.Random()
         self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
         self._done: list[_Outcome] = []
+        #: Pages being harvested (out of _done, not yet written): their leases are extended.
+        self._harvesting: list[_Outcome] = []
         self._fetched: list[str] = []  # responses arrived: host slots to free at next claim
         self._wake = asyncio.Event()
         self._stopping = False
@@ -650,7 +652,11 @@ class Worker:
             for outcome in waiting
             if (result := outcome.result) is not None
         ]
-        harvests = await asyncio.to_thread(self.harvester.harvest_batch, inputs)
+        self._harvesting = waiting  # a big batch may take longer than a lease lives
+        try:
+            harvests = await asyncio.to_thread(self.harvester.harvest_batch, inputs)
+        finally:
+            self._harvesting = []
         for outcome, harvest in zip(waiting, harvests, strict=True):
             outcome.harvest = harvest
             if harvest.error is not None:
@@ -770,6 +776,7 @@ class Worker:
         await self.frontier.heartbeat(self.worker_id, counters)
         # Pages waiting for their file to become durable are still ours: one call for all.
         ids = [*self._inflight, *self._waiting_lease_ids()]
+        ids += [outcome.lease.lease_id for outcome in self._harvesting]
         if ids:
             extended = await self.frontier.extend(self.worker_id, ids)
             # A lease acked while the extend was on its way is done, not lost.
