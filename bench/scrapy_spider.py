@@ -33,13 +33,19 @@ class SiteSpider(scrapy.Spider):  # type: ignore[misc]
         self.start_urls = setup["seeds"]
         self.allowed_domains = sorted({h.split(":")[0] for h in setup["hosts"]})
         self.stats_file = os.environ["BENCH_STATS_FILE"]
+        # The same three fields as bench/crawl.py's EXTRACTION, as a Scrapy user writes them.
+        self.extract = os.environ.get("BENCH_EXTRACT") == "1"
 
     def parse(self, response: Response) -> Iterator[Any]:
-        yield {
+        item: dict[str, Any] = {
             "url": response.url,
             "status": response.status,
             "title": response.css("title::text").get(),
         }
+        if self.extract:
+            item["heading"] = " ".join("".join(response.css("h1 ::text").getall()).split())
+            item["first_link"] = response.css("a::attr(href)").get()
+        yield item
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, self.parse)
 
