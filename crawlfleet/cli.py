@@ -205,6 +205,12 @@ def _validate(args: argparse.Namespace) -> int:
     from crawlfleet.crawljob import load_crawljob
 
     job = load_crawljob(args.job)
+    if job.spec.parser is not None:
+        # Here, not in the model: the operator never imports user code (nor has it); the
+        # workers that will run it do, and refuse to start without it.
+        from crawlfleet.crawler.parsers import load_parser
+
+        load_parser(job.spec.parser)
     print(f"{args.job}: CrawlJob {job.metadata.namespace}/{job.metadata.name} is valid")
     return 0
 

@@ -364,7 +364,20 @@ _REGION: Final = _Pattern(
 
 
 #: Every string shape, for the CRD generator to find each one's message by its pattern.
-STRING_SHAPES: Final = (_OBJECT_NAME, _NAMESPACE, _SECRET_KEY, _QUANTITY, _IMAGE, _REGION)
+_PARSER_REFERENCE: Final = _Pattern(
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*",
+    "a Python function as package.module:function",
+    max_length=_MAX_TEXT_LENGTH,
+)
+STRING_SHAPES: Final = (
+    _OBJECT_NAME,
+    _NAMESPACE,
+    _SECRET_KEY,
+    _QUANTITY,
+    _IMAGE,
+    _REGION,
+    _PARSER_REFERENCE,
+)
 
 
 def _allowed_domain(entry: str) -> str:
@@ -1412,6 +1425,15 @@ class CrawlJobSpec(_Section):
     """Declarative extraction: rules that turn matching pages into items (one JSON line each,
     in items/ beside pages/), evaluated in order; a page may match several. Try them on one
     page with crawlfleet extract --job job.yaml URL."""
+    parser: Annotated[str, _PARSER_REFERENCE] | None = None
+    """A function of your own, package.module:function, that each HTML page is given to (a
+    crawlfleet.parsing.Page: url, status, headers, text, a parsel selector, depth); it returns
+    or yields items (dicts, into items/) and links to follow (strs, through scope, robots and
+    dedup). It runs in a process beside the worker: install your package in the worker image
+    (FROM the crawlfleet worker image), or in the environment of crawlfleet run."""
+    parser_timeout_seconds: Annotated[float, _Range(gt=0, le=600)] = 5.0
+    """Longest time, in seconds, the parser may take for one page: past it the page fails as
+    parser_error and the parser process is restarted."""
     user_agent: Annotated[
         str, _MaxLength(_MAX_TEXT_LENGTH), AfterValidator(_user_agent), *_USER_AGENT_CEL
     ] = DEFAULT_USER_AGENT
@@ -1439,12 +1461,13 @@ class CrawlJobSpec(_Section):
         ),
         Rule(
             field="output.format",
-            message="must not be none when extract rules or output.content ask for output:"
-            " their items and content would go nowhere",
-            cel="self.output.format != 'none'"
-            " || (size(self.extract) == 0 && self.output.content == 'none')",
+            message="must not be none when extract rules, a parser or output.content ask for"
+            " output: their items and content would go nowhere",
+            cel="self.output.format != 'none' || (size(self.extract) == 0"
+            " && !has(self.parser) && self.output.content == 'none')",
             holds=lambda spec: (
-                spec.output.format != "none" or (not spec.extract and spec.output.content == "none")
+                spec.output.format != "none"
+                or (not spec.extract and spec.parser is None and spec.output.content == "none")
             ),
         ),
     )

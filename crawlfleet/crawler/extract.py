@@ -19,7 +19,7 @@ page a ``parser_error`` failure, never the worker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeAlias
 
@@ -53,9 +53,10 @@ class Item:
     among that rule's items on the page (``position``), and its fields. (url, source,
     position) names it: a page crawled twice gives the same names, so readers keep one."""
 
-    source: int
+    source: int | str
+    """The rule's index in ``spec.extract``, or the parser's reference (``spec.parser``)."""
     position: int
-    fields: dict[str, FieldValue]
+    fields: Mapping[str, object]
 
 
 @dataclass(frozen=True, slots=True)

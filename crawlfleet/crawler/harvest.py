@@ -8,7 +8,9 @@
   ``<noscript>`` and ``<template>``, whitespace collapsed.
 * content longer than ``maxContentBytes`` (as UTF-8) is cut at a character boundary and marked
   ``content_truncated``: never dropped or cut silently.
-* items: :class:`~crawlfleet.crawler.extract.Extractor`.
+* items: :class:`~crawlfleet.crawler.extract.Extractor`, then the user's parser
+  (``spec.parser``, :class:`~crawlfleet.crawler.parsers.ParserHost`), whose links are followed
+  too.
 
 A job with ``content: none`` and no rules has no :class:`Harvester` at all (``from_spec`` gives
 None), so its pages cost nothing here. Otherwise the worker hands each flushed batch to
@@ -19,12 +21,13 @@ holds up heartbeats and lease extensions on the event loop. A page whose extract
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
 from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.extract import ExtractionError, Extractor, Item
+from crawlfleet.crawler.parsers import ParseRequest, ParserHost
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec
@@ -47,6 +50,8 @@ class Harvest:
     content_truncated: bool = False
     items: tuple[Item, ...] = ()
     error: str | None = None
+    #: Links the user's parser gave, as it gave them (absolute or relative to the page).
+    links: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,9 @@ class HarvestInput:
     body: bytes
     content_type: str | None
     url: str
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    depth: int = 0
 
 
 NOTHING: Final = Harvest()
@@ -93,25 +101,42 @@ class Harvester:
     """A job's content mode and extraction rules, compiled once per worker."""
 
     def __init__(
-        self, content: ContentMode, max_content_bytes: int, extractor: Extractor | None
+        self,
+        content: ContentMode,
+        max_content_bytes: int,
+        extractor: Extractor | None,
+        parser: ParserHost | None = None,
     ) -> None:
         self.content: ContentMode = content
         self.max_content_bytes = max_content_bytes
         self.extractor = extractor
+        self.parser = parser
 
     @classmethod
     def from_spec(cls, spec: CrawlJobSpec) -> Harvester | None:
-        """The harvester a job needs; None when it wants neither content nor items."""
+        """The harvester a job needs; None when it wants neither content nor items. A parser's
+        process is started here: ConfigError when the parser cannot be imported."""
         extractor = Extractor.from_rules(spec.extract)
-        if spec.output.content == "none" and extractor is None:
+        if spec.output.content == "none" and extractor is None and spec.parser is None:
             return None
-        return cls(spec.output.content, spec.output.max_content_bytes, extractor)
+        parser = None
+        if spec.parser is not None:
+            parser = ParserHost(spec.parser, spec.parser_timeout_seconds)
+            parser.start()
+        return cls(spec.output.content, spec.output.max_content_bytes, extractor, parser)
+
+    def close(self) -> None:
+        """Stop the parser's process, if there is one."""
+        if self.parser is not None:
+            self.parser.close()
 
     def wants(self, url: str) -> bool:
         """Whether a page from ``url`` yields anything here (checked before it is queued for a
         batch, so a page no rule matches is never decoded for nothing)."""
-        return self.content != "none" or (
-            self.extractor is not None and self.extractor.applies_to(url)
+        return (
+            self.content != "none"
+            or self.parser is not None
+            or (self.extractor is not None and self.extractor.applies_to(url))
         )
 
     def harvest(self, page: HarvestInput) -> Harvest:
@@ -122,13 +147,23 @@ class Harvester:
             text = html if self.content == "html" else visible_text(html)
             content, truncated = _cut(text, self.max_content_bytes)
         items: tuple[Item, ...] = ()
-        error = None
         if self.extractor is not None:
             try:
                 items = tuple(self.extractor.extract(html, page.url))
             except ExtractionError as failure:
-                error = str(failure)
-        return Harvest(content, truncated, items, error)
+                return Harvest(content, truncated, (), str(failure))
+        links: tuple[str, ...] = ()
+        if self.parser is not None:
+            request = ParseRequest(page.url, page.status, page.headers, html, page.depth)
+            parsed = self.parser.parse(request)
+            if parsed.error is not None:
+                return Harvest(
+                    content, truncated, (), f"parser {self.parser.reference}: {parsed.error}"
+                )
+            source = self.parser.reference
+            items += tuple(Item(source, n, fields) for n, fields in enumerate(parsed.items))
+            links = parsed.links
+        return Harvest(content, truncated, items, None, links)
 
     def harvest_batch(self, pages: Sequence[HarvestInput]) -> list[Harvest]:
         """:meth:`harvest` for every page: the one call the worker makes per batch, in a thread."""

@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
+from urllib.parse import urljoin
 
 from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler.admission import LinkAdmission, PageLinksToAdmit
@@ -279,6 +280,8 @@ class Worker:
                 task.cancel()
             await self._flush()
             await self.output.aclose()
+            if self.harvester is not None:
+                await asyncio.to_thread(self.harvester.close)
             await self._release_unsaved()
             with contextlib.suppress(Exception):
                 await self.frontier.forget_worker(self.worker_id)
@@ -648,7 +651,14 @@ class Worker:
         if self.harvester is None or not waiting:
             return
         inputs = [
-            HarvestInput(result.body, result.content_type, result.final_url)
+            HarvestInput(
+                result.body,
+                result.content_type,
+                result.final_url,
+                status=result.status or 0,
+                headers=result.headers,
+                depth=outcome.lease.depth,
+            )
             for outcome in waiting
             if (result := outcome.result) is not None
         ]
@@ -666,12 +676,16 @@ class Worker:
                     outcome.lease.lease_id, str(failure_class), harvest.error, False, 0.0
                 )
                 outcome.record = replace(outcome.record, failure_class=str(failure_class))
-            elif harvest.content is not None:
+                continue
+            if harvest.content is not None:
                 outcome.record = replace(
                     outcome.record,
                     content=harvest.content,
                     content_truncated=harvest.content_truncated,
                 )
+            if harvest.links:  # the parser's: they pass scope, robots and dedup like the rest
+                base = outcome.record.final_url
+                outcome.links.extend(urljoin(base, link) for link in harvest.links)
 
     async def _complete(self, batch: list[_Outcome]) -> None:
         await self._harvest(batch)
@@ -776,7 +790,9 @@ class Worker:
         await self.frontier.heartbeat(self.worker_id, counters)
         # Pages waiting for their file to become durable are still ours: one call for all.
         ids = [*self._inflight, *self._waiting_lease_ids()]
-        ids += [outcome.lease.lease_id for outcome in self._harvesting]
+        # Finished pages waiting for a flush, and those the flush is harvesting: a slow parser
+        # can hold the flush for longer than a lease lives.
+        ids += [outcome.lease.lease_id for outcome in (*self._harvesting, *self._done)]
         if ids:
             extended = await self.frontier.extend(self.worker_id, ids)
             # A lease acked while the extend was on its way is done, not lost.

@@ -105,6 +105,7 @@ def test_minimal_spec_fills_every_default() -> None:
             "ephemeral": False,
         },
         "extract": [],
+        "parserTimeoutSeconds": 5.0,
         "robots": {
             "obey": True,
             "ttlSeconds": 86_400.0,
