@@ -241,6 +241,7 @@ class Fetcher:
         max_redirects: int | None = None,
         min_html_bytes: int = DEFAULT_MIN_HTML_BYTES,
         reservation: Reservation | None = None,
+        deadline: float | None = None,
     ) -> FetchResult:
         """Fetch ``url``, following redirects that ``allow_url`` accepts; see the module doc.
 
@@ -252,10 +253,13 @@ class Fetcher:
         the frontier does for the first. ``max_redirects`` overrides the settings' cap (robots.txt
         follows its own); ``min_html_bytes`` is the soft-block threshold of a 2xx HTML body.
         ``reservation`` is charged with the body's decoded bytes (the worker's memory budget).
+        ``deadline`` (the event loop's clock) ends the fetch sooner than the total timeout: the
+        lease's fetch deadline, after which the frontier no longer counts its host slot.
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
-        deadline = started + self._settings.total_timeout_seconds
+        total_deadline = started + self._settings.total_timeout_seconds
+        deadline = total_deadline if deadline is None else min(deadline, total_deadline)
         call = _Call(
             allow_url=allow_url,
             check_hop=check_hop,
@@ -288,8 +292,9 @@ class Fetcher:
         except TimeoutError:
             # Per-request timeouts are translated inside; only the total deadline gets here.
             result.failure = FailureClass.TIMEOUT
+            since = "" if deadline == total_deadline else " (counted from the lease's claim)"
             result.message = (
-                f"total deadline of {self._settings.total_timeout_seconds:g} s passed"
+                f"total deadline of {self._settings.total_timeout_seconds:g} s{since} passed"
                 f" after {result.attempts} request(s)"
             )
             result.body = b""

@@ -307,6 +307,9 @@ class Worker:
                 await self._wait(self.options.claim_batch_wait_seconds)
                 room = self.limit.limit - len(self._inflight)
             fetched, self._fetched = self._fetched, []
+            # Before the claim is sent, so each lease's deadline on this clock falls no later
+            # than the frontier's (which counts the host slot of a dead worker until then).
+            sent_at = asyncio.get_running_loop().time()
             try:
                 leases = await self.frontier.claim(self.worker_id, room, fetched)
             except FrontierUnavailable as exc:
@@ -328,7 +331,12 @@ class Worker:
                 await self._wait(self.options.idle_poll_seconds)
                 continue
             for lease in leases:
-                task = asyncio.create_task(self._process(lease))
+                deadline = (
+                    sent_at + lease.fetch_deadline_at - lease.claimed_at
+                    if lease.fetch_deadline_at
+                    else None
+                )
+                task = asyncio.create_task(self._process(lease, deadline))
                 self._inflight[lease.lease_id] = (lease, task)
             self.metrics.set_in_flight(len(self._inflight))
 
@@ -380,9 +388,9 @@ class Worker:
 
     # -- one URL ------------------------------------------------------------------------
 
-    async def _process(self, lease: Lease) -> None:
+    async def _process(self, lease: Lease, deadline: float | None) -> None:
         try:
-            outcome = await self._fetch_and_classify(lease)
+            outcome = await self._fetch_and_classify(lease, deadline)
         except Exception as exc:  # a bug or a hostile input we did not foresee: one URL
             log.exception("processing %s failed", lease.url, extra={"layer": "task"})
             outcome = self._failed(lease, None, FailureClass.PROTOCOL_ERROR, repr(exc)[:500])
@@ -422,7 +430,9 @@ class Worker:
             return FailureClass.ROBOTS_DISALLOWED, f"redirect to {url} is disallowed by robots.txt"
         return FailureClass.ROBOTS_UNAVAILABLE, f"redirect to {url}: {verdict.detail}"
 
-    async def _fetch_and_classify(self, lease: Lease) -> _Outcome | _Deferred:
+    async def _fetch_and_classify(
+        self, lease: Lease, deadline: float | None
+    ) -> _Outcome | _Deferred:
         if self.guard is not None:
             try:  # before robots.txt too: no request at all to a forbidden address
                 await self.guard.check_url(lease.url)
@@ -449,6 +459,7 @@ class Worker:
                 min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
                 pace=lambda url: self._pace(url, home),
                 reservation=reservation,
+                deadline=deadline,
             )
         except BaseException:
             reservation.release()

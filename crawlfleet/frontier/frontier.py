@@ -224,6 +224,7 @@ class Frontier:
             "task_attempts": str(settings.task_attempts),
             "lease_ttl_ms": str(round(settings.lease_ttl_seconds * 1000)),
             "max_pages": str(settings.max_pages),
+            "fetch_budget_ms": str(round(settings.fetch_budget_seconds * 1000)),
             "bloom_backend": backend,
             **wanted.to_meta(),
         }
@@ -418,7 +419,7 @@ class Frontier:
         claimed_at, expires_at = int(raw[0]) / 1000.0, int(raw[1]) / 1000.0
         leases = []
         for token in raw[2:]:
-            _, _, attempts, depth, url, parent = token.split("\t", 5)
+            _, _, deadline, attempts, depth, url, parent = token.split("\t", 6)
             leases.append(
                 Lease(
                     token,
@@ -428,6 +429,7 @@ class Frontier:
                     parent,
                     claimed_at,
                     expires_at,
+                    int(deadline[1:]) / 1000.0,  # "@<ms>"
                 )
             )
         return leases

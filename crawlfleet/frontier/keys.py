@@ -34,6 +34,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "workers",
     "heartbeats",
     "robots",
+    "held",
 )
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")

@@ -156,6 +156,10 @@ class Lease:
     parent: str
     claimed_at: float
     expires_at: float
+    #: The last moment (server time, seconds) the worker may send a request for this lease:
+    #: the claim plus the job's fetch budget. The frontier counts a dead worker's slot on the
+    #: host until then; 0.0: no deadline (a token from before deadlines).
+    fetch_deadline_at: float = 0.0
 
     @property
     def number(self) -> str:
@@ -220,6 +224,9 @@ class FrontierSettings:
     task_attempts: int
     max_pages: int
     bloom_backend: BloomBackend | None
+    #: How long after its claim a worker may still send requests for a lease (the fetch's
+    #: total timeout): a dead worker's host slots stay counted that long (docs/frontier.md).
+    fetch_budget_seconds: float = 0.0
 
     @classmethod
     def from_spec(
@@ -236,6 +243,7 @@ class FrontierSettings:
             task_attempts=spec.retry.task_attempts,
             max_pages=spec.scope.max_pages,
             bloom_backend=bloom_backend,
+            fetch_budget_seconds=spec.fetch.total_timeout_seconds,
         )
 
 

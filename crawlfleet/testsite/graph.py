@@ -94,6 +94,10 @@ class SiteConfig:
     crawl_delay_seconds: float | None = None
     #: Extra latency added before every response (simulates a slow origin).
     latency_seconds: float = 0.0
+    #: Serve a request to its end even when its client hangs up (an origin behind a proxy
+    #: does): the concurrency gauges then count a killed crawler's requests as long as the
+    #: site works on them. Off: a hang-up cancels the handler at once.
+    finish_abandoned_requests: bool = False
     #: ``/flaky/<n>`` answers 500 this many times per path before healing.
     flaky_failures: int = 2
     #: ``/ratelimited`` answers 429 this many times before serving a page.

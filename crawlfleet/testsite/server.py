@@ -460,7 +460,9 @@ class SiteServer:
             self._stopping = asyncio.Event()
             for i, sock in enumerate(socks):
                 server = web.Server(
-                    self._handler_for(i), handler_cancellation=True, access_log=None
+                    self._handler_for(i),
+                    handler_cancellation=not self.config.finish_abandoned_requests,
+                    access_log=None,
                 )
                 runner = web.ServerRunner(server, shutdown_timeout=self._shutdown_timeout)
                 await runner.setup()

@@ -20,6 +20,23 @@ from typing import Any
 from crawlfleet.frontier import Failure, Frontier
 from tests.support.specs import frontier_settings
 
+#: The claimers' fetch budget (their "fetches" are sleeps of ``--fetch-seconds``).
+FETCH_BUDGET_SECONDS = 1.0
+
+
+def fetch_budget(seconds: float) -> dict[str, float]:
+    """The spec's fetch section whose total timeout (the frontier's fetch budget) is ``seconds``."""
+    return {
+        "connectTimeoutSeconds": seconds,
+        "readTimeoutSeconds": seconds,
+        "totalTimeoutSeconds": seconds,
+    }
+
+
+def fetch_deadline(lease_id: str) -> float:
+    """A lease token's fetch deadline (server time, seconds): "<n>\t<owner>\t@<ms>\t..."."""
+    return int(lease_id.split("\t")[2][1:]) / 1000.0
+
 
 def planned_outcome(url: str, attempt: int) -> str:
     """'ack', 'retry' or 'permanent' for this attempt of this URL."""
@@ -122,6 +139,9 @@ async def main() -> None:
     parser.add_argument("--fetch-seconds", type=float, default=0.02)
     parser.add_argument("--hang-after-batches", type=int, default=0)
     parser.add_argument("--hang-seconds", type=float, default=3.0)
+    # How long after a claim a worker may send requests (the fetch's total timeout): a dead
+    # claimer's host slots stay counted that long.
+    parser.add_argument("--fetch-budget", type=float, default=FETCH_BUDGET_SECONDS)
     args = parser.parse_args()
     lease_ttl = args.lease_ttl
     settings = frontier_settings(
@@ -131,6 +151,7 @@ async def main() -> None:
             "concurrency": {"perHost": args.per_host, "hostDelaySeconds": args.host_delay},
             "lease": {"ttlSeconds": lease_ttl, "heartbeatSeconds": min(5.0, lease_ttl / 2)},
             "retry": {"taskAttempts": args.task_attempts},
+            "fetch": fetch_budget(args.fetch_budget),
         },
     )
     frontier = await Frontier.connect(args.redis_url, settings)

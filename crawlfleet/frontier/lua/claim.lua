@@ -2,16 +2,19 @@
 -- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] n, then tokens of the worker's leases whose
 -- responses have arrived since its last claim: their host slots are freed first (see
 -- mark_fetched).
--- Returns {now_ms, expires_ms, token1, token2, ...}; a token is "<number>\t<worker>\t<task>".
+-- Returns {now_ms, expires_ms, token1, token2, ...}; a token is
+-- "<number>\t<worker>\t@<fetch deadline ms>\t<task>" (the deadline: now + the fetch budget).
 -- Politeness: a host gives at most perHost - inFlight URLs, and only one when it has a delay
 -- between fetches (hostDelaySeconds or its robots Crawl-delay); its next allowed time moves
--- by that delay. Due delayed retries are moved to their host queues first.
+-- by that delay. Due delayed retries are moved to their host queues first, and the slots of
+-- dead workers' leases whose fetch deadline has passed are given back (release_held).
 -- Memory pressure (set_pressure.lua) may cap claims per second for the whole job: a token
 -- bucket in K.stats holding at most one second of claims, written only when URLs are taken.
 local worker, n = ARGV[3], tonumber(ARGV[4])
 local cfg = settings()
 local now = now_ms()
 local expires = now + cfg.lease_ttl_ms
+local stamp = '\t' .. worker .. '\t@' .. (now + cfg.fetch_budget_ms) .. '\t'
 
 -- 0. Free the host slots of leases the worker has finished fetching.
 if #ARGV > 4 then
@@ -19,6 +22,7 @@ if #ARGV > 4 then
   for i = 5, #ARGV do fetched[#fetched + 1] = ARGV[i] end
   release_slots(mark_fetched(fetched, worker), cfg, now)
 end
+release_held(cfg, now)
 
 local tokens = nil
 if cfg.claims_per_s > 0 then
@@ -63,7 +67,7 @@ for _, host in ipairs(hosts) do
   end
   for _, task in ipairs(popped) do
     next_id = next_id + 1
-    local token = next_id .. '\t' .. worker .. '\t' .. task
+    local token = next_id .. stamp .. task
     expiries[#expiries + 1] = expires
     expiries[#expiries + 1] = token
     out[#out + 1] = token

@@ -1,6 +1,6 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..10] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
+-- KEYS[1..11] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
 -- prefix, from which the keys named by data are derived: the queues ("q:<depth>:<host>"),
 -- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
 -- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
@@ -9,9 +9,12 @@
 -- settings it made up, and a handle of a frontier that was re-created cannot touch the new one.
 --
 -- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease is one member of
--- K.leases, "<lease number>\t<owner>\t<task>", scored by its expiry: the member is the lease
--- token the worker holds, so completing it is one ZREM that succeeds only while that exact
--- lease exists (fencing for free). Time is the server's (TIME), so workers and the operator
+-- K.leases, "<lease number>\t<owner>\t@<fetch deadline ms>\t<task>", scored by its expiry:
+-- the member is the lease token the worker holds, so completing it is one ZREM that succeeds
+-- only while that exact lease exists (fencing for free). The fetch deadline is the claim's
+-- time plus the job's fetch budget: the worker sends no request for the lease after it, so
+-- a dead worker's requests cannot be running at the site past it (see hold_slot). Tokens of
+-- layout 4 before deadlines ("<number>\t<owner>\t<task>") are read as having none. Time is the server's (TIME), so workers and the operator
 -- never disagree about expiry.
 --
 -- Queued tasks are kept compact, since they are what a large frontier is made of: one list
@@ -30,6 +33,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
+  held = KEYS[11],
 }
 local PREFIX, EPOCH = ARGV[1], ARGV[2]
 local PARENT, SAME_HOST_PARENT = 94, 126 -- '^', '~': the bytes that start a parent entry
@@ -70,16 +74,19 @@ end
 -- The job's settings, written by init.lua; FRONTIER_LOST when they are gone or another
 -- epoch's. One HMGET, so every script pays one read for the guarantee. The pressure fields
 -- are the fleet's backpressure (set_pressure.lua): links admitted per page (-1: no budget)
--- and claims per second for the whole job (0: no limit).
+-- and claims per second for the whole job (0: no limit). fetch_budget_ms is how long after
+-- its claim a worker may still send requests for a lease (0: a frontier opened before it
+-- was kept: no slot is held past a death).
 local function settings()
   local v = redis.call('HMGET', K.meta, 'epoch', 'per_host', 'host_delay_ms', 'task_attempts',
-    'lease_ttl_ms', 'max_pages', 'pressure_links_per_page', 'pressure_claims_per_s')
+    'lease_ttl_ms', 'max_pages', 'pressure_links_per_page', 'pressure_claims_per_s',
+    'fetch_budget_ms')
   if v[1] ~= EPOCH then lost(v[1]) end
   return {
     per_host = tonumber(v[2]), host_delay_ms = tonumber(v[3]),
     task_attempts = tonumber(v[4]), lease_ttl_ms = tonumber(v[5]),
     max_pages = tonumber(v[6]), links_per_page = tonumber(v[7]) or -1,
-    claims_per_s = tonumber(v[8]) or 0,
+    claims_per_s = tonumber(v[8]) or 0, fetch_budget_ms = tonumber(v[9]) or 0,
   }
 end
 
@@ -258,10 +265,14 @@ end
 -- to FETCHED .. token. Workers always send the plain token; scripts try both forms.
 local FETCHED = 'f'
 
--- Split a lease token (plain or fetched form) into its owner and task.
+-- Split a lease token (plain or fetched form) into its owner, task, fetch deadline (ms; 0:
+-- a token from before deadlines) and number.
 local function split_lease(token)
-  local owner, task = string.match(token, '^f?%d+\t([^\t]*)\t(.*)$')
-  return owner, task
+  local number, owner, rest = string.match(token, '^f?(%d+)\t([^\t]*)\t(.*)$')
+  if not rest then return nil end
+  local deadline, task = string.match(rest, '^@(%d+)\t(.*)$')
+  if deadline then return owner, task, tonumber(deadline), number end
+  return owner, rest, 0, number
 end
 
 -- Remove one lease in whichever form exists. Returns removed, and whether it still held its
@@ -274,25 +285,55 @@ local function remove_lease(token)
   return redis.call('ZREM', K.leases, token) == 1, true
 end
 
+-- Keep a dead lease's host slot counted until its fetch deadline: its worker may have sent
+-- its request just before dying, and the site may still be serving it. One member of K.held
+-- per slot ("<host>\t<lease number>", scored by the deadline); release_held gives it back.
+local function hold_slot(host, number, deadline)
+  redis.call('ZADD', K.held, deadline, host .. '\t' .. number)
+end
+
+-- Give back the held slots whose deadline has passed (bounded per call; claims call it, so
+-- a held host is placed again by the first claim after its deadline). Returns how many.
+local function release_held(cfg, now)
+  local due = redis.call('ZRANGEBYSCORE', K.held, '-inf', now, 'LIMIT', 0, 1000)
+  if #due == 0 then return 0 end
+  chunked('ZREM', K.held, due)
+  local per_host = {}
+  for _, member in ipairs(due) do
+    local host = string.match(member, '^(.*)\t%d+$')
+    per_host[host] = (per_host[host] or 0) + 1
+  end
+  for host, count in pairs(per_host) do
+    local st = load_host(host)
+    st.inflight = st.inflight - count
+    settle_host(host, st, cfg, now)
+  end
+  return #due
+end
+
 -- Remove leases by token, only those `owner` holds (any owner when owner is false): a ZREM
 -- answers whether that exact lease still existed. Returns the removed ones ({task=, host=}
 -- at the token's index, nil where the caller did not hold it) and the in-flight decrement
 -- per host (only leases that still held their slot). Keeps stats.fetched: the leases in the
 -- fetched form, whose pages wait for their worker's output to become durable.
-local function take_leases(tokens, owner)
+-- `hold_at` (a time in ms, or nil) is for leases taken from a holder that is gone: a slot
+-- whose fetch deadline is later than it stays counted (hold_slot) instead of coming back.
+local function take_leases(tokens, owner, hold_at)
   local taken, per_host, fetched = {}, {}, 0
   for i, token in ipairs(tokens) do
-    local holder, task = split_lease(token)
+    local holder, task, deadline, number = split_lease(token)
     if task and ((not owner) or holder == owner) then
       local removed, held_slot = remove_lease(token)
       if removed then
         local _, _, url = split_task(task)
         local host = host_of(url)
         taken[i] = {task = task, host = host}
-        if held_slot then
-          per_host[host] = (per_host[host] or 0) + 1
-        else
+        if not held_slot then
           fetched = fetched + 1
+        elseif hold_at and deadline > hold_at then
+          hold_slot(host, number, deadline)
+        else
+          per_host[host] = (per_host[host] or 0) + 1
         end
       end
     end

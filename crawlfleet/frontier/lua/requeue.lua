@@ -3,6 +3,8 @@
 --       limit (expired).
 -- Each requeue counts an attempt (a page that kills its worker must not kill the fleet
 -- forever); past taskAttempts the URL is dead-lettered with class lease_expired/worker_lost.
+-- A lease still fetching (not marked fetched) keeps its host slot counted until its fetch
+-- deadline (hold_slot): the dead worker's request may still be running at the site.
 -- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
 -- Returns {requeued, dead, server time ms}.
 local cfg = settings()
@@ -17,7 +19,7 @@ else
   ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
   fclass, message = 'lease_expired', 'lease expired without ack'
 end
-local taken, per_host = take_leases(ids, false)
+local taken, per_host = take_leases(ids, false, now)
 local requeued, dead, back = 0, 0, {}
 for i = 1, #ids do
   if taken[i] then

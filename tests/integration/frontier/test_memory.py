@@ -25,6 +25,7 @@ from crawlfleet.frontier import (
     canonicalize,
 )
 from tests.integration.frontier.conftest import SHORT_LEASE, TEST_JOB, OpenFrontier
+from tests.support.frontier_actor import FETCH_BUDGET_SECONDS, fetch_budget
 from tests.support.specs import frontier_settings, merged
 
 
@@ -97,7 +98,8 @@ async def test_work_is_finished_when_redis_refuses_writes(
     if flags == "redis6":
         # Run the scripts bare, as on a Redis without script flags: the probe fails there.
         monkeypatch.setattr("crawlfleet.frontier.frontier._FLAGS_PROBE", "#! not lua")
-    settings = frontier_settings(job_id, merged(TEST_JOB, {"lease": SHORT_LEASE}))
+    changes = {"lease": SHORT_LEASE, "fetch": fetch_budget(FETCH_BUDGET_SECONDS)}
+    settings = frontier_settings(job_id, merged(TEST_JOB, changes))
     frontier = await Frontier.open(private_client, settings)
     await frontier.enqueue(page_links("http://a.com/", 8))
     await frontier.heartbeat("w1", {})
@@ -117,6 +119,8 @@ async def test_work_is_finished_when_redis_refuses_writes(
     again = await frontier.claim("gone", 4)  # claims pop before they count: Redis 6 too
     assert len(again) == 4
     assert (await frontier.requeue_owner("gone")).requeued == 4
+    # Their host slots stay counted until their fetch deadline; then claims free them.
+    await asyncio.sleep(FETCH_BUDGET_SECONDS + 0.05)
     assert len(await frontier.claim("w1", 1)) == 1
     await asyncio.sleep(1.05)
     assert (await frontier.requeue_expired()).requeued == 1

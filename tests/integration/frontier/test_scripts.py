@@ -17,6 +17,7 @@ from crawlfleet.frontier import (
     canonicalize,
 )
 from tests.integration.frontier.conftest import SHORT_LEASE, OpenFrontier
+from tests.support.frontier_actor import fetch_budget
 
 
 def links(urls: list[str], depth: int = 1, parent: str = "http://a.com/") -> list[Link]:
@@ -127,7 +128,7 @@ async def test_fetched_leases_free_their_host_slot_but_stay_leased(
 
 
 async def test_requeue_of_fetched_leases_frees_no_slot_twice(open_frontier: OpenFrontier) -> None:
-    frontier = await open_frontier(concurrency={"perHost": 2})
+    frontier = await open_frontier(concurrency={"perHost": 2}, fetch=fetch_budget(0.3))
     await frontier.enqueue(links([f"http://a.com/{i}" for i in range(4)]))
     first = await frontier.claim("dead", 100)
     await frontier.claim("dead", 0, fetched=[first[0].lease_id])
@@ -135,9 +136,44 @@ async def test_requeue_of_fetched_leases_frees_no_slot_twice(open_frontier: Open
     assert len(other) == 1  # one slot freed by the fetched mark
     requeued = await frontier.requeue_owner("dead")
     assert requeued.requeued == 2
-    # Slots: `other` holds one; the dead worker's unfetched lease gave its slot back once.
+    # Slots: `other` holds one; the dead worker's unfetched lease holds its slot until its
+    # fetch deadline, then gives it back once.
+    assert await frontier.claim("live", 100) == []
+    await asyncio.sleep(max(0.0, first[1].fetch_deadline_at - requeued.at) + 0.02)
     assert len(await frontier.claim("live", 100)) == 1
+    assert await frontier.claim("live", 100) == []
     assert await frontier.ack("dead", [first[0].lease_id]) == [False]
+
+
+@pytest.mark.parametrize("mode", ["owner", "expired"])
+async def test_a_dead_workers_fetches_keep_their_host_slots_until_their_deadline(
+    open_frontier: OpenFrontier, mode: str
+) -> None:
+    """A SIGKILLed worker's request may still be running at the site: until the lease's
+    fetch deadline (claim + the fetch budget), its slot counts against perHost."""
+    frontier = await open_frontier(
+        concurrency={"perHost": 2, "hostDelaySeconds": 0},
+        lease=SHORT_LEASE,
+        fetch=fetch_budget(2.0),
+    )
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(6)] + ["http://b.com/1"]))
+    dead = await frontier.claim("dead", 3)  # two of a.com, one of b.com
+    assert sorted(lease.host for lease in dead) == ["a.com", "a.com", "b.com"]
+    for lease in dead:
+        assert lease.fetch_deadline_at == pytest.approx(lease.claimed_at + 2.0)
+    if mode == "owner":
+        back = await frontier.requeue_owner("dead")
+    else:
+        await asyncio.sleep(SHORT_LEASE["ttlSeconds"] + 0.05)
+        back = await frontier.requeue_expired()
+    assert back.requeued == 3
+    # Requeued and claimable by host, but a.com's two slots are still the dead worker's.
+    assert [lease.host for lease in await frontier.claim("live", 10)] == ["b.com"]
+    assert await frontier.claim("live", 10) == []
+    await asyncio.sleep(max(lease.fetch_deadline_at for lease in dead) - back.at + 0.02)
+    again = await frontier.claim("live", 10)
+    assert [lease.host for lease in again] == ["a.com", "a.com"]
+    assert (await frontier.stats()).leased == 3
 
 
 async def test_fetched_leases_are_counted_apart_until_they_end(
