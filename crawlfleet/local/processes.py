@@ -34,6 +34,7 @@ from typing import Protocol
 from crawlfleet.config import DrainConfig, SteeringConfig
 from crawlfleet.fleet.backend import FleetEvent, FleetView, Unit
 from crawlfleet.fleet.exits import UnitExit, log_tail, parse_exit
+from crawlfleet.local.lifetime import die_with_parent
 from crawlfleet.local.zygote import Zygote, ZygoteError
 
 __all__ = ["WORKER_PREFIX", "LocalProcessBackend"]
@@ -213,6 +214,7 @@ class LocalProcessBackend:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
+                    preexec_fn=die_with_parent(),  # dies with the runner (local/lifetime.py)
                 )
         self._children[worker_id] = _Child(worker_id, process, time.time())
         return worker_id

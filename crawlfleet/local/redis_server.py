@@ -14,6 +14,7 @@ from pathlib import Path
 from types import TracebackType
 
 from crawlfleet.errors import ConfigError, FrontierUnavailable
+from crawlfleet.local.lifetime import die_with_parent
 
 __all__ = ["RedisServer", "find_redis_server", "free_port"]
 
@@ -48,6 +49,7 @@ class RedisServer:
         modules: tuple[Path, ...] = (),
         password: str | None = None,
         executable: str | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
@@ -55,6 +57,9 @@ class RedisServer:
         self.modules = modules
         self.password = password
         self.executable = executable or find_redis_server()
+        #: SIGKILLed by the kernel when the thread that started it ends (local/lifetime.py):
+        #: a run's own server; start it from the main thread.
+        self.die_with_parent = die_with_parent
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -84,10 +89,23 @@ class RedisServer:
         return args
 
     def start(self, timeout_seconds: float = 10.0) -> RedisServer:
+        self.launch()
+        return self.wait_ready(timeout_seconds)
+
+    def launch(self) -> None:
+        """Start the process, without waiting: from the thread that should be its parent."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+            self.command(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            preexec_fn=die_with_parent() if self.die_with_parent else None,
         )
+
+    def wait_ready(self, timeout_seconds: float = 10.0) -> RedisServer:
+        """Wait until the launched server answers PING (its AOF loaded); FrontierUnavailable
+        with its log's end when it exits or stays silent."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -31,6 +31,7 @@ from crawlfleet.crawljob import CrawlJob, load_crawljob
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
 from crawlfleet.fleet import Decision, FleetMemory, FleetPolicy, WorkersFailing, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
+from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
@@ -148,6 +149,12 @@ class _JobFile:
 
 
 async def run_local(job: CrawlJob, options: RunOptions) -> int:
+    """Run the job to its end or an interruption; one run per output folder at a time."""
+    with RunLock.acquire(options.output_dir):
+        return await _run_locked(job, options)
+
+
+async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     config = options.config
     out = options.output_dir
     data_dir = out / "redis"
@@ -164,7 +171,7 @@ async def run_local(job: CrawlJob, options: RunOptions) -> int:
     state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
     server: RedisServer | None = None
     if external_redis is None:
-        server = RedisServer(data_dir, appendonly=True).start()
+        server = RedisServer(data_dir, appendonly=True, die_with_parent=True).start()
     redis_url = external_redis or (server.url if server else "")
     backend = LocalProcessBackend(
         options.job_file.resolve(),
@@ -397,7 +404,10 @@ class _Outage:
             f"crawlfleet: the private redis-server exited ({code}); restarting it on its"
             f" append-only file in {self.server.data_dir}"
         )
-        await asyncio.to_thread(self.server.start, _REDIS_RESTART_SECONDS)
+        # Started here, on the main thread: the server's parent-death signal is tied to the
+        # thread that forked it (local/lifetime.py); only the wait goes to a thread.
+        self.server.launch()
+        await asyncio.to_thread(self.server.wait_ready, _REDIS_RESTART_SECONDS)
         log.info("redis-server restarted on port %d", self.server.port)
 
     def begin(self, error: FrontierUnavailable) -> None:

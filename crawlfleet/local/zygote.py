@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlfleet.errors import ZygoteError
+from crawlfleet.local.lifetime import die_with_parent, guard_after_fork
 
 __all__ = ["ForkedProcess", "Zygote", "ZygoteError", "serve"]
 
@@ -68,6 +69,7 @@ class Zygote:
             [sys.executable, "-m", "crawlfleet.local.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            preexec_fn=die_with_parent(),  # dies with the runner (local/lifetime.py)
         )
         return cls(process)
 
@@ -217,9 +219,11 @@ def _report(message: dict[str, Any]) -> None:
 def _fork(request: dict[str, Any]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
+    zygote = os.getpid()
     pid = os.fork()
     if pid:
         return pid
+    guard_after_fork(zygote)  # a worker dies with the zygote, which dies with the runner
     code = 1
     try:
         code = _become_worker(request)
