@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["crawlfleet", "no_stray_runs"]
+from crawlfleet.testsite import TestSite
+
+__all__ = ["crawlfleet", "job_for_site", "no_stray_runs"]
 
 _started: list[subprocess.Popen[str]] = []
 #: Longer than a worker's drain (crawlfleet/config.py, DrainConfig.budget_seconds).
@@ -49,3 +51,21 @@ def no_stray_runs() -> Iterator[None]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def job_for_site(site: TestSite, name: str, **spec: object) -> dict[str, object]:
+    """A CrawlJob document that crawls the whole test site, quick to notice dead workers;
+    ``spec`` sections replace the defaults'."""
+    base: dict[str, object] = {
+        "seeds": site.seeds,
+        "scope": {"allowedDomains": site.hosts, "maxDepth": 10, "allowPrivateNetworks": True},
+        "concurrency": {"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0},
+        "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "crawlfleet.io/v1alpha1",
+        "kind": "CrawlJob",
+        "metadata": {"name": name},
+        "spec": base,
+    }

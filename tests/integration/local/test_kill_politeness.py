@@ -21,7 +21,7 @@ import yaml
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.processes import worker_pid
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
@@ -34,22 +34,16 @@ KILL_ROUNDS = 3
 
 
 def _job(site: TestSite) -> dict[str, object]:
-    return {
-        "apiVersion": "crawlfleet.io/v1alpha1",
-        "kind": "CrawlJob",
-        "metadata": {"name": "polite"},
-        "spec": {
-            "seeds": site.seeds,
-            "scope": {"allowedDomains": site.hosts, "maxDepth": 10, "allowPrivateNetworks": True},
-            "concurrency": {"perWorker": 4, "perHost": PER_HOST, "hostDelaySeconds": 0},
-            "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
-            "fetch": {
-                "connectTimeoutSeconds": 1,
-                "readTimeoutSeconds": FETCH_BUDGET_SECONDS,
-                "totalTimeoutSeconds": FETCH_BUDGET_SECONDS,
-            },
+    return job_for_site(
+        site,
+        "polite",
+        concurrency={"perWorker": 4, "perHost": PER_HOST, "hostDelaySeconds": 0},
+        fetch={
+            "connectTimeoutSeconds": 1,
+            "readTimeoutSeconds": FETCH_BUDGET_SECONDS,
+            "totalTimeoutSeconds": FETCH_BUDGET_SECONDS,
         },
-    }
+    )
 
 
 def _workers(job_file: Path) -> list[int]:

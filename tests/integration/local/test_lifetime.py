@@ -14,23 +14,9 @@ import yaml
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.processes import redis_server_pid, worker_pid
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
-
-
-def _job(site: TestSite) -> dict[str, object]:
-    return {
-        "apiVersion": "crawlfleet.io/v1alpha1",
-        "kind": "CrawlJob",
-        "metadata": {"name": "lifetime"},
-        "spec": {
-            "seeds": site.seeds,
-            "scope": {"allowedDomains": site.hosts, "maxDepth": 10, "allowPrivateNetworks": True},
-            "concurrency": {"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0},
-            "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
-        },
-    }
 
 
 def _survivors(job_file: Path, data_dir: Path) -> list[str]:
@@ -46,7 +32,7 @@ def test_a_killed_runner_takes_its_children_along_and_its_folder_stays_usable(
     config = SiteConfig(hosts=2, pages_per_host=100, hostile=False, latency_seconds=0.3)
     with TestSite(config) as site:
         job_file = tmp_path / "job.yaml"
-        job_file.write_text(yaml.safe_dump(_job(site)))
+        job_file.write_text(yaml.safe_dump(job_for_site(site, "lifetime")))
         out = tmp_path / "out"
         first = crawlfleet("run", str(job_file), "--out", str(out), "--workers", "2", cwd=tmp_path)
         deadline = time.monotonic() + 60

@@ -17,7 +17,7 @@ import yaml
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.processes import worker_pid
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
@@ -48,7 +48,7 @@ def test_demo_completes_and_summarises(tmp_path: Path) -> None:
 def test_interrupted_run_resumes_without_recrawling(tmp_path: Path) -> None:
     config = SiteConfig(hosts=2, pages_per_host=60, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
-        job = _job(
+        job = job_for_site(
             site,
             "resumable",
             concurrency={"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.02},
@@ -97,7 +97,7 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:
 def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> None:
     config = SiteConfig(hosts=2, pages_per_host=80, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
-        job = _job(
+        job = job_for_site(
             site, "killed", concurrency={"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.02}
         )
         job_file = tmp_path / "job.yaml"
@@ -129,22 +129,6 @@ def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> 
         assert "local-3.log" in logs  # a replacement was started
 
 
-def _job(site: TestSite, name: str, **spec: object) -> dict[str, object]:
-    base: dict[str, object] = {
-        "seeds": site.seeds,
-        "scope": {"allowedDomains": site.hosts, "maxDepth": 10, "allowPrivateNetworks": True},
-        "concurrency": {"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0.01},
-        "lease": {"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 3},
-    }
-    base.update(spec)
-    return {
-        "apiVersion": "crawlfleet.io/v1alpha1",
-        "kind": "CrawlJob",
-        "metadata": {"name": name},
-        "spec": base,
-    }
-
-
 def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
     # 20 ms a response at 8 requests in flight: at most ~400 pages/s, so the 2,000 pages last
     # several seconds however fast the workers start (forked) and crawl.
@@ -153,7 +137,7 @@ def test_workers_killed_repeatedly_lose_no_page(tmp_path: Path) -> None:
         job_file = tmp_path / "job.yaml"
         job_file.write_text(
             yaml.safe_dump(
-                _job(
+                job_for_site(
                     site, "chaos", concurrency={"perWorker": 8, "perHost": 4, "hostDelaySeconds": 0}
                 )
             )
