@@ -291,6 +291,10 @@ class Worker:
 
     async def _claim_loop(self) -> None:
         outage = 0.0
+        # A claim that failed is sent again under its own call id: if it reached Redis, the
+        # retry gets its leases back instead of claiming more (the first ones would wait out
+        # their ttl, holding their hosts' slots).
+        call_id = self.frontier.new_call_id()
         while not self._stopping:
             room = self.limit.limit - len(self._inflight)
             if (
@@ -311,7 +315,7 @@ class Worker:
             # than the frontier's (which counts the host slot of a dead worker until then).
             sent_at = asyncio.get_running_loop().time()
             try:
-                leases = await self.frontier.claim(self.worker_id, room, fetched)
+                leases = await self.frontier.claim(self.worker_id, room, fetched, call_id=call_id)
             except FrontierUnavailable as exc:
                 self._fetched[:0] = fetched  # marking twice is harmless
                 # Redis restarting or failing over: wait it out; leases we hold stay ours
@@ -323,6 +327,7 @@ class Worker:
                 await self._wait(outage)
                 continue
             outage = 0.0
+            call_id = self.frontier.new_call_id()
             self.metrics.observe_claims(len(leases))
             if not leases:
                 if not self._inflight and not self._done and await self._idle_and_complete():

@@ -11,14 +11,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from crawlfleet.errors import FrontierFull, FrontierLost, FrontierUnavailable
 
-__all__ = ["LOST_CODE", "call", "check_epoch", "close_quietly", "connect", "translate"]
+__all__ = [
+    "CALL_RETRIES",
+    "LOST_CODE",
+    "call",
+    "check_epoch",
+    "close_quietly",
+    "connect",
+    "retry_window_seconds",
+    "translate",
+]
 
 #: The error code lib.lua's scripts answer with when the job's meta is missing or another's.
 LOST_CODE = "FRONTIER_LOST"
@@ -28,16 +39,35 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
+#: How often redis-py sends a command again after a connection error or a timeout. Reads and
+#: idempotent scripts may be re-sent blindly; the state changes that may not are sent with a
+#: call id (scripts.ONCE_SCRIPTS), so a re-sent one returns the first one's reply.
+CALL_RETRIES: Final = 3
+_BACKOFF_CAP_SECONDS: Final = 1.0
+
+
 def connect(url: str, *, timeout_seconds: float = 10.0) -> aioredis.Redis:
-    """The client the frontier expects: decoded replies, bounded waits, health checks."""
+    """The client the frontier expects: decoded replies, bounded waits, health checks, and
+    a bounded retry (its window is :func:`retry_window_seconds`)."""
     return aioredis.Redis.from_url(
         url,
         decode_responses=True,
         socket_timeout=timeout_seconds,
         socket_connect_timeout=timeout_seconds,
         health_check_interval=30,
-        retry_on_timeout=True,
+        retry=Retry(
+            ExponentialWithJitterBackoff(base=0.01, cap=_BACKOFF_CAP_SECONDS), CALL_RETRIES
+        ),
     )
+
+
+def retry_window_seconds(client: aioredis.Redis) -> float:
+    """The longest a client may go on re-sending one command: each try may wait its socket
+    timeout and a backoff. A call's reply is kept this long (and a little more) for a retry."""
+    timeout = client.connection_pool.connection_kwargs.get("socket_timeout") or 10.0
+    retry = client.get_retry()
+    retries = retry.get_retries() if retry is not None else 0
+    return (retries + 1) * (float(timeout) + _BACKOFF_CAP_SECONDS) + 10.0
 
 
 async def call(awaitable: Awaitable[_T]) -> _T:

@@ -41,7 +41,14 @@ from crawlfleet.frontier.bloom import (
     native_estimate,
     native_reserve_capacity,
 )
-from crawlfleet.frontier.connection import call, check_epoch, close_quietly, connect, translate
+from crawlfleet.frontier.connection import (
+    call,
+    check_epoch,
+    close_quietly,
+    connect,
+    retry_window_seconds,
+    translate,
+)
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.models import (
     Admission,
@@ -148,10 +155,26 @@ class Frontier:
         self.robots = RobotsCache(client, keys, scripts, epoch=epoch)
         self._keys = keys.script_keys()
         self._prefix = keys.prefix
+        self._reply_keep_ms = round(retry_window_seconds(client) * 1000)
 
     async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
         """Run one script with the job's keys, prefix and epoch; one round trip per change."""
         return await call(script(keys=self._keys, args=[self._prefix, self.epoch, *args]))
+
+    async def _run_once(
+        self, script: AsyncScript, *args: str | int | bytes, call_id: str | None = None
+    ) -> Any:
+        """Run a state change that must not apply twice (scripts.ONCE_SCRIPTS) under a call
+        id: redis-py re-sends the same id after a lost connection, and the script answers a
+        call it has applied with its first reply. A caller that retries a failed call itself
+        passes the same ``call_id`` (:meth:`new_call_id`) to get the same guarantee."""
+        tagged = f"{self.epoch}/{call_id or self.new_call_id()}/{self._reply_keep_ms}"
+        return await call(script(keys=self._keys, args=[self._prefix, tagged, *args]))
+
+    @staticmethod
+    def new_call_id() -> str:
+        """An id for one state change, to send again with its retries (see :meth:`claim`)."""
+        return secrets.token_hex(8)
 
     async def _check_epoch(self, found: str | None) -> None:
         """FrontierLost unless ``found``, read in the caller's round trip, is our epoch."""
@@ -405,8 +428,19 @@ class Frontier:
 
     # -- leases ---------------------------------------------------------------------------
 
-    async def claim(self, worker: str, count: int, fetched: Sequence[str] = ()) -> list[Lease]:
+    async def claim(
+        self,
+        worker: str,
+        count: int,
+        fetched: Sequence[str] = (),
+        *,
+        call_id: str | None = None,
+    ) -> list[Lease]:
         """Lease up to ``count`` URLs from hosts that may be fetched now.
+
+        A claim applies once per ``call_id``: a caller that retries a claim that failed with
+        :class:`FrontierUnavailable` passes the failed call's id, and gets the leases it was
+        given if the first claim reached Redis (otherwise they would wait out their ttl).
 
         ``fetched`` names leases of this worker whose responses have arrived: their host
         slots are freed in the same round trip, before the new leases are chosen, while the
@@ -415,7 +449,9 @@ class Frontier:
         """
         if count <= 0 and not fetched:
             return []
-        raw = await self._run(self._scripts.claim, _worker_id(worker), max(0, count), *fetched)
+        raw = await self._run_once(
+            self._scripts.claim, _worker_id(worker), max(0, count), *fetched, call_id=call_id
+        )
         claimed_at, expires_at = int(raw[0]) / 1000.0, int(raw[1]) / 1000.0
         leases = []
         for token in raw[2:]:
@@ -438,7 +474,7 @@ class Frontier:
         """Complete leases; False for each the worker no longer owns (fenced out)."""
         if not lease_ids:
             return Outcomes()
-        raw = await self._run(self._scripts.ack, _worker_id(worker), *lease_ids)
+        raw = await self._run_once(self._scripts.ack, _worker_id(worker), *lease_ids)
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
     async def fail(self, worker: str, failures: Sequence[Failure]) -> Outcomes[FailOutcome]:
@@ -454,7 +490,7 @@ class Frontier:
                 f.failure_class,
                 f.message[:2000],
             )
-        raw = await self._run(self._scripts.fail, *args)
+        raw = await self._run_once(self._scripts.fail, *args)
         return Outcomes.of(raw[0], (FailOutcome(code) for code in raw[1:]))
 
     async def extend(
@@ -471,7 +507,7 @@ class Frontier:
         """Give leases back without counting an attempt (graceful shutdown)."""
         if not lease_ids:
             return Outcomes()
-        raw = await self._run(self._scripts.release, _worker_id(worker), *lease_ids)
+        raw = await self._run_once(self._scripts.release, _worker_id(worker), *lease_ids)
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
     async def requeue_expired(self, limit: int = 10_000) -> Requeued:
@@ -479,12 +515,14 @@ class Frontier:
 
         URLs past ``taskAttempts`` go to the dead-letter set instead, counted apart.
         """
-        requeued, dead, at_ms = await self._run(self._scripts.requeue, "expired", limit)
+        requeued, dead, at_ms = await self._run_once(self._scripts.requeue, "expired", limit)
         return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 
     async def requeue_owner(self, worker: str) -> Requeued:
         """Return every lease of a worker known to be gone (attempt counted)."""
-        requeued, dead, at_ms = await self._run(self._scripts.requeue, "owner", _worker_id(worker))
+        requeued, dead, at_ms = await self._run_once(
+            self._scripts.requeue, "owner", _worker_id(worker)
+        )
         return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 
     async def set_host_delay(self, host: str, delay_seconds: float | None) -> None:

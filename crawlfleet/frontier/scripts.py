@@ -14,6 +14,10 @@ must still be able to turn backpressure on. ``contains`` is ``no-writes``. The r
 enqueue, add_if_new, robots_lock, robots_store) may grow memory without bound, so Redis refuses them
 whole, before their first write, when it is past ``maxmemory``.
 
+Claims, acks, fails, releases and requeues apply at most once per call (``ONCE_SCRIPTS``):
+redis-py re-sends a command after a connection error, and a script that ran before the
+connection broke would otherwise run again (a second claim, whose leases nobody knows of).
+
 Redis 6 knows no shebang; there the scripts run bare, and Redis checks memory at a script's
 first write instead: a removal passes, a write that may grow memory is refused. The
 scripts that must pass start with a removal where they can (ack, fail, release, requeue
@@ -31,7 +35,7 @@ from typing import Final
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-__all__ = ["SCRIPT_FLAGS", "SCRIPT_NAMES", "Scripts", "script_source"]
+__all__ = ["ONCE_SCRIPTS", "SCRIPT_FLAGS", "SCRIPT_NAMES", "Scripts", "script_source"]
 
 SCRIPT_NAMES = (
     "init",
@@ -75,11 +79,20 @@ SCRIPT_FLAGS: Final[dict[str, str]] = {
 }
 
 
+#: The state changes a client's retry must not apply twice: each runs inside lib.lua's
+#: ``once()``, keyed by the call id the caller sends after the epoch (frontier.py).
+ONCE_SCRIPTS: Final = frozenset({"claim", "ack", "fail", "release", "requeue"})
+
+
 @cache
 def script_source(name: str, *, flagged: bool = True) -> str:
-    """The full source of one script: its shebang (``flagged``), lib.lua, then the script."""
+    """The full source of one script: its shebang (``flagged``), lib.lua, then the script
+    (as the body of a function that ``once()`` runs, for :data:`ONCE_SCRIPTS`)."""
     lua = files("crawlfleet.frontier").joinpath("lua")
-    body = lua.joinpath("lib.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    script = lua.joinpath(f"{name}.lua").read_text()
+    if name in ONCE_SCRIPTS:
+        script = f"local function apply()\n{script}\nend\nreturn once(apply)\n"
+    body = lua.joinpath("lib.lua").read_text() + "\n" + script
     if not flagged:
         return body
     flags = SCRIPT_FLAGS[name]

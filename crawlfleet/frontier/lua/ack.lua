@@ -1,4 +1,5 @@
 -- ack.lua: complete leases the worker still owns (fencing: anyone else's ack is refused).
+-- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
 -- ARGV: [1] prefix, [2] epoch, [3] worker id, then lease tokens.
 -- Returns the server time (ms) it applied at, then per id 1 (acked) or 0 (not the owner's
 -- any more: expired, requeued or reassigned).
@@ -21,4 +22,4 @@ if done > 0 then
   redis.call('HINCRBY', K.stats, 'leased', -done)
   redis.call('HINCRBY', K.stats, 'crawled', done)
 end
-return result
+return result, done > 0

@@ -1,4 +1,5 @@
 -- claim.lua: lease up to n URLs to a worker from hosts whose next allowed time has come.
+-- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
 -- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] n, then tokens of the worker's leases whose
 -- responses have arrived since its last claim: their host slots are freed first (see
 -- mark_fetched).
@@ -50,9 +51,9 @@ end
 local out = {now, expires}
 local remaining = n
 local expiries = {}
-if n <= 0 then return out end
+if n <= 0 then return out, false end
 local hosts = redis.call('ZRANGEBYSCORE', K.ready, '-inf', now, 'LIMIT', 0, n)
-if #hosts == 0 then return out end -- an idle poll writes nothing
+if #hosts == 0 then return out, false end -- an idle poll writes nothing
 local next_id = nil -- lease ids are reserved at the first URL popped
 for _, host in ipairs(hosts) do
   if remaining <= 0 then break end
@@ -91,4 +92,4 @@ if #expiries > 0 then
   redis.call('HINCRBY', K.stats, 'leased', taken)
   if tokens then redis.call('HSET', K.stats, 'claim_tokens', tokens - taken, 'claim_tokens_ms', now) end
 end
-return out
+return out, #expiries > 0

@@ -1,4 +1,5 @@
 -- fail.lua: record failed attempts of leases the worker still owns.
+-- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
 -- ARGV: [1] prefix, [2] epoch, [3] worker id, then 5 values per lease:
 --       lease token, retryable '1'|'0', retry delay ms, failure class, message.
 -- A retryable failure under taskAttempts goes to the delayed set (or straight back to its
@@ -43,4 +44,4 @@ if failed > 0 then
   if delayed > 0 then redis.call('HINCRBY', K.stats, 'delayed', delayed) end
   if queued > 0 then redis.call('HINCRBY', K.stats, 'queued', queued) end
 end
-return result
+return result, failed > 0

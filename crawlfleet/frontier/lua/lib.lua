@@ -7,6 +7,8 @@
 -- every script but init reads the job's settings through settings(), which raises
 -- FRONTIER_LOST when K.meta is missing or holds another epoch, so no script ever runs on
 -- settings it made up, and a handle of a frontier that was re-created cannot touch the new one.
+-- A call id after the epoch makes a state change apply at most once however often the same
+-- call is sent (a client's retry after a lost connection re-sends it whole): see once().
 --
 -- A task is one string: "<attempts>\t<depth>\t<url>\t<parent>". A lease is one member of
 -- K.leases, "<lease number>\t<owner>\t@<fetch deadline ms>\t<task>", scored by its expiry:
@@ -35,7 +37,9 @@ local K = {
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
   held = KEYS[11],
 }
-local PREFIX, EPOCH = ARGV[1], ARGV[2]
+local PREFIX = ARGV[1]
+-- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>" for a script run through once().
+local EPOCH, CALL, KEEP_MS = string.match(ARGV[2], '^([^/]*)/?([^/]*)/?(%d*)$')
 local PARENT, SAME_HOST_PARENT = 94, 126 -- '^', '~': the bytes that start a parent entry
 
 local function now_ms()
@@ -535,4 +539,19 @@ local function native_multi(cmd, key, items)
     for i = 1, #r do out[#out + 1] = r[i] end
   end
   return out
+end
+
+-- Run a script's body (a function returning its reply and whether it changed anything) once
+-- per call id: the reply of a call that changed state is kept under "reply:<call id>" for
+-- KEEP_MS, and the same call sent again gets that reply instead of applying a second time
+-- (a second claim, a fail counted twice, an ack answered "not yours"). A call that changed
+-- nothing keeps nothing: running it again is as good as the first. No call id: run it.
+local function once(body)
+  if CALL == '' then return (body()) end
+  local key = PREFIX .. 'reply:' .. CALL
+  local kept = redis.call('GET', key)
+  if kept then return cjson.decode(kept) end
+  local reply, changed = body()
+  if changed then redis.call('SET', key, cjson.encode(reply), 'PX', tonumber(KEEP_MS)) end
+  return reply
 end

@@ -1,4 +1,5 @@
 -- release.lua: give leases back without counting an attempt (graceful shutdown).
+-- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
 -- ARGV: [1] prefix, [2] epoch, [3] worker id, then lease tokens.
 -- The task returns to the front of its depth in its host's queue.
 -- Returns the server time (ms), then 1 (released) / 0 (not the owner's) per id.
@@ -28,4 +29,4 @@ if released > 0 then
   redis.call('HINCRBY', K.stats, 'queued', released)
   redis.call('HINCRBY', K.stats, 'released', released)
 end
-return result
+return result, released > 0

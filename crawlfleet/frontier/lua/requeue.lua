@@ -1,4 +1,5 @@
 -- requeue.lua: return leases whose holder is gone: expired ones, or all of one owner's.
+-- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
 -- ARGV: [1] prefix, [2] epoch, [3] mode 'expired'|'owner', [4] owner id (mode owner) or
 --       limit (expired).
 -- Each requeue counts an attempt (a page that kills its worker must not kill the fleet
@@ -38,4 +39,4 @@ if requeued + dead > 0 then
   redis.call('HINCRBY', K.stats, 'queued', requeued)
   if dead > 0 then redis.call('HINCRBY', K.stats, 'dead', dead) end
 end
-return {requeued, dead, now}
+return {requeued, dead, now}, requeued + dead > 0

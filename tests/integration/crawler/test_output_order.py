@@ -48,8 +48,15 @@ class OutputCheckingFrontier(Frontier):
 
     log: ClassVar[AckLog]
 
-    async def claim(self, worker: str, count: int, fetched: Sequence[str] = ()) -> list[Lease]:
-        leases = await super().claim(worker, count, fetched)
+    async def claim(
+        self,
+        worker: str,
+        count: int,
+        fetched: Sequence[str] = (),
+        *,
+        call_id: str | None = None,
+    ) -> list[Lease]:
+        leases = await super().claim(worker, count, fetched, call_id=call_id)
         self.log.claimed.update((lease.lease_id, lease.url) for lease in leases)
         return leases
 
