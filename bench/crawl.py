@@ -17,6 +17,11 @@ test site when nginx is missing) and crawls it to the end with:
 - ``raw_loop``: a bare fetch + parse loop with the same HTTP client and link parser and a
   Python set for dedup, no Redis: the ceiling we measure the worker against.
 
+``--memory-ab N`` measures only what the worker's memory budget (crawler/memory.py) costs:
+N rounds, each one worker with the budget off (``CRAWLFLEET_MEMORY_LIMIT_BYTES=0``) and one
+with the default, in alternating order, reporting the medians and their ratio. Peers in the
+same run, so the machine's load moves both.
+
 Rates are pages per second of wall time, process start-up included for both crawlers. CPU
 time per page (user + system of the crawler's own processes, start-up included; the raw loop's
 in-process) is reported beside them: on a shared machine wall rates swing with whatever else
@@ -31,6 +36,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,8 +110,10 @@ async def crawlfleet_rate(
     name: str,
     tmp: Path,
     extra: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[float, int, float]:
-    """Pages/s of ``workers`` worker processes, pages crawled, and their CPU seconds."""
+    """Pages/s of ``workers`` worker processes, pages crawled, and their CPU seconds;
+    ``extra`` is added to the job's spec, ``env`` to the workers' environment."""
     document = job_document(name, setup, extra)
     job_file = tmp / f"{name}.yaml"
     job_file.write_text(yaml.safe_dump(document))
@@ -128,7 +136,8 @@ async def crawlfleet_rate(
                 f"{name}-{i}",
                 "--out",
                 str(out),
-            ]
+            ],
+            env={**os.environ, **(env or {})},
         )
         for i in range(workers)
     ]
@@ -231,12 +240,67 @@ def report(
     results[f"{key}_cpu_ms_per_page"] = cpu_ms
 
 
+#: The worker's environment with its memory budget off, and with the default.
+_BUDGETS: dict[str, dict[str, str]] = {
+    "no_budget": {"CRAWLFLEET_MEMORY_LIMIT_BYTES": "0"},
+    "budget": {},
+}
+
+
+async def memory_budget_ab(
+    setup: dict[str, Any], redis_url: str, rounds: int, tmp: Path
+) -> dict[str, Any]:
+    """One worker with and without its memory budget, ``rounds`` times, order alternating."""
+    rates: dict[str, list[float]] = {name: [] for name in _BUDGETS}
+    cpu: dict[str, list[float]] = {name: [] for name in _BUDGETS}
+    for round_ in range(rounds):
+        order = list(_BUDGETS) if round_ % 2 == 0 else list(reversed(_BUDGETS))
+        for name in order:
+            rate, pages, seconds = await crawlfleet_rate(
+                setup,
+                redis_url,
+                1,
+                f"{name.replace('_', '-')}-{round_}",
+                tmp,
+                env=_BUDGETS[name],
+            )
+            rates[name].append(rate)
+            cpu[name].append(1000 * seconds / pages)
+            print(f"round {round_ + 1} {name + ':':<12}{rate:8.0f} pages/s, "
+                  f"{cpu[name][-1]:.2f} ms CPU/page")  # fmt: skip
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    ratio = medians["budget"] / medians["no_budget"]
+    print(f"median budget / no budget: {ratio:.3f} (target >= 0.95)")
+    return {
+        "memory_ab_rounds": rounds,
+        "memory_ab_pages_per_s": rates,
+        "memory_ab_cpu_ms_per_page": cpu,
+        "memory_ab_ratio": ratio,
+        "memory_ab_cpu_ratio": statistics.median(cpu["budget"])
+        / statistics.median(cpu["no_budget"]),
+    }
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller site; under 90 s")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument(
+        "--memory-ab", type=int, default=0, metavar="N",
+        help="only the memory budget's cost: N rounds of one worker without and with it",
+    )  # fmt: skip
     args = parser.parse_args()
     pages_per_host = 1500 if args.quick else 5000
+    if args.memory_ab:
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            with StaticSite(HOSTS, pages_per_host, tmp / "site") as setup:
+                with RedisServer(tmp / "redis") as redis:
+                    results = await memory_budget_ab(setup, redis.url, args.memory_ab, tmp)
+                results.update(pages=setup["pages"], quick=args.quick, site_server=setup["server"])
+        if args.json:
+            print(json.dumps(results, sort_keys=True))
+        return
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         with StaticSite(HOSTS, pages_per_host, tmp / "site") as setup:
