@@ -679,6 +679,22 @@ async def test_total_deadline_covers_everything(
     assert 0.5 < time.monotonic() - started < 1.5
 
 
+async def test_a_leases_deadline_ends_the_fetch_before_the_total_timeout(
+    make_fetcher: MakeFetcher, fresh_site: TestSite
+) -> None:
+    # The lease's fetch deadline (counted from its claim) binds when it comes first; one that
+    # has passed sends nothing at all: the frontier no longer counts the host slot.
+    fetcher = make_fetcher()
+    now = asyncio.get_running_loop().time()
+    result = await fetcher.fetch(fresh_site.url(0, "/hang"), deadline=now + 0.3)
+    assert result.failure is FailureClass.TIMEOUT
+    assert "counted from the lease's claim" in result.message
+    assert result.elapsed_seconds < 1.0
+    late = await fetcher.fetch(fresh_site.url(0, "/"), deadline=now)
+    assert late.failure is FailureClass.TIMEOUT
+    assert [r.path for r in fresh_site.all_requests()] == ["/hang"]
+
+
 # -- SSRF -------------------------------------------------------------------------------------
 
 
