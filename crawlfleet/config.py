@@ -206,6 +206,11 @@ class OperatorConfig:
     #: Seeded and nothing left for this long: the job is complete. Longer than a run's zero,
     #: since the operator reads the counters through a network that may lag behind.
     completion_grace_seconds: float = field(default=5.0, metadata=_env("COMPLETION_GRACE_SECONDS"))
+    #: How long one of the operator's own API calls keeps retrying a throttled (429), failing
+    #: (5xx) or unreachable API server, with backoff and its Retry-After, before the handler
+    #: gives up and kopf retries it later: an API server restart or a burst of load is ridden
+    #: out inside the call, so the decision it carries (a scale, a child) is not dropped.
+    api_retry_seconds: float = field(default=30.0, metadata=_env("API_RETRY_SECONDS"))
     #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy.
     operator_labels: Mapping[str, str] = field(
         default_factory=lambda: types.MappingProxyType(

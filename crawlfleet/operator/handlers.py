@@ -3,8 +3,8 @@
 Three paths, each idempotent:
 
 - ``ensure`` (create, update, resume): the children exist and match the spec. Fixed names,
-  ownerReferences through ``kopf.adopt``, create then patch on 409. A managed Redis's
-  password Secret is made once and never rewritten.
+  ownerReferences through ``kopf.adopt``, server-side apply (:meth:`Kube.ensure`). A managed
+  Redis's password Secret is made once and never rewritten.
 - ``tick`` (a timer per job): the one steering tick (:func:`crawlfleet.fleet.steer.tick`, the
   same code ``crawlfleet run`` uses) over the Kubernetes backend
   (:class:`~crawlfleet.operator.backend.KubeBackend`), then status. Between full ticks a
@@ -266,20 +266,22 @@ class CrawlJobOperator:
                 problem += await self._stop_workers(ref, was_writing_to)
             self._mark_not_durable(body, status, meta, patch, problem)
             return
-        manifests: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+        # (manifest, made once and never rewritten, fields handed over after creation)
+        manifests: list[tuple[dict[str, Any], bool, tuple[str, ...]]] = []
         if credentials is not None:
-            manifests.append((children.output_secret(ref, credentials), None))
+            manifests.append((children.output_secret(ref, credentials), False, ()))
         if parsed.redis.managed is not None:
             manifests.append(await self._redis_secret(ref))
             pvc = children.redis_pvc(ref, parsed)
             if pvc is not None:
-                manifests.append((pvc, {}))  # a claim's spec is immutable
-            manifests.append((children.redis_deployment(ref, parsed), None))
-            manifests.append((children.redis_service(ref), None))
-            manifests.append((children.network_policy(ref, dict(self.knobs.operator_labels)), None))
+                manifests.append((pvc, True, ()))  # a claim's spec is immutable
+            manifests.append((children.redis_deployment(ref, parsed), False, ()))
+            manifests.append((children.redis_service(ref), False, ()))
+            network_policy = children.network_policy(ref, dict(self.knobs.operator_labels))
+            manifests.append((network_policy, False, ()))
         elif parsed.redis.url is not None:
-            manifests.append((children.external_redis_secret(ref, parsed.redis.url), None))
-        manifests.append((children.config_map(ref, plan.spec), None))
+            manifests.append((children.external_redis_secret(ref, parsed.redis.url), False, ()))
+        manifests.append((children.config_map(ref, plan.spec), False, ()))
         workers = children.worker_deployment(
             ref,
             plan.spec,
@@ -288,17 +290,16 @@ class CrawlJobOperator:
             drain=self.config.worker.drain,
             output_dir=plan.folder,
         )
-        # Replicas belong to the tick (or to kubectl scale / an HPA): never reset them here.
-        workers_patch = {key: value for key, value in workers.items() if key != "spec"}
-        workers_patch["spec"] = {k: v for k, v in workers["spec"].items() if k != "replicas"}
-        manifests.append((workers, workers_patch))
-        manifests.append((children.metrics_service(ref), None))
-        for manifest, patch_body in manifests:
+        # Replicas belong to the tick (or to kubectl scale / an HPA): set only at creation.
+        manifests.append((workers, False, ("spec.replicas",)))
+        manifests.append((children.metrics_service(ref), False, ()))
+        for manifest, once, handed_over in manifests:
             kopf.adopt(manifest, owner=body)
-            if patch_body:
-                kopf.adopt(patch_body, owner=body)
             try:
-                created = await self.kube.ensure(manifest, patch=patch_body)
+                if once:
+                    created = await self.kube.create(manifest)
+                else:
+                    created = await self.kube.ensure(manifest, handed_over=handed_over)
             except KubeError as error:
                 raise _retry_later(error) from error
             if created:
@@ -362,11 +363,12 @@ class CrawlJobOperator:
         """No durable place for the output: the job waits (Pending), nothing is created."""
         self._mark(body, status, meta, patch, message, "OutputNotDurable", "Pending")
 
-    async def _redis_secret(self, ref: JobRef) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The managed Redis's Secret: a new password, or the one it has, never rotated.
+    async def _redis_secret(self, ref: JobRef) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
+        """The managed Redis's Secret: a new password (created once: should the read have
+        missed a Secret, the create leaves it alone), or the one it has, never rotated.
 
         A Secret made by an earlier version may hold only the password: the keys derived from
-        it (the config line Redis includes, the workers' URL) are patched in beside it.
+        it (the config line Redis includes, the workers' URL) are applied beside it.
         """
         try:
             kept = await self.kube.secret_value(
@@ -375,7 +377,7 @@ class CrawlJobOperator:
         except KubeError as error:
             raise _retry_later(error) from error
         manifest = children.redis_secret(ref, kept or secrets.token_hex(24))
-        return manifest, {"stringData": manifest["stringData"]} if kept else {}
+        return manifest, kept is None, ()
 
     def _mark_invalid(
         self,

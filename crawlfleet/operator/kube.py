@@ -2,8 +2,33 @@
 
 kopf watches and posts status through its own aiohttp client; the children are created and
 steered here over the same library, with credentials from the same login (:func:`login`).
-The official ``kubernetes`` client would add its generated models' memory (docs/benchmarks.md)
-and a thread per blocking call for the REST calls below, so the operator does not use it.
+The official ``kubernetes`` client would add its generated models' memory, and kr8s or
+lightkube their own HTTP stack beside kopf's (docs/benchmarks.md has the measurement), for the
+handful of REST calls below, so the operator keeps this one.
+
+What rides out a busy API server, and why each retry is safe:
+
+- **Retries.** No answer (a refused or reset connection, a timeout), 429 and 5xx are retried
+  with exponential backoff (±30 % jitter), the server's ``Retry-After`` honoured, for at most
+  ``retry_budget_seconds`` per call (:attr:`~crawlfleet.config.OperatorConfig.api_retry_seconds`);
+  after that the :class:`KubeError` goes to the handler, which hands kopf the delay. Every call
+  the operator makes may run twice: GET reads; DELETE of a fixed name answers 404 the second
+  time, which the callers already take for "gone"; server-side apply is declarative (the same
+  configuration applied twice is the same object); the scale patch sets an absolute replica
+  count; and the one POST (:meth:`Kube.create`, for objects made once and never rewritten)
+  names its object, so a repeat answers 409, which is "it exists". A 4xx other than 429 is a
+  decision (RBAC, validation) and is never retried.
+- **One re-login.** A 401 (a rotated service-account token, an expired plugin token) retires
+  the connection it came on and logs in again once for all the calls that hit it at the same
+  time; a retired session is closed only after its last call is done, never under one.
+- **Exec credentials** carry their ``expirationTimestamp``: a connection is replaced shortly
+  before it, instead of waiting for the first 401 (kopf does the same for its own calls from
+  the same login).
+- **Server-side apply** (``fieldManager: crawlfleet``, forced: the operator owns its children's
+  fields) instead of strategic-merge patches of whole manifests: a field the operator no longer
+  sets is removed, so a volume that changes type (emptyDir to a claim) is a clean rollout
+  instead of a 422 for "more than one volume type". Fields of other managers (an HPA's
+  replicas, a user's annotation) are left alone.
 """
 
 from __future__ import annotations
@@ -12,9 +37,14 @@ import asyncio
 import base64
 import dataclasses
 import json
+import logging
 import os
+import random
 import subprocess
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import aiohttp
@@ -23,15 +53,30 @@ import yaml
 
 from crawlfleet.errors import KubeError
 
-__all__ = ["Kube", "KubeError", "login"]
+__all__ = ["FIELD_MANAGER", "HANDOVER_MANAGER", "Kube", "KubeError", "login"]
+
+log = logging.getLogger(__name__)
 
 Manifest = dict[str, Any]
 Login = Callable[[], kopf.ConnectionInfo]
 
-_TIMEOUT: Final = aiohttp.ClientTimeout(total=30)
-# The built-in kinds take a strategic merge patch (lists of containers merge by name, as
-# `kubectl apply` does); the scale subresource and custom objects only a JSON merge patch.
-_STRATEGIC: Final = "application/strategic-merge-patch+json"
+#: The field manager of everything the operator applies (``kubectl get -o yaml
+#: --show-managed-fields`` shows it).
+FIELD_MANAGER: Final = "crawlfleet"
+#: The manager that keeps fields the operator sets once and then leaves to others (a worker
+#: Deployment's replicas, which the tick, ``kubectl scale`` or an HPA move afterwards).
+HANDOVER_MANAGER: Final = "crawlfleet-handover"
+
+#: One attempt; a call's retries together get ``retry_budget_seconds``.
+_ATTEMPT_TIMEOUT: Final = aiohttp.ClientTimeout(total=15, sock_connect=5)
+_RETRY_BASE_SECONDS: Final = 0.25
+_RETRY_FACTOR: Final = 2.0
+_RETRY_MAX_SECONDS: Final = 5.0
+_RETRY_JITTER: Final = 0.3
+#: A connection whose credentials expire within this many seconds is replaced first.
+_EXPIRY_MARGIN_SECONDS: Final = 30.0
+_APPLY: Final = "application/apply-patch+yaml"  # JSON is YAML
+# The scale subresource takes a JSON merge patch.
 _MERGE: Final = "application/merge-patch+json"
 
 # kind → (API group path, plural) for what the operator creates.
@@ -99,7 +144,21 @@ def _with_exec_credential(info: kopf.ConnectionInfo) -> kopf.ConnectionInfo:
         token=status.get("token"),
         certificate_data=status.get("clientCertificateData"),
         private_key_data=status.get("clientKeyData"),
+        expiration=_timestamp(status.get("expirationTimestamp")),
     )
+
+
+def _timestamp(value: object) -> datetime | None:
+    """An ExecCredential's RFC 3339 ``expirationTimestamp`` (None: it does not expire)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as error:
+        raise kopf.LoginError(
+            f"kubeconfig exec plugin: expirationTimestamp {value!r} is not an RFC 3339 time"
+        ) from error
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _current_kubeconfig_user() -> dict[str, Any]:
@@ -120,36 +179,87 @@ def _current_kubeconfig_user() -> dict[str, Any]:
     return found
 
 
-class Kube:
-    """Create-or-patch of children, and the reads and writes the fleet brain's backend needs.
+@dataclass(eq=False)
+class _Connection:
+    """One login's session, and the calls using it (a retired one closes after the last)."""
 
-    One aiohttp session per process, opened at the first call; a 401 (a rotated service
-    account token, an expired plugin token) logs in again and retries once.
+    session: aiohttp.ClientSession
+    server: str
+    #: time.time() at which the credentials expire; None: they do not say.
+    expires_at: float | None
+    calls: int = 0
+    retired: bool = False
+
+    def expiring(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at - _EXPIRY_MARGIN_SECONDS
+
+
+class Kube:
+    """Apply of children, and the reads and writes the fleet brain's backend needs.
+
+    One aiohttp session per login, opened at the first call and shared by every call until a
+    401 or the credentials' expiry replaces it (the module docstring has the retry rules).
     """
 
-    def __init__(self, credentials: Login = login) -> None:
+    def __init__(self, credentials: Login = login, *, retry_budget_seconds: float = 30.0) -> None:
         self._login = credentials
-        self._session: aiohttp.ClientSession | None = None
-        self._server = ""
+        self._retry_budget_seconds = retry_budget_seconds
+        self._current: _Connection | None = None
         self._lock = asyncio.Lock()
+        #: How many times this client logged in (one per credentials' lifetime, ideally).
+        self.logins = 0
 
-    async def _connect(self) -> aiohttp.ClientSession:
+    async def _acquire(self) -> _Connection:
         async with self._lock:
-            if self._session is None:
-                info = await asyncio.to_thread(self._login)
-                self._server = info.server.rstrip("/")
-                self._session = aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(ssl=info.as_ssl_context(), limit=16),
-                    headers=info.as_http_headers(),
-                    timeout=_TIMEOUT,
-                )
-            return self._session
+            current = self._current
+            if current is None or current.expiring(time.time()):
+                if current is not None:
+                    await self._retire(current)
+                current = self._current = await self._connect()
+            current.calls += 1
+            return current
+
+    async def _connect(self) -> _Connection:
+        info = await asyncio.to_thread(self._login)
+        self.logins += 1
+        expiration = info.expiration
+        if expiration is not None and expiration.tzinfo is None:
+            expiration = expiration.replace(tzinfo=UTC)  # kopf's convention: naive is UTC
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=info.as_ssl_context(), limit=16),
+            headers=info.as_http_headers(),
+            timeout=_ATTEMPT_TIMEOUT,
+        )
+        return _Connection(
+            session,
+            info.server.rstrip("/"),
+            None if expiration is None else expiration.timestamp(),
+        )
+
+    async def _release(self, connection: _Connection) -> None:
+        connection.calls -= 1
+        if connection.retired and connection.calls == 0:
+            await connection.session.close()
+
+    async def _retire(self, connection: _Connection) -> None:
+        """No new call uses it; it closes when its last call is done (now, if none is)."""
+        if self._current is connection:
+            self._current = None
+        if not connection.retired:
+            connection.retired = True
+            if connection.calls == 0:
+                await connection.session.close()
+
+    async def _refused(self, connection: _Connection) -> None:
+        """A 401 on ``connection``: the first call to see it retires it, and the next
+        :meth:`_acquire` logs in once for all of them."""
+        async with self._lock:
+            await self._retire(connection)
 
     async def close(self) -> None:
         async with self._lock:
-            if self._session is not None:
-                await self._session.close()
-                self._session = None
+            if self._current is not None:
+                await self._retire(self._current)
 
     async def request(
         self,
@@ -159,72 +269,126 @@ class Kube:
         *,
         content_type: str | None = None,
         missing_ok: bool = False,
+        query: Mapping[str, str] | None = None,
     ) -> Any:
-        """One API call; the decoded JSON answer, or :class:`KubeError` for an error status
-        (status 0 when no answer came at all).
+        """One API call, retried as the module docstring says; the decoded JSON answer, or
+        :class:`KubeError` for an error status (status 0 when no answer came at all).
 
         ``missing_ok``: a 404 answers None (reads of what may not exist yet, deletes and
         scales of what may be gone already).
         """
-        for attempt in (1, 2):
-            session = await self._connect()
-            headers = {"Content-Type": content_type or "application/json"}
-            data = None if body is None else json.dumps(body)
+        answer = await self._call(method, path, body, content_type, missing_ok, query)
+        return None if answer is None else answer[1]
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        content_type: str | None,
+        missing_ok: bool,
+        query: Mapping[str, str] | None,
+    ) -> tuple[int, Any] | None:
+        """(status, decoded answer), None for a tolerated 404; the retry loop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_budget_seconds
+        headers = {"Content-Type": content_type or "application/json"}
+        data = None if body is None else json.dumps(body)
+        relogged = False
+        for attempt in _attempts():
+            connection = await self._acquire()
             try:
-                async with session.request(
-                    method, self._server + path, data=data, headers=headers
+                async with connection.session.request(
+                    method, connection.server + path, data=data, headers=headers, params=query
                 ) as response:
-                    if response.status == 401 and attempt == 1:
-                        await self._forget(session)
-                        continue
-                    if response.status == 404 and missing_ok:
-                        return None
-                    text = await response.text()
-                    if response.status >= 400:
-                        raise KubeError(
-                            response.status,
-                            method,
-                            path,
-                            _message(text),
-                            _retry_after(response.headers.get("Retry-After")),
-                        )
-                    return json.loads(text) if text else None
+                    status, text = response.status, await response.text()
+                    retry_after = _retry_after(response.headers.get("Retry-After"))
             except (aiohttp.ClientError, TimeoutError) as error:
                 # No answer at all (connection refused or reset, a timeout): status 0.
-                raise KubeError(0, method, path, f"no answer: {error!r}") from error
+                failure = KubeError(0, method, path, f"no answer: {error!r}")
+                failure.__cause__ = error
+            else:
+                if status == 401 and not relogged:
+                    relogged = True
+                    await self._refused(connection)
+                    continue
+                if status == 404 and missing_ok:
+                    return None
+                if status < 400:
+                    return status, json.loads(text) if text else None
+                message, hinted = _status_message(text)
+                failure = KubeError(status, method, path, message, retry_after or hinted)
+            finally:
+                await self._release(connection)
+            if not failure.transient:
+                raise failure
+            delay = _delay(attempt, failure.retry_after_seconds)
+            if loop.time() + delay > deadline:
+                raise failure
+            log.info("Kubernetes API %s; retrying in %.1f s", failure, delay)
+            await asyncio.sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _forget(self, session: aiohttp.ClientSession) -> None:
-        async with self._lock:
-            if self._session is session:
-                self._session = None
-        await session.close()
-
-    async def ensure(self, manifest: Manifest, *, patch: Manifest | None = None) -> bool:
-        """Create ``manifest``; when it exists (409), patch it with ``patch`` (default: itself).
-
-        ``patch={}`` leaves an existing object alone (a Secret holding a generated password).
-        Returns True when the object was created.
-        """
+    def _object_path(self, manifest: Manifest) -> str:
         group, plural = _KINDS[manifest["kind"]]
-        collection = f"{group}/namespaces/{manifest['metadata']['namespace']}/{plural}"
+        meta = manifest["metadata"]
+        return f"{group}/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+
+    async def create(self, manifest: Manifest) -> bool:
+        """Create an object that is made once and never rewritten (a Secret holding a generated
+        password, a claim whose spec is immutable); False when it exists already (409), also
+        when an earlier attempt of this very call made it."""
+        collection = self._object_path(manifest).rsplit("/", 1)[0]
         try:
-            await self.request("POST", collection, manifest)
-            return True
+            await self.request("POST", collection, manifest, query={"fieldManager": FIELD_MANAGER})
         except KubeError as error:
             if error.status != 409:
                 raise
-        body = manifest if patch is None else patch
-        if body:
-            path = f"{collection}/{manifest['metadata']['name']}"
-            await self.request("PATCH", path, body, content_type=_STRATEGIC)
-        return False
+            return False
+        return True
+
+    async def apply(self, manifest: Manifest, *, field_manager: str = FIELD_MANAGER) -> bool:
+        """Server-side apply, forced (the operator owns these fields); True when it created
+        the object."""
+        query = {"fieldManager": field_manager, "force": "true"}
+        answer = await self._call(
+            "PATCH", self._object_path(manifest), manifest, _APPLY, False, query
+        )
+        return answer is not None and answer[0] == 201
+
+    async def ensure(self, manifest: Manifest, *, handed_over: Iterable[str] = ()) -> bool:
+        """The object exists and its operator-owned fields are ``manifest``'s; True when made.
+
+        ``handed_over``: dotted paths (``spec.replicas``) the operator sets only when it
+        creates the object. They are applied once with the new object and kept by
+        :data:`HANDOVER_MANAGER`, so the later applies, which leave them out, do not reset
+        them; whoever changes them after (the tick's scale, an HPA) owns them.
+        """
+        paths = [path.split(".") for path in handed_over]
+        if not paths:
+            return await self.apply(manifest)
+        if await self.request("GET", self._object_path(manifest), missing_ok=True) is not None:
+            return await self.apply(_without(manifest, paths))
+        created = await self.apply(manifest)
+        await self.apply(_only(manifest, paths), field_manager=HANDOVER_MANAGER)
+        return created
 
     async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
         secret = await self.request("GET", path, missing_ok=True)
         value = ((secret or {}).get("data") or {}).get(key)
         return None if value is None else base64.b64decode(value).decode()
+
+    async def config_map_value(self, namespace: str, name: str, key: str) -> bytes | None:
+        """A ConfigMap's ``data`` (as UTF-8) or ``binaryData`` entry; None when either is
+        missing."""
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        found = await self.request("GET", path, missing_ok=True) or {}
+        text = (found.get("data") or {}).get(key)
+        if text is not None:
+            return str(text).encode()
+        binary = (found.get("binaryData") or {}).get(key)
+        return None if binary is None else base64.b64decode(binary)
 
     async def service_cluster_ip(self, namespace: str, name: str) -> str | None:
         path = f"/api/v1/namespaces/{namespace}/services/{name}"
@@ -234,9 +398,11 @@ class Kube:
 
     async def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
         path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale"
-        # Gone already (deleted with its job): nothing to scale.
+        # Gone already (deleted with its job): nothing to scale. An absolute count: a retry
+        # of a patch that landed sets the same number again.
         body = {"spec": {"replicas": replicas}}
-        await self.request("PATCH", path, body, content_type=_MERGE, missing_ok=True)
+        query = {"fieldManager": FIELD_MANAGER}
+        await self.request("PATCH", path, body, content_type=_MERGE, missing_ok=True, query=query)
 
     async def delete_pod(self, namespace: str, name: str) -> None:
         path = f"/api/v1/namespaces/{namespace}/pods/{name}"
@@ -247,6 +413,51 @@ class Kube:
         await self.request("DELETE", path, missing_ok=True)
 
 
+def _attempts() -> Iterable[int]:
+    attempt = 0
+    while True:
+        attempt += 1
+        yield attempt
+
+
+def _delay(attempt: int, retry_after_seconds: float | None) -> float:
+    """The wait before attempt ``attempt + 1``: the server's word if it gave one, else an
+    exponential backoff with jitter, so a hundred jobs' calls do not come back together."""
+    if retry_after_seconds is not None:
+        return retry_after_seconds
+    backoff = min(_RETRY_MAX_SECONDS, _RETRY_BASE_SECONDS * _RETRY_FACTOR ** (attempt - 1))
+    return backoff * random.uniform(1 - _RETRY_JITTER, 1 + _RETRY_JITTER)
+
+
+def _without(manifest: Manifest, paths: list[list[str]]) -> Manifest:
+    """A copy of ``manifest`` without the fields at ``paths``."""
+    copy: Manifest = json.loads(json.dumps(manifest))
+    for path in paths:
+        parent = copy
+        for key in path[:-1]:
+            parent = parent.get(key) or {}
+        parent.pop(path[-1], None)
+    return copy
+
+
+def _only(manifest: Manifest, paths: list[list[str]]) -> Manifest:
+    """The object's identity and the fields at ``paths``: an apply configuration of them."""
+    meta = manifest["metadata"]
+    only: Manifest = {
+        "apiVersion": manifest["apiVersion"],
+        "kind": manifest["kind"],
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+    }
+    for path in paths:
+        source: Any = manifest
+        target = only
+        for key in path[:-1]:
+            source = source[key]
+            target = target.setdefault(key, {})
+        target[path[-1]] = source[path[-1]]
+    return only
+
+
 def _retry_after(value: str | None) -> float | None:
     """A Retry-After in seconds (the API server sends whole seconds, never a date)."""
     try:
@@ -255,10 +466,16 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def _message(text: str) -> str:
-    """The ``message`` of a Kubernetes Status answer, else the raw text (shortened)."""
+def _status_message(text: str) -> tuple[str, float | None]:
+    """The ``message`` of a Kubernetes Status answer (else the raw text, shortened), and its
+    ``details.retryAfterSeconds`` (the older form of Retry-After)."""
     try:
         status = json.loads(text)
     except ValueError:
-        return text[:500]
-    return str(status.get("message", text[:500])) if isinstance(status, dict) else text[:500]
+        return text[:500], None
+    if not isinstance(status, dict):
+        return text[:500], None
+    details = status.get("details")
+    hint = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    hinted = float(hint) if isinstance(hint, int | float) and hint >= 0 else None
+    return str(status.get("message", text[:500])), hinted

@@ -137,7 +137,7 @@ def run_operator(config: Config, *, all_namespaces: bool = False, standalone: bo
     _limit_malloc_arenas()
     registry = kopf.OperatorRegistry()
     metrics = OperatorMetrics()
-    kube = Kube(login)
+    kube = Kube(login, retry_budget_seconds=knobs.api_retry_seconds)
     operator = CrawlJobOperator(kube, config, metrics)
     operator.register(registry)
     kopf.on.startup(registry=registry)(

@@ -179,8 +179,11 @@ class OperatorProcess:
         log_dir: Path,
         *extra: str,
         peering: str | None = None,
+        kubeconfig: Path | None = None,
     ) -> None:
         self.cluster = cluster
+        #: Where the operator finds the API server (default: the cluster's own kubeconfig).
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.namespace = namespace
         self.peering = peering
         self.log_file = log_dir / f"operator-{namespace}-{os.getpid()}-{id(self)}.log"
@@ -192,7 +195,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         env = {
             **os.environ,
-            "KUBECONFIG": str(self.cluster.kubeconfig),
+            "KUBECONFIG": str(self.kubeconfig),
             "PYTHONPATH": str(REPO),
         }
         with open(self.log_file, "ab") as log:

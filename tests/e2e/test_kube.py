@@ -1,7 +1,9 @@
 """The operator's own API calls (crawlfleet.operator.kube) against the real kube-apiserver.
 
 The operator makes its children over aiohttp with kopf's credentials, not the official client;
-these tests pin the REST semantics it relies on: create → 409 → patch, 404 tolerated where
+these tests pin the REST semantics it relies on: server-side apply (a field the operator stops
+setting goes, others' fields stay, a volume may change type), create → 409 for objects made
+once, 404 tolerated where
 the operator means "already gone", other errors raised with the API server's message, a 401
 answered by one fresh login, and a kubeconfig whose user is an exec credential plugin.
 """
@@ -19,7 +21,11 @@ import kopf
 import pytest
 from kubernetes import client
 
-from crawlfleet.operator.kube import Kube, KubeError, login
+from crawlfleet.config import DrainConfig
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.operator import children
+from crawlfleet.operator.children import JobRef
+from crawlfleet.operator.kube import FIELD_MANAGER, Kube, KubeError, login
 from tests.e2e.cluster.client import Cluster
 
 
@@ -46,14 +52,56 @@ def config_map(namespace: str, data: dict[str, str]) -> dict[str, Any]:
     }
 
 
-async def test_ensure_creates_then_patches_and_can_leave_alone(
+async def test_ensure_applies_and_create_leaves_alone(
     kube: Kube, core: client.CoreV1Api, namespace: str
 ) -> None:
     assert await kube.ensure(config_map(namespace, {"a": "1"})) is True
     assert await kube.ensure(config_map(namespace, {"a": "2"})) is False
     assert core.read_namespaced_config_map("spec", namespace).data == {"a": "2"}
-    assert await kube.ensure(config_map(namespace, {"a": "3"}), patch={}) is False
+    assert await kube.create(config_map(namespace, {"a": "3"})) is False
     assert core.read_namespaced_config_map("spec", namespace).data == {"a": "2"}
+
+
+async def test_apply_drops_what_the_operator_no_longer_sets_and_keeps_what_others_set(
+    kube: Kube, core: client.CoreV1Api, namespace: str
+) -> None:
+    await kube.ensure(config_map(namespace, {"a": "1", "b": "2"}))
+    core.patch_namespaced_config_map(
+        "spec", namespace, {"metadata": {"annotations": {"someone/else": "x"}}}
+    )
+    await kube.ensure(config_map(namespace, {"a": "1"}))
+    found = core.read_namespaced_config_map("spec", namespace)
+    assert found.data == {"a": "1"}
+    assert found.metadata.annotations == {"someone/else": "x"}
+    managers = {entry.manager for entry in found.metadata.managed_fields}
+    assert FIELD_MANAGER in managers
+
+
+def _workers(namespace: str, output: dict[str, Any]) -> dict[str, Any]:
+    spec = CrawlJobSpec.from_mapping({"seeds": ["https://example.com/"], "output": output})
+    return children.worker_deployment(
+        JobRef(namespace, "job"), spec, replicas=0, image="none", drain=DrainConfig()
+    )
+
+
+async def test_an_output_volume_that_changes_type_is_a_clean_rollout(
+    kube: Kube, apps: client.AppsV1Api, namespace: str
+) -> None:
+    """emptyDir to a claim: a merge patch would keep both sources (422, "may not specify more
+    than 1 volume type"); the apply replaces the one the operator owns, and the replicas the
+    tick set meanwhile stay."""
+    assert await kube.ensure(_workers(namespace, {}), handed_over=["spec.replicas"]) is True
+    name = JobRef(namespace, "job").names.workers
+    assert apps.read_namespaced_deployment(name, namespace).spec.replicas == 0
+    await kube.scale_deployment(namespace, name, 3)
+    claim = {"ephemeral": True, "volume": {"persistentVolumeClaim": {"claimName": "out"}}}
+    assert await kube.ensure(_workers(namespace, claim), handed_over=["spec.replicas"]) is False
+    found = apps.read_namespaced_deployment(name, namespace)
+    (volume,) = [v for v in found.spec.template.spec.volumes if v.name == "output"]
+    assert volume.persistent_volume_claim.claim_name == "out"
+    assert volume.empty_dir is None
+    assert found.spec.replicas == 3
+    assert found.metadata.generation == 3  # created, scaled, rolled out
 
 
 async def test_reads_answer_none_for_missing_objects_and_values_for_present_ones(

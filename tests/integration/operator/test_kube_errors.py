@@ -2,7 +2,8 @@
 
 A real HTTP server on loopback plays an API server that throttles, fails and refuses (the
 answers Kubernetes gives: a Status object, Retry-After); a closed port is an API server that
-does not answer at all.
+does not answer at all. The client here has no retry budget: these are the errors a handler
+sees once the client's own retries (tests/integration/operator/test_kube_retries.py) are spent.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ async def api() -> AsyncIterator[str]:
 
 
 def _kube(server: str) -> Kube:
-    return Kube(lambda: kopf.ConnectionInfo(server=server))
+    return Kube(lambda: kopf.ConnectionInfo(server=server), retry_budget_seconds=0)
 
 
 async def _error(kube: Kube, path: str) -> KubeError:

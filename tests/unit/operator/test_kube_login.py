@@ -1,6 +1,12 @@
-"""Where the operator finds the API server from inside a pod (crawlfleet.operator.kube.login)."""
+"""How the operator logs in (crawlfleet.operator.kube.login): the API server's address from inside
+a pod, and an exec credential plugin's token with its expiry."""
 
 from __future__ import annotations
+
+import json
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
 
 import kopf
 import pytest
@@ -23,3 +29,56 @@ def test_in_a_pod_the_server_comes_from_the_service_environment(
     assert login().token == "t"
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     assert login().server == "https://kubernetes.default.svc"
+
+
+def _exec_kubeconfig(tmp_path: Path, status: dict[str, str]) -> Path:
+    """A kubeconfig whose user is an exec credential plugin printing ``status``."""
+    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential"}
+    plugin = tmp_path / "credential-plugin"
+    plugin.write_text(
+        f"#!/bin/sh\ncat <<'EOF'\n{json.dumps({**credential, 'status': status})}\nEOF\n"
+    )
+    plugin.chmod(plugin.stat().st_mode | stat.S_IXUSR)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"exec": {"command": str(plugin)}}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _no_service_account(monkeypatch: pytest.MonkeyPatch, kubeconfig: Path) -> None:
+    monkeypatch.setattr(kube_module.kopf, "login_with_service_account", lambda **_: None)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+
+
+def test_an_exec_credentials_expiration_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So the client (and kopf, from the same login) renews it before the API server refuses."""
+    status = {"token": "t", "expirationTimestamp": "2031-05-04T03:02:01Z"}
+    _no_service_account(monkeypatch, _exec_kubeconfig(tmp_path, status))
+    info = login()
+    assert info.token == "t"
+    assert info.expiration == datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC)
+
+
+def test_an_exec_credential_without_expiration_never_expires(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_service_account(monkeypatch, _exec_kubeconfig(tmp_path, {"token": "t"}))
+    assert login().expiration is None
+
+
+def test_an_unreadable_expiration_is_a_login_error_that_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status = {"token": "t", "expirationTimestamp": "next tuesday"}
+    _no_service_account(monkeypatch, _exec_kubeconfig(tmp_path, status))
+    with pytest.raises(kopf.LoginError, match="expirationTimestamp 'next tuesday'"):
+        login()
