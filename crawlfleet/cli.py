@@ -204,7 +204,7 @@ def _operator(args: argparse.Namespace, config: Config) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from crawlfleet.crawljob import load_crawljob
 
-    job = load_crawljob(args.job)
+    job = load_crawljob(args.job)  # a seedsFrom.file list is read and checked with it
     if job.spec.parser is not None:
         # Here, not in the model: the operator never imports user code (nor has it); the
         # workers that will run it do, and refuse to start without it.
@@ -212,6 +212,13 @@ def _validate(args: argparse.Namespace) -> int:
 
         load_parser(job.spec.parser)
     print(f"{args.job}: CrawlJob {job.metadata.namespace}/{job.metadata.name} is valid")
+    source = job.spec.seeds_from
+    if source is not None and source.config_map_key_ref is not None:
+        ref = source.config_map_key_ref
+        print(
+            f"  its seedsFrom list (ConfigMap {ref.name}, key {ref.key}) is checked by the"
+            " operator when the job starts"
+        )
     return 0
 
 

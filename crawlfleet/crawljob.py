@@ -33,10 +33,12 @@ so a field, default, bound, rule or description changes here and nowhere else.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -79,6 +81,7 @@ __all__ = [
     "KIND",
     "ConcurrencySpec",
     "Condition",
+    "ConfigMapKeyRef",
     "CrawlJob",
     "CrawlJobSpec",
     "CrawlJobStatus",
@@ -102,9 +105,12 @@ __all__ = [
     "S3Spec",
     "ScopeSpec",
     "SecretRef",
+    "SeedsFrom",
     "WorkersSpec",
     "load_crawljob",
     "parse_crawljob",
+    "parse_seed_list",
+    "read_seed_file",
 ]
 
 API_VERSION: Final = "crawlfleet.io/v1alpha1"
@@ -117,6 +123,13 @@ _MIB: Final = 1024 * 1024
 # Kubernetes object may hold, and 2,048 characters is the sitemaps protocol's URL limit.
 _MAX_SEEDS: Final = 10_000
 _MAX_SEED_LENGTH: Final = 2048
+# A seed list (seedsFrom) is read by crawlfleet, not stored by the API server: a million seeds
+# is ~10 s of validation and a gzip ConfigMap of a few MB at most; its text is capped before
+# it is split, so a decompression bomb costs nothing.
+_MAX_LISTED_SEEDS: Final = 1_000_000
+_MAX_SEED_LIST_BYTES: Final = 256 * 1024 * 1024
+_MAX_PATH_LENGTH: Final = 4096
+_GZIP_MAGIC: Final = b"\x1f\x8b"
 # The other bounds: each the largest value that still makes sense, so that a typo (an extra
 # zero, seconds written as milliseconds) is refused with its field instead of run, and no
 # number reaches Redis, Lua or a timer that it would overflow.
@@ -348,7 +361,9 @@ _NAMESPACE: Final = _Pattern(
     max_length=63,
 )
 _SECRET_KEY: Final = _Pattern(
-    r"[-._a-zA-Z0-9]+", "a Secret key (letters, digits, '-', '_' and '.')", max_length=253
+    r"[-._a-zA-Z0-9]+",
+    "a Secret or ConfigMap key (letters, digits, '-', '_' and '.')",
+    max_length=253,
 )
 _QUANTITY: Final = _Pattern(
     r"[0-9]+(\.[0-9]+)?([KMGTPE]i|[kMGTPE])?",
@@ -422,6 +437,13 @@ def _without_userinfo(url: str) -> str:
     return url if not separator or at < 0 else f"{scheme}{separator}***@{rest[at + 1 :]}"
 
 
+# A seed list repeats its hosts: each is checked once (a refused one is not cached, it raises).
+_strict_host: Final = functools.lru_cache(maxsize=4096)(
+    functools.partial(normalize_host, strict=True)
+)
+_SPACE_OR_CONTROL: Final = re.compile(r"[\s\x00-\x1f\x7f]")
+
+
 def _seed_url(url: str) -> str:
     """Refuse what the frontier would refuse later, while the user still has the file open.
 
@@ -435,10 +457,10 @@ def _seed_url(url: str) -> str:
             len(url) <= _MAX_SEED_LENGTH
             and parts.scheme.lower() in ("http", "https")
             and bool(parts.hostname)
-            and not any(char.isspace() or ord(char) < 32 or ord(char) == 127 for char in url)
+            and _SPACE_OR_CONTROL.search(url) is None
         )
         if valid and parts.hostname is not None:
-            normalize_host(parts.hostname, strict=True)
+            _strict_host(parts.hostname)
             valid = parts.port != 0  # parts.port raises ValueError on a bad port
     except ValueError:
         valid = False
@@ -995,6 +1017,52 @@ class SecretRef(_Section):
     """Key in the Secret whose value is the Redis URL (password included)."""
 
 
+class ConfigMapKeyRef(_Section):
+    """A key of a ConfigMap in the job's namespace."""
+
+    name: Annotated[str, _OBJECT_NAME]
+    """Name of the ConfigMap, in the CrawlJob's namespace."""
+    key: Annotated[str, _SECRET_KEY]
+    """Key in the ConfigMap: a text entry (data), or a gzip-compressed one (binaryData: what
+    kubectl create configmap --from-file makes of a .gz file), for lists past the 1 MiB a
+    ConfigMap holds."""
+
+
+def _seed_file(path: str) -> str:
+    if not path:
+        raise _problem("must not be empty")
+    return path
+
+
+class SeedsFrom(_Section):
+    """A seed list kept outside the CrawlJob: one URL per line, blank lines and lines starting
+    with # skipped, as text or gzip-compressed. Read once, when the job starts: a later edit of
+    the list changes nothing."""
+
+    config_map_key_ref: ConfigMapKeyRef | None = None
+    """The list in a ConfigMap of the job's namespace, for a job in a cluster."""
+    file: (
+        Annotated[
+            str,
+            _MaxLength(_MAX_PATH_LENGTH),
+            AfterValidator(_seed_file),
+            _Cel("self.size() > 0", "must not be empty"),
+        ]
+        | None
+    ) = None
+    """The list in a file, for crawlfleet run and crawlfleet validate: a path relative to the
+    CrawlJob file."""
+
+    cross_field_rules: ClassVar[tuple[Rule[SeedsFrom], ...]] = (
+        Rule(
+            field=None,
+            message="configMapKeyRef and file are alternatives: set exactly one",
+            cel="[has(self.configMapKeyRef), has(self.file)].filter(x, x).size() == 1",
+            holds=lambda source: (source.config_map_key_ref is None) != (source.file is None),
+        ),
+    )
+
+
 class Persistence(_Section):
     """Whether the managed Redis keeps its data on a PersistentVolumeClaim."""
 
@@ -1397,9 +1465,12 @@ class CrawlJobSpec(_Section):
         Field(json_schema_extra={"minItems": 1}),
         _MaxLength(_MAX_SEEDS),
         AfterValidator(_non_empty),
-    ]
-    """The URLs the crawl starts from: absolute http or https URLs. Their hosts are the
-    default scope.allowedDomains."""
+    ] = ()
+    """The URLs the crawl starts from: absolute http or https URLs. Their hosts (and those of
+    seedsFrom) are the default scope.allowedDomains. Give seeds, seedsFrom or both."""
+    seeds_from: SeedsFrom | None = None
+    """More seeds, from a list kept outside the CrawlJob (a ConfigMap key, or a file for
+    crawlfleet run): for lists past the 10,000 a CrawlJob holds."""
     scope: ScopeSpec = ScopeSpec()
     """Which discovered links the crawl follows: domains, depth, page budget, URL patterns."""
     dedup: DedupSpec = DedupSpec()
@@ -1450,6 +1521,12 @@ class CrawlJobSpec(_Section):
 
     cross_field_rules: ClassVar[tuple[Rule[CrawlJobSpec], ...]] = (
         Rule(
+            field="seeds",
+            message="must not be empty: a job needs seeds, seedsFrom or both",
+            cel="[has(self.seedsFrom), has(self.seeds) && size(self.seeds) > 0].exists(x, x)",
+            holds=lambda spec: bool(spec.seeds) or spec.seeds_from is not None,
+        ),
+        Rule(
             field="scope.maxPages",
             message="must not be greater than dedup.capacity: the Bloom filter is sized for"
             " capacity URLs, and past it new URLs are taken for seen and never crawled",
@@ -1475,13 +1552,34 @@ class CrawlJobSpec(_Section):
     @model_validator(mode="after")
     def _default_allowed_domains_to_seed_hosts(self) -> Self:
         # Filled here rather than left to a helper: a consumer that read an empty list as
-        # "anything goes" would crawl the whole web.
-        if not self.scope.allowed_domains:
-            hosts = (urlsplit(seed).hostname for seed in self.seeds)
-            seed_hosts = _unique(tuple(normalize_host(host) for host in hosts if host))
-            scope = self.scope.model_copy(update={"allowed_domains": seed_hosts})
+        # "anything goes" would crawl the whole web. With seedsFrom the list's hosts are part of
+        # the default, known only once it is read: with_listed_seeds() fills it then, and
+        # scope_unresolved says it is still to do.
+        if not self.scope.allowed_domains and self.seeds_from is None:
+            scope = self.scope.model_copy(update={"allowed_domains": _seed_hosts(self.seeds)})
             object.__setattr__(self, "scope", scope)  # still inside validation
         return self
+
+    @property
+    def scope_unresolved(self) -> bool:
+        """True while scope.allowedDomains waits for the hosts of seedsFrom's list."""
+        return self.seeds_from is not None and not self.scope.allowed_domains
+
+    def with_listed_seeds(self, listed: Sequence[str]) -> CrawlJobSpec:
+        """This spec once its seedsFrom list is read: scope.allowedDomains defaults to the hosts
+        of every seed, inline and listed. The list itself stays out of the spec (the workers'
+        ConfigMap could not hold it); ``listed`` comes from :func:`parse_seed_list`."""
+        if not self.scope_unresolved:
+            return self
+        hosts = _seed_hosts((*self.seeds, *listed))
+        if len(hosts) > _MAX_DOMAINS:
+            raise ConfigError(
+                f"spec.scope.allowedDomains: must be set when the seeds span more than"
+                f" {_MAX_DOMAINS} hosts (got {len(hosts)} in seeds and seedsFrom): the default,"
+                " every seed host, would not fit the workers' ConfigMap"
+            )
+        scope = self.scope.model_copy(update={"allowed_domains": hosts})
+        return self.model_copy(update={"scope": scope})
 
     @model_validator(mode="after")
     def _fits_the_workers_config_map(self) -> Self:
@@ -1509,7 +1607,15 @@ class CrawlJobSpec(_Section):
 
     def to_mapping(self) -> dict[str, JsonValue]:
         """The camelCase spec with every default filled, for workers (ConfigMap/JSON)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        mapping = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not self.seeds:  # all from seedsFrom: an empty list would read as a mistake
+            del mapping["seeds"]
+        return mapping
+
+
+def _seed_hosts(seeds: Iterable[str]) -> tuple[str, ...]:
+    hosts = dict.fromkeys(urlsplit(seed).hostname for seed in seeds)  # in order, each once
+    return _unique(tuple(normalize_host(host) for host in hosts if host))
 
 
 def _extract_characters(rules: Sequence[ExtractRule]) -> int:
@@ -1717,6 +1823,10 @@ _MAX_DOCUMENT_DEPTH: Final = 64
 def load_crawljob(path: str | Path) -> CrawlJob:
     """Read one CrawlJob from a YAML file; every problem is a ConfigError naming the file.
 
+    A ``seedsFrom.file`` list is read too (relative to the file), and checked: the job comes
+    back with its scope resolved (:meth:`CrawlJobSpec.with_listed_seeds`), the list itself is
+    :func:`read_seed_file`'s to give whoever seeds.
+
     Whatever the file holds (not YAML, not UTF-8, nested thousands deep, numbers of thousands of
     digits, a directory, a FIFO), the answer is a ConfigError with a sentence, never another
     exception: ``crawlfleet validate`` prints it and exits 2.
@@ -1763,7 +1873,91 @@ def load_crawljob(path: str | Path) -> CrawlJob:
         raise ConfigError(
             f"{path}: holds {count} YAML documents; a CrawlJob file holds exactly one"
         )
-    return _validate(CrawlJob, documents[0], prefix=(), what=f"CrawlJob in {path}")
+    job = _validate(CrawlJob, documents[0], prefix=(), what=f"CrawlJob in {path}")
+    if job.spec.seeds_from is not None and job.spec.seeds_from.file is not None:
+        # Read here, beside the file that names it: validate checks every listed URL, and the
+        # scope's default (every seed host) is whole before anyone crawls.
+        spec = job.spec.with_listed_seeds(read_seed_file(job.spec, path))
+        job = job.model_copy(update={"spec": spec})
+    return job
+
+
+def parse_seed_list(data: bytes, where: str) -> tuple[str, ...]:
+    """The seeds of a seedsFrom list, each refused or kept as an entry of spec.seeds is.
+
+    ``data`` is the list as stored (gzip-compressed when it starts with gzip's magic bytes);
+    ``where`` names it in every problem ("spec.seedsFrom.file (seeds.txt)"), which gives the
+    line. The first ten bad lines are reported together; repeats are dropped.
+    """
+    if data[:2] == _GZIP_MAGIC:
+        data = _gunzip(data, where)
+    if len(data) > _MAX_SEED_LIST_BYTES:
+        raise ConfigError(f"{where}: is larger than {_MAX_SEED_LIST_BYTES // _MIB} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: is not UTF-8 text, nor gzip-compressed UTF-8") from None
+    seeds: list[str] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        url = line.strip()
+        if not url or url.startswith("#"):
+            continue
+        try:
+            seeds.append(_seed_url(url))
+        except PydanticCustomError as error:
+            problems.append(f"{where}: line {number}: {error.message()}")
+            if len(problems) == 10:
+                break
+        if len(seeds) > _MAX_LISTED_SEEDS:
+            raise ConfigError(f"{where}: holds more than {_MAX_LISTED_SEEDS} seeds")
+    if problems:
+        count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
+        raise ConfigError("\n  ".join([f"invalid seed list ({count}):", *problems]))
+    if not seeds:
+        raise ConfigError(f"{where}: holds no seed URL (one absolute http(s) URL per line)")
+    return tuple(dict.fromkeys(seeds))
+
+
+def _gunzip(data: bytes, where: str) -> bytes:
+    """Decompress with a bound: a small bomb must not become gigabytes in the operator."""
+    decompressor = zlib.decompressobj(wbits=31)
+    try:
+        plain = decompressor.decompress(data, _MAX_SEED_LIST_BYTES + 1)
+    except zlib.error as error:
+        raise ConfigError(f"{where}: starts as gzip but does not decompress ({error})") from None
+    if len(plain) > _MAX_SEED_LIST_BYTES or decompressor.unconsumed_tail:
+        raise ConfigError(
+            f"{where}: is larger than {_MAX_SEED_LIST_BYTES // _MIB} MiB once decompressed"
+        )
+    return plain
+
+
+def read_seed_file(spec: CrawlJobSpec, job_file: str | Path) -> tuple[str, ...]:
+    """The seeds of ``spec.seedsFrom.file`` (relative to ``job_file``'s folder); () without one.
+
+    A ConfigMap is the operator's to read: outside a cluster it is a ConfigError that says so.
+    """
+    source = spec.seeds_from
+    if source is None:
+        return ()
+    if source.file is None:
+        raise ConfigError(
+            "spec.seedsFrom.configMapKeyRef: a ConfigMap is read by the operator in a cluster;"
+            " to run this job here, give the list as seedsFrom.file"
+        )
+    path = Path(job_file).parent / source.file
+    where = f"spec.seedsFrom.file ({path})"
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ConfigError(f"{where}: is not a regular file")
+        with path.open("rb") as file:
+            data = file.read(_MAX_SEED_LIST_BYTES + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ConfigError(
+            f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}"
+        ) from exc
+    return parse_seed_list(data, where)
 
 
 class _YamlLoader(yaml.SafeLoader):

@@ -34,7 +34,7 @@ from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsPolicy, robots_fetch
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.worker import Worker, WorkerOptions
-from crawlfleet.crawljob import CrawlJob, load_crawljob
+from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
 from crawlfleet.errors import ConfigError, CrawlfleetError
 from crawlfleet.fleet.exits import write_termination_message
 from crawlfleet.frontier import Frontier, FrontierSettings
@@ -86,6 +86,11 @@ async def run_worker(
     write to is an :class:`~crawlfleet.errors.OutputError` before anything is claimed.
     """
     spec = job.spec
+    if spec.scope_unresolved:  # seedsFrom names a ConfigMap, and nobody read it for us
+        raise ConfigError(
+            "spec.seedsFrom.configMapKeyRef: a worker cannot read a ConfigMap; set"
+            " scope.allowedDomains, or give the list as seedsFrom.file"
+        )
     destination = config.destination or spec.output.destination or str(config.output_dir)
     store = await checked_store(spec, destination, config.output)
     memory = _memory_budget(config, spec.fetch.max_decompressed_bytes)
@@ -99,7 +104,7 @@ async def run_worker(
             # A worker on its own seeds its job (idempotent: the filter refuses repeats). A
             # fleet's workers (--keep-running) never do: the steering tick seeds, once, and
             # a worker restarted on an emptied Redis would start the crawl over unseen.
-            await frontier.seed(list(spec.seeds))
+            await frontier.seed([*spec.seeds, *read_seed_file(spec, config.job_file or ".")])
         robots = RobotsPolicy.from_spec(frontier.robots, robots_fetch(fetcher), spec)
         worker = Worker(
             spec=spec,

@@ -38,7 +38,7 @@ Event saying so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawlfleet.errors import FrontierLost
@@ -64,6 +64,7 @@ from crawlfleet.frontier import (
 )
 
 __all__ = [
+    "Seeds",
     "Tick",
     "check",
     "frontier_lost",
@@ -73,6 +74,10 @@ __all__ = [
     "requeue_unit",
     "tick",
 ]
+
+#: The seeds a tick queues when the frontier is not seeded yet: the URLs, or how to read them
+#: (a seedsFrom list is read only then, not at every tick).
+Seeds = Sequence[str] | Callable[[], Awaitable[Sequence[str]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +172,7 @@ async def tick(
     *,
     now: float,
     suspended: bool,
-    seeds: Sequence[str],
+    seeds: Seeds,
     pages_per_second: float | None = None,
 ) -> Tick | None:
     """Observe, decide, apply, once; None when the backend cannot see its fleet yet.
@@ -251,13 +256,14 @@ async def _tick(
     *,
     now: float,
     suspended: bool,
-    seeds: Sequence[str],
+    seeds: Seeds,
     pages_per_second: float | None,
 ) -> Tick:
     stats = await frontier.stats()
     seeded: int | None = None
     if not stats.seeded and not suspended:
-        seeded = await frontier.seed(list(seeds))
+        urls = await seeds() if callable(seeds) else seeds
+        seeded = await frontier.seed(list(urls))
         await backend.record(
             FleetEvent("Seeded", f"{seeded} seed URL(s) queued", fields={"seeds": seeded})
         )

@@ -377,12 +377,17 @@ class Frontier:
             return []
         results: list[Admission] = []
         for start in range(0, len(links), _MAX_BATCH):
-            results.extend(await self._enqueue_batch(links[start : start + _MAX_BATCH], seeding))
+            batch = links[start : start + _MAX_BATCH]
+            # Seeds: only the last batch marks the job seeded, so a seeding cut short (the
+            # operator restarted mid-list) is done again, whole, by the next tick.
+            mode = "0" if not seeding else "1" if start + _MAX_BATCH >= len(links) else "2"
+            results.extend(await self._enqueue_batch(batch, mode))
         return results
 
-    async def _enqueue_batch(self, links: Sequence[Link], seeding: bool) -> list[Admission]:
+    async def _enqueue_batch(self, links: Sequence[Link], mode: str) -> list[Admission]:
+        seeding = mode != "0"
         try:
-            return await self._enqueue_script(links, seeding)
+            return await self._enqueue_script(links, mode)
         except FrontierFull:
             if seeding:
                 raise
@@ -397,7 +402,7 @@ class Frontier:
             )
             return [Admission.OVER_BUDGET] * len(links)
 
-    async def _enqueue_script(self, links: Sequence[Link], seeding: bool) -> list[Admission]:
+    async def _enqueue_script(self, links: Sequence[Link], mode: str) -> list[Admission]:
         _check_urls([link.url for link in links])
         for link in links:
             if link.depth < 0 or "\t" in link.parent:
@@ -407,7 +412,7 @@ class Frontier:
         )
         args: list[str | int | bytes] = [
             self.backend,
-            "1" if seeding else "0",
+            mode,
             self.keys.native_bloom,
         ]
         for link, digest in zip(links, hashes, strict=True):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from crawlfleet.config import Config
-from crawlfleet.crawljob import CrawlJob, load_crawljob
+from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
 from crawlfleet.fleet import Decision, FleetMemory, FleetPolicy, WorkersFailing, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
@@ -148,6 +148,18 @@ class _JobFile:
         return job
 
 
+def _seeds_of(job: CrawlJob, job_file: Path) -> steer.Seeds:
+    """The job's seeds for the tick: a seedsFrom list is read only if the tick seeds."""
+    if job.spec.seeds_from is None:
+        return job.spec.seeds
+
+    async def read() -> tuple[str, ...]:
+        listed = await asyncio.to_thread(read_seed_file, job.spec, job_file)
+        return (*job.spec.seeds, *listed)
+
+    return read
+
+
 async def run_local(job: CrawlJob, options: RunOptions) -> int:
     """Run the job to its end or an interruption; one run per output folder at a time."""
     with RunLock.acquire(options.output_dir):
@@ -233,7 +245,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
                     memory,
                     now=time.time(),
                     suspended=suspended,
-                    seeds=job.spec.seeds,
+                    seeds=_seeds_of(job, options.job_file),
                     pages_per_second=progress.rate(),
                 )
             except FrontierUnavailable as error:

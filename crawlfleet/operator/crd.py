@@ -100,6 +100,7 @@ _Path = tuple[str, ...]
 # Defaults that depend on other fields: the models fill them, a CRD default cannot. Values are
 # what the docs say instead of a literal default.
 _DEPENDENT_DEFAULTS: Final[Mapping[_Path, str]] = {
+    ("spec", "seeds"): "none (seedsFrom then gives them)",
     ("spec", "scope", "allowedDomains"): "the seed hosts",
     ("spec", "redis", "managed"): "`{}` when neither url nor secretRef is set",
 }

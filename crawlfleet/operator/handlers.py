@@ -41,7 +41,7 @@ from typing import Any, Final, Literal
 import kopf
 
 from crawlfleet.config import Config
-from crawlfleet.crawljob import CrawlJobSpec, Phase
+from crawlfleet.crawljob import CrawlJobSpec, Phase, parse_seed_list
 from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
 from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
@@ -133,6 +133,11 @@ class JobState:
     output_problem: str | None = None
     #: Whether the last tick saw workers blocked by their output (an Event on each change).
     output_blocked: bool = False
+    #: Why the seedsFrom list cannot be used, as ensure() found it (InvalidSpec); None: it can.
+    seeds_problem: str | None = None
+    #: The seedsFrom list ensure() read and checked, for the tick that seeds (which takes it:
+    #: a hundred thousand URLs are not kept in memory once the frontier holds them).
+    listed_seeds: tuple[str, ...] | None = None
 
     def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
         if generation is None or generation != self.spec_generation:
@@ -240,12 +245,18 @@ class CrawlJobOperator:
         **_: Any,
     ) -> None:
         ref = _ref(body)
+        state = self._state(body)
         try:
             parsed = CrawlJobSpec.from_mapping(dict(spec))
+            # The workers' scope needs the list's hosts: it is read (and checked) before
+            # anything is made, and again only when the tick seeds.
+            listed = await self._listed_seeds(ref, parsed)
+            parsed = parsed.with_listed_seeds(listed)
         except ConfigError as error:
+            state.seeds_problem = str(error)
             self._mark_invalid(body, status, meta, patch, str(error))
             return
-        state = self._state(body)
+        state.seeds_problem, state.listed_seeds = None, listed or None
         plan = output_plan(ref, parsed, self.default_output, output_secret=ref.names.output_secret)
         credentials: dict[str, str] | None = None
         if plan.problem is None and plan.copy_secret is not None:
@@ -337,6 +348,46 @@ class CrawlJobOperator:
             f". The job's workers are stopped until then; what they wrote is in the"
             f" destination it had before the edit{where}"
         )
+
+    async def _listed_seeds(self, ref: JobRef, spec: CrawlJobSpec) -> tuple[str, ...]:
+        """The seeds of the job's seedsFrom list, read and checked; () without one.
+
+        A ConfigError is the user's to fix (InvalidSpec); a ConfigMap not there yet is waited
+        for (kopf retries ensure), as a pod waits for a ConfigMap it mounts.
+        """
+        source = spec.seeds_from
+        if source is None:
+            return ()
+        if source.config_map_key_ref is None:
+            raise ConfigError(
+                "spec.seedsFrom.file: a file is read by crawlfleet run and crawlfleet validate;"
+                " in a cluster give the list as seedsFrom.configMapKeyRef"
+            )
+        found = source.config_map_key_ref
+        where = f"spec.seedsFrom.configMapKeyRef (ConfigMap {found.name}, key {found.key})"
+        try:
+            data = await self.kube.config_map_value(ref.namespace, found.name, found.key)
+        except KubeError as error:
+            raise _retry_later(error) from error
+        if data is None:
+            raise kopf.TemporaryError(f"{where}: not there yet; waiting for it", delay=10)
+        # Thread: a million URLs are seconds of checking, which the loop must not wait out.
+        return await asyncio.to_thread(parse_seed_list, data, where)
+
+    def _seeds_of(self, ref: JobRef, spec: CrawlJobSpec, state: JobState) -> steer.Seeds:
+        """What the tick seeds with: a seedsFrom list is read only if it does seed (and taken
+        from ensure() when it just read it)."""
+        if spec.seeds_from is None:
+            return spec.seeds
+
+        async def read() -> tuple[str, ...]:
+            listed, state.listed_seeds = state.listed_seeds, None
+            try:
+                return (*spec.seeds, *(listed or await self._listed_seeds(ref, spec)))
+            except ConfigError as error:  # changed since ensure() read it
+                raise kopf.TemporaryError(f"cannot seed: {error}", delay=30) from error
+
+        return read
 
     async def _default_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
         """The default output's keys, to copy into the job's namespace; None if incomplete."""
@@ -430,7 +481,7 @@ class CrawlJobOperator:
         ref = _ref(body)
         state = self._state(body)
         parsed = state.spec_for(meta.get("generation"), spec)
-        if parsed is None or state.output_problem is not None:
+        if parsed is None or state.output_problem is not None or state.seeds_problem is not None:
             return  # ensure() marked it InvalidSpec or OutputNotDurable; nothing to steer
         policy = FleetPolicy.from_spec(
             parsed,
@@ -545,23 +596,26 @@ class CrawlJobOperator:
                 memory,
                 now=time.time(),
                 suspended=spec.suspend,
-                seeds=spec.seeds,
+                seeds=self._seeds_of(ref, spec, state),
                 pages_per_second=state.pages_per_second or None,
             )
         if done is None:
             return
         state.memory = done.memory
-        remembered = done.memory.to_mapping()
-        if remembered != dict(status.get("fleet") or {}):  # strings compare exactly
-            # Explicit nulls: a merge patch keeps whatever it is not told to drop.
-            patch.status["fleet"] = {
-                "lowDemandSince": None,
-                "idleSince": None,
-                "bloomNearlyFull": None,
-                "pressureBaseRate": None,
-                "workersFailing": None,
-                **remembered,
-            }
+        # Explicit nulls: a merge patch keeps whatever it is not told to drop. bloomNearlyFull
+        # has a schema default (false), which the API server fills in: compared and written
+        # as false, or every tick would patch a status that did not change.
+        remembered = {
+            "lowDemandSince": None,
+            "idleSince": None,
+            "bloomNearlyFull": False,
+            "pressureBaseRate": None,
+            "workersFailing": None,
+            **done.memory.to_mapping(),
+        }
+        stored = {"bloomNearlyFull": False, **dict(status.get("fleet") or {})}
+        if {k: v for k, v in remembered.items() if v is not None} != stored:  # strings exactly
+            patch.status["fleet"] = remembered
         stats, decision = done.stats, done.decision
         desired = decision.desired_replicas
         if stats is None:  # the frontier is lost: nothing of it to report but that

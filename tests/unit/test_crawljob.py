@@ -487,7 +487,7 @@ def test_unknown_fields_are_refused_by_name(patch: dict[str, Any], expected: str
 def test_spec_from_mapping_roots_paths_at_spec() -> None:
     with pytest.raises(ConfigError, match=r"spec\.dedup\.errorRate: must be at least 1e-09"):
         CrawlJobSpec.from_mapping({"seeds": [SEED], "dedup": {"errorRate": 1}})
-    with pytest.raises(ConfigError, match=r"spec\.seeds: is required"):
+    with pytest.raises(ConfigError, match=r"spec\.seeds: must not be empty: a job needs seeds"):
         CrawlJobSpec.from_mapping({})
     with pytest.raises(ConfigError, match="expected a mapping"):
         CrawlJobSpec.from_mapping([SEED])  # type: ignore[arg-type]

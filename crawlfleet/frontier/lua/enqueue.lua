@@ -1,12 +1,15 @@
 -- enqueue.lua: admit links: dedup through the Bloom filter, queue the new ones per host.
--- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] '1' when seeding (marks
---       the job seeded; no per-page budget), [5] native filter key ('' for bitmap), then 4
+-- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] '1' for the last batch of
+--       seeds (marks the job seeded; no per-page budget), '2' for an earlier batch of them (no
+--       budget, not marked yet: a crash mid-list seeds it again, and the filter refuses the
+--       repeats), '0' for discovered links, [5] native filter key ('' for bitmap), then 4
 --       values per link: url, depth, parent, digest ('' for native).
 -- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
 -- 3 refused: over the per-page budget of memory pressure (set_pressure.lua). Refused links
 -- are not added to the filter, so they can still be admitted later.
 local backend = ARGV[3]
-local seeding = ARGV[4] == '1'
+local seeding = ARGV[4] ~= '0'
+local last_seeds = ARGV[4] == '1'
 local native_key = ARGV[5]
 local FIRST = 6
 local cfg = settings()
@@ -95,5 +98,5 @@ end
 if dup > 0 then redis.call('HINCRBY', K.stats, 'duplicates', dup) end
 if refused > 0 then redis.call('HINCRBY', K.stats, 'over_limit', refused) end
 if over_budget > 0 then redis.call('HINCRBY', K.stats, 'over_budget', over_budget) end
-if seeding then redis.call('HSETNX', K.meta, 'seeded_ms', now) end
+if last_seeds then redis.call('HSETNX', K.meta, 'seeded_ms', now) end
 return result

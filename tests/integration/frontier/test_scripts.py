@@ -34,6 +34,33 @@ async def test_seed_once_and_dedup(open_frontier: OpenFrontier) -> None:
     assert (stats.seeded, stats.queued, stats.seen, stats.duplicates) == (True, 2, 2, 2)
 
 
+async def test_a_long_seed_list_goes_in_batches_and_is_seeded_only_when_whole(
+    open_frontier: OpenFrontier, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """25,000 seeds are three round trips; cut short after the first (the operator restarts
+    mid-list), the job is not seeded yet, so the next tick seeds it again, whole."""
+    frontier = await open_frontier(dedup={"capacity": 100_000})
+    seeds = [f"http://h{k % 7}.com/p/{k}" for k in range(25_000)]
+    batches: list[str] = []
+    real = frontier._enqueue_batch
+
+    async def cut_short(batch: list[Link], mode: str) -> list[Admission]:
+        batches.append(mode)
+        if len(batches) == 2:
+            raise ConnectionError("the operator is gone")
+        return await real(batch, mode)
+
+    monkeypatch.setattr(frontier, "_enqueue_batch", cut_short)
+    with pytest.raises(ConnectionError):
+        await frontier.seed(seeds)
+    stats = await frontier.stats()
+    assert (stats.seeded, stats.queued) == (False, 10_000)
+    monkeypatch.setattr(frontier, "_enqueue_batch", real)
+    assert await frontier.seed(seeds) == 15_000
+    stats = await frontier.stats()
+    assert (stats.seeded, stats.queued) == (True, 25_000)
+
+
 async def test_enqueue_reports_new_and_seen(open_frontier: OpenFrontier) -> None:
     frontier = await open_frontier()
     first = await frontier.enqueue(links(["http://a.com/1", "http://a.com/2", "http://a.com/1"]))

@@ -313,7 +313,8 @@ def test_descriptions_are_one_line_per_paragraph_and_say_the_default(
 def test_required_fields_are_the_models(
     spec_schema: dict[str, Any], status_schema: dict[str, Any]
 ) -> None:
-    assert spec_schema["required"] == ["seeds"]
+    assert "required" not in spec_schema  # seeds, seedsFrom or both: a rule says it
+    assert at(spec_schema, "seedsFrom.configMapKeyRef")["required"] == ["name", "key"]
     assert at(spec_schema, "redis.secretRef")["required"] == ["name"]
     assert "required" not in status_schema  # workers is computed, never required in a patch
     assert status_schema["properties"]["conditions"]["items"]["required"] == ["type"]
