@@ -81,6 +81,9 @@ WORKER_LABELS: Final[Mapping[str, Any]] = {  # str, or kopf.PRESENT (its type is
     "app.kubernetes.io/managed-by": "crawlfleet-operator",
 }
 
+#: ensure() calls at once (each a dozen API calls); the rest wait their turn.
+_CONCURRENT_ENSURES: Final = 8
+
 PodIndex = kopf.Index[tuple[str, str], PodInfo]
 DeploymentIndex = kopf.Index[tuple[str, str], DeploymentInfo]
 
@@ -186,6 +189,7 @@ class CrawlJobOperator:
         self.default_output = (
             DefaultOutput.parse(self.knobs.default_output) if self.knobs.default_output else None
         )
+        self._ensuring = asyncio.Semaphore(_CONCURRENT_ENSURES)
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -234,7 +238,17 @@ class CrawlJobOperator:
 
     # -- children ----------------------------------------------------------------------
 
-    async def ensure(
+    async def ensure(self, **kwargs: Any) -> None:
+        """kopf's create/update/resume handler: :meth:`_ensure`, a few jobs at a time.
+
+        A hundred jobs applied at once (or an operator restart with a thousand) would otherwise
+        hold a hundred sets of manifests and API answers in memory together, and the heap
+        keeps the high-water mark of such a burst long after it.
+        """
+        async with self._ensuring:
+            await self._ensure(**kwargs)
+
+    async def _ensure(
         self,
         body: kopf.Body,
         spec: kopf.Spec,

@@ -69,6 +69,7 @@ HANDOVER_MANAGER: Final = "crawlfleet-handover"
 
 #: One attempt; a call's retries together get ``retry_budget_seconds``.
 _ATTEMPT_TIMEOUT: Final = aiohttp.ClientTimeout(total=15, sock_connect=5)
+_CONNECTIONS: Final = 8
 _RETRY_BASE_SECONDS: Final = 0.25
 _RETRY_FACTOR: Final = 2.0
 _RETRY_MAX_SECONDS: Final = 5.0
@@ -226,7 +227,9 @@ class Kube:
         if expiration is not None and expiration.tzinfo is None:
             expiration = expiration.replace(tzinfo=UTC)  # kopf's convention: naive is UTC
         session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=info.as_ssl_context(), limit=16),
+            # Each TLS connection holds asyncio's 256 KiB read buffer: a few serve a hundred
+            # jobs' calls, which are short (a call waits for a free one).
+            connector=aiohttp.TCPConnector(ssl=info.as_ssl_context(), limit=_CONNECTIONS),
             headers=info.as_http_headers(),
             timeout=_ATTEMPT_TIMEOUT,
         )
@@ -277,7 +280,7 @@ class Kube:
         ``missing_ok``: a 404 answers None (reads of what may not exist yet, deletes and
         scales of what may be gone already).
         """
-        answer = await self._call(method, path, body, content_type, missing_ok, query)
+        answer = await self._call(method, path, body, content_type, missing_ok, query, decode=True)
         return None if answer is None else answer[1]
 
     async def _call(
@@ -288,8 +291,14 @@ class Kube:
         content_type: str | None,
         missing_ok: bool,
         query: Mapping[str, str] | None,
+        *,
+        decode: bool,
     ) -> tuple[int, Any] | None:
-        """(status, decoded answer), None for a tolerated 404; the retry loop."""
+        """(status, decoded answer), None for a tolerated 404; the retry loop.
+
+        ``decode=False`` for the writes whose answer (the whole object, managedFields and all)
+        nobody reads: a burst of a hundred jobs' applies is not a hundred decoded objects.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_budget_seconds
         headers = {"Content-Type": content_type or "application/json"}
@@ -315,7 +324,7 @@ class Kube:
                 if status == 404 and missing_ok:
                     return None
                 if status < 400:
-                    return status, json.loads(text) if text else None
+                    return status, json.loads(text) if text and decode else None
                 message, hinted = _status_message(text)
                 failure = KubeError(status, method, path, message, retry_after or hinted)
             finally:
@@ -339,8 +348,9 @@ class Kube:
         password, a claim whose spec is immutable); False when it exists already (409), also
         when an earlier attempt of this very call made it."""
         collection = self._object_path(manifest).rsplit("/", 1)[0]
+        query = {"fieldManager": FIELD_MANAGER}
         try:
-            await self.request("POST", collection, manifest, query={"fieldManager": FIELD_MANAGER})
+            await self._call("POST", collection, manifest, None, False, query, decode=False)
         except KubeError as error:
             if error.status != 409:
                 raise
@@ -352,7 +362,7 @@ class Kube:
         the object."""
         query = {"fieldManager": field_manager, "force": "true"}
         answer = await self._call(
-            "PATCH", self._object_path(manifest), manifest, _APPLY, False, query
+            "PATCH", self._object_path(manifest), manifest, _APPLY, False, query, decode=False
         )
         return answer is not None and answer[0] == 201
 

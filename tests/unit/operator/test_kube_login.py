@@ -82,3 +82,24 @@ def test_an_unreadable_expiration_is_a_login_error_that_names_it(
     _no_service_account(monkeypatch, _exec_kubeconfig(tmp_path, status))
     with pytest.raises(kopf.LoginError, match="expirationTimestamp 'next tuesday'"):
         login()
+
+
+async def test_kopfs_session_has_bounded_connections_beside_its_watches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf's own session would open a connection per overlapping request (docs/benchmarks.md)."""
+    from crawlfleet.operator import main as main_module
+
+    info = kopf.ConnectionInfo(server="https://10.0.0.1:6443", token="t")
+    monkeypatch.setattr(main_module, "login", lambda: info)
+    context = await main_module._kopf_login(watched_namespaces=3)()
+    try:
+        assert isinstance(context, kopf.AiohttpSession)
+        assert context.server == "https://10.0.0.1:6443"
+        assert context.aiohttp_session.headers["Authorization"] == "Bearer t"
+        limit = context.aiohttp_session.connector.limit  # type: ignore[union-attr]
+        assert (
+            limit == main_module._KOPF_REQUEST_CONNECTIONS + 3 * main_module._WATCHES_PER_NAMESPACE
+        )
+    finally:
+        await context.aiohttp_session.close()
