@@ -33,3 +33,15 @@ def test_the_essence_changes_with_any_spec_change_and_stays_small() -> None:
     assert essence != storage.build(body=body(many, suspend=True))
     assert essence["metadata"]["labels"] == {"team": "a"}  # the rest is kopf's, unchanged
     assert "status" not in essence
+
+
+def test_a_seed_list_outside_the_job_is_named_in_the_essence_not_read_into_it() -> None:
+    """seedsFrom: the essence changes when the job names another list, never with the list's
+    content (read once, when the job starts: docs/crawljob.md), and stays as small."""
+    storage = SpecDigestDiffBase(prefix="crawlfleet.io", key="last-handled-configuration")
+    ref = {"configMapKeyRef": {"name": "seeds", "key": "seeds.txt.gz"}}
+    other = {"configMapKeyRef": {"name": "seeds", "key": "more.txt.gz"}}
+    essence = storage.build(body=body([], seedsFrom=ref))
+    assert len(json.dumps(essence)) < 300
+    assert essence == storage.build(body=body([], seedsFrom=dict(ref)))
+    assert essence != storage.build(body=body([], seedsFrom=other))
