@@ -12,8 +12,8 @@ publishing one public and one private record would win half of the time.
 
 ``allow_private`` (the CrawlJob's ``allowPrivateNetworks``) lets a job crawl an intranet or a
 test server on loopback. It deliberately does not open the cloud metadata addresses
-(``169.254.169.254``, ``fd00:ec2::254``, ``100.100.100.200``, ...): no crawl needs them and
-they hand out the node's credentials.
+(``169.254.169.254``, ``fd00:ec2::254``, ``100.100.100.200``, Azure's ``168.63.129.16``, ...):
+no crawl needs them and they hand out the node's credentials.
 
 What is forbidden is written out below rather than taken from ``ipaddress``'s ``is_private``
 family alone, whose lists changed between CPython patch releases (3.11.10, 3.12.4); the
@@ -55,11 +55,14 @@ DEFAULT_DNS_TIMEOUT_SECONDS = 10.0
 #: Hosts remembered at most; past it the oldest entries go (per-process memory bound).
 DEFAULT_CACHE_MAX_ENTRIES = 10_000
 
-#: Cloud instance-metadata endpoints: AWS/GCP/Azure/OpenStack, AWS IPv6, Alibaba, Oracle.
+#: Cloud instance-metadata endpoints: AWS/GCP/Azure/OpenStack, AWS IPv6, Alibaba, Oracle, and
+#: Azure's WireServer (168.63.129.16, a public address every Azure VM reaches: it serves the
+#: VM agent's configuration and certificates, so "allow private networks" must not open it).
 METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
     {
         ipaddress.IPv4Address("169.254.169.254"),
         ipaddress.IPv4Address("169.254.170.2"),  # AWS ECS task metadata
+        ipaddress.IPv4Address("168.63.129.16"),  # Azure WireServer (and its DNS, health probes)
         ipaddress.IPv6Address("fd00:ec2::254"),
         ipaddress.IPv4Address("100.100.100.200"),
         ipaddress.IPv4Address("192.0.0.192"),

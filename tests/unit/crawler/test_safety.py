@@ -102,6 +102,8 @@ def test_public_addresses(address: str) -> None:
         ("169.254.169.254", True),
         ("fd00:ec2::254", True),
         ("100.100.100.200", True),
+        ("168.63.129.16", True),  # Azure's WireServer: a public address, refused all the same
+        ("168.63.129.17", False),
         ("::ffff:169.254.169.254", True),
         ("64:ff9b::a9fe:a9fe", True),
         ("169.254.169.253", False),
@@ -160,7 +162,7 @@ async def test_allow_private_permits_private_but_not_metadata() -> None:
     guard = AddressGuard(allow_private=True, resolver=no_dns)
     assert await guard.check_host("127.0.0.2", 8080) == ["127.0.0.2"]
     assert await guard.check_host("10.0.0.5", 80) == ["10.0.0.5"]
-    for metadata in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200"):
+    for metadata in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16"):
         with pytest.raises(FetchError, match="forbidden_address"):
             await guard.check_host(metadata, 80)
 
