@@ -53,6 +53,12 @@ def _parser(config: Config) -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check a CrawlJob as the CRD will")
     validate.add_argument("job", help="CrawlJob YAML file")
+    validate.add_argument(
+        "--policy",
+        action="store_true",
+        help="also apply the operator's tenancy policy (images, volume types) as the"
+        " CRAWLFLEET_* variables set it (docs/security.md)",
+    )
 
     extract = commands.add_parser(
         "extract", help="try a job's extract rules on one page and print its items"
@@ -152,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.log_level or ("warning" if quiet else "info"))
     try:
         if args.command == "validate":
-            return _validate(args)
+            return _validate(args, config)
         if args.command == "output":
             return _output(args)
         if args.command == "extract":
@@ -201,8 +207,10 @@ def _operator(args: argparse.Namespace, config: Config) -> int:
     )
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate(args: argparse.Namespace, config: Config) -> int:
     from crawlfleet.crawljob import load_crawljob
+    from crawlfleet.errors import ConfigError
+    from crawlfleet.tenancy import TenancyPolicy
 
     job = load_crawljob(args.job)  # a seedsFrom.file list is read and checked with it
     if job.spec.parser is not None:
@@ -211,6 +219,12 @@ def _validate(args: argparse.Namespace) -> int:
         from crawlfleet.crawler.parsers import load_parser
 
         load_parser(job.spec.parser)
+    if args.policy:
+        # What the operator refuses before it looks at the cluster (a Secret's label needs it).
+        problems = TenancyPolicy.from_config(config.operator).spec_problems(job.spec)
+        if problems:
+            lines = "".join(f"\n  {line}" for line in problems)
+            raise ConfigError(f"{args.job}: the operator's policy refuses it:{lines}")
     print(f"{args.job}: CrawlJob {job.metadata.namespace}/{job.metadata.name} is valid")
     source = job.spec.seeds_from
     if source is not None and source.config_map_key_ref is not None:

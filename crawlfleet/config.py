@@ -211,6 +211,37 @@ class OperatorConfig:
     #: gives up and kopf retries it later: an API server restart or a burst of load is ridden
     #: out inside the call, so the decision it carries (a scale, a child) is not dropped.
     api_retry_seconds: float = field(default=30.0, metadata=_env("API_RETRY_SECONDS"))
+    #: The tenancy policy (crawlfleet/tenancy.py, docs/security.md): image prefixes a job may
+    #: name in workers.image (empty: the repository of ``worker_image``) and in
+    #: redis.managed.image; ``*`` allows any.
+    allowed_worker_images: tuple[str, ...] = field(
+        default=(), metadata=_env("ALLOWED_WORKER_IMAGES")
+    )
+    allowed_redis_images: tuple[str, ...] = field(
+        default=("redis", "docker.io/library/redis"), metadata=_env("ALLOWED_REDIS_IMAGES")
+    )
+    #: Volume types output.volume may be. The defaults reach no further than the tenant already
+    #: does: a claim of its own namespace (bound by its StorageClasses and quotas), a generic
+    #: ephemeral claim, scratch space on the pod. Every other kind reaches the node (hostPath),
+    #: storage by the node's network or identity (nfs, iscsi, cephfs, cloud disks, inline CSI
+    #: drivers) or the namespace's configuration and tokens (secret, configMap, projected).
+    allowed_volume_types: tuple[str, ...] = field(
+        default=("emptyDir", "ephemeral", "persistentVolumeClaim"),
+        metadata=_env("ALLOWED_VOLUME_TYPES"),
+    )
+    #: ``key=value`` that a Secret named by a job (redis.secretRef, output.s3.secretRef) must
+    #: carry; empty: any Secret of the job's namespace.
+    secret_label: str = field(
+        default="crawlfleet.io/crawljob-secret=true", metadata=_env("SECRET_LABEL")
+    )
+    #: The namespace of the operator's pod (the chart passes it), so that each managed Redis's
+    #: NetworkPolicy admits the operator by namespace as well as labels. None: outside a pod.
+    pod_namespace: str | None = field(default=None, metadata=_env("POD_NAMESPACE"))
+    #: Give each job's workers an egress NetworkPolicy (operator/children.py says what it
+    #: admits); ``cluster_cidrs`` are the cluster's pod, Service and node ranges it keeps them
+    #: out of, beyond the private ranges (a cluster on public addresses needs them).
+    worker_egress: bool = field(default=True, metadata=_env("WORKER_EGRESS"))
+    cluster_cidrs: tuple[str, ...] = field(default=(), metadata=_env("CLUSTER_CIDRS"))
     #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy.
     operator_labels: Mapping[str, str] = field(
         default_factory=lambda: types.MappingProxyType(

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 
 from crawlfleet.errors import FetchError, InvalidURL, UnsupportedScheme
 from crawlfleet.frontier.urls import authority_of, per_authority
+from crawlfleet.networks import METADATA_ADDRESSES, IPAddress
 
 __all__ = [
     "DEFAULT_CACHE_MAX_ENTRIES",
@@ -46,28 +47,12 @@ __all__ = [
     "is_metadata_address",
 ]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
 #: How long a host's allowed addresses are reused without asking DNS again.
 DEFAULT_CACHE_TTL_SECONDS = 60.0
 #: getaddrinfo runs in a thread and can hang on a dead resolver; bound the wait.
 DEFAULT_DNS_TIMEOUT_SECONDS = 10.0
 #: Hosts remembered at most; past it the oldest entries go (per-process memory bound).
 DEFAULT_CACHE_MAX_ENTRIES = 10_000
-
-#: Cloud instance-metadata endpoints: AWS/GCP/Azure/OpenStack, AWS IPv6, Alibaba, Oracle, and
-#: Azure's WireServer (168.63.129.16, a public address every Azure VM reaches: it serves the
-#: VM agent's configuration and certificates, so "allow private networks" must not open it).
-METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
-    {
-        ipaddress.IPv4Address("169.254.169.254"),
-        ipaddress.IPv4Address("169.254.170.2"),  # AWS ECS task metadata
-        ipaddress.IPv4Address("168.63.129.16"),  # Azure WireServer (and its DNS, health probes)
-        ipaddress.IPv6Address("fd00:ec2::254"),
-        ipaddress.IPv4Address("100.100.100.200"),
-        ipaddress.IPv4Address("192.0.0.192"),
-    }
-)
 
 _FORBIDDEN_V4 = tuple(
     ipaddress.IPv4Network(network)

@@ -13,6 +13,8 @@ deleting the job deletes its children through the garbage collector.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -20,6 +22,7 @@ import yaml
 
 from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec, ManagedRedis
+from crawlfleet.networks import METADATA_ADDRESSES, PRIVATE_NETWORKS
 
 __all__ = [
     "METRICS_PORT",
@@ -38,6 +41,7 @@ __all__ = [
     "redis_service",
     "selector_string",
     "worker_deployment",
+    "worker_egress_policy",
     "worker_selector",
 ]
 
@@ -101,6 +105,7 @@ class ChildNames:
     metrics: str
     redis_data: str
     output_secret: str
+    worker_egress: str
 
     @classmethod
     def of(cls, job: str) -> ChildNames:
@@ -113,6 +118,7 @@ class ChildNames:
             metrics=child_name(job, "metrics"),
             redis_data=child_name(job, "redis-data"),
             output_secret=child_name(job, "output"),
+            worker_egress=child_name(job, "worker-egress"),
         )
 
 
@@ -342,8 +348,24 @@ def redis_service(job: JobRef) -> Manifest:
     }
 
 
-def network_policy(job: JobRef, operator_labels: dict[str, str]) -> Manifest:
-    """Only the job's own workers and the operator may open the managed Redis."""
+def network_policy(
+    job: JobRef, operator_labels: dict[str, str], operator_namespace: str | None
+) -> Manifest:
+    """Only the job's own workers and the operator may open the managed Redis.
+
+    The operator is matched by its namespace's name (``kubernetes.io/metadata.name``, a label
+    only the API server sets) and its labels: labels alone admit any pod that copies them, in
+    any namespace. An operator that does not know its namespace (run outside the cluster) is
+    no pod to admit.
+    """
+    sources: list[Manifest] = [{"podSelector": {"matchLabels": worker_selector(job)}}]
+    if operator_namespace:
+        sources.append(
+            {
+                "podSelector": {"matchLabels": operator_labels},
+                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}},
+            }
+        )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -351,18 +373,78 @@ def network_policy(job: JobRef, operator_labels: dict[str, str]) -> Manifest:
         "spec": {
             "podSelector": {"matchLabels": _selector(job, "redis")},
             "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [
-                        {"podSelector": {"matchLabels": worker_selector(job)}},
-                        {
-                            "podSelector": {"matchLabels": operator_labels},
-                            "namespaceSelector": {},
-                        },
-                    ],
-                    "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
-                }
-            ],
+            "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": REDIS_PORT}]}],
+        },
+    }
+
+
+#: The label the API server gives every namespace: its name, which no tenant can choose.
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+_EVERYWHERE: Final = ("0.0.0.0/0", "::/0")
+
+
+def _anywhere(*ports: tuple[str, int]) -> Manifest:
+    """``ports`` at any address, a pod of the cluster included (an ipBlock may not match pods)."""
+    return {
+        "to": [{"namespaceSelector": {}}, *({"ipBlock": {"cidr": c}} for c in _EVERYWHERE)],
+        "ports": [{"protocol": protocol, "port": port} for protocol, port in ports],
+    }
+
+
+def _port_of(url: str, default: int) -> int:
+    try:
+        return urllib.parse.urlsplit(url).port or default
+    except ValueError:
+        return default
+
+
+def worker_egress_policy(
+    job: JobRef, spec: CrawlJobSpec, cluster_cidrs: tuple[str, ...]
+) -> Manifest:
+    """Where the job's workers may connect: the web, DNS, their Redis and their output store.
+
+    Without ``scope.allowPrivateNetworks`` the cluster's own ranges (``cluster_cidrs``: pods,
+    Services, nodes) and the private ones are out of reach: the crawler's address guard
+    refuses them too, this is the network's second net for the day the process is wrong.
+    With it, only the metadata addresses stay out (as in the guard). DNS (port 53) is open
+    everywhere, the managed Redis by its pods, an external Redis and an s3 endpoint by their
+    port at any address (their names resolve only in the pod; a Redis URL in a Secret is
+    taken to be on 6379).
+    """
+    metadata = [f"{ip}/{ip.max_prefixlen}" for ip in sorted(METADATA_ADDRESSES, key=str)]
+    denied = metadata
+    if not spec.scope.allow_private_networks:
+        denied = [*PRIVATE_NETWORKS, *cluster_cidrs, *metadata]
+    web: list[Manifest] = []
+    for everywhere in _EVERYWHERE:
+        version = ipaddress.ip_network(everywhere).version
+        excepted = [c for c in denied if ipaddress.ip_network(c, strict=False).version == version]
+        web.append({"ipBlock": {"cidr": everywhere, "except": excepted}})
+    rules: list[Manifest] = [
+        {"to": web},
+        _anywhere(("UDP", 53), ("TCP", 53)),
+    ]
+    if spec.redis.managed is not None:
+        rules.append(
+            {
+                "to": [{"podSelector": {"matchLabels": _selector(job, "redis")}}],
+                "ports": [{"protocol": "TCP", "port": REDIS_PORT}],
+            }
+        )
+    else:
+        rules.append(_anywhere(("TCP", _port_of(spec.redis.url or "", REDIS_PORT))))
+    s3 = spec.output.s3
+    if s3 is not None and s3.endpoint is not None:
+        secure = s3.endpoint.startswith("https:")
+        rules.append(_anywhere(("TCP", _port_of(s3.endpoint, 443 if secure else 80))))
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(job, job.names.worker_egress, "worker"),
+        "spec": {
+            "podSelector": {"matchLabels": worker_selector(job)},
+            "policyTypes": ["Egress"],
+            "egress": rules,
         },
     }
 

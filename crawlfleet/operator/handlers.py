@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
 import random
 import secrets
@@ -57,6 +58,7 @@ from crawlfleet.operator.status import (
     job_status,
     output_not_durable_status,
 )
+from crawlfleet.tenancy import REDIS_SECRET_FIELD, SecretUse, TenancyPolicy
 
 __all__ = [
     "GROUP",
@@ -141,6 +143,9 @@ class JobState:
     #: The seedsFrom list ensure() read and checked, for the tick that seeds (which takes it:
     #: a hundred thousand URLs are not kept in memory once the frontier holds them).
     listed_seeds: tuple[str, ...] | None = None
+    #: Why the tenancy policy refuses the spec (InvalidSpec), as ensure() found it; None: it
+    #: does not.
+    policy_problem: str | None = None
 
     def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
         if generation is None or generation != self.spec_generation:
@@ -190,6 +195,8 @@ class CrawlJobOperator:
             DefaultOutput.parse(self.knobs.default_output) if self.knobs.default_output else None
         )
         self._ensuring = asyncio.Semaphore(_CONCURRENT_ENSURES)
+        self.policy = TenancyPolicy.from_config(self.knobs)
+        self.cluster_cidrs = _networks(self.knobs.cluster_cidrs, "CRAWLFLEET_CLUSTER_CIDRS")
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -271,6 +278,13 @@ class CrawlJobOperator:
             self._mark_invalid(body, status, meta, patch, str(error))
             return
         state.seeds_problem, state.listed_seeds = None, listed or None
+        problems, missing = await self._policy_problems(ref, parsed)
+        state.policy_problem = "; ".join(problems) or None
+        if problems:
+            self._mark_invalid(body, status, meta, patch, state.policy_problem or "")
+            if missing:  # it may yet be created: look again, without a retry storm
+                raise kopf.TemporaryError(state.policy_problem, delay=30)
+            return
         plan = output_plan(ref, parsed, self.default_output, output_secret=ref.names.output_secret)
         credentials: dict[str, str] | None = None
         if plan.problem is None and plan.copy_secret is not None:
@@ -302,10 +316,15 @@ class CrawlJobOperator:
                 manifests.append((pvc, True, ()))  # a claim's spec is immutable
             manifests.append((children.redis_deployment(ref, parsed), False, ()))
             manifests.append((children.redis_service(ref), False, ()))
-            network_policy = children.network_policy(ref, dict(self.knobs.operator_labels))
+            network_policy = children.network_policy(
+                ref, dict(self.knobs.operator_labels), self.knobs.pod_namespace
+            )
             manifests.append((network_policy, False, ()))
         elif parsed.redis.url is not None:
             manifests.append((children.external_redis_secret(ref, parsed.redis.url), False, ()))
+        if self.knobs.worker_egress:
+            egress = children.worker_egress_policy(ref, plan.spec, self.cluster_cidrs)
+            manifests.append((egress, False, ()))
         manifests.append((children.config_map(ref, plan.spec), False, ()))
         workers = children.worker_deployment(
             ref,
@@ -403,6 +422,27 @@ class CrawlJobOperator:
 
         return read
 
+    async def _policy_problems(self, ref: JobRef, spec: CrawlJobSpec) -> tuple[list[str], bool]:
+        """What the tenancy policy refuses in the spec, and whether a named Secret is missing.
+
+        Checked before any child exists: a refused job gets no pod, no claim, no copy.
+        """
+        problems = self.policy.spec_problems(spec)
+        missing = False
+        for use in self.policy.secret_uses(spec):
+            labels = await self._secret_labels(ref, use)
+            problem = self.policy.secret_problem(use, labels)
+            if problem is not None:
+                problems.append(problem)
+                missing = missing or labels is None
+        return problems, missing
+
+    async def _secret_labels(self, ref: JobRef, use: SecretUse) -> dict[str, str] | None:
+        try:
+            return await self.kube.secret_labels(ref.namespace, use.name)
+        except KubeError as error:
+            raise _retry_later(error) from error
+
     async def _default_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
         """The default output's keys, to copy into the job's namespace; None if incomplete."""
         found: dict[str, str] = {}
@@ -495,7 +535,12 @@ class CrawlJobOperator:
         ref = _ref(body)
         state = self._state(body)
         parsed = state.spec_for(meta.get("generation"), spec)
-        if parsed is None or state.output_problem is not None or state.seeds_problem is not None:
+        if (
+            parsed is None
+            or state.output_problem is not None
+            or state.seeds_problem is not None
+            or state.policy_problem is not None
+        ):
             return  # ensure() marked it InvalidSpec or OutputNotDurable; nothing to steer
         policy = FleetPolicy.from_spec(
             parsed,
@@ -800,6 +845,11 @@ class CrawlJobOperator:
         if redis.url is not None:
             return redis.url
         if redis.secret_ref is not None:
+            # Only a Secret the policy lets the job use, here too: cleanup reads it to remove
+            # the job's keys, whatever ensure() decided.
+            use = SecretUse(REDIS_SECRET_FIELD, redis.secret_ref.name)
+            if self.policy.secret_problem(use, await self._secret_labels(ref, use)) is not None:
+                return None
             return await self.kube.secret_value(
                 ref.namespace, redis.secret_ref.name, redis.secret_ref.key
             )
@@ -909,6 +959,14 @@ class CrawlJobOperator:
         await frontier.aclose()
         if state is not None:
             state.frontier = None
+
+
+def _networks(texts: tuple[str, ...], source: str) -> tuple[str, ...]:
+    """CIDRs in their canonical spelling; one that does not parse is a ConfigError."""
+    try:
+        return tuple(str(ipaddress.ip_network(text, strict=False)) for text in texts)
+    except ValueError as error:
+        raise ConfigError(f"{source}: {error}") from None
 
 
 def _patch_changed(patch: kopf.Patch, status: Mapping[str, Any], new: Mapping[str, Any]) -> None:

@@ -400,6 +400,14 @@ class Kube:
         binary = (found.get("binaryData") or {}).get(key)
         return None if binary is None else base64.b64decode(binary)
 
+    async def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A Secret's labels (None: no such Secret), to judge whether a job may use it."""
+        path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
+        secret = await self.request("GET", path, missing_ok=True)
+        if secret is None:
+            return None
+        return dict((secret.get("metadata") or {}).get("labels") or {})
+
     async def service_cluster_ip(self, namespace: str, name: str) -> str | None:
         path = f"/api/v1/namespaces/{namespace}/services/{name}"
         service = await self.request("GET", path, missing_ok=True)

@@ -23,6 +23,28 @@ def test_validate_names_the_bad_field(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "spec.dedup.errorRate" in capsys.readouterr().err
 
 
+def test_validate_with_the_policy_refuses_what_the_operator_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = tmp_path / "hostpath.yaml"
+    job.write_text(
+        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: hp}\n"
+        "spec:\n  seeds: ['https://books.example/']\n"
+        "  workers: {image: 'evil.example/miner:1'}\n"
+        "  output: {volume: {hostPath: {path: /}}}\n"
+    )
+    assert main(["validate", str(job)]) == 0  # not a cluster's concern unless asked
+    capsys.readouterr()
+    assert main(["validate", "--policy", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert "\n  spec.workers.image: is not an image this operator allows" in err
+    assert "\n  spec.output.volume.hostPath: is not a volume type this operator allows" in err
+    # The administrator's policy, as the operator reads it.
+    monkeypatch.setenv("CRAWLFLEET_ALLOWED_WORKER_IMAGES", "evil.example/")
+    monkeypatch.setenv("CRAWLFLEET_ALLOWED_VOLUME_TYPES", "hostPath")
+    assert main(["validate", "--policy", str(job)]) == 0
+
+
 def test_worker_without_redis_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["worker", str(EXAMPLE)]) == 2
     assert "--redis-url" in capsys.readouterr().err

@@ -221,17 +221,91 @@ def test_redis_reads_its_password_from_the_mounted_secret_never_from_argv() -> N
 
 
 def test_network_policy_admits_only_the_jobs_workers_and_the_operator() -> None:
-    policy = children.network_policy(JOB, {"app.kubernetes.io/name": "crawlfleet-operator"})
+    operator = {"app.kubernetes.io/name": "crawlfleet-operator"}
+    policy = children.network_policy(JOB, operator, "crawlfleet-system")
     assert policy["spec"]["podSelector"]["matchLabels"] == {
         "crawlfleet.io/job": "books",
         "app.kubernetes.io/component": "redis",
     }
     sources = policy["spec"]["ingress"][0]["from"]
     assert sources[0] == {"podSelector": {"matchLabels": children.worker_selector(JOB)}}
-    assert sources[1]["podSelector"]["matchLabels"] == {
-        "app.kubernetes.io/name": "crawlfleet-operator"
+    # The operator by its namespace's name (set by the API server) AND its labels, in one
+    # peer: labels alone would admit any pod in any namespace that copies them.
+    assert sources[1] == {
+        "podSelector": {"matchLabels": operator},
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "crawlfleet-system"}},
     }
     assert policy["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 6379}]
+    # An operator outside the cluster is no pod: only the workers are admitted.
+    alone = children.network_policy(JOB, operator, None)["spec"]["ingress"][0]["from"]
+    assert alone == [sources[0]]
+
+
+def _egress(policy: dict[str, Any]) -> list[dict[str, Any]]:
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": children.worker_selector(JOB)}
+    rules: list[dict[str, Any]] = policy["spec"]["egress"]
+    return rules
+
+
+ANYWHERE = [
+    {"namespaceSelector": {}},
+    {"ipBlock": {"cidr": "0.0.0.0/0"}},
+    {"ipBlock": {"cidr": "::/0"}},
+]
+
+
+def test_worker_egress_keeps_a_public_crawl_out_of_the_cluster() -> None:
+    policy = children.worker_egress_policy(JOB, spec(), ("203.0.113.0/24", "2001:db8::/48"))
+    assert policy["metadata"]["name"] == "books-worker-egress"
+    web, dns, redis = _egress(policy)
+    v4, v6 = web["to"]
+    assert "ports" not in web  # the web on every port
+    assert v4["ipBlock"]["cidr"] == "0.0.0.0/0"
+    assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"} <= set(
+        v4["ipBlock"]["except"]
+    )
+    assert {"203.0.113.0/24", "169.254.169.254/32", "168.63.129.16/32"} <= set(
+        v4["ipBlock"]["except"]
+    )
+    assert {"2001:db8::/48", "fc00::/7", "fd00:ec2::254/128"} <= set(v6["ipBlock"]["except"])
+    assert dns == {
+        "to": ANYWHERE,
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+    assert redis == {
+        "to": [{"podSelector": {"matchLabels": {"crawlfleet.io/job": "books",
+                                                "app.kubernetes.io/component": "redis"}}}],
+        "ports": [{"protocol": "TCP", "port": 6379}],
+    }  # fmt: skip
+
+
+def test_worker_egress_of_a_private_crawl_refuses_only_the_metadata_addresses() -> None:
+    private = spec(scope={"allowPrivateNetworks": True})
+    web, *_ = _egress(children.worker_egress_policy(JOB, private, ("203.0.113.0/24",)))
+    v4, v6 = web["to"]
+    assert sorted(v4["ipBlock"]["except"]) == sorted(
+        ["100.100.100.200/32", "168.63.129.16/32", "169.254.169.254/32", "169.254.170.2/32",
+         "192.0.0.192/32"]
+    )  # fmt: skip
+    assert v6["ipBlock"]["except"] == ["fd00:ec2::254/128"]
+
+
+def test_worker_egress_admits_an_external_redis_and_the_output_store_by_port() -> None:
+    external = spec(
+        redis={"url": "redis://redis.shared.svc:6380/0"},
+        output={"destination": "s3://crawls/p/", "s3": {"endpoint": "http://store.cf.svc:7070"}},
+    )
+    _, _, redis, store = _egress(children.worker_egress_policy(JOB, external, ()))
+    assert redis == {"to": ANYWHERE, "ports": [{"protocol": "TCP", "port": 6380}]}
+    assert store == {"to": ANYWHERE, "ports": [{"protocol": "TCP", "port": 7070}]}
+    in_secret = spec(
+        redis={"secretRef": {"name": "r"}},
+        output={"destination": "s3://crawls/p/", "s3": {"endpoint": "https://s3.example"}},
+    )
+    _, _, redis, store = _egress(children.worker_egress_policy(JOB, in_secret, ()))
+    assert redis["ports"] == [{"protocol": "TCP", "port": 6379}]
+    assert store["ports"] == [{"protocol": "TCP", "port": 443}]
 
 
 def test_workers_are_told_to_be_a_new_worker_after_each_restart() -> None:

@@ -1,0 +1,170 @@
+"""The operator's tenancy policy: what a CrawlJob may ask the operator to run on its behalf.
+
+Whoever may create a CrawlJob gets pods made by the operator's ServiceAccount, which may
+create pods. Without a policy that is a confused deputy: a user refused Pods by RBAC would
+get pods with any image, any volume (a hostPath of the node's disk) and any Secret of the
+namespace as environment. So the operator, configured by its administrator (the chart's
+``policy`` values, ``crawlfleet.config.OperatorConfig``), refuses a spec that asks for more
+than that policy gives, with the condition ``InvalidSpec`` and a ``field: sentence`` line, before
+it creates any child:
+
+- images: ``spec.workers.image`` and ``spec.redis.managed.image`` must match one of the allowed
+  prefixes (the worker image's own repository by default; ``redis`` for Redis);
+- ``spec.output.volume`` must be of an allowed volume type (``persistentVolumeClaim``,
+  ``ephemeral`` and ``emptyDir`` by default);
+- every Secret a spec names (``spec.redis.secretRef``, ``spec.output.s3.secretRef``) must carry
+  the label that says it is meant for CrawlJobs (``crawlfleet.io/crawljob-secret=true``).
+
+Everything here is pure: the first two checks need the spec alone (``crawlfleet validate
+--policy`` runs them too), the third the Secret's labels, which the operator reads.
+docs/security.md is the user-facing account.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from crawlfleet.config import OperatorConfig
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.errors import ConfigError
+
+__all__ = [
+    "ANY_IMAGE",
+    "REDIS_SECRET_FIELD",
+    "SecretUse",
+    "TenancyPolicy",
+    "image_allowed",
+    "repository_of",
+]
+
+#: Where a spec names its Redis's Secret: the field path of a refusal.
+REDIS_SECRET_FIELD: Final = "spec.redis.secretRef.name"
+#: An allowed-image entry that admits every image: the administrator's explicit opt-out.
+ANY_IMAGE: Final = "*"
+
+
+def repository_of(image: str) -> str:
+    """``registry/path/name`` of an image reference, without its tag and digest."""
+    name = image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    return name[:colon] if colon > slash else name
+
+
+def image_allowed(image: str, prefixes: Iterable[str]) -> bool:
+    """Whether ``image`` matches one of ``prefixes``.
+
+    A prefix ending in ``/`` admits every repository below it (``registry.example/crawl/``);
+    any other prefix names one repository and admits it at any tag or digest, so
+    ``crawlfleet/worker`` admits ``crawlfleet/worker:1.2`` but not ``crawlfleet/worker-evil``.
+    ``*`` admits everything.
+    """
+    repository = repository_of(image)
+    for prefix in prefixes:
+        if prefix == ANY_IMAGE:
+            return True
+        if prefix.endswith("/") and repository.startswith(prefix):
+            return True
+        if repository_of(prefix) == repository and image.startswith(prefix):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class SecretUse:
+    """A Secret a spec names, and where it names it (the field path of the refusal)."""
+
+    field: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TenancyPolicy:
+    """What CrawlJobs may ask for; built once from the operator's configuration."""
+
+    worker_images: tuple[str, ...]
+    redis_images: tuple[str, ...]
+    volume_types: frozenset[str]
+    #: (key, value) a Secret must carry; None: any Secret of the namespace will do.
+    secret_label: tuple[str, str] | None
+
+    @classmethod
+    def from_config(cls, knobs: OperatorConfig) -> TenancyPolicy:
+        """The policy of ``knobs``; no allowed worker images means the worker image's own
+        repository (the chart's ``workerImage.repository``)."""
+        return cls(
+            worker_images=knobs.allowed_worker_images or (repository_of(knobs.worker_image),),
+            redis_images=knobs.allowed_redis_images,
+            volume_types=frozenset(knobs.allowed_volume_types),
+            secret_label=_label(knobs.secret_label, "CRAWLFLEET_SECRET_LABEL"),
+        )
+
+    def spec_problems(self, spec: CrawlJobSpec) -> list[str]:
+        """What the spec asks for beyond the policy, one ``field: sentence`` each."""
+        found: list[str] = []
+        image = spec.workers.image
+        if image is not None and not image_allowed(image, self.worker_images):
+            found.append(_image_problem("spec.workers.image", self.worker_images, "workerImages"))
+        managed = spec.redis.managed
+        if managed is not None and not image_allowed(managed.image, self.redis_images):
+            found.append(
+                _image_problem("spec.redis.managed.image", self.redis_images, "redisImages")
+            )
+        volume = spec.output.volume
+        if volume is not None:
+            (kind,) = volume
+            if kind not in self.volume_types:
+                allowed = ", ".join(sorted(self.volume_types)) or "none"
+                found.append(
+                    f"spec.output.volume.{kind}: is not a volume type this operator allows"
+                    f" (allowed: {allowed}); its administrator chooses them"
+                    " (chart value policy.volumeTypes)"
+                )
+        return found
+
+    @staticmethod
+    def secret_uses(spec: CrawlJobSpec) -> list[SecretUse]:
+        """Every Secret of the job's namespace that the spec names."""
+        uses: list[SecretUse] = []
+        if spec.redis.secret_ref is not None:
+            uses.append(SecretUse(REDIS_SECRET_FIELD, spec.redis.secret_ref.name))
+        s3 = spec.output.s3
+        if s3 is not None and s3.secret_ref is not None:
+            uses.append(SecretUse("spec.output.s3.secretRef.name", s3.secret_ref.name))
+        return uses
+
+    def secret_problem(self, use: SecretUse, labels: Mapping[str, str] | None) -> str | None:
+        """Why the job may not use the Secret (None: it may); ``labels`` None: no such Secret."""
+        if labels is None:
+            return f"{use.field}: Secret {use.name} does not exist in the job's namespace"
+        if self.secret_label is None:
+            return None
+        key, value = self.secret_label
+        if labels.get(key) == value:
+            return None
+        return (
+            f"{use.field}: Secret {use.name} is not labelled {key}={value}, the label that"
+            " lets CrawlJobs use a Secret (add it if this Secret is meant for crawlfleet)"
+        )
+
+
+def _image_problem(field: str, allowed: tuple[str, ...], value: str) -> str:
+    return (
+        f"{field}: is not an image this operator allows (allowed: {', '.join(allowed)});"
+        f" its administrator chooses them (chart value policy.{value})"
+    )
+
+
+def _label(text: str, source: str) -> tuple[str, str] | None:
+    """``key=value`` as a pair; empty: None (no label required). ``source`` names the setting."""
+    text = text.strip()
+    if not text:
+        return None
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or not value.strip():
+        raise ConfigError(
+            f"{source}={text!r}: must be key=value, such as crawlfleet.io/crawljob-secret=true"
+        )
+    return key.strip(), value.strip()
