@@ -7,15 +7,18 @@
 - `helm install` (with the operator scaled to 0, so no pod runs) creates everything, CRDs
   included, and the ServiceAccount's RBAC allows what the operator does and nothing more,
   checked by SubjectAccessReviews that the API server's RBAC authorizer answers;
-- `crawlfleet operator`, authenticated by a token of the chart's ServiceAccount, crawls a
-  CrawlJob to completion and is refused nothing on the way.
+- `crawlfleet operator`, authenticated by a token of the chart's ServiceAccount, goes through
+  every path that calls the API and is refused nothing; the API server's audit log of its calls
+  is then exactly what the chart's Role grants (a verb granted and never called fails).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,10 +30,16 @@ from kubernetes import client
 
 from crawlfleet.operator.output import DefaultOutput
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.e2e.cluster.client import Cluster
-from tests.e2e.cluster.controlplane import binary_dir
+from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.controlplane import ControlPlane, binary_dir
 from tests.e2e.cluster.kubelet import KubeletDouble
-from tests.e2e.operator_support import apply, crawljob, running_operator, wait_for_phase
+from tests.e2e.operator_support import (
+    OperatorProcess,
+    apply,
+    crawljob,
+    wait_crawled,
+    wait_for_phase,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "crawlfleet"
@@ -252,33 +261,31 @@ def test_rendered_chart_passes_a_server_side_dry_run(
 
 Call = tuple[str, str, str, str]  # verb, API group, resource, subresource
 
-# What the operator calls in every namespace it serves (crawlfleet/operator/kube.py and kopf).
+# What the operator calls in every namespace it serves (crawlfleet/operator/kube.py and kopf;
+# test_the_charts_rbac_is_exactly_what_the_operator_calls derives it from the audit log).
 OPERATOR_CALLS: list[Call] = [
-    *[
-        (verb, "crawlfleet.io", "crawljobs", "")
-        for verb in ("get", "list", "watch", "patch", "delete")
-    ],
+    *[(verb, "crawlfleet.io", "crawljobs", "") for verb in ("list", "watch", "patch", "delete")],
     ("patch", "crawlfleet.io", "crawljobs", "status"),
-    ("get", "crawlfleet.io", "crawljobs", "scale"),
     ("create", "", "events", ""),
-    ("create", "events.k8s.io", "events", ""),
-    *[
-        (verb, "apps", "deployments", "")
-        for verb in ("get", "list", "watch", "create", "patch", "delete")
-    ],
+    *[(verb, "apps", "deployments", "") for verb in ("list", "watch", "create", "patch")],
     ("patch", "apps", "deployments", "scale"),
     *[
         (verb, "", resource, "")
-        for resource in ("services", "secrets", "configmaps", "persistentvolumeclaims")
-        for verb in ("get", "watch", "create", "patch", "delete")
+        for resource in ("services", "secrets")
+        for verb in ("get", "create", "patch")
     ],
+    ("create", "", "configmaps", ""),
+    ("patch", "", "configmaps", ""),
+    ("create", "", "persistentvolumeclaims", ""),
     ("create", "networking.k8s.io", "networkpolicies", ""),
-    ("delete", "networking.k8s.io", "networkpolicies", ""),
-    *[(verb, "", "pods", "") for verb in ("get", "list", "watch", "delete")],
+    ("patch", "networking.k8s.io", "networkpolicies", ""),
+    *[(verb, "", "pods", "") for verb in ("list", "watch", "delete")],
 ]
-# What it never does, in any namespace.
+# What it never does, in any namespace: the children are deleted by the garbage collector, and
+# no Secret of the namespace is listed, watched, rewritten or deleted.
 NEVER: list[Call] = [
     ("create", "crawlfleet.io", "crawljobs", ""),
+    ("update", "crawlfleet.io", "crawljobs", ""),
     ("deletecollection", "crawlfleet.io", "crawljobs", ""),
     ("create", "", "pods", ""),
     ("create", "", "pods", "exec"),
@@ -287,6 +294,11 @@ NEVER: list[Call] = [
     ("create", "rbac.authorization.k8s.io", "rolebindings", ""),
     ("create", "apps", "statefulsets", ""),
     ("create", "batch", "jobs", ""),
+    *[(verb, "", "secrets", "") for verb in ("list", "watch", "update", "delete")],
+    *[(verb, "apps", "deployments", "") for verb in ("update", "delete")],
+    ("delete", "", "services", ""),
+    ("delete", "", "persistentvolumeclaims", ""),
+    ("delete", "networking.k8s.io", "networkpolicies", ""),
 ]
 # Cluster-scoped: only an operator serving every namespace makes these calls.
 CLUSTER_WIDE_CALLS: list[Call] = [
@@ -418,34 +430,151 @@ def service_account_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> 
     return path
 
 
-def test_the_operator_crawls_to_completion_with_only_the_charts_rbac(
+def audited_calls(audit_log: Path, user: str) -> set[Call]:
+    """What ``user`` called, by the API server's audit log: every request it was not refused.
+
+    A patch that created its object (201: a server-side apply of something new) needed
+    ``create`` as well, so it counts as both.
+    """
+    calls: set[Call] = set()
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef")
+        if event["user"]["username"] != user or not ref:
+            continue  # another identity, or a non-resource URL (discovery: not the chart's)
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        if code == 403:
+            continue
+        call = (event["verb"], ref.get("apiGroup", ""), ref["resource"], ref.get("subresource", ""))
+        calls.add(call)
+        if event["verb"] == "patch" and code == 201:
+            calls.add(("create", *call[1:]))
+    return calls
+
+
+def granted_calls(rendered: str, kind: str) -> set[Call]:
+    """Every (verb, group, resource, subresource) the chart's Role or ClusterRole grants."""
+    (role,) = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] == kind and doc["metadata"]["name"] == RELEASE
+    ]
+    calls: set[Call] = set()
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                name, _, subresource = resource.partition("/")
+                calls |= {(verb, group, name, subresource) for verb in rule["verbs"]}
+    return calls
+
+
+def worker_pid(core: client.CoreV1Api, namespace: str) -> tuple[str, int] | None:
+    """A running worker pod and its process (the kubelet double's container id is its PID)."""
+    for pod in core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/component=worker"
+    ).items:
+        statuses = pod.status.container_statuses or ()
+        if pod.metadata.deletion_timestamp or not statuses or not statuses[0].state.running:
+            continue
+        return pod.metadata.name, int(statuses[0].container_id.removeprefix("process://"))
+    return None
+
+
+def test_the_charts_rbac_is_exactly_what_the_operator_calls(
     helm: Helm,
     install: list[str],
     cluster: Cluster,
+    control_plane: ControlPlane | None,
     kubelet: KubeletDouble,
+    core: client.CoreV1Api,
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    # The operator subprocess runs --standalone, so the chart's peering is off to match.
-    helm(*install, "--set", "peering.enabled=false")
+    """The operator, authenticated by a token of the chart's ServiceAccount, goes through every
+    path that calls the API (children created, then patched by a spec edit; status, Events,
+    scaling, the peering; a hung worker's pod deleted; the finished job deleted by its ttl) and
+    is refused nothing; the API server's audit log then says what it called, and the chart's
+    Role must grant exactly that: no verb it never uses."""
+    assert control_plane is not None  # the kubelet fixture skips on an external cluster
+    helm(*install)
     identity = dataclasses.replace(
         cluster, kubeconfig=service_account_kubeconfig(cluster, namespace, tmp_path / "sa.yaml")
     )
+    user = f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
     whoami = identity.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
-    assert whoami.stdout == f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
+    assert whoami.stdout == user
 
-    with (
-        TestSite(SiteConfig(hosts=2, pages_per_host=20, hostile=False)) as site,
-        running_operator(identity, namespace, tmp_path) as operator,
-    ):
-        apply(cluster, crawljob("books", site), namespace=namespace)
+    config = SiteConfig(hosts=2, pages_per_host=40, hostile=False, latency_seconds=0.5)
+    with TestSite(config) as site:
+        document = crawljob(
+            "books",
+            site,
+            workers={"minReplicas": 1, "maxReplicas": 1},
+            lease={"deadAfterSeconds": 3},
+            ttlSecondsAfterFinished=1,
+        )
+        operator = OperatorProcess(identity, namespace, tmp_path, peering=namespace).start()
         try:
-            job = wait_for_phase(cluster, namespace, "books", "Succeeded", timeout=150)
+            apply(cluster, document, namespace=namespace)
+            wait_crawled(cluster, namespace, "books", 3, timeout=90)
+            # A hung worker (alive, silent): the operator deletes its pod to replace it.
+            found = wait_until(lambda: worker_pid(core, namespace), what="a running worker")
+            pod, pid = found
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                wait_until(
+                    lambda: core.read_namespaced_pod(pod, namespace).metadata.deletion_timestamp,
+                    timeout=60,
+                    what="the hung worker's pod deleted",
+                )
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # A spec edit: ensure() runs again and brings every child up to date.
+            cluster.kubectl(
+                "patch", "crawljob/books", "-n", namespace, "--type=merge",
+                "-p", json.dumps({"spec": {"workers": {"scaleDownDelaySeconds": 3}}}),
+            )  # fmt: skip
+            wait_for_phase(cluster, namespace, "books", "Succeeded", timeout=150, operator=operator)
+            custom = client.CustomObjectsApi(cluster.api)
+            wait_until(
+                lambda: (
+                    not custom.list_namespaced_custom_object(
+                        "crawlfleet.io", "v1alpha1", namespace, "crawljobs"
+                    )["items"]
+                ),
+                timeout=60,
+                what="the finished job deleted by its ttlSecondsAfterFinished",
+            )
         except AssertionError:
             raise AssertionError(operator.log()) from None
-        assert job["status"]["crawled"] == len(site.expected_pages())
-        log = operator.log_file.read_text(errors="replace")  # all of it, not the tail
+        finally:
+            operator.stop()
+    log = operator.log_file.read_text(errors="replace")  # all of it, not the tail
     # Enough is not all: the operator must not even try what the chart does not grant. (kopf,
     # left to scan, lists namespaces cluster-wide; a namespaced operator turns scanning off.)
     refused = [line for line in log.splitlines() if "forbidden" in line.lower()]
     assert refused == [], "\n".join(refused)
+
+    # kubectl auth whoami above is the test's call, allowed to everyone (system:basic-user).
+    used = audited_calls(control_plane.audit_log, user) - {
+        ("create", "authentication.k8s.io", "selfsubjectreviews", "")
+    }
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", namespace,
+        "--set", f"peering.name={namespace}",
+    ).stdout  # fmt: skip
+    granted = granted_calls(rendered, "Role")
+    assert sorted(granted - used) == [], f"granted, never called; called: {sorted(used)}"
+    assert sorted(used - granted) == [], "called, not granted"
+
+    # Serving every namespace takes the same calls, cluster-wide, plus what only a cluster-wide
+    # kopf makes: following namespaces, and the peering's keep-alive in the cluster-scoped kind.
+    everywhere = helm("template", RELEASE, str(CHART), "--set", "watchAllNamespaces=true").stdout
+    peering = {call for call in used if call[2] == "kopfpeerings"}
+    assert granted_calls(everywhere, "ClusterRole") == {
+        *(used - peering),
+        *((verb, group, "clusterkopfpeerings", sub) for verb, group, _, sub in peering),
+        ("list", "", "namespaces", ""),
+        ("watch", "", "namespaces", ""),
+    }

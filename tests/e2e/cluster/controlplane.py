@@ -265,10 +265,36 @@ class ControlPlane:
         )
         self._wait_http("etcd", f"{self.etcd_url}/health", None)
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON line per request of a ServiceAccount (the
+        operator's, in the RBAC tests), so a test can read what it really called."""
+        return self.directory / "logs" / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        """Metadata (who, which verb on what, the answer's code) of ServiceAccounts' requests
+        only: the control plane's own clients and the tests' admin stay out of the log."""
+        policy = self.directory / "audit-policy.json"
+        policy.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {"level": "Metadata", "userGroups": ["system:serviceaccounts"]},
+                        {"level": "None"},
+                    ],
+                }
+            )
+        )
+        return policy
+
     def _start_apiserver(self) -> None:
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
         pki = self.pki
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         self._spawn(
             "kube-apiserver",
             [
@@ -289,6 +315,9 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki.service_account_key}",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                f"--audit-policy-file={self._audit_policy()}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
                 "--v=1",
             ],
         )
