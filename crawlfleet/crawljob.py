@@ -926,7 +926,8 @@ class WorkersSpec(_Section):
     """Seconds demand must stay lower before workers are removed; scaling up is immediate.
     Keeps the fleet from shrinking and growing again while a queue drains and refills."""
     image: _Image | None = None
-    """Worker container image. Unset: the worker image the operator was installed with."""
+    """Worker container image. Unset: the worker image the operator was installed with. The
+    operator runs only images its administrator allows (docs/security.md)."""
     resources: Annotated[dict[str, JsonValue], AfterValidator(_resources)] | None = None
     """Compute resources of each worker container, as in a Pod (requests, limits). Unset: the
     operator's modest defaults."""
@@ -1012,7 +1013,8 @@ class SecretRef(_Section):
     """A key of a Secret in the job's namespace."""
 
     name: Annotated[str, _OBJECT_NAME]
-    """Name of the Secret, in the CrawlJob's namespace."""
+    """Name of the Secret, in the CrawlJob's namespace. The operator uses only a Secret labelled
+    for CrawlJobs (crawlfleet.io/crawljob-secret=true by default; docs/security.md)."""
     key: Annotated[str, _SECRET_KEY] = "url"
     """Key in the Secret whose value is the Redis URL (password included)."""
 
@@ -1198,7 +1200,8 @@ class CredentialsSecretRef(_Section):
     name: Annotated[str, _OBJECT_NAME]
     """Name of the Secret, in the CrawlJob's namespace. Its keys AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, when present) reach the workers as environment
-    variables, never through a ConfigMap or a command line."""
+    variables, never through a ConfigMap or a command line. The operator uses only a Secret
+    labelled for CrawlJobs (crawlfleet.io/crawljob-secret=true by default; docs/security.md)."""
 
 
 class S3Spec(_Section):
@@ -1263,7 +1266,9 @@ class OutputSpec(_Section):
     """A Pod volume source for the workers' files in a cluster, for example
     {persistentVolumeClaim: {claimName: crawl-output}} (ReadWriteMany when there are several
     workers), mounted at /data; a folder destination is then a path inside it. Unset, with no
-    s3:// destination: an emptyDir, deleted with each pod (see ephemeral)."""
+    s3:// destination: an emptyDir, deleted with each pod (see ephemeral). The operator allows
+    only the volume types its administrator chose (by default persistentVolumeClaim, ephemeral
+    and emptyDir; never hostPath unless allowed: docs/security.md)."""
     ephemeral: bool = False
     """Accept output that lives only as long as each worker pod (an emptyDir). Without it, a
     cluster job whose output would go nowhere durable does not start (condition
