@@ -28,7 +28,9 @@ import pytest
 import yaml
 from kubernetes import client
 
+from crawlfleet.config import Config
 from crawlfleet.operator.output import DefaultOutput
+from crawlfleet.tenancy import TenancyPolicy
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.controlplane import ControlPlane, binary_dir
@@ -205,6 +207,69 @@ def test_the_quickstart_store_is_the_default_destination_and_the_operator_accept
     ).stdout  # fmt: skip
     chosen = DefaultOutput.parse(_operator_env(own)["CRAWLFLEET_DEFAULT_OUTPUT"])
     assert chosen.output.destination == "s3://mine/crawls/"  # the user's wins over the store
+
+
+# -- the tenancy policy ------------------------------------------------------------------------
+
+
+def _operator_config(rendered: str) -> Config:
+    """The configuration the operator reads from the rendered Deployment's env (fieldRefs as
+    a pod would resolve them)."""
+    env = _operator_env(rendered)
+    env["CRAWLFLEET_POD_NAMESPACE"] = "cf"
+    return Config.from_env(env)
+
+
+def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
+    plain = _operator_config(helm("template", RELEASE, str(CHART), "--namespace", "cf").stdout)
+    assert TenancyPolicy.from_config(plain.operator) == TenancyPolicy(
+        worker_images=("crawlfleet/worker",),
+        redis_images=("redis", "docker.io/library/redis"),
+        volume_types=frozenset({"emptyDir", "ephemeral", "persistentVolumeClaim"}),
+        secret_label=("crawlfleet.io/crawljob-secret", "true"),
+    )
+    assert (plain.operator.pod_namespace, plain.operator.worker_egress) == ("cf", True)
+    assert plain.operator.cluster_cidrs == ()
+    chosen = _operator_config(
+        helm(
+            "template", RELEASE, str(CHART), "--namespace", "cf",
+            "--set", "policy.workerImages={registry.example/crawl/,crawlfleet/worker}",
+            "--set", "policy.volumeTypes={persistentVolumeClaim,nfs}",
+            "--set", "policy.secretLabel=",
+            "--set", "workerEgress.clusterCIDRs={203.0.113.0/24}",
+            "--set", "bindAddress=127.0.0.1",
+        ).stdout
+    )  # fmt: skip
+    policy = TenancyPolicy.from_config(chosen.operator)
+    assert policy.worker_images == ("registry.example/crawl/", "crawlfleet/worker")
+    assert policy.volume_types == {"persistentVolumeClaim", "nfs"}
+    assert policy.secret_label is None
+    assert chosen.operator.cluster_cidrs == ("203.0.113.0/24",)
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("policy.secretLabel=crawl", "at '/policy/secretLabel'"),
+        ("policy.volumeTypes={host-path}", "at '/policy/volumeTypes/0'"),
+        ("workerEgress.clusterCIDRs={10.0.0.0}", "at '/workerEgress/clusterCIDRs/0'"),
+        ("policy.workerImage={x}", "additional properties 'workerImage' not allowed"),
+    ],
+)
+def test_helm_refuses_a_bad_policy_value(helm: Helm, assignment: str, message: str) -> None:
+    result = helm("lint", str(CHART), "--set", assignment, check=False)
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout
+
+
+def test_the_operator_binds_where_the_chart_says(helm: Helm) -> None:
+    rendered = helm("template", RELEASE, str(CHART), "--set", "bindAddress=10.1.2.3").stdout
+    for doc in yaml.safe_load_all(rendered):
+        if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == RELEASE:
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            assert "--bind-host=10.1.2.3" in container["args"]
+            return
+    raise AssertionError("no operator Deployment")
 
 
 # -- prometheus-operator objects -------------------------------------------------------------
