@@ -275,12 +275,16 @@ class CrawlJobOperator:
             parsed = parsed.with_listed_seeds(listed)
         except ConfigError as error:
             state.seeds_problem = str(error)
+            if status.get("selector"):  # it ran: its workers (on the old spec) stop
+                await self._scale_workers_to_zero(ref)
             self._mark_invalid(body, status, meta, patch, str(error))
             return
         state.seeds_problem, state.listed_seeds = None, listed or None
         problems, missing = await self._policy_problems(ref, parsed)
         state.policy_problem = "; ".join(problems) or None
         if problems:
+            if status.get("selector"):  # it ran: its workers stop; the refused spec is not
+                await self._scale_workers_to_zero(ref)  # applied, its Redis stays
             self._mark_invalid(body, status, meta, patch, state.policy_problem or "")
             if missing:  # it may yet be created: look again, without a retry storm
                 raise kopf.TemporaryError(state.policy_problem, delay=30)
@@ -372,10 +376,7 @@ class CrawlJobOperator:
         creation (no worker writes where nothing lasts), so its workers are scaled to 0 --
         they drain, making what they hold durable where it went until now -- and the
         Deployment keeps its old destination until the spec is fixed."""
-        try:
-            await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
-        except KubeError as error:
-            raise _retry_later(error) from error
+        await self._scale_workers_to_zero(ref)
         where = f" ({was_writing_to})" if was_writing_to else ""
         return (
             f". The job's workers are stopped until then; what they wrote is in the"
@@ -421,6 +422,12 @@ class CrawlJobOperator:
                 raise kopf.TemporaryError(f"cannot seed: {error}", delay=30) from error
 
         return read
+
+    async def _scale_workers_to_zero(self, ref: JobRef) -> None:
+        try:
+            await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
+        except KubeError as error:
+            raise _retry_later(error) from error
 
     async def _policy_problems(self, ref: JobRef, spec: CrawlJobSpec) -> tuple[list[str], bool]:
         """What the tenancy policy refuses in the spec, and whether a named Secret is missing.

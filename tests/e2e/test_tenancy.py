@@ -9,6 +9,7 @@ egress NetworkPolicy included (the API server validates every manifest).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from kubernetes import client
 
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
     apply,
     condition,
@@ -24,6 +26,7 @@ from tests.e2e.operator_support import (
     get_job,
     install_crd,
     running_operator,
+    wait_crawled,
 )
 
 LABEL = {"crawlfleet.io/crawljob-secret": "true"}
@@ -127,3 +130,34 @@ def test_jobs_that_ask_for_more_than_the_policy_gives_are_refused_and_get_no_chi
     (redis_url,) = [env for env in container.env if env.name == "CRAWLFLEET_REDIS_URL"]
     assert redis_url.value_from.secret_key_ref.name == "meant-for-crawls"
     assert "Traceback" not in log
+
+
+def test_a_running_job_edited_past_the_policy_is_refused_and_its_workers_stop(
+    cluster: Cluster,
+    crd: None,
+    kubelet: KubeletDouble,
+    namespace: str,
+    tmp_path: Path,
+    apps: client.AppsV1Api,
+) -> None:
+    config = SiteConfig(hosts=1, pages_per_host=200, hostile=False, latency_seconds=0.5)
+    with TestSite(config) as site, running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, crawljob("edited", site), namespace=namespace)
+        wait_crawled(cluster, namespace, "edited", 2, timeout=90)
+        before = apps.read_namespaced_deployment("edited-workers", namespace)
+        cluster.kubectl(
+            "patch", "crawljob/edited", "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"workers": {"image": "evil.example/miner:1"}}}),
+        )  # fmt: skip
+        message = invalid(cluster, namespace, "edited")["message"]
+        assert message.startswith("spec.workers.image: is not an image"), operator.log()
+        wait_until(
+            lambda: apps.read_namespaced_deployment("edited-workers", namespace).spec.replicas == 0,
+            timeout=30,
+            what="the refused job's workers scaled to 0",
+        )
+        after = apps.read_namespaced_deployment("edited-workers", namespace)
+        # The refused spec never reached the children: the workers' image is the old one.
+        (container,) = after.spec.template.spec.containers
+        assert container.image == before.spec.template.spec.containers[0].image
+        assert get_job(cluster, namespace, "edited")["status"]["phase"] == "Failed"
