@@ -53,12 +53,16 @@ def site() -> Iterator[TestSite]:
 
 
 def credentials_secret(core: client.CoreV1Api, namespace: str, server: S3Server, name: str) -> None:
-    """A Secret with the server's root access key pair, as a user makes one for a bucket."""
+    """A Secret with the server's root access key pair, as a user makes one for a bucket:
+    labelled for CrawlJobs, or the operator's policy would not let a job name it
+    (docs/security.md)."""
     keys = server.root_credentials
     core.create_namespaced_secret(
         namespace,
         client.V1Secret(
-            metadata=client.V1ObjectMeta(name=name),
+            metadata=client.V1ObjectMeta(
+                name=name, labels={"crawlfleet.io/crawljob-secret": "true"}
+            ),
             string_data={
                 "AWS_ACCESS_KEY_ID": keys.access_key_id,
                 "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
