@@ -332,15 +332,14 @@ OPERATOR_CALLS: list[Call] = [
     *[(verb, "crawlfleet.io", "crawljobs", "") for verb in ("list", "watch", "patch", "delete")],
     ("patch", "crawlfleet.io", "crawljobs", "status"),
     ("create", "", "events", ""),
-    *[(verb, "apps", "deployments", "") for verb in ("list", "watch", "create", "patch")],
+    *[(verb, "apps", "deployments", "") for verb in ("get", "list", "watch", "create", "patch")],
     ("patch", "apps", "deployments", "scale"),
     *[
         (verb, "", resource, "")
         for resource in ("services", "secrets")
         for verb in ("get", "create", "patch")
     ],
-    ("create", "", "configmaps", ""),
-    ("patch", "", "configmaps", ""),
+    *[(verb, "", "configmaps", "") for verb in ("get", "create", "patch")],
     ("create", "", "persistentvolumeclaims", ""),
     ("create", "networking.k8s.io", "networkpolicies", ""),
     ("patch", "networking.k8s.io", "networkpolicies", ""),
@@ -572,9 +571,18 @@ def test_the_charts_rbac_is_exactly_what_the_operator_calls(
 
     config = SiteConfig(hosts=2, pages_per_host=40, hostile=False, latency_seconds=0.5)
     with TestSite(config) as site:
+        # Part of the seeds from a list in a ConfigMap (seedsFrom), which the operator reads.
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="seeds"),
+                data={"seeds.txt": "\n".join(site.seeds)},
+            ),
+        )
         document = crawljob(
             "books",
             site,
+            seedsFrom={"configMapKeyRef": {"name": "seeds", "key": "seeds.txt"}},
             workers={"minReplicas": 1, "maxReplicas": 1},
             lease={"deadAfterSeconds": 3},
             ttlSecondsAfterFinished=1,
