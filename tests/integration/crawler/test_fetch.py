@@ -556,9 +556,15 @@ async def test_error_bodies_are_read_only_a_little(fetcher: Fetcher, raw: RawSer
 
 
 _BOMB_PROBE = """
-import asyncio, json, resource, sys
+import asyncio, json, sys
 from crawlfleet.crawler.fetch import Fetcher, FetchSettings
 from crawlfleet.crawljob import CrawlJobSpec
+
+def high_water_kib() -> int:
+    # VmHWM, not ru_maxrss: exec folds the forking pytest's RSS into ru_maxrss, which would
+    # hide any growth below it.
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
 
 async def main(bomb: str, page: str) -> None:
     spec = CrawlJobSpec.from_mapping(
@@ -566,9 +572,9 @@ async def main(bomb: str, page: str) -> None:
     )
     fetcher = Fetcher(FetchSettings.from_spec(spec))
     warm = await fetcher.fetch(page)  # imports, pool and buffers settle before measuring
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = high_water_kib()
     result = await fetcher.fetch(bomb)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    after = high_water_kib()
     await fetcher.aclose()
     print(json.dumps({"warm": warm.failure, "failure": result.failure,
                       "growth_kib": after - before, "elapsed": result.elapsed_seconds,
@@ -580,7 +586,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 
 @pytest.mark.parametrize("path", ["/bomb", "/bomb/deflate", "/bomb/br", "/bomb/zstd"])
 def test_bombs_fail_fast_with_bounded_memory(fresh_site: TestSite, path: str) -> None:
-    # In a child process: ru_maxrss is a high-water mark, only meaningful in a fresh process.
+    # In a child process: VmHWM is a high-water mark, only meaningful in a fresh process.
     probe = subprocess.run(
         [sys.executable, "-c", _BOMB_PROBE, fresh_site.url(0, path), fresh_site.url(0, "/")],
         capture_output=True,
