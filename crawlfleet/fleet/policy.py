@@ -547,6 +547,8 @@ def decide(
         return _lost(policy, seen, memory, seen.lost)
     decision, memory = _steer(policy, seen, memory)
     level = memory_pressure(seen.pressure, seen.memory_used_bytes, seen.memory_max_bytes)
+    if decision.complete:
+        level = PressureLevel.NONE  # nothing left to hold back: the condition ends with the job
     capacity = policy.bloom_capacity
     nearly_full = capacity > 0 and seen.seen >= BLOOM_NEARLY_FULL * capacity
     base = memory.pressure_base_rate

@@ -367,7 +367,9 @@ async def _frontier_health(
         await frontier.set_pressure(pressure)
         was, now = stats.pressure.level, pressure.level
         what = {
-            PressureLevel.NONE: "released: claims and new links at full speed again",
+            PressureLevel.NONE: "released: the crawl is complete"
+            if decision.complete
+            else "released: claims and new links at full speed again",
             PressureLevel.HIGH: f"claims slowed ({_rate(pressure)}), at most"
             f" {pressure.links_per_page} new links per page",
             PressureLevel.CRITICAL: f"claims slowed ({_rate(pressure)}), no new links"

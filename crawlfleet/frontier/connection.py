@@ -23,6 +23,7 @@ from crawlfleet.errors import FrontierFull, FrontierLost, FrontierUnavailable
 __all__ = [
     "CALL_RETRIES",
     "LOST_CODE",
+    "MAX_CONNECTIONS",
     "call",
     "check_epoch",
     "close_quietly",
@@ -44,13 +45,25 @@ _T = TypeVar("_T")
 #: call id (scripts.ONCE_SCRIPTS), so a re-sent one returns the first one's reply.
 CALL_RETRIES: Final = 3
 _BACKOFF_CAP_SECONDS: Final = 1.0
+#: Connections one client opens at most; more concurrent calls wait for one. Every connection
+#: costs Redis some 20-40 KB of buffers, counted against ``maxmemory``: a worker that opened
+#: one per concurrent fetch (robots, pacing, the flush, claims) had 22 open, and two such
+#: workers held 1.6 MB of a 4 MiB Redis, which refused the frontier's writes before the
+#: fleet's memory backpressure could see it coming. Every call is one short round trip (no
+#: blocking commands), so a few connections carry a worker.
+MAX_CONNECTIONS: Final = 8
 
 
-def connect(url: str, *, timeout_seconds: float = 10.0) -> aioredis.Redis:
-    """The client the frontier expects: decoded replies, bounded waits, health checks, and
-    a bounded retry (its window is :func:`retry_window_seconds`)."""
-    return aioredis.Redis.from_url(
+def connect(
+    url: str, *, timeout_seconds: float = 10.0, max_connections: int = MAX_CONNECTIONS
+) -> aioredis.Redis:
+    """The client the frontier expects: decoded replies, bounded waits, health checks, a
+    bounded retry (its window is :func:`retry_window_seconds`) and a bounded pool (a call
+    waits up to ``timeout_seconds`` for a free connection)."""
+    pool = aioredis.BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=timeout_seconds,
         decode_responses=True,
         socket_timeout=timeout_seconds,
         socket_connect_timeout=timeout_seconds,
@@ -59,6 +72,7 @@ def connect(url: str, *, timeout_seconds: float = 10.0) -> aioredis.Redis:
             ExponentialWithJitterBackoff(base=0.01, cap=_BACKOFF_CAP_SECONDS), CALL_RETRIES
         ),
     )
+    return aioredis.Redis.from_pool(pool)
 
 
 def retry_window_seconds(client: aioredis.Redis) -> float:

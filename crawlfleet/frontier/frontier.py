@@ -156,6 +156,10 @@ class Frontier:
         self._keys = keys.script_keys()
         self._prefix = keys.prefix
         self._reply_keep_ms = round(retry_window_seconds(client) * 1000)
+        #: Links Redis refused past maxmemory whose count it refused too (Redis 6).
+        self._held_back_uncounted = 0
+        #: Call ids whose replies arrived: the next state change tells Redis to drop them.
+        self._received: list[str] = []
 
     async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
         """Run one script with the job's keys, prefix and epoch; one round trip per change."""
@@ -167,9 +171,22 @@ class Frontier:
         """Run a state change that must not apply twice (scripts.ONCE_SCRIPTS) under a call
         id: redis-py re-sends the same id after a lost connection, and the script answers a
         call it has applied with its first reply. A caller that retries a failed call itself
-        passes the same ``call_id`` (:meth:`new_call_id`) to get the same guarantee."""
-        tagged = f"{self.epoch}/{call_id or self.new_call_id()}/{self._reply_keep_ms}"
-        return await call(script(keys=self._keys, args=[self._prefix, tagged, *args]))
+        passes the same ``call_id`` (:meth:`new_call_id`) to get the same guarantee.
+
+        Each call also names the calls before it whose replies arrived (at most
+        :data:`_RECEIVED_PER_CALL`), whose kept replies Redis then drops: a kept reply lives
+        for about one call, not for the whole retry window."""
+        call_id = call_id or self.new_call_id()
+        received = [x for x in self._received[:_RECEIVED_PER_CALL] if x != call_id]
+        del self._received[:_RECEIVED_PER_CALL]
+        tagged = f"{self.epoch}/{call_id}/{self._reply_keep_ms}/{','.join(received)}"
+        try:
+            reply = await call(script(keys=self._keys, args=[self._prefix, tagged, *args]))
+        except BaseException:
+            self._received[:0] = received  # dropping a reply twice is harmless
+            raise
+        self._received.append(call_id)
+        return reply
 
     @staticmethod
     def new_call_id() -> str:
@@ -387,7 +404,10 @@ class Frontier:
     async def _enqueue_batch(self, links: Sequence[Link], mode: str) -> list[Admission]:
         seeding = mode != "0"
         try:
-            return await self._enqueue_script(links, mode)
+            admitted = await self._enqueue_script(links, mode)
+            if self._held_back_uncounted:
+                await self._count_held_back(0)
+            return admitted
         except FrontierFull:
             if seeding:
                 raise
@@ -395,12 +415,28 @@ class Frontier:
             # Answering "over budget" lets the worker finish (ack) its pages, which is what
             # frees memory; a worker that retried the batch instead would hold its leases and
             # stall the crawl. The links are not in the filter, so they can come back later.
+            await self._count_held_back(len(links))
             log.warning(
-                "job %s: Redis is past maxmemory; %d links not admitted",
+                "job %s: Redis is past maxmemory; %d links held back (not admitted)",
                 self.keys.job_id,
                 len(links),
             )
             return [Admission.OVER_BUDGET] * len(links)
+
+    async def _count_held_back(self, refused: int) -> None:
+        """Count links Redis refused past maxmemory where the scripts count the links that
+        pressure holds back (``over_budget``), so the summary and status say how many. The
+        counter is written allow-oom; Redis 6, which refuses even that, gets it with the
+        next write it takes."""
+        self._held_back_uncounted += refused
+        try:
+            await self._run(
+                self._scripts.guarded, "HINCRBY", "stats", "over_budget",
+                self._held_back_uncounted,
+            )  # fmt: skip
+        except FrontierFull:
+            return
+        self._held_back_uncounted = 0
 
     async def _enqueue_script(self, links: Sequence[Link], mode: str) -> list[Admission]:
         _check_urls([link.url for link in links])
@@ -758,6 +794,10 @@ class Frontier:
         await close_quietly(self.client)
 
 
+#: Received call ids one state change names for Redis to drop (a call id is 16 characters).
+_RECEIVED_PER_CALL: Final = 32
+
+
 def _worker_id(worker: str) -> str:
     if not worker or "\t" in worker or len(worker) > 253:
         raise ValueError(f"bad worker id {worker!r}")
@@ -778,8 +818,11 @@ def _pressure(
 
 
 def _memory_state(info: Mapping[str, Any]) -> MemoryState:
+    # What Redis itself holds against maxmemory before it refuses a write: its replication
+    # and AOF buffers are not counted (a rewrite's buffer would read as pressure otherwise).
+    used = int(info.get("used_memory", 0)) - int(info.get("mem_not_counted_for_evict", 0))
     return MemoryState(
-        used_bytes=int(info.get("used_memory", 0)),
+        used_bytes=max(0, used),
         max_bytes=int(info.get("maxmemory", 0)),
         policy=str(info.get("maxmemory_policy", "")),
     )

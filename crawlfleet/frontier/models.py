@@ -89,6 +89,8 @@ class Backpressure:
 class MemoryState:
     """Redis's memory as INFO reports it: what the fleet's backpressure watches."""
 
+    #: ``used_memory`` less what Redis does not count against maxmemory (its replication and
+    #: AOF buffers): the figure Redis compares with maxmemory before refusing a write.
     used_bytes: int
     #: ``maxmemory``; 0 when Redis has no limit.
     max_bytes: int

@@ -38,8 +38,10 @@ local K = {
   held = KEYS[11],
 }
 local PREFIX = ARGV[1]
--- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>" for a script run through once().
-local EPOCH, CALL, KEEP_MS = string.match(ARGV[2], '^([^/]*)/?([^/]*)/?(%d*)$')
+-- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>/<received ids>" for a script run
+-- through once(); received ids (comma-separated) are earlier calls whose replies arrived.
+local EPOCH, CALL, KEEP_MS, RECEIVED =
+  string.match(ARGV[2], '^([^/]*)/?([^/]*)/?(%d*)/?([%w,]*)$')
 local PARENT, SAME_HOST_PARENT = 94, 126 -- '^', '~': the bytes that start a parent entry
 
 local function now_ms()
@@ -546,12 +548,22 @@ end
 -- KEEP_MS, and the same call sent again gets that reply instead of applying a second time
 -- (a second claim, a fail counted twice, an ack answered "not yours"). A call that changed
 -- nothing keeps nothing: running it again is as good as the first. No call id: run it.
+-- The replies of the caller's earlier calls that reached it are dropped here: nobody sends
+-- those again, and a claim's reply (its URLs) kept for KEEP_MS at a fast crawl's rate would
+-- hold megabytes, written past maxmemory (the scripts that call once() are allow-oom).
 local function once(body)
   if CALL == '' then return (body()) end
   local key = PREFIX .. 'reply:' .. CALL
   local kept = redis.call('GET', key)
-  if kept then return cjson.decode(kept) end
-  local reply, changed = body()
-  if changed then redis.call('SET', key, cjson.encode(reply), 'PX', tonumber(KEEP_MS)) end
+  local reply, changed
+  if kept then
+    reply = cjson.decode(kept)
+  else
+    reply, changed = body() -- a lost frontier raises here, before anything is written
+    if changed then redis.call('SET', key, cjson.encode(reply), 'PX', tonumber(KEEP_MS)) end
+  end
+  for id in string.gmatch(RECEIVED or '', '[^,]+') do
+    redis.call('DEL', PREFIX .. 'reply:' .. id)
+  end
   return reply
 end

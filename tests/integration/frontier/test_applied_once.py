@@ -91,3 +91,22 @@ async def test_a_caller_retrying_with_the_same_call_id_gets_the_same_claim(
     # A claim that gave nothing keeps nothing: the same id may then claim what came since.
     other = await frontier.claim("w2", 100)
     assert len(other) > 0
+
+
+async def test_a_reply_is_kept_until_the_next_call_says_it_arrived(frontier: Frontier) -> None:
+    """A kept reply serves re-sends of its call only; once the caller has it, the caller's
+    next state change drops it, so a fast crawl's claims do not pile up in Redis."""
+
+    async def kept() -> list[str]:
+        return [key async for key in frontier.client.scan_iter(frontier.keys.key("reply:*"))]
+
+    first = Frontier.new_call_id()
+    leases = await frontier.claim("w1", 2, call_id=first)
+    assert await kept() == [frontier.keys.key(f"reply:{first}")]
+    await frontier.ack("w1", [leases[0].lease_id])
+    (key,) = await kept()
+    assert key != frontier.keys.key(f"reply:{first}")  # the claim's went, the ack's stays
+    for _ in range(5):
+        leases = await frontier.claim("w1", 1)
+        await frontier.ack("w1", [lease.lease_id for lease in leases])
+    assert len(await kept()) == 1

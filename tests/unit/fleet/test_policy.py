@@ -396,6 +396,25 @@ def test_a_pressure_change_is_a_backpressure_to_set_and_only_a_change() -> None:
     assert decision.set_pressure == Backpressure()  # released
 
 
+def test_a_complete_crawl_releases_the_pressure_whatever_redis_holds() -> None:
+    """The queues are empty: nothing is left to hold back, and the condition ends with the
+    job, though the Bloom filter and the counters keep Redis as full as it was."""
+
+    def idle(now: float) -> Observation:
+        return dataclasses.replace(
+            seen(now=now),
+            memory_used_bytes=990,
+            memory_max_bytes=1000,
+            pressure=PressureLevel.CRITICAL,
+        )
+
+    decision, memory = decide(POLICY, idle(1000), FleetMemory(replicas=1))
+    assert (decision.complete, decision.pressure) == (False, PressureLevel.CRITICAL)
+    decision, _ = decide(POLICY, idle(1005), memory)
+    assert decision.complete
+    assert (decision.pressure, decision.set_pressure) == (PressureLevel.NONE, Backpressure())
+
+
 def test_backpressure_slows_claims_to_a_share_of_the_rate_and_never_to_zero() -> None:
     assert backpressure(PressureLevel.HIGH, 40.0).claims_per_second == 30.0
     assert backpressure(PressureLevel.CRITICAL, 40.0).claims_per_second == 20.0
