@@ -619,8 +619,9 @@ def test_the_charts_rbac_is_exactly_what_the_operator_calls(
                 timeout=60,
                 what="the finished job deleted by its ttlSecondsAfterFinished",
             )
-        except AssertionError:
-            raise AssertionError(operator.log()) from None
+        except AssertionError as exc:
+            left = cluster.kubectl("get", "crawljobs", "-n", namespace, "-o", "yaml", check=False)
+            raise AssertionError(f"{exc}\n{left.stdout}\n{operator.log()}") from None
         finally:
             operator.stop()
     log = operator.log_file.read_text(errors="replace")  # all of it, not the tail
