@@ -78,6 +78,10 @@ def _configure(config: OperatorConfig, *, all_namespaces: bool, standalone: bool
         settings.scanning.disabled = not all_namespaces
         # A Kubernetes API hiccup: retry soon, but do not hammer (kopf's default is 60 s).
         settings.networking.request_timeout = 30
+        # A deleted job's finalizer goes once its tick timer has exited. The tick that
+        # deletes a finished job (ttlSecondsAfterFinished) is itself still running when
+        # kopf sees the deletion, and kopf's default is to look again only after 60 s.
+        settings.background.cancellation_polling = 1.0
 
     return configure
 

@@ -168,9 +168,11 @@ def test_no_secret_value_in_a_config_map_an_argv_an_event_or_a_log_line(
             places[f"Event {event.reason}"] = event.message or ""
         for pod in core.list_namespaced_pod(namespace).items:
             for container in pod.spec.containers:
-                places[f"log of {pod.metadata.name}"] = kubelet.logs(
-                    namespace, pod.metadata.name, container.name
-                )
+                try:
+                    log = kubelet.logs(namespace, pod.metadata.name, container.name)
+                except LookupError:
+                    continue  # created since (a rollout), not started yet: it wrote nothing
+                places[f"log of {pod.metadata.name}"] = log
         for name in ("managed", "external"):
             places[f"status of {name}"] = str(get_job(cluster, namespace, name).get("status"))
         places["operator log"] = operator.log_file.read_text(errors="replace")
