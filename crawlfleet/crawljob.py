@@ -882,6 +882,11 @@ class ScopeSpec(_Section):
     max_repeated_segments: Annotated[int, _Range(ge=0, le=100)] = 2
     """Most times one path segment, or a run of them, may appear in a row (/a/a/ is 2): a link
     such as href="a/" on every page makes /a/a/a/... forever. 0: no limit."""
+    sitemaps: bool = False
+    """Also crawl what the seed hosts' sitemaps list: the Sitemap: lines of each seed host's
+    robots.txt and its /sitemap.xml, sitemap indexes and gzip'd sitemaps included, within fixed
+    bounds (docs/crawljob.md, Sitemaps). Listed URLs pass scope, robots and dedup like links;
+    a listed URL's lastmod is kept on its page record."""
 
 
 class DedupSpec(_Section):

@@ -71,6 +71,10 @@ class FailureClass(StrEnum):
     HEADERS_TOO_LARGE = "headers_too_large"
     SOFT_BLOCK = "soft_block"
     PARSER_ERROR = "parser_error"
+    #: A sitemap over its size bound after decompression, or not a readable sitemap
+    #: (``crawler/sitemaps.py``): the site would send the same document again.
+    SITEMAP_TOO_LARGE = "sitemap_too_large"
+    SITEMAP_INVALID = "sitemap_invalid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,8 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.SOFT_BLOCK: _RETRY_SLOWLY,
     # extraction failed on the page as fetched: fetching it again would fail the same way
     FailureClass.PARSER_ERROR: _PERMANENT,
+    FailureClass.SITEMAP_TOO_LARGE: _PERMANENT,
+    FailureClass.SITEMAP_INVALID: _PERMANENT,
 }
 
 

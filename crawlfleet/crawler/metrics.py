@@ -54,7 +54,18 @@ FETCH_SECONDS_BUCKETS: Final = (
 
 #: Why a found link was not admitted: the closed set of ``links_dropped_total``'s labels.
 LINK_DROP_REASONS: Final = frozenset(
-    {"link_cap", "nofollow", "max_pages", "memory_pressure", *(v.value for v in ScopeVerdict)}
+    {
+        "link_cap",
+        "nofollow",
+        "max_pages",
+        "memory_pressure",
+        # scope.sitemaps (crawler/sitemaps.py): entries past a sitemap's bound, sitemaps past
+        # an index's (or robots.txt's) bound, sitemaps of an index nested too deep
+        "sitemap_url_cap",
+        "sitemap_count",
+        "sitemap_depth",
+        *(v.value for v in ScopeVerdict),
+    }
 )
 
 StatusClass = Literal["2xx", "3xx", "4xx", "5xx", "none", "other"]

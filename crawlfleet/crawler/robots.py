@@ -168,6 +168,10 @@ class _Rules:
             return bool(self.parser.can_fetch(url, agent))
         return self.verdict is _Verdict.ALLOW_ALL
 
+    def sitemaps(self) -> tuple[str, ...]:
+        """The file's ``Sitemap:`` URLs (those of the last good copy while it is unreachable)."""
+        return tuple(dict.fromkeys(self.parser.sitemaps)) if self.parser is not None else ()
+
     def delay_seconds(self, agent: str) -> float | None:
         if self.parser is None:
             return None
@@ -357,6 +361,22 @@ class RobotsPolicy:
         else:
             rules = await self._known_rules((f"https://{host}", f"http://{host}"), now)
         return None if rules is None else self._clamped_delay(rules)
+
+    async def sitemaps(self, origin: str) -> tuple[str, ...]:
+        """The ``Sitemap:`` URLs of ``origin``'s robots.txt, as written (maybe relative).
+
+        Read from the rules the policy keeps (fetched if no worker has a fresh copy); when
+        robots.txt is not obeyed it is fetched here for its sitemaps alone, which a caller does
+        once per seed host (``scope.sitemaps``). Empty when the file is missing or unreadable.
+        """
+        if self._obey:
+            now = self._clock()
+            rules = self._local_get(origin, now) or (await self._rules_for([origin]))[origin]
+            return rules.sitemaps()
+        status, body = await self._fetch(origin)
+        if _verdict(status) is not _Verdict.RULES:
+            return ()
+        return _sitemaps(_decode_body(body))
 
     def _clamped_delay(self, rules: _Rules) -> float | None:
         delay = rules.delay_seconds(self._agent)

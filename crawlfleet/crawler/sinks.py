@@ -120,6 +120,9 @@ class PageRecord:
     content: str | None = None
     #: The content was cut at ``output.maxContentBytes``.
     content_truncated: bool = False
+    #: The ``<lastmod>`` of the sitemap entry that queued the URL (``scope.sitemaps``), as the
+    #: site wrote it (a W3C datetime); None, and absent from the line, for every other page.
+    lastmod: str | None = None
 
     def to_json(self) -> str:
         # Field by field: dataclasses.asdict deep-copies and was a visible cost per page.
@@ -127,12 +130,15 @@ class PageRecord:
         if self.content is not None:
             fields["content"] = self.content
             fields["content_truncated"] = self.content_truncated
+        if self.lastmod is not None:
+            fields["lastmod"] = self.lastmod
         return _ENCODER.encode(fields)
 
 
-_CONTENT_FIELDS: Final = frozenset({"content", "content_truncated"})
+# Written only when set: most records have none of them.
+_OPTIONAL_FIELDS: Final = frozenset({"content", "content_truncated", "lastmod"})
 _RECORD_FIELDS = tuple(
-    f.name for f in dataclasses.fields(PageRecord) if f.name not in _CONTENT_FIELDS
+    f.name for f in dataclasses.fields(PageRecord) if f.name not in _OPTIONAL_FIELDS
 )
 # One encoder for every line: json.dumps with options builds a new one per call.
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))

@@ -43,6 +43,12 @@ from crawlfleet.crawler.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, OutputSink, PageOutput, PageRecord
+from crawlfleet.crawler.sitemaps import (
+    DEFAULT_SITEMAP_LIMITS,
+    Sitemap,
+    SitemapRefused,
+    read_sitemap,
+)
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import FetchError, FrontierUnavailable
 from crawlfleet.frontier import (
@@ -55,6 +61,14 @@ from crawlfleet.frontier import (
     host_of,
     try_canonicalize,
 )
+from crawlfleet.frontier.parents import (
+    SitemapTask,
+    listed_parent,
+    sitemap_parent,
+    sitemap_task,
+    split_parent,
+)
+from crawlfleet.frontier.urls import origin_of
 from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.output.stores import OutputStore
 
@@ -135,6 +149,10 @@ class _Outcome:
     #: The page waits for its content or items (``crawler/harvest.py``), made at flush time.
     wants_harvest: bool = False
     harvest: Harvest | None = None
+    #: A sitemap's links, each group with its own depth and parent (sitemaps.py, parents.py).
+    link_groups: list[PageLinksToAdmit] = field(default_factory=list)
+    #: Links the page offered that were left out before admission, by reason.
+    refused: dict[str, int] = field(default_factory=dict)
 
     def let_go_of_body(self) -> None:
         """The page is written: its body is no longer held, nor counted in the budget."""
@@ -201,6 +219,7 @@ class Worker:
         self.limit = AdaptiveLimit(maximum=spec.concurrency.per_worker)
         #: None when the job wants neither content nor items: its pages cost nothing more.
         self.harvester = Harvester.from_spec(spec)
+        self._read_sitemaps = spec.scope.sitemaps
         self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
         self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
@@ -443,13 +462,18 @@ class Worker:
                 await self.guard.check_url(lease.url)
             except FetchError as exc:
                 return self._failed(lease, None, FailureClass(exc.failure_class), exc.message)
+        # A sitemap document is fetched like a page; only what is read from it differs.
+        sitemap = sitemap_task(lease.parent) if self._read_sitemaps else None
         obey = self.spec.robots.obey
         if obey:
             verdict = await self.robots.check(lease.url)
             if verdict.access is RobotsAccess.DEFERRED:
                 return _Deferred(lease, verdict)
             if verdict.access is RobotsAccess.DISALLOWED:
-                return self._failed(lease, None, FailureClass.ROBOTS_DISALLOWED, "robots.txt")
+                refused = self._failed(lease, None, FailureClass.ROBOTS_DISALLOWED, "robots.txt")
+                if sitemap is not None and sitemap.root:  # robots.txt may still name some
+                    await self._add_robots_sitemaps(lease, refused)
+                return refused
             if verdict.access is RobotsAccess.UNAVAILABLE:  # given up: no retry
                 failure = FailureClass.ROBOTS_UNAVAILABLE
                 return self._failed(lease, None, failure, verdict.detail, retryable=False)
@@ -470,6 +494,9 @@ class Worker:
             reservation.release()
             raise
         self._fetched.append(lease.lease_id)
+        if sitemap is not None:
+            self.limit.record(result.failure is None)
+            return await self._sitemap_outcome(lease, sitemap, result, reservation)
         if result.failure is not None:
             reservation.release()
             self.limit.record(False)
@@ -498,6 +525,92 @@ class Worker:
             nofollow=page.nofollow,
             wants_harvest=wants_harvest,
         )
+
+    async def _sitemap_outcome(
+        self, lease: Lease, task: SitemapTask, result: FetchResult, reservation: Reservation
+    ) -> _Outcome:
+        """A fetched sitemap document: its entries become links, grouped by what they are.
+
+        An index's entries are sitemap documents one level down (not followed past
+        ``MAX_SITEMAP_INDEX_DEPTH``); a urlset's are pages, one group per ``<lastmod>`` so
+        that each carries its own in its parent. Both keep the sitemap's depth: a sitemap is
+        the site's own list of entry points, so ``maxDepth`` counts clicks from its pages as
+        it does from seeds. A refused document fails as its reason (``sitemap_too_large``,
+        ``sitemap_invalid``), a dead letter with the message, and a log line. A host's root
+        (its guessed ``/sitemap.xml``) also brings its robots.txt ``Sitemap:`` lines, and a
+        404 or 410 there is no failure: the guess was wrong, nothing is lost.
+        """
+        limits = DEFAULT_SITEMAP_LIMITS
+        if result.failure is not None:
+            reservation.release()
+            if task.root and result.status in (404, 410):
+                outcome = _Outcome(lease, self._record(lease, result, None, None, 0), result=result)
+            else:
+                outcome = self._failed(lease, result, result.failure, result.message)
+            if task.root:
+                await self._add_robots_sitemaps(lease, outcome)
+            return outcome
+        try:
+            document, by_lastmod = await asyncio.to_thread(_read_grouped, result.body)
+        except SitemapRefused as refused:
+            reservation.release()
+            log.warning(
+                "sitemap %s refused (%s): %s",
+                lease.url,
+                refused.failure_class,
+                refused.message,
+                extra={"layer": "task"},
+            )
+            failure_class = FailureClass(refused.failure_class)
+            outcome = self._failed(lease, result, failure_class, refused.message)
+            if task.root:
+                await self._add_robots_sitemaps(lease, outcome)
+            return outcome
+        outcome = _Outcome(
+            lease=lease,
+            record=self._record(lease, result, None, None, len(document.urls)),
+            result=result,
+            reservation=reservation,
+        )
+        found_in = lease.url  # canonical, so no '#' of its own before a mark (parents.py)
+        if document.kind == "sitemapindex":
+            level = task.level + 1
+            if level > limits.max_index_depth:
+                outcome.refused["sitemap_depth"] = len(document.urls) + document.over_cap
+                log.info(
+                    "sitemap index %s is nested %d deep: its %d sitemaps are not read",
+                    lease.url,
+                    level,
+                    len(document.urls),
+                    extra={"layer": "task"},
+                )
+            else:
+                parent = sitemap_parent(found_in, level)
+                outcome.link_groups.append(PageLinksToAdmit(document.urls, lease.depth, parent))
+                if document.over_cap:
+                    outcome.refused["sitemap_count"] = document.over_cap
+        else:
+            outcome.link_groups.extend(
+                PageLinksToAdmit(urls, lease.depth, listed_parent(found_in, lastmod))
+                for lastmod, urls in by_lastmod.items()
+            )
+            if document.over_cap:
+                outcome.refused["sitemap_url_cap"] = document.over_cap
+        if task.root:
+            await self._add_robots_sitemaps(lease, outcome)
+        return outcome
+
+    async def _add_robots_sitemaps(self, lease: Lease, outcome: _Outcome) -> None:
+        """The ``Sitemap:`` lines of the lease's host's robots.txt, as links of ``outcome``."""
+        origin = origin_of(lease.url)
+        robots_url = origin + "/robots.txt"
+        listed = [urljoin(robots_url, url) for url in await self.robots.sitemaps(origin)]
+        cap = DEFAULT_SITEMAP_LIMITS.max_sitemaps
+        if len(listed) > cap:
+            outcome.refused["sitemap_count"] = len(listed) - cap
+        if listed:
+            parent = sitemap_parent(robots_url, 0)
+            outcome.link_groups.append(PageLinksToAdmit(listed[:cap], lease.depth, parent))
 
     async def _apply_robots_delay(self, host: str, verdict: RobotsVerdict) -> None:
         """Set the host's delay in the frontier from its robots.txt, once per robots entry.
@@ -582,12 +695,13 @@ class Worker:
         outlinks: int,
     ) -> PageRecord:
         body = result.body if result is not None else b""
+        parent, lastmod = split_parent(lease.parent)
         return PageRecord(
             url=lease.url,
             final_url=result.final_url if result is not None else lease.url,
             status=result.status if result is not None else None,
             depth=lease.depth,
-            parent=lease.parent,
+            parent=parent,
             fetched_at=result.fetched_at if result is not None else time.time(),
             content_type=result.content_type if result is not None else None,
             length=len(body),
@@ -598,6 +712,7 @@ class Worker:
             attempt=lease.attempts + 1,
             worker=self.worker_id,
             fetch_id=f"{self.worker_id}-{lease.number}",
+            lastmod=lastmod,
         )
 
     # -- flushing -----------------------------------------------------------------------
@@ -705,11 +820,13 @@ class Worker:
 
     async def _complete(self, batch: list[_Outcome]) -> None:
         await self._harvest(batch)
-        pending = self._admission.prepare(
+        pages = [
             PageLinksToAdmit(outcome.links, outcome.lease.depth + 1, outcome.record.final_url)
             for outcome in batch
             if outcome.links
-        )
+        ]
+        pages += (group for outcome in batch for group in outcome.link_groups)
+        pending = self._admission.prepare(pages)
         admitted: list[Admission] = []
         if pending.links:
             admitted = await self.frontier.enqueue(pending.links)
@@ -873,6 +990,9 @@ def _dropped_links(
 ) -> dict[str, int]:
     """Every link a flush left out, by reason: at extraction, at admission, in the frontier."""
     dropped = dict(refused)
+    for outcome in batch:
+        for reason, count in outcome.refused.items():
+            dropped[reason] = dropped.get(reason, 0) + count
     over_cap = sum(outcome.over_cap for outcome in batch)
     nofollow = sum(outcome.nofollow for outcome in batch)
     if over_cap:
@@ -885,6 +1005,15 @@ def _dropped_links(
         elif code not in (Admission.NEW, Admission.SEEN):
             dropped["memory_pressure"] = dropped.get("memory_pressure", 0) + 1
     return dropped
+
+
+def _read_grouped(body: bytes) -> tuple[Sitemap, dict[str | None, list[str]]]:
+    """A sitemap's entries and its URLs by lastmod: both in the worker thread, off the loop."""
+    document = read_sitemap(body)
+    by_lastmod: dict[str | None, list[str]] = {}
+    for url, lastmod in zip(document.urls, document.lastmods, strict=True):
+        by_lastmod.setdefault(lastmod, []).append(url)
+    return document, by_lastmod
 
 
 def _is_html(content_type: str | None) -> bool:

@@ -66,6 +66,7 @@ from crawlfleet.frontier.models import (
     Requeued,
     WorkerHeartbeat,
 )
+from crawlfleet.frontier.parents import sitemap_roots
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
 from crawlfleet.frontier.urls import CanonicalURL, canonicalize
@@ -459,13 +460,18 @@ class Frontier:
     async def seed(self, urls: Sequence[str]) -> int:
         """Queue the seeds at depth 0 and mark the job seeded; returns how many were new.
 
+        With ``scope.sitemaps`` each seed origin's ``/sitemap.xml`` is queued with them, marked
+        as that host's sitemap root (``parents.py``); it is not counted as a seed.
         Seeding twice is harmless: the Bloom filter refuses what was seeded before.
         """
         links = [Link(canonicalize(url), 0, "") for url in urls]
         if not links:
             raise InvalidURL("a job needs at least one seed URL")
+        seeds = len(links)
+        if self.settings.sitemaps:
+            links += sitemap_roots([link.url for link in links])
         outcome = await self.enqueue(links, seeding=True)
-        return sum(1 for code in outcome if code is Admission.NEW)
+        return sum(1 for code in outcome[:seeds] if code is Admission.NEW)
 
     # -- leases ---------------------------------------------------------------------------
 

@@ -229,6 +229,8 @@ class FrontierSettings:
     #: How long after its claim a worker may still send requests for a lease (the fetch's
     #: total timeout): a dead worker's host slots stay counted that long (docs/frontier.md).
     fetch_budget_seconds: float = 0.0
+    #: ``scope.sitemaps``: seeding also queues each seed host's ``/sitemap.xml`` (parents.py).
+    sitemaps: bool = False
 
     @classmethod
     def from_spec(
@@ -246,6 +248,7 @@ class FrontierSettings:
             max_pages=spec.scope.max_pages,
             bloom_backend=bloom_backend,
             fetch_budget_seconds=spec.fetch.total_timeout_seconds,
+            sitemaps=spec.scope.sitemaps,
         )
 
 

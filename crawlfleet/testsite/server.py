@@ -80,6 +80,9 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
                             linking ``/shop/product/<id>.html``, pages with known fields.
 ``/trap/…``                 Any depth: links ``same/`` and ``next-<depth>/`` (relative), an
                             endless space of repeated and of ever more path segments.
+``/sitemaps/…``             Host 0's sitemaps (:mod:`crawlfleet.testsite.sitemaps`), named
+                            by its robots.txt ``Sitemap:`` line: an index, a gzip'd sitemap
+                            of ``/listed/<n>.html`` pages, an oversized gzip'd one.
 =========================== ===========================================================
 
 ``robots_failures`` makes every host's robots.txt answer 503 that many times first
@@ -94,7 +97,8 @@ the unsafe links below.
 
 ``robots.txt`` (every host)
 
-* host 0: ``User-agent: *`` / ``Disallow: /private/`` (allow-all when not hostile).
+* host 0: ``User-agent: *`` / ``Disallow: /private/`` (allow-all when not hostile), and,
+  when hostile, ``Sitemap: http://<host 0>/sitemaps/index.xml``.
 * host 1: ``Crawl-delay: <crawl_delay_seconds>`` when that is set.
 * host ``hosts-1`` (only if ``hosts >= 3`` and hostile): no robots.txt -> 404.
 * all other hosts, including the out-of-scope one: ``User-agent: *`` / ``Disallow:``.
@@ -131,7 +135,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from crawlfleet.testsite import hostile, shop
+from crawlfleet.testsite import hostile, shop, sitemaps
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
 
 __all__ = [
@@ -419,6 +423,9 @@ class SiteServer:
             shop.LISTING_PATH: _html_route(shop.render_listing()),
         }
         self._products = {product.path: product for product in shop.PRODUCTS}
+        self._listed = frozenset(page.path for page in sitemaps.LISTED_PAGES)
+        # Sitemap bodies name the hosts' ports: built at the first request, then kept.
+        self._sitemap_bodies: dict[str, bytes] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -536,6 +543,8 @@ class SiteServer:
             robots = self.graph.robots_txt(host)
             if robots is None:
                 return _not_found()
+            if host == 0 and self.config.hostile:
+                robots += f"Sitemap: http://{self.netloc(0)}{sitemaps.INDEX_PATH}\n".encode()
             return web.Response(body=robots, headers={"Content-Type": "text/plain"})
         if host != 0:
             return _not_found()
@@ -560,6 +569,10 @@ class SiteServer:
             if int(parts[2]) <= 1_000_000:
                 body = hostile.render_link_flood(int(parts[2]))
                 return web.Response(body=body, headers=_HTML_HEADERS)
+        elif kind == "sitemaps":
+            return self._sitemap(path)
+        elif kind == "listed" and path in self._listed:
+            return self._leaf(path, "Listed in a sitemap, linked from nowhere")
         elif kind == "shop" and path in self._products:
             body = shop.render_product(self._products[path])
             return web.Response(body=body, headers=_HTML_HEADERS)
@@ -580,6 +593,24 @@ class SiteServer:
         return _not_found()
 
     # ------------------------------------------------------------------ special routes
+
+    def _sitemap(self, path: str) -> web.Response:
+        """Host 0's sitemaps (:mod:`crawlfleet.testsite.sitemaps`); the oversized one takes a
+        few hundred milliseconds to build, once."""
+        body = self._sitemap_bodies.get(path)
+        if body is None:
+            base = f"http://{self.netloc(0)}"
+            if path == sitemaps.INDEX_PATH:
+                body = sitemaps.render_index(base)
+            elif path == sitemaps.PAGES_PATH:
+                body = sitemaps.render_pages(base, f"http://{self.out_of_scope_host}")
+            elif path == sitemaps.OVERSIZED_PATH:
+                body = sitemaps.render_oversized(base)
+            else:
+                return _not_found()
+            self._sitemap_bodies[path] = body
+        kind = "application/xml" if path.endswith(".xml") else "application/gzip"
+        return web.Response(body=body, headers={"Content-Type": kind})
 
     def _leaf(self, path: str, title: str) -> web.Response:
         body = self._leaf_cache.get((0, path))

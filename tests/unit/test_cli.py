@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.cli import main
+from crawlfleet.crawljob import CrawlJobSpec, load_crawljob
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "crawljob.yaml"
 
@@ -64,3 +65,17 @@ def test_the_readme_crawljob_is_valid(tmp_path: Path) -> None:
     job = tmp_path / "readme.yaml"
     job.write_text(block.group(1))
     assert main(["validate", str(job)]) == 0
+
+
+def test_validate_accepts_scope_sitemaps_and_the_model_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "sitemaps.yaml"
+    job.write_text(
+        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: sm}\n"
+        "spec:\n  seeds: ['https://books.example/']\n  scope: {sitemaps: true}\n"
+    )
+    assert main(["validate", str(job)]) == 0
+    assert "default/sm is valid" in capsys.readouterr().out
+    assert load_crawljob(job).spec.scope.sitemaps is True
+    assert CrawlJobSpec.from_mapping({"seeds": ["https://books.example/"]}).scope.sitemaps is False

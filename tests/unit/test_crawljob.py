@@ -69,6 +69,7 @@ def test_minimal_spec_fills_every_default() -> None:
             "maxLinksPerPage": 6000,
             "maxPathSegments": 20,
             "maxRepeatedSegments": 2,
+            "sitemaps": False,
         },
         "dedup": {"capacity": 1_000_000, "errorRate": 0.01},
         "concurrency": {"perWorker": 16, "perHost": 2, "hostDelaySeconds": 1.0},

@@ -38,6 +38,9 @@ OUTSIDE_THE_TREE = {
     "crawlfleet.crawler.extract.ExtractionError": (
         "a page's extraction failed: the harvest turns it into the page's parser_error"
     ),
+    "crawlfleet.crawler.sitemaps.SitemapRefused": (
+        "a sitemap could not be read: the worker turns it into the sitemap's failure class"
+    ),
 }
 
 #: Packages whose ``__init__`` imports its public face.

@@ -7,6 +7,7 @@ http.client, never the crawler's own HTTP stack, so a client bug cannot mask a s
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -25,10 +26,19 @@ from email.message import Message
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlsplit
+from xml.etree import ElementTree
 
 import pytest
 
-from crawlfleet.testsite import SiteConfig, SiteGraph, TestSite, build_gzip_bomb, page_path
+from crawlfleet.crawler.sitemaps import MAX_SITEMAP_BYTES
+from crawlfleet.testsite import (
+    SiteConfig,
+    SiteGraph,
+    TestSite,
+    build_gzip_bomb,
+    page_path,
+    sitemaps,
+)
 
 UA = "crawlfleet-site-test/1.0"
 REPO = Path(__file__).resolve().parents[2]
@@ -275,7 +285,8 @@ def test_robots(site: TestSite) -> None:
     status, headers, body, _ = get(site.url(0, "/robots.txt"))
     assert status == 200
     assert headers["Content-Type"].startswith("text/plain")
-    assert body == b"User-agent: *\nDisallow: /private/\n"
+    sitemap_line = f"Sitemap: {site.url(0, sitemaps.INDEX_PATH)}\n"
+    assert body == b"User-agent: *\nDisallow: /private/\n" + sitemap_line.encode()
     assert get(site.url(1, "/robots.txt"))[2] == b"User-agent: *\nCrawl-delay: 2.5\nDisallow:\n"
     assert get(site.url(2, "/robots.txt"))[0] == 404
     assert get(site.out_of_scope_url("/robots.txt"))[0] == 200
@@ -462,3 +473,39 @@ def test_cli_prints_one_ready_line_and_stops_on_sigterm() -> None:
     assert proc.returncode == 0
     assert out == b""  # exactly one stdout line, already consumed
     assert json.loads(err.decode().strip().splitlines()[-1])["requests"] == 2
+
+
+def _sitemap_entries(xml: bytes) -> tuple[str, list[tuple[str, str | None]]]:
+    """A sitemap's root name and its (loc, lastmod) entries, read with the standard library."""
+    root = ElementTree.fromstring(xml)
+    ns = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+    entries = [(entry.findtext(f"{ns}loc") or "", entry.findtext(f"{ns}lastmod")) for entry in root]
+    return root.tag.removeprefix(ns), entries
+
+
+def test_sitemaps_index_lists_a_good_and_an_oversized_gzip_sitemap(site: TestSite) -> None:
+    status, _, body, _ = get(site.url(0, sitemaps.INDEX_PATH))
+    assert status == 200
+    assert _sitemap_entries(body) == (
+        "sitemapindex",
+        [(site.url(0, sitemaps.PAGES_PATH), None), (site.url(0, sitemaps.OVERSIZED_PATH), None)],
+    )
+
+    kind, entries = _sitemap_entries(gzip.decompress(get(site.url(0, sitemaps.PAGES_PATH))[2]))
+    assert kind == "urlset"
+    listed = {(site.url(0, page.path), page.lastmod) for page in sitemaps.LISTED_PAGES}
+    assert listed <= set(entries)
+    assert (site.out_of_scope_url("/listed/elsewhere.html"), "2026-03-01") in entries
+    pages = [site.graph.render_page(h, i) for h in range(3) for i in range(60)]
+    for page in sitemaps.LISTED_PAGES:  # served, and linked from no page
+        assert get(site.url(0, page.path))[0] == 200
+        assert not any(page.path.encode() in body for body in pages)
+
+    oversized = get(site.url(0, sitemaps.OVERSIZED_PATH))[2]
+    inflated = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    size = sum(
+        len(inflated.decompress(oversized[i : i + 65536])) for i in range(0, len(oversized), 65536)
+    )
+    assert len(oversized) < 1024 * 1024 < MAX_SITEMAP_BYTES < size
+    assert inflated.eof
+    assert get(site.url(0, "/sitemap.xml"))[0] == 404

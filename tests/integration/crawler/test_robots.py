@@ -458,6 +458,27 @@ async def test_sitemap_lines_are_kept_in_the_shared_entry(
     assert "good" not in stored
 
 
+async def test_sitemaps_are_read_from_the_rules_already_fetched(make_policy: PolicyFactory) -> None:
+    body = "Sitemap: http://a.test/s1.xml\nUser-agent: *\nDisallow: /\nsitemap: /s2.xml\n"
+    fetch = FakeRobots({A + "/robots.txt": robots(body)})
+    policy = make_policy(fetch)
+    assert (await policy.check(A + "/sitemap.xml")).access is RobotsAccess.DISALLOWED
+    assert await policy.sitemaps(A) == ("http://a.test/s1.xml", "/s2.xml")
+    assert fetch.calls == [A + "/robots.txt"]  # once, for the check and the sitemaps
+    assert await make_policy(FakeRobots({})).sitemaps("http://b.test") == ()  # a 404: none
+
+
+async def test_sitemaps_are_fetched_for_themselves_when_robots_are_not_obeyed(
+    make_policy: PolicyFactory,
+) -> None:
+    fetch = FakeRobots({A + "/robots.txt": robots("User-agent: *\nDisallow: /\nSitemap: /s.xml\n")})
+    policy = make_policy(fetch, robots={"obey": False})
+    assert await policy.allowed(A + "/anything") is True
+    assert fetch.calls == []
+    assert await policy.sitemaps(A) == ("/s.xml",)
+    assert fetch.calls == [A + "/robots.txt"]
+
+
 @pytest.mark.parametrize(
     ("status", "failure", "expected"),
     [

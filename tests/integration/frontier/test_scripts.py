@@ -34,6 +34,22 @@ async def test_seed_once_and_dedup(open_frontier: OpenFrontier) -> None:
     assert (stats.seeded, stats.queued, stats.seen, stats.duplicates) == (True, 2, 2, 2)
 
 
+async def test_with_sitemaps_each_seed_origin_queues_its_marked_root_once(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier(scope={"sitemaps": True})
+    assert await frontier.seed(["http://a.com/", "http://a.com/x", "https://b.com/"]) == 3
+    assert await frontier.seed(["http://a.com/y"]) == 1  # its root is seen already
+    leases = await frontier.claim("w", 10)
+    roots = {lease.url: lease.parent for lease in leases if lease.url.endswith("/sitemap.xml")}
+    assert roots == {
+        "http://a.com/sitemap.xml": "http://a.com/robots.txt#sitemap=root",
+        "https://b.com/sitemap.xml": "https://b.com/robots.txt#sitemap=root",
+    }
+    assert {lease.depth for lease in leases} == {0}
+    assert (await frontier.stats()).seen == 6
+
+
 async def test_a_long_seed_list_goes_in_batches_and_is_seeded_only_when_whole(
     open_frontier: OpenFrontier, monkeypatch: pytest.MonkeyPatch
 ) -> None:

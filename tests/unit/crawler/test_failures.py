@@ -93,6 +93,8 @@ PERMANENT = {
     F.DECOMPRESSION_BOMB,
     F.HEADERS_TOO_LARGE,
     F.PARSER_ERROR,
+    F.SITEMAP_TOO_LARGE,
+    F.SITEMAP_INVALID,
 }
 SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE}
 
@@ -152,6 +154,8 @@ def test_class_values_are_the_brief_names() -> None:
         "parser_error",
         "protocol_error",
         "invalid_url",
+        "sitemap_too_large",
+        "sitemap_invalid",
     }
     assert f"{F.HTTP_404}" == "http_404"  # StrEnum: formats as its value
 

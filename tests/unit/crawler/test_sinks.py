@@ -131,7 +131,8 @@ async def test_records_are_durable_only_once_sealed_and_then_handed_on(tmp_path:
     assert path.name.startswith("worker-1-")
     assert path.name.endswith("-00000.jsonl")
     lines = read_lines(path)
-    content = {"content", "content_truncated"}  # content: none writes neither
+    # content: none writes neither content field, and a page no sitemap listed has no lastmod
+    content = {"content", "content_truncated", "lastmod"}
     without_content = [
         {k: v for k, v in dataclasses.asdict(r).items() if k not in content}
         for r in (first, second)
@@ -435,3 +436,9 @@ async def test_a_generation_without_items_writes_no_items_file(tmp_path: Path) -
     assert not (tmp_path / "items").exists()
     ((_, files),) = durable.calls
     assert [file.key.split("/")[0] for file in files] == ["pages"]
+
+
+def test_a_sitemap_lastmod_is_on_the_line_only_when_the_page_has_one() -> None:
+    listed = json.loads(record(lastmod="2026-01-15").to_json())
+    assert listed["lastmod"] == "2026-01-15"
+    assert "lastmod" not in json.loads(record().to_json())

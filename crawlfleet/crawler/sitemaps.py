@@ -1,0 +1,223 @@
+"""Reading one sitemap document (``scope.sitemaps``): a ``<urlset>`` or a ``<sitemapindex>``.
+
+A sitemap is whatever a server sends, so it is read as hostile input: its cost is bounded and
+anything wrong with it costs that one sitemap (:class:`SitemapRefused`), never the worker.
+
+* **gzip** (a ``.xml.gz`` file, recognised by its magic bytes; a ``Content-Encoding`` was already
+  undone by the fetcher) is inflated in steps of :data:`_INFLATE_STEP_BYTES`, so a gzip bomb
+  stops one step past the bound instead of filling memory.
+* **size**: at most :data:`MAX_SITEMAP_BYTES` of XML after decompression (the sitemaps
+  protocol's own limit); a larger document is refused whole, ``sitemap_too_large``: the URLs
+  read before the bound would be an arbitrary prefix of the site, and a refusal says so.
+* **XML** is parsed with lxml's pull parser, fed as it is inflated: no DTD loaded, no entity
+  substituted (an entity-expansion bomb expands to nothing), no network, libxml2's default
+  limits on depth and text size (``huge_tree`` off). Elements are dropped as soon as they are
+  read, so memory follows one entry, not the document. Malformed XML, or a root that is
+  neither ``urlset`` nor ``sitemapindex``, is ``sitemap_invalid``.
+* **entries**: the first :data:`MAX_URLS_PER_SITEMAP` ``<url>`` entries of a urlset, the first
+  :data:`MAX_SITEMAPS_PER_INDEX` ``<sitemap>`` entries of an index; the rest are counted
+  (``Sitemap.over_cap``) for the worker's dropped-link reasons. Elements are matched by local
+  name: sites use the protocol's namespace, an old one, or none.
+
+``lastmod`` is kept as the site wrote it when it has the shape of a W3C datetime (what the
+protocol asks); any other value is dropped and the URL kept. The worker runs :func:`read_sitemap`
+in a thread: a 50 MB document is seconds of parsing the event loop must not wait for.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from lxml import etree
+
+__all__ = [
+    "DEFAULT_SITEMAP_LIMITS",
+    "MAX_SITEMAPS_PER_INDEX",
+    "MAX_SITEMAP_BYTES",
+    "MAX_SITEMAP_INDEX_DEPTH",
+    "MAX_URLS_PER_SITEMAP",
+    "Sitemap",
+    "SitemapLimits",
+    "SitemapRefused",
+    "read_sitemap",
+]
+
+#: The sitemaps protocol's limits on one file: 50 MB of XML (uncompressed) and 50,000 URLs.
+MAX_SITEMAP_BYTES: Final = 50 * 1024 * 1024
+MAX_URLS_PER_SITEMAP: Final = 50_000
+#: Sitemaps taken from one index, and from one robots.txt's ``Sitemap:`` lines: with the depth
+#: bound it caps the documents one host can make the crawl fetch.
+MAX_SITEMAPS_PER_INDEX: Final = 1_000
+#: Indexes followed below the sitemaps a site names: the protocol allows none (an index lists
+#: sitemaps only); sites nest one more level in practice. Deeper ones are not fetched.
+MAX_SITEMAP_INDEX_DEPTH: Final = 2
+
+_GZIP_MAGIC: Final = b"\x1f\x8b"
+# Compressed bytes fed to zlib at a time, and the most XML one step may yield.
+_FEED_BYTES: Final = 64 * 1024
+_INFLATE_STEP_BYTES: Final = 1024 * 1024
+# W3C datetime (the protocol's lastmod): YYYY, YYYY-MM, YYYY-MM-DD, with a time and zone.
+_W3C_DATETIME: Final = re.compile(
+    r"\d{4}(?:-\d{2}(?:-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?"
+    r"(?:Z|[+-]\d{2}:\d{2})?)?)?)?"
+)
+_MAX_LOC_CHARS: Final = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SitemapLimits:
+    """The bounds one document is read within (the defaults above; tests pass smaller ones)."""
+
+    max_bytes: int = MAX_SITEMAP_BYTES
+    max_urls: int = MAX_URLS_PER_SITEMAP
+    max_sitemaps: int = MAX_SITEMAPS_PER_INDEX
+    max_index_depth: int = MAX_SITEMAP_INDEX_DEPTH
+
+
+DEFAULT_SITEMAP_LIMITS: Final = SitemapLimits()
+
+
+class SitemapRefused(ValueError):
+    """A sitemap that is not read: ``failure_class`` says why, the message what was found.
+
+    Raised by a pure reader; the worker turns it into the sitemap's failure (a dead letter).
+    """
+
+    def __init__(
+        self, failure_class: Literal["sitemap_too_large", "sitemap_invalid"], message: str
+    ) -> None:
+        super().__init__(message)
+        self.failure_class = failure_class
+        self.message = message
+
+
+@dataclass(slots=True)
+class Sitemap:
+    """What one document lists: page URLs (a urlset) or sitemap URLs (an index).
+
+    ``lastmods[i]`` belongs to ``urls[i]`` (None: none, or not a W3C datetime).
+    """
+
+    kind: Literal["urlset", "sitemapindex"]
+    urls: list[str] = field(default_factory=list)
+    lastmods: list[str | None] = field(default_factory=list)
+    #: Entries past the bound of their kind, not taken.
+    over_cap: int = 0
+
+
+def read_sitemap(body: bytes, limits: SitemapLimits = DEFAULT_SITEMAP_LIMITS) -> Sitemap:
+    """The entries of one sitemap document (gzip'd or not); :class:`SitemapRefused` if it is
+    over ``limits.max_bytes`` or is not a well-formed sitemap."""
+    reader = _Reader(limits)
+    try:
+        if body.startswith(_GZIP_MAGIC):
+            _inflate_into(reader, body, limits.max_bytes)
+        else:
+            reader.feed(body)
+        return reader.close()
+    except etree.LxmlError as exc:
+        raise SitemapRefused("sitemap_invalid", f"not well-formed XML: {exc}"[:500]) from None
+
+
+def _inflate_into(reader: _Reader, body: bytes, max_bytes: int) -> None:
+    """Feed ``reader`` the XML a gzip body inflates to, one bounded step at a time."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        for start in range(0, len(body), _FEED_BYTES):
+            data = body[start : start + _FEED_BYTES]
+            while data and not inflater.eof:
+                reader.feed(inflater.decompress(data, _INFLATE_STEP_BYTES))
+                data = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+        if not inflater.eof:
+            reader.feed(inflater.flush())
+            raise SitemapRefused("sitemap_invalid", "the gzip stream is truncated")
+    except zlib.error as exc:
+        raise SitemapRefused("sitemap_invalid", f"not a readable gzip stream: {exc}") from None
+
+
+class _Reader:
+    """An lxml pull parser that keeps the entries, counts the bytes and drops each element."""
+
+    def __init__(self, limits: SitemapLimits) -> None:
+        self._limits = limits
+        self._bytes = 0
+        self._parser = etree.XMLPullParser(
+            events=("end",),
+            resolve_entities=False,
+            load_dtd=False,
+            no_network=True,
+            huge_tree=False,
+            remove_comments=True,
+            remove_pis=True,
+        )
+        self._urls: list[str] = []
+        self._lastmods: list[str | None] = []
+        # Which kind of entry each kept URL came from ("url" or "sitemap").
+        self._kinds: list[str] = []
+        self._entries = {"url": 0, "sitemap": 0}
+        self._loc: str | None = None
+        self._lastmod: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self._bytes += len(data)
+        if self._bytes > self._limits.max_bytes:
+            raise SitemapRefused(
+                "sitemap_too_large",
+                f"sitemap over {self._limits.max_bytes} bytes of XML (after decompression)",
+            )
+        self._parser.feed(data)
+        self._read_events()
+
+    def close(self) -> Sitemap:
+        root = self._parser.close()
+        self._read_events()
+        kind = _local_name(root.tag)
+        if kind not in ("urlset", "sitemapindex"):
+            raise SitemapRefused(
+                "sitemap_invalid", f"root element {kind[:80]!r} is neither urlset nor sitemapindex"
+            )
+        entry = "url" if kind == "urlset" else "sitemap"
+        cap = self._limits.max_urls if kind == "urlset" else self._limits.max_sitemaps
+        # Both kinds of entry were collected in document order; a document of one kind holding
+        # the other's entries is odd but not worth a refusal: only its own kind counts.
+        wanted = [i for i, name in enumerate(self._kinds) if name == entry]
+        urls = [self._urls[i] for i in wanted[:cap]]
+        lastmods = [self._lastmods[i] for i in wanted[:cap]]
+        over_cap = self._entries[entry] - len(urls)
+        return Sitemap("urlset" if kind == "urlset" else "sitemapindex", urls, lastmods, over_cap)
+
+    def _read_events(self) -> None:
+        for _, element in self._parser.read_events():
+            name = _local_name(element.tag)
+            if name == "loc":
+                text = (element.text or "").strip()
+                self._loc = text if 0 < len(text) <= _MAX_LOC_CHARS else None
+            elif name == "lastmod":
+                text = (element.text or "").strip()
+                self._lastmod = text if _W3C_DATETIME.fullmatch(text) else None
+            elif name in ("url", "sitemap"):
+                cap = self._limits.max_urls if name == "url" else self._limits.max_sitemaps
+                if self._loc is not None:  # an entry without a usable <loc> offers nothing
+                    self._entries[name] += 1
+                if self._loc is not None and self._entries[name] <= cap:
+                    self._urls.append(self._loc)
+                    self._lastmods.append(self._lastmod)
+                    self._kinds.append(name)
+                self._loc = self._lastmod = None
+                element.clear()
+                parent = element.getparent()
+                if parent is not None:  # drop the entries read so far from the tree
+                    while element.getprevious() is not None:
+                        del parent[0]
+
+
+def _local_name(tag: object) -> str:
+    """An element's name without its namespace ('' for comments and the like)."""
+    return tag.rpartition("}")[2] if isinstance(tag, str) else ""
