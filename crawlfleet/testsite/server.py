@@ -82,7 +82,8 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
                             endless space of repeated and of ever more path segments.
 ``/sitemaps/…``             Host 0's sitemaps (:mod:`crawlfleet.testsite.sitemaps`), named
                             by its robots.txt ``Sitemap:`` line: an index, a gzip'd sitemap
-                            of ``/listed/<n>.html`` pages, an oversized gzip'd one.
+                            of ``/listed/<n>.html`` pages, an oversized gzip'd one, an
+                            endless chain of nested indexes.
 =========================== ===========================================================
 
 ``robots_failures`` makes every host's robots.txt answer 503 that many times first
@@ -606,6 +607,11 @@ class SiteServer:
                 body = sitemaps.render_pages(base, f"http://{self.out_of_scope_host}")
             elif path == sitemaps.OVERSIZED_PATH:
                 body = sitemaps.render_oversized(base)
+            elif path.startswith(sitemaps.NESTED_PREFIX) and path.endswith(".xml"):
+                level = path.removeprefix(sitemaps.NESTED_PREFIX).removesuffix(".xml")
+                if not (level.isdigit() and 0 < int(level) <= 1000):
+                    return _not_found()
+                body = sitemaps.render_nested(base, int(level))
             else:
                 return _not_found()
             self._sitemap_bodies[path] = body

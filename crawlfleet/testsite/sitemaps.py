@@ -6,8 +6,10 @@ that no page links, so a sitemap is the only way to them, most with a ``<lastmod
 of the out-of-scope host, a Disallowed ``/private/`` page (when the site is hostile) and host
 0's home page (found by links as well: dedup), and ``/sitemaps/oversized.xml.gz``, which
 inflates past the crawler's :data:`~crawlfleet.crawler.sitemaps.MAX_SITEMAP_BYTES` (a few
-hundred KiB on the wire) and lists pages that must never be fetched. Host 0 has no
-``/sitemap.xml``: a crawler's guess of it gets a 404.
+hundred KiB on the wire) and lists pages that must never be fetched, and
+``/sitemaps/nested/1.xml``, the first of an endless chain of indexes (``nested/<n>.xml`` lists
+``nested/<n+1>.xml``) that only a bound on index depth ends. Host 0 has no ``/sitemap.xml``: a
+crawler's guess of it gets a 404.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ from crawlfleet.crawler.sitemaps import MAX_SITEMAP_BYTES
 __all__ = [
     "INDEX_PATH",
     "LISTED_PAGES",
+    "NESTED_PREFIX",
     "OVERSIZED_LISTED_PREFIX",
     "OVERSIZED_PATH",
     "PAGES_PATH",
     "ListedPage",
+    "nested_path",
     "render_index",
+    "render_nested",
     "render_oversized",
     "render_pages",
 ]
@@ -37,6 +42,8 @@ PAGES_PATH: Final = "/sitemaps/pages.xml.gz"
 OVERSIZED_PATH: Final = "/sitemaps/oversized.xml.gz"
 #: Pages of the oversized sitemap start with this path: a crawler that fetched one read it.
 OVERSIZED_LISTED_PREFIX: Final = "/listed/oversized/"
+#: The endless chain of indexes: ``<prefix><n>.xml``.
+NESTED_PREFIX: Final = "/sitemaps/nested/"
 #: The Disallowed page the good sitemap lists (hostile robots.txt forbids ``/private/``).
 PRIVATE_LISTED_PATH: Final = "/private/listed"
 
@@ -62,11 +69,25 @@ def _entry(tag: str, loc: str, lastmod: str | None = None) -> str:
     return f"<{tag}><loc>{escape(loc)}</loc>{mod}</{tag}>"
 
 
-def render_index(base: str) -> bytes:
-    """The sitemap index (plain XML); ``base`` is host 0's ``http://netloc``."""
-    entries = "".join(_entry("sitemap", base + path) for path in (PAGES_PATH, OVERSIZED_PATH))
+def nested_path(level: int) -> str:
+    """The path of the chain's index ``level`` (1, 2, ...)."""
+    return f"{NESTED_PREFIX}{level}.xml"
+
+
+def _index(base: str, paths: tuple[str, ...]) -> bytes:
+    entries = "".join(_entry("sitemap", base + path) for path in paths)
     xml = f'<?xml version="1.0" encoding="UTF-8"?><sitemapindex xmlns="{_NAMESPACE}">{entries}'
     return (xml + "</sitemapindex>").encode()
+
+
+def render_index(base: str) -> bytes:
+    """The sitemap index (plain XML); ``base`` is host 0's ``http://netloc``."""
+    return _index(base, (PAGES_PATH, OVERSIZED_PATH, nested_path(1)))
+
+
+def render_nested(base: str, level: int) -> bytes:
+    """Index ``level`` of the endless chain: it lists index ``level + 1`` and nothing else."""
+    return _index(base, (nested_path(level + 1),))
 
 
 def render_pages(base: str, out_of_scope_base: str) -> bytes:

@@ -488,8 +488,18 @@ def test_sitemaps_index_lists_a_good_and_an_oversized_gzip_sitemap(site: TestSit
     assert status == 200
     assert _sitemap_entries(body) == (
         "sitemapindex",
-        [(site.url(0, sitemaps.PAGES_PATH), None), (site.url(0, sitemaps.OVERSIZED_PATH), None)],
+        [
+            (site.url(0, sitemaps.PAGES_PATH), None),
+            (site.url(0, sitemaps.OVERSIZED_PATH), None),
+            (site.url(0, sitemaps.nested_path(1)), None),
+        ],
     )
+    for level in (1, 7):  # an endless chain of indexes
+        nested = get(site.url(0, sitemaps.nested_path(level)))[2]
+        assert _sitemap_entries(nested) == (
+            "sitemapindex",
+            [(site.url(0, sitemaps.nested_path(level + 1)), None)],
+        )
 
     kind, entries = _sitemap_entries(gzip.decompress(get(site.url(0, sitemaps.PAGES_PATH))[2]))
     assert kind == "urlset"

@@ -17,7 +17,9 @@ local now = now_ms()
 local count = (#ARGV - FIRST + 1) / 4
 local admitted = tonumber(redis.call('HGET', K.stats, 'admitted')) or 0
 local limited = cfg.max_pages > 0
--- Under memory pressure each page (parent) may add at most `budget` new links.
+-- Under memory pressure each page (parent) may add at most `budget` new links. A parent's
+-- mark after '#' (frontier/parents.py: a sitemap's lastmod per listed page) is not part of
+-- the page: one sitemap shares one budget.
 local budget = -1
 if not seeding then budget = cfg.links_per_page end
 local per_parent = {}
@@ -38,10 +40,12 @@ local new, dup, refused, over_budget = 0, 0, 0, 0
 for i = 0, count - 1 do
   local base = FIRST + i * 4
   local url, parent = ARGV[base], ARGV[base + 2]
+  local page = parent
+  if budget >= 0 then page = string.match(parent, '^[^#]*') end
   local code
   if limited and admitted >= cfg.max_pages then
     code = 2
-  elseif budget >= 0 and (per_parent[parent] or 0) >= budget then
+  elseif budget >= 0 and (per_parent[page] or 0) >= budget then
     code = 3
   else
     local is_new
@@ -71,7 +75,7 @@ for i = 0, count - 1 do
     queue.parents[#queue.parents + 1] = parent
     admitted = admitted + 1
     new = new + 1
-    per_parent[parent] = (per_parent[parent] or 0) + 1
+    per_parent[page] = (per_parent[page] or 0) + 1
   elseif code == 0 then
     dup = dup + 1
   elseif code == 2 then

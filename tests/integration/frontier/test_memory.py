@@ -24,6 +24,7 @@ from crawlfleet.frontier import (
     PressureLevel,
     canonicalize,
 )
+from crawlfleet.frontier.parents import listed_parent
 from tests.integration.frontier.conftest import SHORT_LEASE, TEST_JOB, OpenFrontier
 from tests.support.frontier_actor import FETCH_BUDGET_SECONDS, fetch_budget
 from tests.support.specs import frontier_settings, merged
@@ -63,6 +64,22 @@ async def test_high_pressure_admits_a_budget_of_links_per_page(
     await frontier.set_pressure(Backpressure())
     assert (await frontier.stats()).pressure == Backpressure()
     assert await frontier.enqueue(first[4:]) == [Admission.NEW, Admission.NEW]
+
+
+async def test_a_sitemaps_pages_share_its_budget_whatever_their_lastmods(
+    open_frontier: OpenFrontier,
+) -> None:
+    """Each listed page's parent carries its own lastmod mark; the budget is the sitemap's."""
+    frontier = await open_frontier()
+    await frontier.set_pressure(Backpressure.at(PressureLevel.HIGH))
+    sitemap = "http://a.com/sitemap.xml"
+    listed = [
+        Link(canonicalize(f"http://a.com/p/{i}"), 0, listed_parent(sitemap, f"2026-01-{i + 1:02}"))
+        for i in range(6)
+    ]
+    assert await frontier.enqueue(listed) == [Admission.NEW] * 4 + [Admission.OVER_BUDGET] * 2
+    leases = await frontier.claim("w", 10)
+    assert {lease.parent for lease in leases} == {link.parent for link in listed[:4]}
 
 
 async def test_critical_pressure_admits_no_new_links(open_frontier: OpenFrontier) -> None:
