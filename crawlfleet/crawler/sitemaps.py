@@ -114,16 +114,18 @@ def read_sitemap(body: bytes, limits: SitemapLimits = DEFAULT_SITEMAP_LIMITS) ->
     reader = _Reader(limits)
     try:
         if body.startswith(_GZIP_MAGIC):
-            _inflate_into(reader, body, limits.max_bytes)
-        else:
-            reader.feed(body)
+            _inflate_into(reader, body)
+        else:  # in steps too: libxml2 refuses one feed larger than its buffer limit (10 MB)
+            for start in range(0, len(body), _INFLATE_STEP_BYTES):
+                reader.feed(body[start : start + _INFLATE_STEP_BYTES])
         return reader.close()
     except etree.LxmlError as exc:
         raise SitemapRefused("sitemap_invalid", f"not well-formed XML: {exc}"[:500]) from None
 
 
-def _inflate_into(reader: _Reader, body: bytes, max_bytes: int) -> None:
-    """Feed ``reader`` the XML a gzip body inflates to, one bounded step at a time."""
+def _inflate_into(reader: _Reader, body: bytes) -> None:
+    """Feed ``reader`` the XML a gzip body inflates to, one bounded step at a time (the reader
+    counts the bytes and refuses past its bound)."""
     inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
         for start in range(0, len(body), _FEED_BYTES):
@@ -141,7 +143,8 @@ def _inflate_into(reader: _Reader, body: bytes, max_bytes: int) -> None:
 
 
 class _Reader:
-    """An lxml pull parser that keeps the entries, counts the bytes and drops each element."""
+    """An lxml pull parser that keeps the entries, counts the bytes and drops every element
+    once it is read: memory follows the entry being read, whatever else the document holds."""
 
     def __init__(self, limits: SitemapLimits) -> None:
         self._limits = limits
@@ -211,11 +214,9 @@ class _Reader:
                     self._lastmods.append(self._lastmod)
                     self._kinds.append(name)
                 self._loc = self._lastmod = None
-                element.clear()
-                parent = element.getparent()
-                if parent is not None:  # drop the entries read so far from the tree
-                    while element.getprevious() is not None:
-                        del parent[0]
+            parent = element.getparent()
+            if parent is not None:  # the root stays: close() reads its name
+                parent.remove(element)
 
 
 def _local_name(tag: object) -> str:

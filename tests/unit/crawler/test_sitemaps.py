@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import resource
+import subprocess
+import sys
 import time
 import zlib
 
@@ -171,3 +173,39 @@ def test_external_entities_are_never_read() -> None:
     )
     sitemap = read_sitemap(body)
     assert sitemap.urls == ["https://a.test/x"]  # the entity stood for nothing: no <loc>
+
+
+_PEAK_PROBE = """
+import re, sys
+from crawlfleet.crawler.sitemaps import read_sitemap
+
+def high_water_kib():
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmHWM:\\s+(\\d+)", status.read())[1])
+
+junk = b"<x/>" * 1_000_000
+body = b"<urlset><url><loc>https://a.test/x</loc>" + junk + b"</url>" + junk + b"</urlset>"
+before = high_water_kib()
+assert read_sitemap(body).urls == ["https://a.test/x"]
+print(high_water_kib() - before)
+"""
+
+
+def test_memory_follows_one_entry_however_many_elements_the_document_holds() -> None:
+    """Two million empty elements (8 MB of XML) would be ~250 MB as a tree: each element is
+    dropped once read. Measured in a child of its own (VmHWM: its peak alone)."""
+    grown_kib = int(
+        subprocess.run(
+            [sys.executable, "-c", _PEAK_PROBE], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert grown_kib < 100 * 1024
+
+
+def test_a_plain_document_larger_than_libxml2s_buffer_is_read_in_steps() -> None:
+    entries = [url(f"https://a.test/page/{i:07}.html", "2026-01-15") for i in range(140_000)]
+    body = urlset(*entries)
+    assert 10 * 1024 * 1024 < len(body) < MAX_SITEMAP_BYTES  # one feed of it would be refused
+    sitemap = read_sitemap(body)
+    assert (len(sitemap.urls), sitemap.over_cap) == (50_000, 90_000)
+    assert sitemap.urls[-1] == "https://a.test/page/0049999.html"
