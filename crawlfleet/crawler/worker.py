@@ -15,6 +15,11 @@ lease is acked only once the file holding its record is durable (DESIGN §8, ``s
 sink calls back per file generation, and its leases are acked (and failures failed) in one call
 each; until then the heartbeat extends them with the in-flight ones. The sink's backpressure
 (a failing destination, too many files waiting) stops claiming.
+
+With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
+``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
+and caps, and read by ``crawler/sitemaps.py`` in a thread; its entries are admitted with the
+batch's other links, so they pass scope, robots and dedup the same way.
 """
 
 from __future__ import annotations
