@@ -25,6 +25,7 @@ from crawlfleet.startup import setup_logging, without_gc
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec
+    from crawlfleet.enqueue import EnqueueReport
     from crawlfleet.local.zygote import Zygote
 
 __all__ = ["main", "run"]
@@ -67,6 +68,21 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     extract.add_argument("--job", required=True, help="CrawlJob YAML file with spec.extract")
     extract.add_argument(
         "--url", help="the URL a FILE stands for, which the rules' match is tried on [file://...]"
+    )
+
+    enqueue = commands.add_parser(
+        "enqueue",
+        help="add URLs to a running crawl: a local run of a job file, or a CrawlJob's seeds",
+    )
+    enqueue.add_argument(
+        "target", help="the CrawlJob YAML file of a running `crawlfleet run`, or namespace/name"
+    )
+    enqueue.add_argument(
+        "urls", nargs="+", metavar="URL", help="URLs, or - to read them from stdin"
+    )
+    enqueue.add_argument("--out", type=Path, help="the run's folder [./crawl-output/<name>]")
+    enqueue.add_argument(
+        "--redis-url", help="the run's Redis, when it is an external one with a password"
     )
 
     output = commands.add_parser(
@@ -161,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args, config)
         if args.command == "output":
             return _output(args)
+        if args.command == "enqueue":
+            return _enqueue(args)
         if args.command == "extract":
             return _extract(args)
         if args.command == "run":
@@ -234,6 +252,80 @@ def _validate(args: argparse.Namespace, config: Config) -> int:
             " operator when the job starts"
         )
     return 0
+
+
+def _enqueue(args: argparse.Namespace) -> int:
+    """``crawlfleet enqueue``: URLs into a running crawl (see crawlfleet/enqueue.py).
+
+    Exit 0 when every URL is queued or was seen already, 1 when some were refused (each is
+    printed with its reason), 2 when nothing could be done (no such run or job).
+    """
+    from crawlfleet.enqueue import is_job_reference, stdin_urls
+    from crawlfleet.errors import ConfigError
+
+    urls: list[str] = []
+    for given in args.urls:
+        urls += stdin_urls(sys.stdin) if given == "-" else [given]
+    if not urls:
+        raise ConfigError("no URLs given (pass them as arguments, or - and one a line on stdin)")
+    if is_job_reference(args.target):
+        report = asyncio.run(_enqueue_cluster(args.target, urls))
+        lines = report.lines(new="appended to spec.seeds", seen="already seeds")
+    else:
+        report = _enqueue_local(args, Path(args.target), urls)
+        lines = report.lines()
+    print(f"{args.target}: " + lines[0])
+    for line in lines[1:]:
+        print(line, file=sys.stderr)
+    return 1 if report.refused else 0
+
+
+def _enqueue_local(args: argparse.Namespace, job_file: Path, urls: list[str]) -> EnqueueReport:
+    from crawlfleet.crawljob import load_crawljob
+    from crawlfleet.enqueue import enqueue_urls, find_local_run
+    from crawlfleet.errors import ConfigError, FrontierLost
+    from crawlfleet.frontier import Frontier, FrontierSettings
+    from crawlfleet.local.runner import STATE_FILE
+
+    if not job_file.is_file():
+        raise ConfigError(f"{job_file}: neither a CrawlJob YAML file nor namespace/name")
+    job = load_crawljob(job_file)
+    out = args.out or Path("crawl-output") / job.metadata.name
+    run = find_local_run(job, job_file, out, STATE_FILE)
+    settings = FrontierSettings.from_spec(job.job_id, job.spec)
+
+    async def into_frontier() -> EnqueueReport:
+        url = args.redis_url or run.redis_url
+        try:
+            frontier = await Frontier.connect(url, settings, expect_epoch=run.epoch)
+        except FrontierLost as error:
+            raise ConfigError(f"the crawl in {out} lost its frontier: {error}") from None
+        try:
+            return await enqueue_urls(frontier, job.spec, urls)
+        finally:
+            await frontier.aclose()
+
+    return asyncio.run(into_frontier())
+
+
+async def _enqueue_cluster(target: str, urls: list[str]) -> EnqueueReport:
+    from crawlfleet.enqueue import append_seeds
+    from crawlfleet.errors import ConfigError
+
+    sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]  # see _operator
+    try:
+        from crawlfleet.operator.kube import Kube
+    except ImportError as error:  # kopf is the `operator` extra, and its kubeconfig login
+        raise ConfigError(
+            "enqueue into a CrawlJob needs the operator extra (pip install"
+            f" 'crawlfleet[operator]'): {error}"
+        ) from error
+    namespace, name = target.split("/", 1)
+    kube = Kube(retry_budget_seconds=10.0)
+    try:
+        return await append_seeds(kube, namespace, name, urls)
+    finally:
+        await kube.close()
 
 
 def _output(args: argparse.Namespace) -> int:

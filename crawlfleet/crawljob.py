@@ -1714,6 +1714,9 @@ class FleetStatus(_Observed):
     workers_failing: str | None = None
     """The error of workers that keep dying at start (``Reason: message``) that the
     WorkersFailing (or OutputUnavailable) Event was given for; unset while none is failing."""
+    seeds_hash: str | None = None
+    """A digest of the seed list the frontier was last seeded with: a different one on a
+    running job queues the seeds again, once (the SeedsAdded Event says how many were new)."""
 
 
 class CrawlJobStatus(_Observed):

@@ -18,6 +18,7 @@ from crawlfleet.fleet.policy import (
     WorkerView,
     decide,
     demand,
+    seed_list_hash,
     wants_tick,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "WorkersFailing",
     "decide",
     "demand",
+    "seed_list_hash",
     "unit_of",
     "wants_tick",
 ]

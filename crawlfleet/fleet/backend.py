@@ -25,6 +25,7 @@ __all__ = ["EventReason", "FleetBackend", "FleetEvent", "FleetView", "Unit", "un
 #: events.jsonl).
 EventReason = Literal[
     "Seeded",
+    "SeedsAdded",
     "Scaled",
     "WorkerReplaced",
     "LeasesRequeued",

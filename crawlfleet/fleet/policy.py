@@ -32,8 +32,9 @@ A heartbeat whose worker the backend does not know (a pod that is gone) is **van
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -56,11 +57,14 @@ __all__ = [
     "Phase",
     "Requeue",
     "RequeueReason",
+    "SeedAction",
     "WorkerView",
     "WorkersFailing",
     "decide",
     "demand",
     "memory_pressure",
+    "seed_action",
+    "seed_list_hash",
     "wants_tick",
 ]
 
@@ -284,6 +288,9 @@ class FleetMemory:
     #: ``frontierEpoch``), not in :meth:`to_mapping`: it is the frontier's identity, for
     #: people too, not a clock of the brain's.
     frontier_epoch: str | None = None
+    #: The digest (:func:`seed_list_hash`) of the seed list last queued; None before the
+    #: first seeding, and for a job seeded before digests were kept.
+    seeds_hash: str | None = None
 
     def to_mapping(self) -> dict[str, int | str | bool]:
         """camelCase, times as RFC 3339 with microseconds (``status.fleet``'s shape)."""
@@ -298,6 +305,8 @@ class FleetMemory:
             out["pressureBaseRate"] = str(self.pressure_base_rate)
         if self.workers_failing is not None:
             out["workersFailing"] = self.workers_failing
+        if self.seeds_hash is not None:
+            out["seedsHash"] = self.seeds_hash
         return out
 
     @classmethod
@@ -316,9 +325,44 @@ class FleetMemory:
                 bloom_nearly_full=raw.get("bloomNearlyFull") is True,
                 pressure_base_rate=_rate(raw.get("pressureBaseRate")),
                 workers_failing=_text(raw.get("workersFailing")),
+                seeds_hash=_text(raw.get("seedsHash")),
             )
         except (TypeError, ValueError):
             return None
+
+
+#: What a tick does with the job's seed list (:func:`seed_action`).
+SeedAction = Literal["seed", "reseed", "adopt", "none"]
+
+
+def seed_list_hash(seeds: Iterable[str], source: str = "") -> str:
+    """The digest that says a seed list changed: of its URLs in order, and of ``source``
+    (where a list kept outside the spec comes from, and its version, when the caller has one)."""
+    digest = hashlib.sha256(source.encode())
+    for seed in seeds:
+        digest.update(b"\n" + seed.encode())
+    return digest.hexdigest()[:32]
+
+
+def seed_action(
+    *, seeded: bool, suspended: bool, remembered: str | None, current: str | None
+) -> SeedAction:
+    """Whether a tick queues the job's seeds, given what the frontier and the memory say.
+
+    ``seed``: the frontier is not seeded yet. ``reseed``: it is, but the list changed since
+    (seeds added to a running job): the whole list goes through the Bloom filter again, so
+    only the new URLs are queued, and this once per change, since the digest is remembered.
+    ``adopt``: seeded with no digest remembered (a job seeded before digests were kept):
+    remember this one without queuing anything. A suspended job waits: its seeds are queued
+    when it resumes. ``current`` None: the caller does not track the list (never reseeds).
+    """
+    if suspended:
+        return "none"
+    if not seeded:
+        return "seed"
+    if current is None or remembered == current:
+        return "none"
+    return "adopt" if remembered is None else "reseed"
 
 
 def _rate(value: object) -> float | None:

@@ -7,7 +7,8 @@
               frontier.stats()            counters, earliest retry: one pipeline
               frontier.workers()          heartbeats: one pipeline
               frontier.memory()           Redis's used memory and maxmemory: one INFO
-              (frontier.seed() once, if the job is not seeded yet)
+              (frontier.seed() once, if the job is not seeded yet, and once more each
+              time its seed list changes: policy.seed_action)
     decide    policy.decide()             pure: desired replicas, requeues, replacements,
                                           memory pressure, Bloom fill, a lost frontier
     apply     frontier.set_pressure()     when the pressure level changes
@@ -51,6 +52,7 @@ from crawlfleet.fleet.policy import (
     RequeueReason,
     WorkerView,
     decide,
+    seed_action,
     wants_tick,
 )
 from crawlfleet.frontier import (
@@ -99,6 +101,8 @@ class Tick:
     output_blocked: tuple[str, ...] = ()
     #: Redis's memory as this tick read it (None: not read, the frontier being lost).
     frontier_memory: MemoryState | None = None
+    #: The Event of a changed seed list queued again (SeedsAdded), None when there was none.
+    seeds_added: FleetEvent | None = None
 
 
 async def open_frontier(
@@ -173,9 +177,13 @@ async def tick(
     now: float,
     suspended: bool,
     seeds: Seeds,
+    seeds_hash: str | None = None,
     pages_per_second: float | None = None,
 ) -> Tick | None:
     """Observe, decide, apply, once; None when the backend cannot see its fleet yet.
+
+    ``seeds_hash``: the digest of the seed list (:func:`~crawlfleet.fleet.policy.seed_list_hash`)
+    whose change on a running job queues the seeds again; None: the list is not tracked.
 
     ``pages_per_second``: the crawl's recent rate, which a memory pressure level slows
     claims to a share of.
@@ -205,7 +213,7 @@ async def tick(
     try:
         return await _tick(
             frontier, backend, policy, memory, view, now=now, suspended=suspended, seeds=seeds,
-            pages_per_second=pages_per_second,
+            seeds_hash=seeds_hash, pages_per_second=pages_per_second,
         )  # fmt: skip
     except FrontierLost as error:
         return await _loss(backend, policy, memory, view, str(error), now=now)
@@ -257,17 +265,32 @@ async def _tick(
     now: float,
     suspended: bool,
     seeds: Seeds,
+    seeds_hash: str | None,
     pages_per_second: float | None,
 ) -> Tick:
     stats = await frontier.stats()
     seeded: int | None = None
-    if not stats.seeded and not suspended:
-        urls = await seeds() if callable(seeds) else seeds
-        seeded = await frontier.seed(list(urls))
-        await backend.record(
-            FleetEvent("Seeded", f"{seeded} seed URL(s) queued", fields={"seeds": seeded})
-        )
+    seeds_added: FleetEvent | None = None
+    action = seed_action(
+        seeded=stats.seeded, suspended=suspended, remembered=memory.seeds_hash, current=seeds_hash
+    )
+    if action in ("seed", "reseed"):
+        urls = list(await seeds() if callable(seeds) else seeds)
+        new = await frontier.seed(urls)
+        if action == "seed":
+            seeded = new
+            event = FleetEvent("Seeded", f"{new} seed URL(s) queued", fields={"seeds": new})
+        else:  # the whole list through the filter: what was seeded before is seen, not queued
+            event = seeds_added = FleetEvent(
+                "SeedsAdded",
+                f"the seed list changed: {new} of {len(urls)} seeds new, queued ahead of"
+                " discovered links",
+                fields={"new": new, "seeds": len(urls)},
+            )
+        await backend.record(event)
         stats = await frontier.stats()
+    if action != "none":
+        memory = replace(memory, seeds_hash=seeds_hash)
     beats = await frontier.workers()
     workers, vanished = join(view, beats)
     output_blocked = tuple(
@@ -345,7 +368,9 @@ async def _tick(
                 fields={"crawled": stats.crawled, "dead": stats.dead},
             )
         )
-    return Tick(stats, view, decision, memory, seeded, scaled, output_blocked, redis_memory)
+    return Tick(
+        stats, view, decision, memory, seeded, scaled, output_blocked, redis_memory, seeds_added
+    )
 
 
 async def _frontier_health(

@@ -110,6 +110,30 @@ class RunLock:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(fd, path)
 
+    @staticmethod
+    def holder(folder: Path) -> int | None:
+        """The pid of the run holding ``folder``'s lock, None when no run holds it.
+
+        Asked, not taken: a test lock (``F_GETLK``) that leaves a running run alone, and a
+        folder without a lock file is no run at all (none is made here). Not for the process
+        that holds the lock: closing any descriptor of the file drops a process's POSIX locks.
+        """
+        try:
+            fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            with open(fd, "rb", closefd=False) as file:
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except OSError:
+                    text = file.read(32).decode(errors="replace").strip()
+                    return int(text) if text.isdigit() else 0
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+                return None
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         """Give the folder up (the kernel does it too when the process ends)."""
         if self._fd >= 0:

@@ -25,11 +25,19 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
-from crawlfleet.fleet import Decision, FleetMemory, FleetPolicy, WorkersFailing, steer
+from crawlfleet.fleet import (
+    Decision,
+    FleetMemory,
+    FleetPolicy,
+    WorkersFailing,
+    seed_list_hash,
+    steer,
+)
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
@@ -82,6 +90,8 @@ class _State:
     memory: FleetMemory = field(default_factory=FleetMemory)
     next_worker: int = 1
     phase: str = "Pending"
+    #: The run's Redis, for ``crawlfleet enqueue`` (never one whose URL holds a password).
+    redis_url: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> _State:
@@ -102,9 +112,24 @@ class _State:
         if (memory, next_worker, phase) == (self.memory, self.next_worker, self.phase):
             return
         self.memory, self.next_worker, self.phase = memory, next_worker, phase
-        document = {"phase": phase, "fleet": memory.to_mapping(), "nextWorker": next_worker}
+        self._write()
+
+    def running_on(self, redis_url: str) -> None:
+        """Record the run's Redis (a private one's port changes with each start)."""
+        self.redis_url = None if urlsplit(redis_url).password else redis_url
+        self._write()
+
+    def _write(self) -> None:
+        memory = self.memory
+        document: dict[str, Any] = {
+            "phase": self.phase,
+            "fleet": memory.to_mapping(),
+            "nextWorker": self.next_worker,
+        }
         if memory.frontier_epoch is not None:
             document["frontierEpoch"] = memory.frontier_epoch
+        if self.redis_url is not None:
+            document["redisUrl"] = self.redis_url
         text = json.dumps(document, indent=2)
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(text + "\n")
@@ -160,6 +185,24 @@ def _seeds_of(job: CrawlJob, job_file: Path) -> steer.Seeds:
     return read
 
 
+def _seeds_hash(job: CrawlJob, job_file: Path) -> str:
+    """The digest of the job's seed list: its seeds, and a seedsFrom file's size and time.
+
+    The job file is re-read when it changes (``_JobFile``), so seeds added to it, or to its
+    list, on a running run are queued by the next tick (once: the digest is remembered).
+    """
+    source = job.spec.seeds_from
+    version = ""
+    if source is not None and source.file is not None:
+        path = job_file.parent / source.file
+        try:
+            found = path.stat()
+            version = f"{path}:{found.st_size}:{found.st_mtime_ns}"
+        except OSError:
+            version = str(path)  # gone: the tick that reads it says so
+    return seed_list_hash(job.spec.seeds, version)
+
+
 async def run_local(job: CrawlJob, options: RunOptions) -> int:
     """Run the job to its end or an interruption; one run per output folder at a time."""
     with RunLock.acquire(options.output_dir):
@@ -185,6 +228,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     if external_redis is None:
         server = RedisServer(data_dir, appendonly=True, die_with_parent=True).start()
     redis_url = external_redis or (server.url if server else "")
+    state.running_on(redis_url)
     backend = LocalProcessBackend(
         options.job_file.resolve(),
         redis_url,
@@ -246,6 +290,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
                     now=time.time(),
                     suspended=suspended,
                     seeds=_seeds_of(job, options.job_file),
+                    seeds_hash=_seeds_hash(job, options.job_file),
                     pages_per_second=progress.rate(),
                 )
             except FrontierUnavailable as error:
@@ -256,6 +301,8 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
             outage.end()
             assert done is not None  # a local fleet is always in view
             _announce(done, memory, frontier)
+            if done.seeds_added is not None:
+                _print(f"crawlfleet: {done.seeds_added.message}")
             memory = done.memory
             state.save(memory, backend.next_number, done.decision.phase)
             if done.decision.workers_failing is not None and done.decision.phase == "Failed":

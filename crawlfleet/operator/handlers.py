@@ -44,7 +44,7 @@ import kopf
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec, Phase, parse_seed_list
 from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
-from crawlfleet.fleet import FleetMemory, FleetPolicy, steer
+from crawlfleet.fleet import FleetMemory, FleetPolicy, seed_list_hash, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.operator import children
 from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
@@ -146,6 +146,8 @@ class JobState:
     #: Why the tenancy policy refuses the spec (InvalidSpec), as ensure() found it; None: it
     #: does not.
     policy_problem: str | None = None
+    #: The digest of the seed list of ``spec`` (a change queues the seeds again, once).
+    seeds_hash: str | None = None
 
     def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
         if generation is None or generation != self.spec_generation:
@@ -154,12 +156,24 @@ class JobState:
             except ConfigError:
                 self.spec = None
             self.spec_generation = generation
+            self.seeds_hash = None if self.spec is None else _seeds_hash(self.spec)
         return self.spec
 
     async def disconnect(self) -> None:
         if self.frontier is not None:
             await self.frontier.aclose()
         self.frontier = None
+
+
+def _seeds_hash(spec: CrawlJobSpec) -> str:
+    """The digest of a job's seed list: ``spec.seeds`` and where seedsFrom points.
+
+    A seedsFrom ConfigMap's contents are not watched: a new list takes a new reference (a
+    new key or ConfigMap name), or seeds added to ``spec.seeds`` (docs/operations.md).
+    """
+    source = spec.seeds_from
+    where = "" if source is None else source.model_dump_json(by_alias=True, exclude_none=True)
+    return seed_list_hash(spec.seeds, where)
 
 
 def _now() -> datetime:
@@ -663,6 +677,7 @@ class CrawlJobOperator:
                 now=time.time(),
                 suspended=spec.suspend,
                 seeds=self._seeds_of(ref, spec, state),
+                seeds_hash=state.seeds_hash,
                 pages_per_second=state.pages_per_second or None,
             )
         if done is None:

@@ -562,6 +562,9 @@ class SiteServer:
             return self._flaky(path)
         elif kind == "go" and len(parts) == 3:
             return _redirect(f"/private/{parts[2]}")
+        elif kind == "unlinked" and len(parts) == 3 and parts[2].isdigit():
+            # Linked from nowhere: reached only when given to the crawl (crawlfleet enqueue).
+            return self._leaf(path, f"Unlinked page {parts[2]}")
         elif kind == "private" and len(parts) == 3:
             return self._leaf(path, "Private: you should not be here")
         elif kind == "bomb" and len(parts) == 3:
