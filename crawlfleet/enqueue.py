@@ -63,8 +63,12 @@ _CONFLICT_RETRIES: Final = 5
 
 
 def is_job_reference(target: str) -> bool:
-    """True for ``namespace/name`` that is not a file on this machine."""
-    return _JOB_REFERENCE.fullmatch(target) is not None and not Path(target).exists()
+    """True for ``namespace/name`` that is not a file on this machine nor named like one."""
+    return (
+        _JOB_REFERENCE.fullmatch(target) is not None
+        and not target.endswith((".yaml", ".yml"))
+        and not Path(target).exists()
+    )
 
 
 @dataclass(slots=True)

@@ -148,6 +148,8 @@ class JobState:
     policy_problem: str | None = None
     #: The digest of the seed list of ``spec`` (a change queues the seeds again, once).
     seeds_hash: str | None = None
+    #: The digest of a seed list a finished job was warned about (SeedsIgnored, once).
+    seeds_ignored: str | None = None
 
     def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
         if generation is None or generation != self.spec_generation:
@@ -629,7 +631,7 @@ class CrawlJobOperator:
             return  # not made yet by ensure(), or not seen by the watch yet
         current, ready = deployment.replicas, deployment.ready
         if status.get("phase") in ("Succeeded", "Failed"):
-            await self._finished(body, ref, spec, status, current)
+            await self._finished(body, ref, spec, state, status, current)
             _patch_changed(
                 patch,
                 status,
@@ -787,12 +789,27 @@ class CrawlJobOperator:
         body: kopf.Body,
         ref: JobRef,
         spec: CrawlJobSpec,
+        state: JobState,
         status: kopf.Status,
         current: int,
     ) -> None:
-        """A finished job keeps its Redis (the results' index) and no workers."""
+        """A finished job keeps its Redis (the results' index) and no workers.
+
+        Its phase is terminal, as a Kubernetes Job's is: seeds added to it are not crawled,
+        and a SeedsIgnored warning says so, once per change of the list (per operator
+        process: a restart may say it once more).
+        """
         if current:
             await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
+        seeded = (status.get("fleet") or {}).get("seedsHash")
+        if seeded and state.seeds_hash not in (None, seeded, state.seeds_ignored):
+            state.seeds_ignored = state.seeds_hash
+            kopf.warn(
+                body,
+                reason="SeedsIgnored",
+                message=f"the seed list changed after the job {status.get('phase')}: a"
+                " finished job is not started again; create a new CrawlJob with the new seeds",
+            )
         ttl = spec.ttl_seconds_after_finished
         completed = status.get("completionTime")
         if ttl is None or not completed:

@@ -16,7 +16,7 @@ import pytest
 
 from crawlfleet.testsite import TestSite
 
-__all__ = ["crawlfleet", "job_for_site", "no_stray_runs"]
+__all__ = ["crawlfleet", "crawlfleet_done", "job_for_site", "no_stray_runs"]
 
 _started: list[subprocess.Popen[str]] = []
 #: Longer than a worker's drain (crawlfleet/config.py, DrainConfig.budget_seconds).
@@ -37,6 +37,21 @@ def crawlfleet(
     )
     _started.append(proc)
     return proc
+
+
+def crawlfleet_done(
+    *args: str, cwd: Path, stdin: str = "", env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m crawlfleet ARGS`` run to its end (a minute at most), ``stdin`` fed to it."""
+    return subprocess.run(
+        [sys.executable, "-m", "crawlfleet", *args],
+        cwd=cwd,
+        input=stdin,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,20 +14,18 @@ import yaml
 
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import (  # noqa: F401 (no_stray_runs: a fixture)
+    crawlfleet,
+    crawlfleet_done,
+    job_for_site,
+    no_stray_runs,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
 
 def _enqueue(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crawlfleet", "enqueue", *args],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return crawlfleet_done("enqueue", *args, cwd=cwd, stdin=stdin)
 
 
 def _records(out: Path) -> Counter[str]:

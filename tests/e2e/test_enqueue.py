@@ -1,0 +1,114 @@
+"""Seeds added to a running CrawlJob, by ``crawlfleet enqueue namespace/name``, on the real
+control plane: appended to spec.seeds, queued once by the operator's tick (SeedsAdded says how
+many were new), crawled once; a finished job refuses them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+from kubernetes import client
+
+from crawlfleet.testsite import SiteConfig, TestSite
+from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.kubelet import KubeletDouble
+from tests.e2e.operator_support import (
+    REPO,
+    apply,
+    crawljob,
+    get_job,
+    install_crd,
+    running_operator,
+    wait_crawled,
+    wait_for_phase,
+)
+from tests.support.runs import crawlfleet_done
+
+
+def _enqueue(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``crawlfleet enqueue`` as a user runs it, with the cluster's kubeconfig."""
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    return crawlfleet_done("enqueue", *args, cwd=REPO, stdin=stdin, env=env)
+
+
+def test_seeds_added_to_a_running_crawljob_are_crawled_once(
+    cluster: Cluster,
+    kubelet: KubeletDouble,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    install_crd(cluster)
+    # One host, one fetch at a time, 0.2 s apart: the crawl is still running when seeds come.
+    config = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.05)
+    with TestSite(config) as site:
+        job = crawljob(
+            "grows",
+            site,
+            concurrency={"perWorker": 2, "perHost": 1, "hostDelaySeconds": 0.2},
+            workers={"minReplicas": 1, "maxReplicas": 1},
+        )
+        added = [site.url(0, f"/unlinked/{k}") for k in range(2)]
+        with running_operator(cluster, namespace, tmp_path) as operator:
+            apply(cluster, job, namespace=namespace)
+            wait_crawled(cluster, namespace, "grows", 3, timeout=180)
+            many = "".join(site.url(0, f"/unlinked/{k}") + "\n" for k in range(100, 1101))
+            bounded = _enqueue(cluster, f"{namespace}/grows", "-", stdin=many)
+            assert bounded.returncode == 2, bounded.stderr
+            assert "1001 new seeds: more than the 1000" in bounded.stderr
+            assert "seedsFrom" in bounded.stderr
+            given = [*added, site.seeds[0], "http://elsewhere.example/"]
+            result = _enqueue(cluster, f"{namespace}/grows", *given)
+            assert result.returncode == 1, result.stderr  # one refused, named with its reason
+            assert result.stdout.strip() == (
+                f"{namespace}/grows: 2 appended to spec.seeds, 1 already seeds, 1 refused"
+            )
+            assert "refused (out_of_domain): http://elsewhere.example/" in result.stderr
+            assert get_job(cluster, namespace, "grows")["spec"]["seeds"] == [*site.seeds, *added]
+
+            def seeds_added() -> list[str] | None:
+                found = core.list_namespaced_event(namespace).items
+                messages = [e.message for e in found if e.reason == "SeedsAdded"]
+                return messages or None
+
+            try:
+                messages = wait_until(seeds_added, timeout=120, what="the SeedsAdded Event")
+            except AssertionError as error:
+                raise AssertionError(f"{error}\n{operator.log()}") from None
+            assert len(messages) == 1  # once per change of the list, not once per tick
+            assert "2 of 3 seeds new" in messages[0]
+            done = wait_for_phase(
+                cluster, namespace, "grows", "Succeeded", timeout=300, operator=operator
+            )
+            served = Counter(r.path for r in site.log.all_requests() if r.status == 200)
+            assert served["/unlinked/0"] == 1
+            assert served["/unlinked/1"] == 1
+            assert served["/"] == 1  # the seed given again was not crawled again
+            assert done["status"]["fleet"]["seedsHash"]
+            # Succeeded is terminal: more seeds are refused, with what to do instead.
+            late = _enqueue(cluster, f"{namespace}/grows", site.url(0, "/unlinked/9"))
+            assert late.returncode == 2
+            assert "is Succeeded" in late.stderr
+            # Edited in by hand: not crawled, and a warning says why, once.
+            custom = client.CustomObjectsApi(cluster.api)
+            seeds = [*site.seeds, *added, site.url(0, "/unlinked/9")]
+            custom.patch_namespaced_custom_object(
+                "crawlfleet.io",
+                "v1alpha1",
+                namespace,
+                "crawljobs",
+                "grows",
+                {"spec": {"seeds": seeds}},
+            )
+
+            def ignored() -> list[str] | None:
+                found = core.list_namespaced_event(namespace).items
+                return [e.message for e in found if e.reason == "SeedsIgnored"] or None
+
+            [warning] = wait_until(ignored, timeout=60, what="the SeedsIgnored Event")
+            assert "create a new CrawlJob" in warning
+            assert get_job(cluster, namespace, "grows")["status"]["phase"] == "Succeeded"
+            assert all(r.path != "/unlinked/9" for r in site.log.all_requests())
+            assert "Traceback" not in result.stderr + late.stderr + operator.log()
