@@ -484,8 +484,14 @@ def config_map(job: JobRef, spec: CrawlJobSpec) -> Manifest:
 
 
 def spec_hash(job: JobRef, spec: CrawlJobSpec) -> str:
-    """Changes when the workers' job file does, so a spec edit rolls the worker pods."""
-    return hashlib.sha256(job_document(job, spec).encode()).hexdigest()[:16]
+    """Changes when the workers' job file does, so a spec edit rolls the worker pods.
+
+    The seeds alone do not count: a fleet's workers never seed (the tick does), so seeds added
+    to a running job (``crawlfleet enqueue``) do not restart its fleet. The scope they imply
+    (``allowedDomains``, the seed hosts by default) is filled in the document and does count.
+    """
+    unseeded = spec.model_copy(update={"seeds": ()})
+    return hashlib.sha256(job_document(job, unseeded).encode()).hexdigest()[:16]
 
 
 def _secret_env(name: str, secret: str, key: str) -> Manifest:

@@ -33,6 +33,13 @@ def _enqueue(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.Comple
     return crawlfleet_done("enqueue", *args, cwd=REPO, stdin=stdin, env=env)
 
 
+def _worker_pods(core: client.CoreV1Api, namespace: str) -> list[str]:
+    selector = "app.kubernetes.io/component=worker"
+    return sorted(
+        p.metadata.name for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+    )
+
+
 def test_seeds_added_to_a_running_crawljob_are_crawled_once(
     cluster: Cluster,
     kubelet: KubeletDouble,
@@ -54,6 +61,7 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
         with running_operator(cluster, namespace, tmp_path) as operator:
             apply(cluster, job, namespace=namespace)
             wait_crawled(cluster, namespace, "grows", 3, timeout=180)
+            workers = _worker_pods(core, namespace)
             many = "".join(site.url(0, f"/unlinked/{k}") + "\n" for k in range(100, 1101))
             bounded = _enqueue(cluster, f"{namespace}/grows", "-", stdin=many)
             assert bounded.returncode == 2, bounded.stderr
@@ -79,6 +87,8 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
                 raise AssertionError(f"{error}\n{operator.log()}") from None
             assert len(messages) == 1  # once per change of the list, not once per tick
             assert "2 of 3 seeds new" in messages[0]
+            # Seeds on the job's own hosts change nothing the workers act on: no rollout.
+            assert _worker_pods(core, namespace) == workers
             done = wait_for_phase(
                 cluster, namespace, "grows", "Succeeded", timeout=300, operator=operator
             )

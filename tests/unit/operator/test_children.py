@@ -139,15 +139,30 @@ def test_config_map_holds_a_job_file_the_worker_accepts() -> None:
     assert job.spec == job_spec  # every default filled, nothing lost
 
 
-def test_spec_change_rolls_the_workers() -> None:
-    def template_hash(job_spec: CrawlJobSpec) -> str:
-        deployment = children.worker_deployment(JOB, job_spec, replicas=0, image="img", drain=DRAIN)
-        return deployment["spec"]["template"]["metadata"]["annotations"][
-            children.ANNOTATION_SPEC_HASH
-        ]
+def template_hash(job_spec: CrawlJobSpec) -> str:
+    deployment = children.worker_deployment(JOB, job_spec, replicas=0, image="img", drain=DRAIN)
+    return str(
+        deployment["spec"]["template"]["metadata"]["annotations"][children.ANNOTATION_SPEC_HASH]
+    )
 
+
+def test_spec_change_rolls_the_workers() -> None:
     assert template_hash(spec()) == template_hash(spec())
     assert template_hash(spec()) != template_hash(spec(concurrency={"perHost": 5}))
+
+
+def test_seeds_added_on_the_jobs_hosts_do_not_roll_the_workers() -> None:
+    seeds = ["https://books.example/"]
+    more = [*seeds, "https://books.example/new"]
+    assert template_hash(spec(seeds=seeds)) == template_hash(spec(seeds=more))
+    # A seed on a new host widens the default scope (the seed hosts): the workers need it.
+    other = [*seeds, "https://other.example/"]
+    assert template_hash(spec(seeds=seeds)) != template_hash(spec(seeds=other))
+    # The workers' job file holds the seeds as they are now (a restarted worker reads them).
+    assert (
+        "https://books.example/new"
+        in children.config_map(JOB, spec(seeds=more))["data"]["job.yaml"]
+    )
 
 
 def test_the_managed_redis_secret_holds_the_password_its_config_line_and_the_url() -> None:
