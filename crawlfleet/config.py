@@ -203,6 +203,9 @@ class OperatorConfig:
     #: How late a check may be, at random, so a thousand jobs created at once do not all hit
     #: their Redis and the API server in the same instant.
     tick_jitter_seconds: float = field(default=0.2, metadata=_env("TICK_JITTER_SECONDS"))
+    #: How often a running job's seedsFrom ConfigMap is looked at (its metadata only, one small
+    #: GET) for a changed list, whose new seeds the tick then queues (SeedsAdded).
+    seeds_from_check_seconds: float = field(default=30.0, metadata=_env("SEEDS_FROM_CHECK_SECONDS"))
     #: Seeded and nothing left for this long: the job is complete. Longer than a run's zero,
     #: since the operator reads the counters through a network that may lag behind.
     completion_grace_seconds: float = field(default=5.0, metadata=_env("COMPLETION_GRACE_SECONDS"))

@@ -148,6 +148,10 @@ class JobState:
     policy_problem: str | None = None
     #: The digest of the seed list of ``spec`` (a change queues the seeds again, once).
     seeds_hash: str | None = None
+    _seeds_hash_key: tuple[int | None, str | None] | None = None
+    #: The seedsFrom ConfigMap's resourceVersion, and when it was last looked at.
+    seeds_from_version: str | None = None
+    seeds_from_checked: float = 0.0
     #: The digest of a seed list a finished job was warned about (SeedsIgnored, once).
     seeds_ignored: str | None = None
 
@@ -158,8 +162,15 @@ class JobState:
             except ConfigError:
                 self.spec = None
             self.spec_generation = generation
-            self.seeds_hash = None if self.spec is None else _seeds_hash(self.spec)
         return self.spec
+
+    def seeds_hash_of(self, spec: CrawlJobSpec) -> str:
+        """The digest of the seed list: the spec's and, with seedsFrom, the ConfigMap's
+        version last looked at (computed once per spec generation and version)."""
+        key = (self.spec_generation, self.seeds_from_version)
+        if self.seeds_hash is None or self._seeds_hash_key != key:
+            self.seeds_hash, self._seeds_hash_key = _seeds_hash(spec, self.seeds_from_version), key
+        return self.seeds_hash
 
     async def disconnect(self) -> None:
         if self.frontier is not None:
@@ -167,15 +178,12 @@ class JobState:
         self.frontier = None
 
 
-def _seeds_hash(spec: CrawlJobSpec) -> str:
-    """The digest of a job's seed list: ``spec.seeds`` and where seedsFrom points.
-
-    A seedsFrom ConfigMap's contents are not watched: a new list takes a new reference (a
-    new key or ConfigMap name), or seeds added to ``spec.seeds`` (docs/operations.md).
-    """
+def _seeds_hash(spec: CrawlJobSpec, seeds_from_version: str | None) -> str:
+    """The digest of a job's seed list: ``spec.seeds``, where seedsFrom points, and the
+    version of the ConfigMap there (looked at every ``seeds_from_check_seconds``)."""
     source = spec.seeds_from
     where = "" if source is None else source.model_dump_json(by_alias=True, exclude_none=True)
-    return seed_list_hash(spec.seeds, where)
+    return seed_list_hash(spec.seeds, f"{where}@{seeds_from_version or ''}")
 
 
 def _now() -> datetime:
@@ -423,6 +431,27 @@ class CrawlJobOperator:
             raise kopf.TemporaryError(f"{where}: not there yet; waiting for it", delay=10)
         # Thread: a million URLs are seconds of checking, which the loop must not wait out.
         return await asyncio.to_thread(parse_seed_list, data, where)
+
+    async def _seeds_hash(self, ref: JobRef, spec: CrawlJobSpec, state: JobState) -> str:
+        """The seed list's digest, its seedsFrom ConfigMap's version looked at when due.
+
+        A ConfigMap is not watched (that would cache every ConfigMap of the namespace, seed
+        lists of megabytes among them): its metadata is read every
+        ``seeds_from_check_seconds``, so a list edited in place is queued again, once.
+        """
+        source = spec.seeds_from
+        found = source.config_map_key_ref if source is not None else None
+        due = time.monotonic() - state.seeds_from_checked >= self.knobs.seeds_from_check_seconds
+        if found is not None and due:
+            try:
+                version = await self.kube.config_map_version(ref.namespace, found.name)
+            except KubeError as error:  # looked at again next time; the list stays as it was
+                log.info(
+                    "job %s/%s: seedsFrom ConfigMap not read: %s", ref.namespace, ref.name, error
+                )
+            else:
+                state.seeds_from_version, state.seeds_from_checked = version, time.monotonic()
+        return state.seeds_hash_of(spec)
 
     def _seeds_of(self, ref: JobRef, spec: CrawlJobSpec, state: JobState) -> steer.Seeds:
         """What the tick seeds with: a seedsFrom list is read only if it does seed (and taken
@@ -679,7 +708,7 @@ class CrawlJobOperator:
                 now=time.time(),
                 suspended=spec.suspend,
                 seeds=self._seeds_of(ref, spec, state),
-                seeds_hash=state.seeds_hash,
+                seeds_hash=await self._seeds_hash(ref, spec, state),
                 pages_per_second=state.pages_per_second or None,
             )
         if done is None:
@@ -802,8 +831,9 @@ class CrawlJobOperator:
         if current:
             await self.kube.scale_deployment(ref.namespace, ref.names.workers, 0)
         seeded = (status.get("fleet") or {}).get("seedsHash")
-        if seeded and state.seeds_hash not in (None, seeded, state.seeds_ignored):
-            state.seeds_ignored = state.seeds_hash
+        seeds_now = await self._seeds_hash(ref, spec, state)
+        if seeded and seeds_now not in (seeded, state.seeds_ignored):
+            state.seeds_ignored = seeds_now
             kopf.warn(
                 body,
                 reason="SeedsIgnored",

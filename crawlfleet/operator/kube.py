@@ -77,6 +77,10 @@ _RETRY_JITTER: Final = 0.3
 #: A connection whose credentials expire within this many seconds is replaced first.
 _EXPIRY_MARGIN_SECONDS: Final = 30.0
 _APPLY: Final = "application/apply-patch+yaml"  # JSON is YAML
+# A GET answered with the object's metadata only (PartialObjectMetadata), JSON otherwise.
+_METADATA_ONLY: Final = (
+    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+)
 # The scale subresource takes a JSON merge patch.
 _MERGE: Final = "application/merge-patch+json"
 
@@ -293,6 +297,7 @@ class Kube:
         query: Mapping[str, str] | None,
         *,
         decode: bool,
+        accept: str = "application/json",
     ) -> tuple[int, Any] | None:
         """(status, decoded answer), None for a tolerated 404; the retry loop.
 
@@ -301,7 +306,7 @@ class Kube:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_budget_seconds
-        headers = {"Content-Type": content_type or "application/json"}
+        headers = {"Content-Type": content_type or "application/json", "Accept": accept}
         data = None if body is None else json.dumps(body)
         relogged = False
         for attempt in _attempts():
@@ -399,6 +404,18 @@ class Kube:
             return str(text).encode()
         binary = (found.get("binaryData") or {}).get(key)
         return None if binary is None else base64.b64decode(binary)
+
+    async def config_map_version(self, namespace: str, name: str) -> str | None:
+        """A ConfigMap's resourceVersion, from its metadata alone (a seed list of megabytes
+        is not sent for it); None when it is missing."""
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        answer = await self._call(
+            "GET", path, None, None, True, None, decode=True, accept=_METADATA_ONLY
+        )
+        version = (
+            None if answer is None else (answer[1].get("metadata") or {}).get("resourceVersion")
+        )
+        return str(version) if version else None
 
     async def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
         """A Secret's labels (None: no such Secret), to judge whether a job may use it."""

@@ -9,6 +9,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from crawlfleet.testsite import SiteConfig, TestSite
@@ -16,6 +17,7 @@ from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
     REPO,
+    OperatorProcess,
     apply,
     crawljob,
     get_job,
@@ -31,6 +33,24 @@ def _enqueue(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.Comple
     """``crawlfleet enqueue`` as a user runs it, with the cluster's kubeconfig."""
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
     return crawlfleet_done("enqueue", *args, cwd=REPO, stdin=stdin, env=env)
+
+
+def _messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[str] | None:
+    """The messages of the namespace's Events of ``reason``; None while there is none."""
+    found = core.list_namespaced_event(namespace).items
+    return [e.message for e in found if e.reason == reason] or None
+
+
+def _seeds_added(core: client.CoreV1Api, namespace: str, operator: OperatorProcess) -> list[str]:
+    """The SeedsAdded Events' messages, once there is one (the operator's log if none comes)."""
+    try:
+        return wait_until(
+            lambda: _messages(core, namespace, "SeedsAdded"),
+            timeout=120,
+            what="the SeedsAdded Event",
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{operator.log()}") from None
 
 
 def _worker_pods(core: client.CoreV1Api, namespace: str) -> list[str]:
@@ -76,15 +96,7 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
             assert "refused (out_of_domain): http://elsewhere.example/" in result.stderr
             assert get_job(cluster, namespace, "grows")["spec"]["seeds"] == [*site.seeds, *added]
 
-            def seeds_added() -> list[str] | None:
-                found = core.list_namespaced_event(namespace).items
-                messages = [e.message for e in found if e.reason == "SeedsAdded"]
-                return messages or None
-
-            try:
-                messages = wait_until(seeds_added, timeout=120, what="the SeedsAdded Event")
-            except AssertionError as error:
-                raise AssertionError(f"{error}\n{operator.log()}") from None
+            messages = _seeds_added(core, namespace, operator)
             assert len(messages) == 1  # once per change of the list, not once per tick
             assert "2 of 3 seeds new" in messages[0]
             # Seeds on the job's own hosts change nothing the workers act on: no rollout.
@@ -113,12 +125,60 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
                 {"spec": {"seeds": seeds}},
             )
 
-            def ignored() -> list[str] | None:
-                found = core.list_namespaced_event(namespace).items
-                return [e.message for e in found if e.reason == "SeedsIgnored"] or None
-
-            [warning] = wait_until(ignored, timeout=60, what="the SeedsIgnored Event")
+            [warning] = wait_until(
+                lambda: _messages(core, namespace, "SeedsIgnored"),
+                timeout=60,
+                what="the SeedsIgnored Event",
+            )
             assert "create a new CrawlJob" in warning
             assert get_job(cluster, namespace, "grows")["status"]["phase"] == "Succeeded"
             assert all(r.path != "/unlinked/9" for r in site.log.all_requests())
             assert "Traceback" not in result.stderr + late.stderr + operator.log()
+
+
+def test_a_seed_list_edited_in_its_configmap_is_queued_again_once(
+    cluster: Cluster,
+    kubelet: KubeletDouble,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install_crd(cluster)
+    monkeypatch.setenv("CRAWLFLEET_SEEDS_FROM_CHECK_SECONDS", "1")  # the operator's, inherited
+    config = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.05)
+    with TestSite(config) as site:
+        listed = f"{site.seeds[0]}\n"
+        core.create_namespaced_config_map(
+            namespace,
+            client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="seeds"), data={"seeds.txt": listed}
+            ),
+        )
+        job = crawljob(
+            "listed",
+            site,
+            seedsFrom={"configMapKeyRef": {"name": "seeds", "key": "seeds.txt"}},
+            concurrency={"perWorker": 2, "perHost": 1, "hostDelaySeconds": 0.2},
+            workers={"minReplicas": 1, "maxReplicas": 1},
+        )
+        del job["spec"]["seeds"]
+        added = site.url(0, "/unlinked/5")
+        with running_operator(cluster, namespace, tmp_path) as operator:
+            apply(cluster, job, namespace=namespace)
+            wait_crawled(cluster, namespace, "listed", 3, timeout=180)
+            core.patch_namespaced_config_map(
+                "seeds", namespace, {"data": {"seeds.txt": f"{listed}{added}\n"}}
+            )
+            messages = _seeds_added(core, namespace, operator)
+            wait_for_phase(
+                cluster, namespace, "listed", "Succeeded", timeout=300, operator=operator
+            )
+            assert messages == [
+                "the seed list changed: 1 of 2 seeds new, queued ahead of discovered links"
+            ]
+            assert _messages(core, namespace, "SeedsAdded") == messages  # once
+            served = Counter(r.path for r in site.log.all_requests() if r.status == 200)
+            assert served["/unlinked/5"] == 1
+            assert served["/"] == 1
+            assert "Traceback" not in operator.log()
