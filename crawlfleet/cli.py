@@ -37,7 +37,8 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-level",
         default=config.log_level,
-        help="stderr log level [info; warning for run and demo, whose full log is a file]",
+        help="stderr log level [info; warning for run and demo (whose full log is a file) and"
+        " for enqueue]",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -170,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker_main(rest, log_level=args.log_level, config=config)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    quiet = args.command in ("run", "demo")
+    quiet = args.command in ("run", "demo", "enqueue")
     setup_logging(args.log_level or ("warning" if quiet else "info"))
     try:
         if args.command == "validate":
@@ -320,10 +321,14 @@ async def _enqueue_cluster(target: str, urls: list[str]) -> EnqueueReport:
             "enqueue into a CrawlJob needs the operator extra (pip install"
             f" 'crawlfleet[operator]'): {error}"
         ) from error
+    import kopf
+
     namespace, name = target.split("/", 1)
     kube = Kube(retry_budget_seconds=10.0)
     try:
         return await append_seeds(kube, namespace, name, urls)
+    except (kopf.LoginError, OSError) as error:  # no kubeconfig, or one that names no file
+        raise ConfigError(f"{target}: cannot log in to the cluster ({error})") from None
     finally:
         await kube.close()
 

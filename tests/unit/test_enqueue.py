@@ -66,3 +66,15 @@ def test_stdin_urls_skip_blanks_and_comments() -> None:
         "http://a.test/",
         "http://b.test/",
     ]
+
+
+def test_a_cluster_target_without_credentials_is_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from crawlfleet.cli import main
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert main(["enqueue", "default/books", "http://a.example/"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crawlfleet: default/books: cannot log in to the cluster (")
+    assert "Traceback" not in err
