@@ -45,6 +45,7 @@ __all__ = [
     "enqueue_urls",
     "find_local_run",
     "is_job_reference",
+    "stdin_urls",
 ]
 
 #: The most URLs one ``crawlfleet enqueue namespace/name`` appends to ``spec.seeds``: the
