@@ -96,6 +96,20 @@ async def test_one_worker_crawls_the_site(
     assert requested[canonicalize(site.url(0, "/status/404"))] == 1
 
 
+#: The most a request may reach the site later than its claim, on a loaded 2-core machine.
+MAX_SEND_JITTER_SECONDS = 0.25
+
+
+def _most_ahead_of_pace(starts: list[float], delay: float) -> float:
+    """How far some request k came before request i plus (k - i) delays, at most (i < k)."""
+    ahead, latest = 0.0, float("-inf")  # latest: the max of start_i - i * delay so far
+    for index, start in enumerate(starts):
+        paced = start - index * delay
+        ahead = max(ahead, latest - paced)
+        latest = max(latest, paced)
+    return ahead
+
+
 async def test_three_workers_are_polite_and_complete(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -116,11 +130,12 @@ async def test_three_workers_are_polite_and_complete(
         gaps = [b - a for a, b in itertools.pairwise(starts)]
         # Claims are spaced by the delay on Redis's clock. A request reaches the site after
         # scheduling jitter (three workers, Redis and the site share two cores), which can
-        # squeeze one gap (9.95 ms once in CI) but not the run: the mean holds, short gaps
-        # stay rare. Without the delay, gaps would be a few milliseconds throughout.
+        # squeeze a gap (9.95 ms once in CI, two of 20 ms under a loaded suite) but not a run
+        # of requests: request k after request i is at least (k - i) delays later, less one
+        # request's jitter at most. Without the delay, gaps would be a few milliseconds
+        # throughout: 40 requests 2 s early.
         assert sum(gaps) / len(gaps) >= delay * 0.95, (host, gaps)
-        short = [gap for gap in gaps if gap < delay * 0.5]
-        assert len(short) <= max(1, len(gaps) // 20), (host, short)
+        assert _most_ahead_of_pace(starts, delay) <= MAX_SEND_JITTER_SECONDS, (host, gaps)
 
 
 async def test_sigkill_costs_only_unacked_pages(

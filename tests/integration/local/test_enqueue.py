@@ -40,6 +40,9 @@ def _records(out: Path) -> Counter[str]:
 #: Slow enough that the crawl is still running when the URLs come: one host, one fetch at a
 #: time, 0.1 s apart, 0.05 s per answer: ~40 pages take several seconds.
 SLOW_SITE = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.05)
+#: Slower still, for three ``crawlfleet enqueue`` processes in a row while it runs: each one
+#: starts an interpreter, a few seconds on a loaded machine, and ~6 s of crawl ran out once.
+LONG_SITE = SiteConfig(hosts=1, pages_per_host=120, hostile=False, latency_seconds=0.05)
 
 
 def _slow_job(site: TestSite, name: str, folder: Path) -> tuple[dict[str, Any], Path, Path]:
@@ -66,7 +69,7 @@ def _start(site: TestSite, job_file: Path, out: Path) -> subprocess.Popen[str]:
 def test_urls_enqueued_into_a_running_crawl_are_crawled_once_and_seen_ones_not_again(
     tmp_path: Path,
 ) -> None:
-    with TestSite(SLOW_SITE) as site:
+    with TestSite(LONG_SITE) as site:
         _, job_file, out = _slow_job(site, "enqueued", tmp_path)
         # Before the run: no running crawl, said in one sentence.
         early = _enqueue(str(job_file), "--out", str(out), site.url(0, "/x"), cwd=tmp_path)
