@@ -5,7 +5,9 @@
   then ``Content-Type``, then ``<meta>``; ``crawler/charset.py``, w3lib's ``html_to_unicode``),
   so a Shift_JIS or windows-1251 page reads right.
 * ``text``: the visible text, read with selectolax (lexbor): the body without scripts, styles,
-  ``<noscript>`` and ``<template>``, whitespace collapsed.
+  ``<noscript>`` and ``<template>``, whitespace collapsed. The worker has the link reader make
+  it from the parse that found the links (``crawler/links.py``), so a page is parsed by lexbor
+  once; a page handed in without it is parsed here.
 * content longer than ``maxContentBytes`` (as UTF-8) is cut at a character boundary and marked
   ``content_truncated``: never dropped or cut silently.
 * items: :class:`~crawlfleet.crawler.extract.Extractor`, then the user's parser
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.extract import ExtractionError, Extractor, Item
+from crawlfleet.crawler.links import visible_text
 from crawlfleet.crawler.parsers import ParseRequest, ParserHost
 
 if TYPE_CHECKING:
@@ -36,8 +39,6 @@ __all__ = ["ContentMode", "Harvest", "HarvestInput", "Harvester", "decoded_html"
 
 ContentMode = Literal["none", "html", "text"]
 
-#: Elements whose text a reader never sees.
-_INVISIBLE: Final = ["script", "style", "noscript", "template"]
 #: A UTF-8 character is at most this many bytes: text of at most max/4 characters fits.
 _MAX_UTF8_CHARACTER_BYTES: Final = 4
 
@@ -64,6 +65,9 @@ class HarvestInput:
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     depth: int = 0
+    #: The visible text, when the link reader made it from its own parse (the worker asks it
+    #: to for ``content: text``); None: read it here.
+    text: str | None = None
 
 
 NOTHING: Final = Harvest()
@@ -73,18 +77,6 @@ def decoded_html(body: bytes, content_type: str | None) -> str:
     """The body as text in the page's own charset (undecodable bytes replaced)."""
     html, _ = decode_html(body, content_type)
     return html if isinstance(html, str) else html.decode("utf-8", errors="replace")
-
-
-def visible_text(html: str) -> str:
-    """The text a reader sees in the page's body, whitespace collapsed."""
-    from selectolax.lexbor import LexborHTMLParser
-
-    tree = LexborHTMLParser(html)
-    tree.strip_tags(_INVISIBLE)
-    body = tree.body
-    if body is None:
-        return ""
-    return " ".join(body.text(separator=" ").split())
 
 
 def _cut(text: str, max_bytes: int) -> tuple[str, bool]:
@@ -144,7 +136,10 @@ class Harvester:
         html = decoded_html(page.body, page.content_type)
         content, truncated = None, False
         if self.content != "none":
-            text = html if self.content == "html" else visible_text(html)
+            if self.content == "html":
+                text = html
+            else:
+                text = page.text if page.text is not None else visible_text(html)
             content, truncated = _cut(text, self.max_content_bytes)
         items: tuple[Item, ...] = ()
         if self.extractor is not None:

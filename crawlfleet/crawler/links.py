@@ -31,11 +31,12 @@ for ``nofollow`` (``PageLinks.nofollow``): every link left out has a counted rea
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Final, Protocol, cast
 from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import safe_url_string
@@ -43,7 +44,7 @@ from w3lib.url import safe_url_string
 from crawlfleet.frontier.urls import DEFAULT_PORTS, authority_prefix
 from crawlfleet.hosts import normalize_host
 
-__all__ = ["PARSER_NAME", "PageLinks", "extract_links"]
+__all__ = ["INVISIBLE_ELEMENTS", "PARSER_NAME", "PageLinks", "extract_links", "visible_text"]
 
 
 class _Node(Protocol):
@@ -61,6 +62,11 @@ class _Document(Protocol):
     def css(self, query: str) -> list[_Node]: ...
 
     def tags(self, name: str) -> list[_Node]: ...
+
+    def strip_tags(self, tags: list[str]) -> None: ...
+
+    @property
+    def body(self) -> _Node | None: ...
 
 
 _ParserFactory = Callable[[str | bytes], _Document]
@@ -91,6 +97,8 @@ def _load_parser() -> tuple[_ParserFactory, str, tuple[type[Exception], ...]]:
 _parse, PARSER_NAME, _PARSE_ERRORS = _load_parser()
 
 _LINK_SELECTOR = "a[href], area[href]"
+#: Elements whose text a reader never sees (``output.content: text``).
+INVISIBLE_ELEMENTS: Final = ["script", "style", "noscript", "template"]
 _HTTP_SCHEMES = frozenset(DEFAULT_PORTS)
 # Leading/trailing characters browsers strip from an href (C0 controls and space).
 _STRIP_CHARS = "".join(chr(code) for code in range(0x21))
@@ -119,6 +127,25 @@ class PageLinks:
     over_cap: int = 0
     #: Links left out for ``rel="nofollow"`` or a robots meta tag's ``nofollow``.
     nofollow: int = 0
+    #: The page's visible text, when asked for (``text=True``); else None.
+    text: str | None = None
+
+
+def visible_text(html: bytes | str) -> str:
+    """The text a reader sees in the page's body, whitespace collapsed ("" when unparsable)."""
+    try:
+        return _visible_text(_parse(html))
+    except _PARSE_ERRORS:
+        return ""
+
+
+def _visible_text(document: _Document) -> str:
+    """The visible text of ``document``, whose invisible elements it strips: read links first."""
+    document.strip_tags(INVISIBLE_ELEMENTS)
+    body = document.body
+    if body is None:
+        return ""
+    return " ".join(body.text(separator=" ").split())
 
 
 def extract_links(
@@ -128,6 +155,7 @@ def extract_links(
     respect_nofollow: bool = True,
     max_links: int | None = None,
     encoding: str = "utf-8",
+    text: bool = False,
 ) -> PageLinks:
     """Return the title and crawlable links of ``html`` fetched from ``page_url``.
 
@@ -136,9 +164,31 @@ def extract_links(
     and a ``<meta name="robots">`` saying ``nofollow`` or ``none`` drops every link. At most
     ``max_links`` links are taken. ``encoding`` is the page's (``str`` input was decoded with
     it). Never raises on malformed input: what cannot be parsed or resolved is left out.
+
+    With ``text``, the page's visible text (:func:`visible_text`) comes with its links, read
+    from the same parse: a worker writing ``output.content: text`` parses a page once for both.
     """
     try:
         document = _parse(html)
+    except _PARSE_ERRORS:
+        return PageLinks(title=None, links=[])
+    page = _read_links(document, page_url, respect_nofollow, max_links, encoding)
+    if text:
+        try:
+            return dataclasses.replace(page, text=_visible_text(document))
+        except _PARSE_ERRORS:
+            return dataclasses.replace(page, text="")
+    return page
+
+
+def _read_links(
+    document: _Document,
+    page_url: str,
+    respect_nofollow: bool,
+    max_links: int | None,
+    encoding: str,
+) -> PageLinks:
+    try:
         # tags() rather than css(): see the module docstring. Only a page with an image map
         # pays for one CSS query, to keep <a> and <area> links in document order.
         titles = document.tags("title")

@@ -154,6 +154,8 @@ class _Outcome:
     #: The page waits for its content or items (``crawler/harvest.py``), made at flush time.
     wants_harvest: bool = False
     harvest: Harvest | None = None
+    #: Its visible text, read with its links (``content: text``), until it is harvested.
+    text: str | None = None
     #: A sitemap's links, each group with its own depth and parent (sitemaps.py, parents.py).
     link_groups: list[PageLinksToAdmit] = field(default_factory=list)
     #: Links the page offered that were left out before admission, by reason.
@@ -519,6 +521,7 @@ class Worker:
                 respect_nofollow=self.spec.scope.respect_nofollow,
                 max_links=self.spec.scope.max_links_per_page,
                 encoding=encoding,
+                text=wants_harvest and self.spec.output.content == "text",
             )
         return _Outcome(
             lease=lease,
@@ -529,6 +532,7 @@ class Worker:
             over_cap=page.over_cap,
             nofollow=page.nofollow,
             wants_harvest=wants_harvest,
+            text=page.text,
         )
 
     async def _sitemap_outcome(
@@ -794,6 +798,7 @@ class Worker:
                 status=result.status or 0,
                 headers=result.headers,
                 depth=outcome.lease.depth,
+                text=outcome.text,
             )
             for outcome in waiting
             if (result := outcome.result) is not None
@@ -805,6 +810,7 @@ class Worker:
             self._harvesting = []
         for outcome, harvest in zip(waiting, harvests, strict=True):
             outcome.harvest = harvest
+            outcome.text = None  # in the harvest's content now
             if harvest.error is not None:
                 failure_class = FailureClass.PARSER_ERROR
                 self.metrics.observe_failure(failure_class, retried=False)

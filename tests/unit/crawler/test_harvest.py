@@ -118,3 +118,25 @@ def test_a_failing_page_fails_alone_in_its_batch() -> None:
     assert second.error.startswith("extract[0]: ")
     assert second.items == ()
     assert third == first
+
+
+def test_the_link_reader_makes_the_same_text_from_its_own_parse() -> None:
+    """The worker asks the link reader for the visible text (one lexbor parse for both): it
+    must be the text the harvester would make, legacy charsets and link-less pages included."""
+    from crawlfleet.crawler.charset import decode_html
+    from crawlfleet.crawler.links import extract_links
+
+    nofollow = b'<head><meta name="robots" content="nofollow"></head><body>Hi <a href="/a">A'
+    pages = [(shop.render_product(product), "text/html") for product in shop.PRODUCTS]
+    pages += [(shop.render_listing(), None), (nofollow, None), (b"", None)]
+    pages += [(b"<p>no body tag <script>x()</script></p>", "text/html")]
+    pages += [(body, content_type) for body, content_type, _, _ in LEGACY_PAGES.values()]
+    text_harvester = harvester(output={"format": "jsonl", "content": "text"})
+    for body, content_type in pages:
+        html, encoding = decode_html(body, content_type)
+        read = extract_links(html, URL, max_links=1, encoding=encoding, text=True)
+        made = text_harvester.harvest(HarvestInput(body, content_type, URL)).content
+        assert read.text == made, body
+        assert extract_links(html, URL, encoding=encoding).text is None  # only when asked
+    given = HarvestInput(b"<body>ignored</body>", "text/html", URL, text="read before")
+    assert text_harvester.harvest(given).content == "read before"  # not parsed a second time
