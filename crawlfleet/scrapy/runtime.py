@@ -45,9 +45,11 @@ each refusal counted by reason in the ``dropped links`` metric; ``maxPages`` is 
 ``allowed_domains`` and Scrapy's DepthMiddleware work as they do in Scrapy, before these.
 
 Completion: a process's start requests (``spec.seeds`` as requests to the spider's default
-callback, then its ``start()``) go through the frontier's dedup like any other; once its start
-is exhausted and queued, the next enqueue marks the job seeded, so the job is never complete
-before them. ``has_pending_requests`` stays true until the frontier says complete (then a
+callback, then its ``start()``) go through the frontier's dedup, ``dont_filter`` or not
+(Scrapy's start_urls are, and every process of the fleet runs them; a callback's
+``dont_filter`` request skips the filter, as in Scrapy); once its start is exhausted and
+queued, the next enqueue marks the job seeded, so the job is never complete before them.
+``has_pending_requests`` stays true until the frontier says complete (then a
 process that exits when done closes its spider, reason ``finished``; one that keeps running
 writes the output's closing files and waits). SIGTERM releases every lease not yet handed to
 Scrapy at once, lets those in flight finish for the drain budget, releases the rest and closes
@@ -271,10 +273,11 @@ class Runtime:
             self._maybe_done(holder)
             return False
         url, task_parent = encoded
+        # A start request always goes through the filter: every process of the fleet runs the
+        # spider's start(), and Scrapy's start_urls are dont_filter (once per process).
+        dont_filter = request.dont_filter and holder is not None
         self._pending.append(
-            _Pending(
-                Link(url, depth, task_parent), request.dont_filter, str(parent) if holder else None
-            )
+            _Pending(Link(url, depth, task_parent), dont_filter, str(parent) if holder else None)
         )
         if holder is not None:
             holder.children_pending += 1
