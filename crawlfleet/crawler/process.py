@@ -172,6 +172,8 @@ def main(
     if args.incarnation:
         worker_id = f"{worker_id}#{secrets.token_hex(3)}"
     try:
+        if job.spec.scrapy is not None:  # a third kind of worker: the same argv and contract
+            return _run_scrapy(job, args, worker_id, knobs)
         return asyncio.run(
             run_worker(
                 job,
@@ -187,6 +189,26 @@ def main(
     except Exception as exc:  # a bug: the traceback goes to the log, the gist to the runner
         write_termination_message(knobs.termination_log, "WorkerCrashed", _gist(exc))
         raise
+
+
+def _run_scrapy(
+    job: CrawlJob, args: argparse.Namespace, worker_id: str, knobs: WorkerConfig
+) -> int:
+    """A job with ``spec.crawler.scrapy``: its spider over the frontier (crawlfleet.scrapy),
+    imported only now, so that neither Scrapy nor Twisted is loaded by a zygote that forks."""
+    from crawlfleet.scrapy.project import require_scrapy
+
+    require_scrapy()
+    from crawlfleet.scrapy.process import run_scrapy_worker
+
+    return run_scrapy_worker(
+        job,
+        redis_url=args.redis_url,
+        worker_id=worker_id,
+        config=knobs,
+        exit_when_done=not args.keep_running,
+        install_signal_handlers=True,
+    )
 
 
 def _refused(error: CrawlfleetError, termination_log: Path | None) -> int:

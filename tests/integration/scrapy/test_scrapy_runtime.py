@@ -1,0 +1,255 @@
+"""crawlfleet.scrapy end to end: real Scrapy processes (crawlfleet worker), a real
+redis-server, real HTTP to the test site, the test project under tests/scrapy_project."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.frontier import Frontier, FrontierSettings
+from crawlfleet.local.redis_server import RedisServer
+from crawlfleet.testsite import SiteConfig, TestSite
+from crawlfleet.testsite.shop import PRODUCTS
+
+PROJECT = Path(__file__).resolve().parents[2] / "scrapy_project"
+_jobs = iter(range(1_000_000))
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    config = SiteConfig(hosts=2, pages_per_host=40, hostile=False, latency_seconds=0.05)
+    with TestSite(config) as running:
+        yield running
+
+
+def write_job(tmp_path: Path, spider: str, args: dict[str, str], **spec: Any) -> Path:
+    name = f"scrapy-{next(_jobs)}-{time.monotonic_ns() % 1_000_000}"
+    document = {
+        "apiVersion": "crawlfleet.io/v1alpha1",
+        "kind": "CrawlJob",
+        "metadata": {"name": name, "namespace": "t"},
+        "spec": {
+            "scope": {"allowPrivateNetworks": True, "maxDepth": 50},
+            "concurrency": {"hostDelaySeconds": 0, "perHost": 4},
+            "robots": {"obey": False},
+            "output": {"maxFileAgeSeconds": 1},
+            "crawler": {"scrapy": {"spider": spider, "args": args}},
+            **spec,
+        },
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def start_worker(
+    job: Path, redis: RedisServer, worker_id: str, out: Path, *extra: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "crawlfleet", "worker", str(job), "--redis-url", redis.url,
+         "--worker-id", worker_id, "--out", str(out), *extra],
+        cwd=PROJECT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def items_in(out: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line)
+        for path in sorted((out / "items").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+
+
+async def frontier_of(job: Path, redis: RedisServer) -> Frontier:
+    document = yaml.safe_load(job.read_text())
+    spec = CrawlJobSpec.from_mapping(document["spec"])
+    job_id = f"t.{document['metadata']['name']}"
+    return await Frontier.connect(redis.url, FrontierSettings.from_spec(job_id, spec))
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"worker did not end in {timeout} s:\n{err[-3000:]}") from None
+    return proc.returncode, err
+
+
+async def test_shop_spider_items_pass_the_pipeline_and_the_job_completes(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")})
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    items = {item["fields"]["sku"]: item for item in items_in(tmp_path / "out")}
+    assert set(items) == {product.sku for product in PRODUCTS}
+    for position, product in enumerate(PRODUCTS):
+        fields = items[product.sku]["fields"]
+        assert fields["price"] == float(product.price)  # the pipeline's
+        assert fields["pipeline"] == "price"
+        assert fields["listed_price"] == f"€{product.price}"  # meta, across the frontier
+        assert fields["position"] == position  # cb_kwargs, across the frontier
+        assert items[product.sku]["source"] == "shop"
+    frontier = await frontier_of(job, redis_server)
+    stats = await frontier.stats()
+    await frontier.aclose()
+    assert stats.complete
+    assert stats.crawled == 1 + len(PRODUCTS)
+    assert all(site.count(site.url(0, product.path)) == 1 for product in PRODUCTS)
+
+
+async def test_a_callback_that_raises_is_retried_then_dead_lettered_with_its_class(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/"), "fail": "3"},
+        retry={"taskAttempts": 2, "backoffBaseSeconds": 0.1, "backoffMaxSeconds": 0.2},
+    )
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    frontier = await frontier_of(job, redis_server)
+    dead = [letter async for letter in frontier.dead_letters()]
+    stats = await frontier.stats()
+    await frontier.aclose()
+    failing = site.url(0, "/shop/product/3.html")
+    assert [(d.url, d.failure_class, d.attempts) for d in dead] == [
+        (failing, "callback_error:ValueError", 2)
+    ]
+    assert "refuses to parse" in dead[0].message
+    assert site.count(failing) == 2  # fetched once per attempt, never acked
+    assert stats.crawled == len(PRODUCTS)  # the listing and the four others
+    skus = {item["fields"]["sku"] for item in items_in(tmp_path / "out")}
+    assert skus == {p.sku for p in PRODUCTS if p.id != 3}
+
+
+def test_a_spider_the_project_lacks_is_refused_with_the_ones_it_has(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(tmp_path, "books", {})
+    log = tmp_path / "exit"
+    code, err = finish(
+        start_worker(job, redis_server, "w1", tmp_path / "out", "--termination-log", str(log))
+    )
+    assert code == 2
+    assert "the project has no spider 'books'; its spiders: graph, shop" in err
+    assert "Traceback" not in err
+    assert log.read_text().startswith("InvalidConfig: spec.crawler.scrapy.spider:")
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        ("siteshop.redis_settings", "set SCHEDULER = scrapy_redis.scheduler.Scheduler"),
+        ("siteshop.missing", "the Scrapy project does not import (settings module"),
+    ],
+)
+def test_a_project_that_would_bypass_the_frontier_or_does_not_import_is_refused(
+    redis_server: RedisServer, tmp_path: Path, module: str, expected: str
+) -> None:
+    job = write_job(tmp_path, "shop", {})
+    document = yaml.safe_load(job.read_text())
+    document["spec"]["crawler"]["scrapy"]["settingsModule"] = module
+    job.write_text(yaml.safe_dump(document))
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 2
+    assert expected in err
+    assert "Traceback" not in err
+
+
+async def test_two_processes_killed_repeatedly_lose_no_page(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    starts = ",".join(site.url(host, "/") for host in range(site.config.hosts))
+    job = write_job(
+        tmp_path,
+        "graph",
+        {"start": starts},
+        lease={"ttlSeconds": 3, "heartbeatSeconds": 0.5, "deadAfterSeconds": 2},
+        concurrency={"hostDelaySeconds": 0, "perHost": 2, "perWorker": 4},
+    )
+    out = tmp_path / "out"
+    steady = start_worker(job, redis_server, "steady", out)
+    victim = start_worker(job, redis_server, "victim-0", out)
+    for round_number in range(1, 4):
+        time.sleep(1.5)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        victim = start_worker(job, redis_server, f"victim-{round_number}", out)
+    code, err = finish(steady, timeout=90)
+    assert code == 0, err[-3000:]
+    finish(victim, timeout=30)
+    expected = set(site.expected_pages())
+    found = {item["url"] for item in items_in(out)}
+    assert expected <= found, sorted(expected - found)[:5]
+    frontier = await frontier_of(job, redis_server)
+    stats = await frontier.stats()
+    await frontier.aclose()
+    assert stats.complete
+    assert stats.dead == 0
+    fetched_twice = sum(max(0, site.count(url) - 1) for url in expected)
+    assert fetched_twice <= stats.requeued
+
+
+def test_per_host_politeness_holds_across_three_processes(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.15)
+    with TestSite(config) as site:
+        job = write_job(
+            tmp_path,
+            "graph",
+            {"start": site.url(0, "/")},
+            concurrency={"hostDelaySeconds": 0, "perHost": 2, "perWorker": 8},
+        )
+        procs = [start_worker(job, redis_server, f"w{i}", tmp_path / "out") for i in range(3)]
+        for proc in procs:
+            code, err = finish(proc, timeout=90)
+            assert code == 0, err[-3000:]
+        assert site.max_concurrency(0) == 2
+        assert set(site.expected_pages()) <= {i["url"] for i in items_in(tmp_path / "out")}
+
+
+async def test_sigterm_releases_the_leases_at_once(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = SiteConfig(hosts=1, pages_per_host=200, hostile=False, latency_seconds=0.5)
+    with TestSite(config) as site:
+        job = write_job(
+            tmp_path,
+            "graph",
+            {"start": site.url(0, "/")},
+            concurrency={"hostDelaySeconds": 0, "perHost": 8, "perWorker": 8},
+        )
+        proc = start_worker(job, redis_server, "w1", tmp_path / "out", "--grace-seconds", "2")
+        frontier = await frontier_of(job, redis_server)
+        deadline = time.monotonic() + 30
+        while (await frontier.stats()).leased < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (await frontier.stats()).leased >= 4
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, err = finish(proc, timeout=30)
+        assert code == 0, err[-3000:]
+        assert time.monotonic() - stopped_at < 15
+        stats = await frontier.stats()
+        await frontier.aclose()
+        assert stats.leased == 0
+        assert stats.queued > 0
+        assert not stats.complete
