@@ -33,6 +33,16 @@ def site() -> Iterator[TestSite]:
         yield running
 
 
+def one_host_graph_job(tmp_path: Path, site: TestSite, per_host: int, per_worker: int) -> Path:
+    """The graph spider over host 0 of ``site``, with these concurrency limits."""
+    return write_job(
+        tmp_path,
+        "graph",
+        {"start": site.url(0, "/")},
+        concurrency={"hostDelaySeconds": 0, "perHost": per_host, "perWorker": per_worker},
+    )
+
+
 def write_job(
     tmp_path: Path,
     spider: str,
@@ -243,12 +253,7 @@ def test_per_host_politeness_holds_across_three_processes(
 ) -> None:
     config = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.15)
     with TestSite(config) as site:
-        job = write_job(
-            tmp_path,
-            "graph",
-            {"start": site.url(0, "/")},
-            concurrency={"hostDelaySeconds": 0, "perHost": 2, "perWorker": 8},
-        )
+        job = one_host_graph_job(tmp_path, site, per_host=2, per_worker=8)
         procs = [start_worker(job, redis_server, f"w{i}", tmp_path / "out") for i in range(3)]
         for proc in procs:
             code, err = finish(proc, timeout=90)
@@ -262,12 +267,7 @@ async def test_sigterm_releases_the_leases_at_once(
 ) -> None:
     config = SiteConfig(hosts=1, pages_per_host=200, hostile=False, latency_seconds=0.5)
     with TestSite(config) as site:
-        job = write_job(
-            tmp_path,
-            "graph",
-            {"start": site.url(0, "/")},
-            concurrency={"hostDelaySeconds": 0, "perHost": 8, "perWorker": 8},
-        )
+        job = one_host_graph_job(tmp_path, site, per_host=8, per_worker=8)
         proc = start_worker(job, redis_server, "w1", tmp_path / "out", "--grace-seconds", "2")
         frontier = await frontier_of(job, redis_server)
         deadline = time.monotonic() + 30
@@ -284,3 +284,79 @@ async def test_sigterm_releases_the_leases_at_once(
         assert stats.leased == 0
         assert stats.queued > 0
         assert not stats.complete
+
+
+def test_crawlfleet_run_steers_scrapy_workers_like_any_other(
+    site: TestSite, tmp_path: Path
+) -> None:
+    """The local runner (its zygote forks crawlfleet worker) needs no special case: two
+    Scrapy workers crawl, the job completes, the closing files are written."""
+    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")})
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "crawlfleet", "run", str(job), "--workers", "2",
+         "--output", str(out)],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
+    assert "seeded by its Scrapy spider's start requests" in done.stderr
+    assert "complete: 6 pages crawled, 0 dead-lettered" in done.stderr
+    assert {item["fields"]["sku"] for item in items_in(out)} == {p.sku for p in PRODUCTS}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["itemRecords"] == len(PRODUCTS)
+    assert manifest["counts"]["pageRecords"] == 1 + len(PRODUCTS)
+
+
+def test_without_scrapy_installed_the_job_is_refused_with_the_install_line(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # A test double for an environment without the extra: the import of scrapy fails.
+    job = write_job(tmp_path, "shop", {})
+    entry = (
+        "import sys; sys.modules['scrapy'] = None;"
+        " from crawlfleet.crawler.process import main; sys.exit(main(sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", entry, str(job), "--redis-url", redis_server.url],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert (
+        "spec.crawler.scrapy: Scrapy is not installed (pip install 'crawlfleet[scrapy]')"
+        in done.stderr
+    )
+
+
+async def test_the_jobs_scope_limits_what_the_spider_queues(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    starts = ",".join(site.url(host, "/") for host in range(site.config.hosts))
+    job = write_job(
+        tmp_path, "graph", {"start": starts}, scope={"allowPrivateNetworks": True, "maxDepth": 1}
+    )
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    crawled = {url for url in site.expected_pages() if site.count(url)}
+    assert crawled == set(site.expected_pages(max_depth=1))
+    assert {item["url"] for item in items_in(tmp_path / "out")} == crawled
+
+
+async def test_the_address_guard_refuses_a_private_address_as_a_dead_letter(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")}, scope={})
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    frontier = await frontier_of(job, redis_server)
+    dead = [letter async for letter in frontier.dead_letters()]
+    await frontier.aclose()
+    assert [(d.url, d.failure_class) for d in dead] == [
+        (site.url(0, "/shop/"), "forbidden_address")
+    ]
+    assert site.count(site.url(0, "/shop/")) == 0
