@@ -123,8 +123,17 @@ def _object_path(value: object) -> str:
 
 def _spec_settings(scrapy_spec: ScrapySpec, spec: CrawlJobSpec) -> dict[str, Any]:
     """The spec's settings, with what the CrawlJob itself says where Scrapy has a setting
-    for it (``robots.obey``, ``userAgent`` when the job set one): a spec setting wins."""
-    derived: dict[str, Any] = {"ROBOTSTXT_OBEY": spec.robots.obey}
+    for it (``robots.obey``, ``userAgent`` when the job set one, ``fetch``'s total timeout
+    and body cap): a spec setting wins.
+
+    DOWNLOAD_TIMEOUT matters beyond one request: the frontier counts a dead process's lease
+    on its host's slot until the lease's fetch deadline (the claim plus the total timeout),
+    so a download must not outlive it."""
+    derived: dict[str, Any] = {
+        "ROBOTSTXT_OBEY": spec.robots.obey,
+        "DOWNLOAD_TIMEOUT": spec.fetch.total_timeout_seconds,
+        "DOWNLOAD_MAXSIZE": spec.fetch.max_decompressed_bytes,
+    }
     if "user_agent" in spec.model_fields_set:
         derived["USER_AGENT"] = spec.user_agent
     return {**derived, **scrapy_spec.settings}

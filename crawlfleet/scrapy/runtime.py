@@ -66,15 +66,16 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import TYPE_CHECKING, Any, Final
 
 from crawlfleet.crawler.extract import Item
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
+from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
 from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import DurableFile, OutputSink, PageOutput, PageRecord
+from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.errors import FetchError, FrontierUnavailable
 from crawlfleet.frontier import Admission, Failure, Frontier, Lease, Link
 from crawlfleet.output.manifest import finish_output_once
@@ -186,25 +187,10 @@ class Runtime:
         self.complete = False
         self.stopping = False
         self._output_finished = store is None or not options.finish_output
-        self.output = OutputSink.from_spec(
-            store,
-            self.worker_id,
-            spec.output,
-            on_durable=self._settle_generation,
-            max_records_per_file=options.max_records_per_file,
-            max_pending_files=options.max_pending_files,
-            retry_max_seconds=options.output_retry_max_seconds,
-            metrics=metrics,
+        self.output = worker_output(
+            store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
         )
-        self.counters: dict[str, float] = {
-            "fetched": 0,
-            "succeeded": 0,
-            "failed": 0,
-            "links_new": 0,
-            "leases_lost": 0,
-            "released": 0,
-            "output_failures": 0,
-        }
+        self.counters = worker_counters()
 
     # -- the engine's side (scheduler.py) -------------------------------------------------
 
@@ -215,7 +201,9 @@ class Runtime:
         self._tasks = [
             loop.create_task(self._claim_loop()),
             loop.create_task(self._flush_loop()),
-            loop.create_task(self._every(self.spec.lease.heartbeat_seconds, self._heartbeat_once)),
+            loop.create_task(
+                every(self.spec.lease.heartbeat_seconds, self._heartbeat_once, self._closed)
+            ),
         ]
 
     @property
@@ -542,10 +530,7 @@ class Runtime:
             self._output_finished = True
 
     async def _wait(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
-        self._wake.clear()
+        await wait_for_wake(self._wake, seconds)
 
     # -- flushing --------------------------------------------------------------------------
 
@@ -659,18 +644,6 @@ class Runtime:
             self._wake_engine()
 
     # -- flow ------------------------------------------------------------------------------
-
-    async def _every(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
-        while not self._closed.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await self._closed.wait()
-            if self._closed.is_set():
-                return
-            try:
-                await action()
-            except Exception:
-                log.exception("%s failed", action.__name__, extra={"layer": "flow"})
 
     async def _heartbeat_once(self) -> None:
         fetching = sum(1 for held in self._held.values() if not held.fetched)

@@ -1,8 +1,16 @@
-"""An item pipeline: prices as numbers, and a mark that the item went through it."""
+"""Item pipelines: prices as numbers with a mark that the item went through, and a slow one.
+
+``SITESHOP_PIPELINE_DELAY`` (seconds, default 0) makes every item wait in ``SlowPipeline``:
+a page's response and its callback are long done while its items are still in the pipelines,
+which is when an early ack would lose them.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+from scrapy.crawler import Crawler
 
 
 class PricePipeline:
@@ -11,4 +19,18 @@ class PricePipeline:
         if isinstance(price, str):
             item["price"] = float(price.strip().lstrip("€"))
         item["pipeline"] = "price"
+        return item
+
+
+class SlowPipeline:
+    def __init__(self, delay_seconds: float) -> None:
+        self.delay_seconds = delay_seconds
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SlowPipeline:
+        return cls(crawler.settings.getfloat("SITESHOP_PIPELINE_DELAY", 0.0))
+
+    async def process_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        if self.delay_seconds:
+            await asyncio.sleep(self.delay_seconds)
         return item

@@ -16,9 +16,7 @@ from scrapy.spiders import CrawlSpider, Rule
 
 class GraphSpider(CrawlSpider):
     name = "graph"
-    rules = (
-        Rule(LinkExtractor(allow=(r"/d\d+/p\d+\.html$",)), callback="parse_page", follow=True),
-    )
+    rules = (Rule(LinkExtractor(allow=(r"/d\d+/p\d+\.html",)), callback="parse_page", follow=True),)
 
     def __init__(self, start: str = "", **kwargs: Any) -> None:
         self.start_urls = [url for url in start.split(",") if url]
