@@ -120,8 +120,8 @@ class _Held:
     fetched: bool = False
     #: The callback's output was iterated to its end.
     exhausted: bool = False
-    #: Outputs yielded and not settled yet: requests not in the pending list, items not
-    #: through the pipelines.
+    #: Outputs yielded and not settled yet: requests the engine has not scheduled (or
+    #: dropped), items not through the pipelines.
     outstanding: int = 0
     #: Requests it yielded that wait for the next enqueue.
     children_pending: int = 0
@@ -245,8 +245,6 @@ class Runtime:
             self._push(request, lease_id)
             return True
         holder = self._held.get(str(parent)) if parent is not None else None
-        if holder is not None:
-            holder.outstanding -= 1
         found = holder.lease.url if holder is not None else ""
         depth = int(meta.get("depth", holder.lease.depth + 1 if holder is not None else 0))
         try:
@@ -298,6 +296,16 @@ class Runtime:
             content_type=content_type.decode("latin-1") if content_type else None,
             body=body,
         )
+
+    def on_request_scheduled(self, request: Request) -> None:
+        """A callback's request reached the engine (``request_scheduled``, sent before the
+        scheduler is asked): it is no longer outstanding for its page, whether the scheduler
+        then queues it or a handler of that signal drops it (Scrapy's OffsiteMiddleware does,
+        and the scheduler never hears of it)."""
+        held = self.held(request.meta.get(PARENT_KEY))
+        if held is not None:
+            held.outstanding -= 1
+            self._maybe_done(held)
 
     def count_output(self, lease_id: object) -> None:
         held = self.held(lease_id)

@@ -360,3 +360,22 @@ async def test_the_address_guard_refuses_a_private_address_as_a_dead_letter(
         (site.url(0, "/shop/"), "forbidden_address")
     ]
     assert site.count(site.url(0, "/shop/")) == 0
+
+
+async def test_requests_scrapys_offsite_filter_drops_do_not_hold_their_page(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Host 0's pages link host 1, which the spider's allowed_domains leave out: Scrapy drops
+    # those requests before the scheduler sees them, and their pages must still be acked.
+    job = write_job(tmp_path, "graph", {"start": site.url(0, "/")})
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"), timeout=40)
+    assert code == 0, err[-3000:]
+    assert site.requests_for(1) == []
+    urls = {item["url"] for item in items_in(tmp_path / "out")}
+    assert site.url(0, "/") in urls
+    assert all(url.startswith(site.url(0, "/")) for url in urls)
+    frontier = await frontier_of(job, redis_server)
+    stats = await frontier.stats()
+    await frontier.aclose()
+    assert stats.complete
+    assert stats.crawled == len(urls)
