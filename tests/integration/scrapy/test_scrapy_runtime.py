@@ -379,3 +379,42 @@ async def test_requests_scrapys_offsite_filter_drops_do_not_hold_their_page(
     await frontier.aclose()
     assert stats.complete
     assert stats.crawled == len(urls)
+
+
+async def test_leases_are_extended_while_their_items_wait_in_the_pipelines(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Each item waits 3 s in a pipeline, twice the lease's ttl: only extension keeps it.
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        {"SITESHOP_PIPELINE_DELAY": 3},
+        lease={"ttlSeconds": 1.5, "heartbeatSeconds": 0.3, "deadAfterSeconds": 1},
+    )
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    frontier = await frontier_of(job, redis_server)
+    stats = await frontier.stats()
+    await frontier.aclose()
+    assert stats.requeued == 0
+    assert all(site.count(site.url(0, product.path)) == 1 for product in PRODUCTS)
+    assert len(items_in(tmp_path / "out")) == len(PRODUCTS)
+
+
+def test_a_claimed_batch_goes_to_scrapy_highest_priority_first(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The listing yields its products with priority = position, all queued in one enqueue
+    # and claimed in one batch (perHost 8); one request at a time shows the order.
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        {"CONCURRENT_REQUESTS": 1},
+        concurrency={"hostDelaySeconds": 0, "perHost": 8},
+    )
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    order = [r.path for r in site.requests_for(0) if r.path.startswith("/shop/product/")]
+    assert order == [product.path for product in reversed(PRODUCTS)]

@@ -35,6 +35,7 @@ class ShopSpider(scrapy.Spider):
                 cb_kwargs={"position": position},
                 priority=position,
             )
+        yield None  # some spiders do (a bare yield): Scrapy skips it
 
     def parse_product(self, response: Response, position: int) -> Iterator[dict[str, Any]]:
         if self.fail and response.url.endswith(f"/{self.fail}.html"):
