@@ -51,9 +51,12 @@ callback, then its ``start()``) go through the frontier's dedup, ``dont_filter``
 queued, the next enqueue marks the job seeded, so the job is never complete before them.
 ``has_pending_requests`` stays true until the frontier says complete (then a
 process that exits when done closes its spider, reason ``finished``; one that keeps running
-writes the output's closing files and waits). SIGTERM releases every lease not yet handed to
-Scrapy at once, lets those in flight finish for the drain budget, releases the rest and closes
-the spider (reason ``shutdown``).
+writes the output's closing files and waits). An item a spider's ``start()`` yields has no
+page to be written with: it is logged and counted dropped (``scrapy_start_item``).
+
+SIGTERM releases every lease not yet handed to Scrapy at once, lets those in flight finish for
+the drain budget (``--grace-seconds``), makes their output durable and acks them, releases the
+rest and closes the spider (reason ``shutdown``).
 """
 
 from __future__ import annotations
@@ -181,6 +184,7 @@ class Runtime:
         self._progress = asyncio.Event()
         self._closed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._draining: asyncio.Task[None] | None = None
         self.start_done = False
         self._seeded = False
         #: The frontier said complete (a process that exits when done then closes its spider).
@@ -324,7 +328,7 @@ class Runtime:
         if held is None:
             if lease_id is None and passed:
                 log.warning("an item with no response (from start()) is not written")
-                self.metrics.observe_dropped_links({"item_without_page": 1})
+                self.metrics.observe_dropped_links({"scrapy_start_item": 1})
             return
         if passed:
             held.items.append(Item(self._spider_or_fail().name, len(held.items), _fields(item)))
@@ -675,7 +679,7 @@ class Runtime:
             return
         self.stopping = True
         self._wake.set()
-        asyncio.get_running_loop().create_task(self._drain())
+        self._draining = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         unstarted = [lease_id for _, _, _, lease_id in self._ready]
@@ -716,7 +720,9 @@ class Runtime:
 
     async def aclose(self) -> None:
         """The spider closed: stop the loops, make the output durable, give back the rest."""
-        if not self.stopping:
+        if self._draining is not None:  # the spider may close itself once the drain settled
+            await asyncio.wait([self._draining], timeout=self.options.settle_seconds)
+        else:
             await self.flush()
             await self.output.drain(self.options.output_drain_seconds)
         self._closed.set()

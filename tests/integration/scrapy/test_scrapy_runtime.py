@@ -419,3 +419,18 @@ def test_a_claimed_batch_goes_to_scrapy_highest_priority_first(
     crawl_alone(job, redis_server, tmp_path / "out")
     order = [r.path for r in site.requests_for(0) if r.path.startswith("/shop/product/")]
     assert order == [product.path for product in reversed(PRODUCTS)]
+
+
+async def test_a_request_the_frontier_cannot_carry_is_dropped_and_said_not_lost_silently(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(tmp_path, "shop", {"base": site.url(0, "/"), "lambdas": "1"})
+    proc = start_worker(job, redis_server, "w1", tmp_path / "out")
+    code, err = finish(proc)
+    assert code == 0, err[-3000:]
+    assert "request not queued" in err
+    assert "/shop/?again" in err
+    assert site.count(site.url(0, "/shop/?again")) == 0
+    stats = await final_stats(job, redis_server)
+    assert stats.complete
+    assert stats.crawled == 1 + len(PRODUCTS)  # the listing is acked all the same
