@@ -15,8 +15,10 @@ download (a refused address is an IgnoreRequest and a ``forbidden_address`` dead
 the exceptions the retries gave up on (the lease fails with crawlfleet's failure class).
 
 Signals: ``item_scraped``/``item_dropped``/``item_error`` settle one item each (Scrapy sends
-them after the last pipeline, awaiting the handlers), ``spider_error`` fails the lease of a
-callback that raised (at once or mid-way through its output).
+them after the last pipeline, awaiting the handlers), ``request_scheduled`` one request each
+(sent before the scheduler is asked, and also when a handler of it drops the request, as
+Scrapy's OffsiteMiddleware does), ``spider_error`` fails the lease of a callback that raised
+(at once or mid-way through its output).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class LeaseSpiderMiddleware:
         crawler.signals.connect(middleware._item_dropped, signal=signals.item_dropped)
         crawler.signals.connect(middleware._item_error, signal=signals.item_error)
         crawler.signals.connect(middleware._spider_error, signal=signals.spider_error)
+        crawler.signals.connect(middleware._request_scheduled, signal=signals.request_scheduled)
         return middleware
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -88,13 +91,17 @@ class LeaseSpiderMiddleware:
                 output.meta.pop(LEASE_KEY, None)
                 if lease_id is not None:
                     output.meta[PARENT_KEY] = lease_id
-            runtime.count_output(lease_id)
+            if output is not None:  # the scraper skips a None: nothing would settle it
+                runtime.count_output(lease_id)
             yield output
         runtime.on_exhausted(lease_id)
 
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
         if isinstance(exception, HttpError):
             self.runtime.on_http_error(response.meta.get(LEASE_KEY), response.status)
+
+    def _request_scheduled(self, request: Request, **_: Any) -> None:
+        self.runtime.on_request_scheduled(request)
 
     def _item_scraped(self, item: Any, response: Response | None, **_: Any) -> None:
         self.runtime.on_item(_lease_of(response), item, passed=True)

@@ -50,7 +50,11 @@ RUNTIME_SETTINGS: Final[Mapping[str, object]] = {
     "CLOSESPIDER_ITEMCOUNT": 0,
     "CLOSESPIDER_PAGECOUNT": 0,
     "CLOSESPIDER_TIMEOUT": 0,
+    # Per-process consoles (a telnet one, and 2.19's code-executing HTTP one, which writes a
+    # job file under the home directory): a worker is one of many, replaced at will, often on
+    # a read-only root filesystem; the fleet is steered through the frontier.
     "TELNETCONSOLE_ENABLED": False,
+    "REMOTE_CONTROL_ENABLED": False,
 }
 # Scrapy's defaults for the two settings the runtime owns: a project that left them alone.
 _DEFAULTS: Final = {

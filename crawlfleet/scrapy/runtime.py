@@ -51,9 +51,12 @@ callback, then its ``start()``) go through the frontier's dedup, ``dont_filter``
 queued, the next enqueue marks the job seeded, so the job is never complete before them.
 ``has_pending_requests`` stays true until the frontier says complete (then a
 process that exits when done closes its spider, reason ``finished``; one that keeps running
-writes the output's closing files and waits). SIGTERM releases every lease not yet handed to
-Scrapy at once, lets those in flight finish for the drain budget, releases the rest and closes
-the spider (reason ``shutdown``).
+writes the output's closing files and waits). An item a spider's ``start()`` yields has no
+page to be written with: it is logged and counted dropped (``scrapy_start_item``).
+
+SIGTERM releases every lease not yet handed to Scrapy at once, lets those in flight finish for
+the drain budget (``--grace-seconds``), makes their output durable and acks them, releases the
+rest and closes the spider (reason ``shutdown``).
 """
 
 from __future__ import annotations
@@ -120,8 +123,8 @@ class _Held:
     fetched: bool = False
     #: The callback's output was iterated to its end.
     exhausted: bool = False
-    #: Outputs yielded and not settled yet: requests not in the pending list, items not
-    #: through the pipelines.
+    #: Outputs yielded and not settled yet: requests the engine has not scheduled (or
+    #: dropped), items not through the pipelines.
     outstanding: int = 0
     #: Requests it yielded that wait for the next enqueue.
     children_pending: int = 0
@@ -181,6 +184,7 @@ class Runtime:
         self._progress = asyncio.Event()
         self._closed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._draining: asyncio.Task[None] | None = None
         self.start_done = False
         self._seeded = False
         #: The frontier said complete (a process that exits when done then closes its spider).
@@ -245,8 +249,6 @@ class Runtime:
             self._push(request, lease_id)
             return True
         holder = self._held.get(str(parent)) if parent is not None else None
-        if holder is not None:
-            holder.outstanding -= 1
         found = holder.lease.url if holder is not None else ""
         depth = int(meta.get("depth", holder.lease.depth + 1 if holder is not None else 0))
         try:
@@ -299,6 +301,16 @@ class Runtime:
             body=body,
         )
 
+    def on_request_scheduled(self, request: Request) -> None:
+        """A callback's request reached the engine (``request_scheduled``, sent before the
+        scheduler is asked): it is no longer outstanding for its page, whether the scheduler
+        then queues it or a handler of that signal drops it (Scrapy's OffsiteMiddleware does,
+        and the scheduler never hears of it)."""
+        held = self.held(request.meta.get(PARENT_KEY))
+        if held is not None:
+            held.outstanding -= 1
+            self._maybe_done(held)
+
     def count_output(self, lease_id: object) -> None:
         held = self.held(lease_id)
         if held is not None:
@@ -316,7 +328,7 @@ class Runtime:
         if held is None:
             if lease_id is None and passed:
                 log.warning("an item with no response (from start()) is not written")
-                self.metrics.observe_dropped_links({"item_without_page": 1})
+                self.metrics.observe_dropped_links({"scrapy_start_item": 1})
             return
         if passed:
             held.items.append(Item(self._spider_or_fail().name, len(held.items), _fields(item)))
@@ -667,7 +679,7 @@ class Runtime:
             return
         self.stopping = True
         self._wake.set()
-        asyncio.get_running_loop().create_task(self._drain())
+        self._draining = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         unstarted = [lease_id for _, _, _, lease_id in self._ready]
@@ -708,7 +720,9 @@ class Runtime:
 
     async def aclose(self) -> None:
         """The spider closed: stop the loops, make the output durable, give back the rest."""
-        if not self.stopping:
+        if self._draining is not None:  # the spider may close itself once the drain settled
+            await asyncio.wait([self._draining], timeout=self.options.settle_seconds)
+        else:
             await self.flush()
             await self.output.drain(self.options.output_drain_seconds)
         self._closed.set()

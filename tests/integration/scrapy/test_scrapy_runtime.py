@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.frontier import Frontier, FrontierSettings
+from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from crawlfleet.testsite.shop import PRODUCTS
@@ -107,14 +107,27 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
     return proc.returncode, err
 
 
+def crawl_alone(job: Path, redis: RedisServer, out: Path, timeout: float = 60) -> None:
+    """One worker, run until the job is complete; it must exit 0."""
+    code, err = finish(start_worker(job, redis, "w1", out), timeout=timeout)
+    assert code == 0, err[-3000:]
+
+
+async def final_stats(job: Path, redis: RedisServer) -> FrontierStats:
+    frontier = await frontier_of(job, redis)
+    try:
+        return await frontier.stats()
+    finally:
+        await frontier.aclose()
+
+
 async def test_shop_spider_items_pass_the_pipeline_and_the_job_completes(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     # Items wait in a slow pipeline long after their page's callback: acked any earlier,
     # their pages' records would be written without them.
     job = write_job(tmp_path, "shop", {"base": site.url(0, "/")}, {"SITESHOP_PIPELINE_DELAY": 0.5})
-    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
-    assert code == 0, err[-3000:]
+    crawl_alone(job, redis_server, tmp_path / "out")
     items = {item["fields"]["sku"]: item for item in items_in(tmp_path / "out")}
     assert set(items) == {product.sku for product in PRODUCTS}
     for position, product in enumerate(PRODUCTS):
@@ -124,9 +137,7 @@ async def test_shop_spider_items_pass_the_pipeline_and_the_job_completes(
         assert fields["listed_price"] == f"€{product.price}"  # meta, across the frontier
         assert fields["position"] == position  # cb_kwargs, across the frontier
         assert items[product.sku]["source"] == "shop"
-    frontier = await frontier_of(job, redis_server)
-    stats = await frontier.stats()
-    await frontier.aclose()
+    stats = await final_stats(job, redis_server)
     assert stats.complete
     assert stats.crawled == 1 + len(PRODUCTS)
     assert all(site.count(site.url(0, product.path)) == 1 for product in PRODUCTS)
@@ -141,8 +152,7 @@ async def test_a_callback_that_raises_is_retried_then_dead_lettered_with_its_cla
         {"base": site.url(0, "/"), "fail": "3"},
         retry={"taskAttempts": 2, "backoffBaseSeconds": 0.1, "backoffMaxSeconds": 0.2},
     )
-    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
-    assert code == 0, err[-3000:]
+    crawl_alone(job, redis_server, tmp_path / "out")
     frontier = await frontier_of(job, redis_server)
     dead = [letter async for letter in frontier.dead_letters()]
     stats = await frontier.stats()
@@ -340,8 +350,7 @@ async def test_the_jobs_scope_limits_what_the_spider_queues(
     job = write_job(
         tmp_path, "graph", {"start": starts}, scope={"allowPrivateNetworks": True, "maxDepth": 1}
     )
-    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
-    assert code == 0, err[-3000:]
+    crawl_alone(job, redis_server, tmp_path / "out")
     crawled = {url for url in site.expected_pages() if site.count(url)}
     assert crawled == set(site.expected_pages(max_depth=1))
     assert {item["url"] for item in items_in(tmp_path / "out")} == crawled
@@ -351,8 +360,7 @@ async def test_the_address_guard_refuses_a_private_address_as_a_dead_letter(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     job = write_job(tmp_path, "shop", {"base": site.url(0, "/")}, scope={})
-    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
-    assert code == 0, err[-3000:]
+    crawl_alone(job, redis_server, tmp_path / "out")
     frontier = await frontier_of(job, redis_server)
     dead = [letter async for letter in frontier.dead_letters()]
     await frontier.aclose()
@@ -360,3 +368,69 @@ async def test_the_address_guard_refuses_a_private_address_as_a_dead_letter(
         (site.url(0, "/shop/"), "forbidden_address")
     ]
     assert site.count(site.url(0, "/shop/")) == 0
+
+
+async def test_requests_scrapys_offsite_filter_drops_do_not_hold_their_page(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Host 0's pages link host 1, which the spider's allowed_domains leave out: Scrapy drops
+    # those requests before the scheduler sees them, and their pages must still be acked.
+    job = write_job(tmp_path, "graph", {"start": site.url(0, "/")})
+    crawl_alone(job, redis_server, tmp_path / "out", timeout=40)
+    assert site.requests_for(1) == []
+    urls = {item["url"] for item in items_in(tmp_path / "out")}
+    assert site.url(0, "/") in urls
+    assert all(url.startswith(site.url(0, "/")) for url in urls)
+    stats = await final_stats(job, redis_server)
+    assert stats.complete
+    assert stats.crawled == len(urls)
+
+
+async def test_leases_are_extended_while_their_items_wait_in_the_pipelines(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Each item waits 3 s in a pipeline, twice the lease's ttl: only extension keeps it.
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        {"SITESHOP_PIPELINE_DELAY": 3},
+        lease={"ttlSeconds": 1.5, "heartbeatSeconds": 0.3, "deadAfterSeconds": 1},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    stats = await final_stats(job, redis_server)
+    assert stats.requeued == 0
+    assert all(site.count(site.url(0, product.path)) == 1 for product in PRODUCTS)
+    assert len(items_in(tmp_path / "out")) == len(PRODUCTS)
+
+
+def test_a_claimed_batch_goes_to_scrapy_highest_priority_first(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The listing yields its products with priority = position, all queued in one enqueue
+    # and claimed in one batch (perHost 8); one request at a time shows the order.
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        {"CONCURRENT_REQUESTS": 1},
+        concurrency={"hostDelaySeconds": 0, "perHost": 8},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    order = [r.path for r in site.requests_for(0) if r.path.startswith("/shop/product/")]
+    assert order == [product.path for product in reversed(PRODUCTS)]
+
+
+async def test_a_request_the_frontier_cannot_carry_is_dropped_and_said_not_lost_silently(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(tmp_path, "shop", {"base": site.url(0, "/"), "lambdas": "1"})
+    proc = start_worker(job, redis_server, "w1", tmp_path / "out")
+    code, err = finish(proc)
+    assert code == 0, err[-3000:]
+    assert "request not queued" in err
+    assert "/shop/?again" in err
+    assert site.count(site.url(0, "/shop/?again")) == 0
+    stats = await final_stats(job, redis_server)
+    assert stats.complete
+    assert stats.crawled == 1 + len(PRODUCTS)  # the listing is acked all the same

@@ -1,7 +1,9 @@
 """The shop's listing, then each product page: chained callbacks, meta and cb_kwargs.
 
 ``-a base=http://host:port`` is the test site's host 0; ``-a fail=<product id>`` makes that
-product's callback raise ``ValueError`` (a callback that fails on every attempt).
+product's callback raise ``ValueError`` (a callback that fails on every attempt);
+``-a lambdas=1`` makes the listing also yield a request whose callback is a lambda (which no
+scheduler that stores requests can carry).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from scrapy.http import Response
 class ShopSpider(scrapy.Spider):
     name = "shop"
 
-    def __init__(self, base: str = "", fail: str = "", **kwargs: Any) -> None:
+    def __init__(self, base: str = "", fail: str = "", lambdas: str = "", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.base = base.rstrip("/")
         self.fail = fail
+        self.lambdas = bool(lambdas)
 
     async def start(self) -> AsyncIterator[Any]:
         yield scrapy.Request(f"{self.base}/shop/", callback=self.parse_listing)
@@ -35,6 +38,9 @@ class ShopSpider(scrapy.Spider):
                 cb_kwargs={"position": position},
                 priority=position,
             )
+        if self.lambdas:
+            yield scrapy.Request(f"{self.base}/shop/?again", callback=lambda response: None)
+        yield None  # some spiders do (a bare yield): Scrapy skips it
 
     def parse_product(self, response: Response, position: int) -> Iterator[dict[str, Any]]:
         if self.fail and response.url.endswith(f"/{self.fail}.html"):
