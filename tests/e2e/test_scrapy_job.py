@@ -21,10 +21,20 @@ from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.e2e.cluster.client import Cluster
+from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.fleets import ClusterFleet, fetches, wait_phase, wait_workers
-from tests.e2e.operator_support import GROUP, PLURAL, VERSION, install_crd
+from tests.e2e.operator_support import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    apply,
+    condition,
+    crawljob,
+    get_job,
+    install_crd,
+    running_operator,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -144,3 +154,37 @@ def test_a_scrapy_job_crawls_to_completion_and_scales_from_its_backlog(
     assert {canonicalize(item["url"]) for item in items} == expected
     assert {item["source"] for item in items} == {"graph"}
     assert all(item["fields"]["title"] for item in items), items[:3]
+
+
+def test_a_spider_the_project_lacks_is_one_sentence_in_the_jobs_conditions(
+    cluster: Cluster,
+    namespace: str,
+    tmp_path: Path,
+    site: TestSite,
+    core: client.CoreV1Api,
+    kubelet: KubeletDouble,
+    project_in_the_image: None,
+) -> None:
+    """Bad input at start (issue #16): each worker exits 2 with the project's verdict as its
+    termination message, and the operator turns the repeated deaths into WorkersFailing."""
+    install_crd(cluster)
+    document = crawljob("books", site, crawler={"scrapy": {**SCRAPY, "spider": "books"}})
+    document["spec"]["workers"]["image"] = IMAGE
+    said = "spec.crawler.scrapy.spider: the project has no spider 'books'; its spiders: graph, shop"
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, document, namespace=namespace)
+
+        def failing() -> dict[str, Any] | None:
+            found = condition(get_job(cluster, namespace, "books"), "WorkersFailing")
+            return found if found and found["status"] == "True" else None
+
+        found = wait_until(failing, timeout=50, what="WorkersFailing")
+        assert found["reason"] == "InvalidConfig", operator.log()
+        assert found["message"].endswith(said), found["message"]
+        selector = "app.kubernetes.io/component=worker,crawlfleet.io/job=books"
+        (pod,) = core.list_namespaced_pod(namespace, label_selector=selector).items
+        (container,) = pod.status.container_statuses
+        assert container.last_state.terminated.exit_code == 2
+        assert container.last_state.terminated.message.rstrip("\n") == f"InvalidConfig: {said}"
+        assert "Traceback" not in operator.log()
+    assert not fetches(site)  # nothing crawled
