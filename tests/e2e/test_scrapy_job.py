@@ -21,7 +21,7 @@ from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.client import Cluster
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.fleets import ClusterFleet, fetches, wait_phase, wait_workers
 from tests.e2e.operator_support import (
@@ -29,11 +29,10 @@ from tests.e2e.operator_support import (
     PLURAL,
     VERSION,
     apply,
-    condition,
     crawljob,
-    get_job,
     install_crd,
     running_operator,
+    wait_condition,
 )
 
 pytestmark = pytest.mark.slow
@@ -174,11 +173,7 @@ def test_a_spider_the_project_lacks_is_one_sentence_in_the_jobs_conditions(
     with running_operator(cluster, namespace, tmp_path) as operator:
         apply(cluster, document, namespace=namespace)
 
-        def failing() -> dict[str, Any] | None:
-            found = condition(get_job(cluster, namespace, "books"), "WorkersFailing")
-            return found if found and found["status"] == "True" else None
-
-        found = wait_until(failing, timeout=50, what="WorkersFailing")
+        found = wait_condition(cluster, namespace, "books", "WorkersFailing", timeout=50)
         assert found["reason"] == "InvalidConfig", operator.log()
         assert found["message"].endswith(said), found["message"]
         selector = "app.kubernetes.io/component=worker,crawlfleet.io/job=books"
