@@ -118,8 +118,7 @@ class _Held:
     """One lease of this process, from claim to ack or fail."""
 
     lease: Lease
-    request: Request | None = None
-    handed: bool = False
+    #: Its response (or final failure) arrived: its host slot is freed at the next claim.
     fetched: bool = False
     #: The callback's output was iterated to its end.
     exhausted: bool = False
@@ -229,11 +228,9 @@ class Runtime:
     def next_request(self) -> Request | None:
         while self._ready:
             _, _, request, lease_id = heapq.heappop(self._ready)
-            held = self._held.get(lease_id)
-            if held is None:
-                continue  # released meanwhile (SIGTERM)
-            held.handed = True
-            return request
+            if lease_id in self._held:
+                return request
+            # else released meanwhile (SIGTERM): its new owner fetches it
         return None
 
     def enqueue(self, request: Request) -> bool:
@@ -504,7 +501,6 @@ class Runtime:
                     self._fetched.append(lease.lease_id)
                     self.fail(held, "scrapy_undecodable", str(exc)[:500], retryable=False)
                     continue
-                held.request = request
                 self._push(request, lease.lease_id)
             self._wake_engine()
 

@@ -434,3 +434,26 @@ async def test_a_request_the_frontier_cannot_carry_is_dropped_and_said_not_lost_
     stats = await final_stats(job, redis_server)
     assert stats.complete
     assert stats.crawled == 1 + len(PRODUCTS)  # the listing is acked all the same
+
+
+async def test_retries_and_redirects_stay_in_their_lease_and_the_frontier_retries_the_rest(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # /flaky/1 answers 500 twice: Scrapy's RetryMiddleware (RETRY_TIMES 1) retries once in
+    # the lease, gives up, the lease fails as http_5xx, and the frontier's second attempt
+    # heals it. /redirect/chain/3 is three hops, all followed inside one lease.
+    flaky, chain = site.url(0, "/flaky/1"), site.url(0, "/redirect/chain/3")
+    job = write_job(
+        tmp_path,
+        "graph",
+        {"start": f"{flaky},{chain}"},
+        retry={"backoffBaseSeconds": 0.1, "backoffMaxSeconds": 0.2},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    stats = await final_stats(job, redis_server)
+    assert site.count(flaky) == 3
+    assert [site.count(site.url(0, f"/redirect/chain/{n}")) for n in range(4)] == [1, 1, 1, 1]
+    assert (stats.crawled, stats.failed, stats.dead) == (2, 1, 0)
+    items = {item["url"]: item["fields"] for item in items_in(tmp_path / "out")}
+    assert items[chain]["url"] == site.url(0, "/redirect/chain/0")
+    assert items[flaky]["url"] == flaky
