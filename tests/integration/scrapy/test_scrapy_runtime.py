@@ -491,3 +491,30 @@ async def test_format_warc_archives_the_spiders_responses(
     assert sorted(archived) == sorted(
         [site.url(0, "/shop/"), *(site.url(0, product.path) for product in PRODUCTS)]
     )
+
+
+async def test_an_item_pipeline_that_raises_fails_its_page_and_a_404_is_dead_at_once(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    missing = site.url(0, "/status/404")
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        {"SITESHOP_PIPELINE_FAIL_SKU": "CM-004"},
+        seeds=[missing],
+        retry={"taskAttempts": 2, "backoffBaseSeconds": 0.1, "backoffMaxSeconds": 0.2},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    frontier = await frontier_of(job, redis_server)
+    dead = {letter.url: letter async for letter in frontier.dead_letters()}
+    await frontier.aclose()
+    product = site.url(0, "/shop/product/4.html")
+    assert set(dead) == {missing, product}
+    assert (dead[product].failure_class, dead[product].attempts) == (
+        "item_pipeline_error:RuntimeError",
+        2,
+    )
+    assert (dead[missing].failure_class, dead[missing].attempts) == ("http_404", 1)
+    assert site.count(missing) == 1  # a 404 is neither Scrapy's retry nor the frontier's
+    assert site.count(product) == 2

@@ -2,7 +2,8 @@
 
 ``SITESHOP_PIPELINE_DELAY`` (seconds, default 0) makes every item wait in ``SlowPipeline``:
 a page's response and its callback are long done while its items are still in the pipelines,
-which is when an early ack would lose them.
+which is when an early ack would lose them. ``SITESHOP_PIPELINE_FAIL_SKU`` makes
+``PricePipeline`` raise for the item with that SKU.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from scrapy.crawler import Crawler
 
 
 class PricePipeline:
+    def __init__(self, fail_sku: str = "") -> None:
+        self.fail_sku = fail_sku
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> PricePipeline:
+        return cls(crawler.settings.get("SITESHOP_PIPELINE_FAIL_SKU", ""))
+
     def process_item(self, item: dict[str, Any]) -> dict[str, Any]:
+        if self.fail_sku and item.get("sku") == self.fail_sku:
+            raise RuntimeError(f"no price for {self.fail_sku}")
         price = item.get("price")
         if isinstance(price, str):
             item["price"] = float(price.strip().lstrip("€"))
