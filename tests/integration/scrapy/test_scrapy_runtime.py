@@ -518,3 +518,18 @@ async def test_an_item_pipeline_that_raises_fails_its_page_and_a_404_is_dead_at_
     assert (dead[missing].failure_class, dead[missing].attempts) == ("http_404", 1)
     assert site.count(missing) == 1  # a 404 is neither Scrapy's retry nor the frontier's
     assert site.count(product) == 2
+
+
+async def test_max_pages_bounds_what_a_spider_queues(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        scope={"allowPrivateNetworks": True, "maxPages": 3},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    stats = await final_stats(job, redis_server)
+    assert (stats.crawled, stats.over_limit) == (3, len(PRODUCTS) - 2)
+    assert len(items_in(tmp_path / "out")) == 2
