@@ -176,6 +176,8 @@ class Runtime:
         self._order = itertools.count()
         self._pending: list[_Pending] = []
         self._fetched: list[str] = []
+        #: Retries and redirects announced (request_scheduled) and not yet scheduled, by id.
+        self._continuations: dict[int, str] = {}
         self._awaiting: dict[int, list[_Held]] = {}
         self._wake = asyncio.Event()
         self._flush_wanted = asyncio.Event()
@@ -240,6 +242,7 @@ class Runtime:
         parent = meta.pop(PARENT_KEY, None)
         if parent is None and LEASE_KEY in meta:
             lease_id = str(meta[LEASE_KEY])
+            self._continuations.pop(id(request), None)
             held = self._held.get(lease_id)
             if held is None:
                 return False  # released or lost: its lease's new owner fetches it
@@ -303,10 +306,29 @@ class Runtime:
         scheduler is asked): it is no longer outstanding for its page, whether the scheduler
         then queues it or a handler of that signal drops it (Scrapy's OffsiteMiddleware does,
         and the scheduler never hears of it)."""
-        held = self.held(request.meta.get(PARENT_KEY))
+        meta = request.meta
+        held = self.held(meta.get(PARENT_KEY))
         if held is not None:
             held.outstanding -= 1
             self._maybe_done(held)
+            return
+        continued = self.held(meta.get(LEASE_KEY))
+        if continued is not None:
+            # A retry or a redirect of a lease. The scheduler hears of it right after this
+            # signal, in the same call, unless a handler dropped it (an offsite redirect):
+            # checked once that call is over, or the lease would wait for it forever.
+            self._continuations[id(request)] = continued.lease.lease_id
+            asyncio.get_running_loop().call_soon(self._continuation_dropped, id(request))
+
+    def _continuation_dropped(self, key: int) -> None:
+        held = self.held(self._continuations.pop(key, None))
+        if held is not None:
+            self._mark_fetched(held)
+            self.fail(
+                held,
+                str(FailureClass.OUT_OF_SCOPE),
+                "its redirect or retry was dropped before it was scheduled (offsite?)",
+            )
 
     def count_output(self, lease_id: object) -> None:
         held = self.held(lease_id)

@@ -533,3 +533,17 @@ async def test_max_pages_bounds_what_a_spider_queues(
     stats = await final_stats(job, redis_server)
     assert (stats.crawled, stats.over_limit) == (3, len(PRODUCTS) - 2)
     assert len(items_in(tmp_path / "out")) == 2
+
+
+async def test_a_redirect_scrapys_offsite_filter_drops_fails_its_lease_instead_of_holding_it(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Host 0's /redirect/host/1 redirects to host 1, outside the spider's allowed_domains.
+    offsite = site.url(0, "/redirect/host/1")
+    job = write_job(tmp_path, "graph", {"start": offsite})
+    crawl_alone(job, redis_server, tmp_path / "out", timeout=40)
+    frontier = await frontier_of(job, redis_server)
+    dead = [letter async for letter in frontier.dead_letters()]
+    await frontier.aclose()
+    assert [(d.url, d.failure_class) for d in dead] == [(offsite, "out_of_scope")]
+    assert site.requests_for(1) == []
