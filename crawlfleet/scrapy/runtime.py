@@ -129,6 +129,9 @@ class _Held:
     children_pending: int = 0
     children: int = 0
     items: list[Item] = field(default_factory=list)
+    #: Items yielded and still in the pipelines, by object id: their place in the output.
+    positions: dict[int, int] = field(default_factory=dict)
+    yielded_items: int = 0
     failure: Failure | None = None
     record: PageRecord | None = None
     headers: dict[str, str] | None = None
@@ -330,10 +333,17 @@ class Runtime:
                 "its redirect or retry was dropped before it was scheduled (offsite?)",
             )
 
-    def count_output(self, lease_id: object) -> None:
+    def count_output(self, lease_id: object, item: object | None) -> None:
+        """One more output of the lease's callback to wait for. An item's position is its
+        place among the callback's items (as yielded, not as the pipelines finish), so a page
+        crawled twice names its items alike (``url``, ``source``, ``position``)."""
         held = self.held(lease_id)
-        if held is not None:
-            held.outstanding += 1
+        if held is None:
+            return
+        held.outstanding += 1
+        if item is not None:  # else a request
+            held.positions[id(item)] = held.yielded_items
+            held.yielded_items += 1
 
     def on_exhausted(self, lease_id: object) -> None:
         held = self.held(lease_id)
@@ -349,8 +359,11 @@ class Runtime:
                 log.warning("an item with no response (from start()) is not written")
                 self.metrics.observe_dropped_links({"scrapy_start_item": 1})
             return
+        position = held.positions.pop(id(item), None)
         if passed:
-            held.items.append(Item(self._spider_or_fail().name, len(held.items), _fields(item)))
+            if position is None:  # a pipeline returned another object: its arrival order
+                position = held.yielded_items + len(held.items)
+            held.items.append(Item(self._spider_or_fail().name, position, _fields(item)))
         held.outstanding -= 1
         self._maybe_done(held)
 

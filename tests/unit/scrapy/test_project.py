@@ -57,5 +57,5 @@ def test_a_named_settings_module_is_used_and_one_that_bypasses_the_frontier_is_r
 
 
 def test_a_spider_it_lacks_is_refused_with_the_ones_it_has() -> None:
-    with pytest.raises(ConfigError, match=r"no spider 'books'; its spiders: graph, shop$"):
+    with pytest.raises(ConfigError, match=r"no spider 'books'; its spiders: graph, listing, shop$"):
         load_project(spec(spider="books"))
