@@ -91,8 +91,9 @@ class LeaseSpiderMiddleware:
                 output.meta.pop(LEASE_KEY, None)
                 if lease_id is not None:
                     output.meta[PARENT_KEY] = lease_id
-            if output is not None:  # the scraper skips a None: nothing would settle it
-                runtime.count_output(lease_id)
+                runtime.count_output(lease_id, None)
+            elif output is not None:  # the scraper skips a None: nothing would settle it
+                runtime.count_output(lease_id, output)
             yield output
         runtime.on_exhausted(lease_id)
 

@@ -129,6 +129,9 @@ class _Held:
     children_pending: int = 0
     children: int = 0
     items: list[Item] = field(default_factory=list)
+    #: Items yielded and still in the pipelines, by object id: their place in the output.
+    positions: dict[int, int] = field(default_factory=dict)
+    yielded_items: int = 0
     failure: Failure | None = None
     record: PageRecord | None = None
     headers: dict[str, str] | None = None
@@ -176,6 +179,8 @@ class Runtime:
         self._order = itertools.count()
         self._pending: list[_Pending] = []
         self._fetched: list[str] = []
+        #: Retries and redirects announced (request_scheduled) and not yet scheduled, by id.
+        self._continuations: dict[int, str] = {}
         self._awaiting: dict[int, list[_Held]] = {}
         self._wake = asyncio.Event()
         self._flush_wanted = asyncio.Event()
@@ -240,6 +245,7 @@ class Runtime:
         parent = meta.pop(PARENT_KEY, None)
         if parent is None and LEASE_KEY in meta:
             lease_id = str(meta[LEASE_KEY])
+            self._continuations.pop(id(request), None)
             held = self._held.get(lease_id)
             if held is None:
                 return False  # released or lost: its lease's new owner fetches it
@@ -303,15 +309,41 @@ class Runtime:
         scheduler is asked): it is no longer outstanding for its page, whether the scheduler
         then queues it or a handler of that signal drops it (Scrapy's OffsiteMiddleware does,
         and the scheduler never hears of it)."""
-        held = self.held(request.meta.get(PARENT_KEY))
+        meta = request.meta
+        held = self.held(meta.get(PARENT_KEY))
         if held is not None:
             held.outstanding -= 1
             self._maybe_done(held)
+            return
+        continued = self.held(meta.get(LEASE_KEY))
+        if continued is not None:
+            # A retry or a redirect of a lease. The scheduler hears of it right after this
+            # signal, in the same call, unless a handler dropped it (an offsite redirect):
+            # checked once that call is over, or the lease would wait for it forever.
+            self._continuations[id(request)] = continued.lease.lease_id
+            asyncio.get_running_loop().call_soon(self._continuation_dropped, id(request))
 
-    def count_output(self, lease_id: object) -> None:
-        held = self.held(lease_id)
+    def _continuation_dropped(self, key: int) -> None:
+        held = self.held(self._continuations.pop(key, None))
         if held is not None:
-            held.outstanding += 1
+            self._mark_fetched(held)
+            self.fail(
+                held,
+                str(FailureClass.OUT_OF_SCOPE),
+                "its redirect or retry was dropped before it was scheduled (offsite?)",
+            )
+
+    def count_output(self, lease_id: object, item: object | None) -> None:
+        """One more output of the lease's callback to wait for. An item's position is its
+        place among the callback's items (as yielded, not as the pipelines finish), so a page
+        crawled twice names its items alike (``url``, ``source``, ``position``)."""
+        held = self.held(lease_id)
+        if held is None:
+            return
+        held.outstanding += 1
+        if item is not None:  # else a request
+            held.positions[id(item)] = held.yielded_items
+            held.yielded_items += 1
 
     def on_exhausted(self, lease_id: object) -> None:
         held = self.held(lease_id)
@@ -327,8 +359,11 @@ class Runtime:
                 log.warning("an item with no response (from start()) is not written")
                 self.metrics.observe_dropped_links({"scrapy_start_item": 1})
             return
+        position = held.positions.pop(id(item), None)
         if passed:
-            held.items.append(Item(self._spider_or_fail().name, len(held.items), _fields(item)))
+            if position is None:  # a pipeline returned another object: its arrival order
+                position = held.yielded_items + len(held.items)
+            held.items.append(Item(self._spider_or_fail().name, position, _fields(item)))
         held.outstanding -= 1
         self._maybe_done(held)
 

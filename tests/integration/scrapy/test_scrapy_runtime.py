@@ -184,7 +184,7 @@ def test_a_spider_the_project_lacks_is_refused_with_the_ones_it_has(
         start_worker(job, redis_server, "w1", tmp_path / "out", "--termination-log", str(log))
     )
     assert code == 2
-    assert "the project has no spider 'books'; its spiders: graph, shop" in err
+    assert "the project has no spider 'books'; its spiders: graph, listing, shop" in err
     assert "Traceback" not in err
     assert log.read_text().startswith("InvalidConfig: spec.crawler.scrapy.spider:")
 
@@ -518,3 +518,49 @@ async def test_an_item_pipeline_that_raises_fails_its_page_and_a_404_is_dead_at_
     assert (dead[missing].failure_class, dead[missing].attempts) == ("http_404", 1)
     assert site.count(missing) == 1  # a 404 is neither Scrapy's retry nor the frontier's
     assert site.count(product) == 2
+
+
+async def test_max_pages_bounds_what_a_spider_queues(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    job = write_job(
+        tmp_path,
+        "shop",
+        {"base": site.url(0, "/")},
+        scope={"allowPrivateNetworks": True, "maxPages": 3},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    stats = await final_stats(job, redis_server)
+    assert (stats.crawled, stats.over_limit) == (3, len(PRODUCTS) - 2)
+    assert len(items_in(tmp_path / "out")) == 2
+
+
+async def test_a_redirect_scrapys_offsite_filter_drops_fails_its_lease_instead_of_holding_it(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Host 0's /redirect/host/1 redirects to host 1, outside the spider's allowed_domains.
+    offsite = site.url(0, "/redirect/host/1")
+    job = write_job(tmp_path, "graph", {"start": offsite})
+    crawl_alone(job, redis_server, tmp_path / "out", timeout=40)
+    frontier = await frontier_of(job, redis_server)
+    dead = [letter async for letter in frontier.dead_letters()]
+    await frontier.aclose()
+    assert [(d.url, d.failure_class) for d in dead] == [(offsite, "out_of_scope")]
+    assert site.requests_for(1) == []
+
+
+def test_an_items_position_is_its_place_in_the_output_not_in_the_pipelines(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The listing's later items leave the slow pipeline first; a page crawled again must
+    # name its items alike, so a position is where the callback yielded the item.
+    job = write_job(
+        tmp_path,
+        "listing",
+        {"base": site.url(0, "/")},
+        {"SITESHOP_PIPELINE_DELAY_REVERSED": 1.0},
+    )
+    crawl_alone(job, redis_server, tmp_path / "out")
+    items = items_in(tmp_path / "out")
+    assert sorted(item["position"] for item in items) == list(range(len(PRODUCTS)))
+    assert all(item["position"] == item["fields"]["position"] for item in items)

@@ -2,8 +2,10 @@
 
 ``SITESHOP_PIPELINE_DELAY`` (seconds, default 0) makes every item wait in ``SlowPipeline``:
 a page's response and its callback are long done while its items are still in the pipelines,
-which is when an early ack would lose them. ``SITESHOP_PIPELINE_FAIL_SKU`` makes
-``PricePipeline`` raise for the item with that SKU.
+which is when an early ack would lose them. ``SITESHOP_PIPELINE_DELAY_REVERSED`` (seconds)
+delays an item with a ``position`` by that over 1 + its position: a page's later items
+leave the pipelines first. ``SITESHOP_PIPELINE_FAIL_SKU`` makes ``PricePipeline`` raise for
+the item with that SKU.
 """
 
 from __future__ import annotations
@@ -33,14 +35,22 @@ class PricePipeline:
 
 
 class SlowPipeline:
-    def __init__(self, delay_seconds: float) -> None:
+    def __init__(self, delay_seconds: float, reversed_seconds: float) -> None:
         self.delay_seconds = delay_seconds
+        self.reversed_seconds = reversed_seconds
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SlowPipeline:
-        return cls(crawler.settings.getfloat("SITESHOP_PIPELINE_DELAY", 0.0))
+        settings = crawler.settings
+        return cls(
+            settings.getfloat("SITESHOP_PIPELINE_DELAY", 0.0),
+            settings.getfloat("SITESHOP_PIPELINE_DELAY_REVERSED", 0.0),
+        )
 
     async def process_item(self, item: dict[str, Any]) -> dict[str, Any]:
-        if self.delay_seconds:
-            await asyncio.sleep(self.delay_seconds)
+        delay = self.delay_seconds
+        if self.reversed_seconds and isinstance(item.get("position"), int):
+            delay += self.reversed_seconds / (1 + item["position"])
+        if delay:
+            await asyncio.sleep(delay)
         return item
