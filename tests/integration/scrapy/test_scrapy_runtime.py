@@ -572,3 +572,37 @@ def test_an_items_position_is_its_place_in_the_output_not_in_the_pipelines(
     items = items_in(tmp_path / "out")
     assert sorted(item["position"] for item in items) == list(range(len(PRODUCTS)))
     assert all(item["position"] == item["fields"]["position"] for item in items)
+
+
+def test_a_scrapy_worker_serves_crawlfleets_worker_metrics(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    job = shop_job(tmp_path, site, scope={"allowPrivateNetworks": True, "maxPages": 4})
+    proc = start_worker(
+        job, redis_server, "w1", tmp_path / "out", "--keep-running",
+        "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            if 'crawlfleet_worker_pages_fetched_total{status_class="2xx"} 4.0' in text:
+                break
+            time.sleep(0.3)
+        assert 'crawlfleet_worker_pages_fetched_total{status_class="2xx"} 4.0' in text
+        assert 'crawlfleet_worker_links_dropped_total{reason="max_pages"} 2.0' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code, err = finish(proc)
+    assert code == 0, err[-3000:]
