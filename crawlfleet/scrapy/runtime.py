@@ -111,6 +111,7 @@ _FLUSH_LINGER_SECONDS: Final = 0.05
 #: Callback errors are retried as the frontier retries a fetch (attempts, backoff).
 CALLBACK_ERROR: Final = "callback_error"
 _ITEM_ERROR: Final = "item_pipeline_error"
+_FAILURE_CLASSES: Final = frozenset(str(value) for value in FailureClass)
 
 
 @dataclass(slots=True)
@@ -136,6 +137,8 @@ class _Held:
     record: PageRecord | None = None
     headers: dict[str, str] | None = None
     body: bytes | None = None
+    #: Seconds the final download took (Scrapy's ``download_latency``).
+    latency_seconds: float = 0.0
     written: bool = False
 
 
@@ -205,6 +208,7 @@ class Runtime:
     def open(self, crawler: Crawler, spider: Spider) -> None:
         """The spider is open: start claiming, flushing and heartbeating."""
         self._crawler, self._spider = crawler, spider
+        self.metrics.set_concurrency_limit(self.spec.concurrency.per_worker)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._claim_loop()),
@@ -292,6 +296,7 @@ class Runtime:
         body = response.body
         content_type = response.headers.get(b"Content-Type")
         held.body = body
+        held.latency_seconds = float(response.meta.get("download_latency") or 0.0)
         held.headers = {
             k.decode("latin-1"): b", ".join(v).decode("latin-1")
             for k, v in response.headers.items()
@@ -420,6 +425,8 @@ class Runtime:
                 self._rng,
             )
         held.failure = Failure(held.lease.lease_id, failure_class, message, retryable, delay)
+        if failure_class in _FAILURE_CLASSES:  # callback and pipeline errors have no label
+            self.metrics.observe_failure(failure_class, retried=retryable)
         if held.record is None:
             held.record = self._record(held.lease, failure_class=failure_class)
         else:
@@ -614,6 +621,13 @@ class Runtime:
         ]
         generation = self.output.write(outputs)
         self._progress.set()
+        # Metrics per batch, as crawlfleet's worker keeps them (one lock and lookup per batch).
+        self.metrics.observe_fetches(
+            (record.status, held.latency_seconds, record.length)
+            for held in done
+            if (record := held.record) is not None and record.status is not None
+        )
+        self.metrics.set_in_flight(sum(1 for held in self._held.values() if not held.fetched))
         for held in done:
             held.body = None
         if generation is None:

@@ -33,6 +33,18 @@ def site() -> Iterator[TestSite]:
         yield running
 
 
+def shop_job(
+    tmp_path: Path,
+    site: TestSite,
+    settings: dict[str, Any] | None = None,
+    *,
+    spider: str = "shop",
+    **spec: Any,
+) -> Path:
+    """A spider of the shop (``shop`` or ``listing``) on host 0 of ``site``."""
+    return write_job(tmp_path, spider, {"base": site.url(0, "/")}, settings, **spec)
+
+
 def one_host_graph_job(
     tmp_path: Path,
     site: TestSite,
@@ -133,7 +145,7 @@ async def test_shop_spider_items_pass_the_pipeline_and_the_job_completes(
 ) -> None:
     # Items wait in a slow pipeline long after their page's callback: acked any earlier,
     # their pages' records would be written without them.
-    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")}, {"SITESHOP_PIPELINE_DELAY": 0.5})
+    job = shop_job(tmp_path, site, {"SITESHOP_PIPELINE_DELAY": 0.5})
     crawl_alone(job, redis_server, tmp_path / "out")
     items = {item["fields"]["sku"]: item for item in items_in(tmp_path / "out")}
     assert set(items) == {product.sku for product in PRODUCTS}
@@ -315,7 +327,7 @@ def test_crawlfleet_run_steers_scrapy_workers_like_any_other(
 ) -> None:
     """The local runner (its zygote forks crawlfleet worker) needs no special case: two
     Scrapy workers crawl, the job completes, the closing files are written."""
-    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")})
+    job = shop_job(tmp_path, site)
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "crawlfleet", "run", str(job), "--workers", "2",
@@ -373,7 +385,7 @@ async def test_the_jobs_scope_limits_what_the_spider_queues(
 async def test_the_address_guard_refuses_a_private_address_as_a_dead_letter(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")}, scope={})
+    job = shop_job(tmp_path, site, scope={})
     crawl_alone(job, redis_server, tmp_path / "out")
     frontier = await frontier_of(job, redis_server)
     dead = [letter async for letter in frontier.dead_letters()]
@@ -404,10 +416,9 @@ async def test_leases_are_extended_while_their_items_wait_in_the_pipelines(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     # Each item waits 3 s in a pipeline, twice the lease's ttl: only extension keeps it.
-    job = write_job(
+    job = shop_job(
         tmp_path,
-        "shop",
-        {"base": site.url(0, "/")},
+        site,
         {"SITESHOP_PIPELINE_DELAY": 3},
         lease={"ttlSeconds": 1.5, "heartbeatSeconds": 0.3, "deadAfterSeconds": 1},
     )
@@ -423,10 +434,9 @@ def test_a_claimed_batch_goes_to_scrapy_highest_priority_first(
 ) -> None:
     # The listing yields its products with priority = position, all queued in one enqueue
     # and claimed in one batch (perHost 8); one request at a time shows the order.
-    job = write_job(
+    job = shop_job(
         tmp_path,
-        "shop",
-        {"base": site.url(0, "/")},
+        site,
         {"CONCURRENT_REQUESTS": 1},
         concurrency={"hostDelaySeconds": 0, "perHost": 8},
     )
@@ -478,7 +488,7 @@ async def test_format_warc_archives_the_spiders_responses(
 ) -> None:
     from warcio.archiveiterator import ArchiveIterator
 
-    job = write_job(tmp_path, "shop", {"base": site.url(0, "/")}, output={"format": "warc"})
+    job = shop_job(tmp_path, site, output={"format": "warc"})
     crawl_alone(job, redis_server, tmp_path / "out")
     archived = []
     for path in (tmp_path / "out" / "warc").glob("*.warc.gz"):
@@ -497,10 +507,9 @@ async def test_an_item_pipeline_that_raises_fails_its_page_and_a_404_is_dead_at_
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     missing = site.url(0, "/status/404")
-    job = write_job(
+    job = shop_job(
         tmp_path,
-        "shop",
-        {"base": site.url(0, "/")},
+        site,
         {"SITESHOP_PIPELINE_FAIL_SKU": "CM-004"},
         seeds=[missing],
         retry={"taskAttempts": 2, "backoffBaseSeconds": 0.1, "backoffMaxSeconds": 0.2},
@@ -523,10 +532,9 @@ async def test_an_item_pipeline_that_raises_fails_its_page_and_a_404_is_dead_at_
 async def test_max_pages_bounds_what_a_spider_queues(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    job = write_job(
+    job = shop_job(
         tmp_path,
-        "shop",
-        {"base": site.url(0, "/")},
+        site,
         scope={"allowPrivateNetworks": True, "maxPages": 3},
     )
     crawl_alone(job, redis_server, tmp_path / "out")
@@ -554,13 +562,47 @@ def test_an_items_position_is_its_place_in_the_output_not_in_the_pipelines(
 ) -> None:
     # The listing's later items leave the slow pipeline first; a page crawled again must
     # name its items alike, so a position is where the callback yielded the item.
-    job = write_job(
+    job = shop_job(
         tmp_path,
-        "listing",
-        {"base": site.url(0, "/")},
+        site,
         {"SITESHOP_PIPELINE_DELAY_REVERSED": 1.0},
+        spider="listing",
     )
     crawl_alone(job, redis_server, tmp_path / "out")
     items = items_in(tmp_path / "out")
     assert sorted(item["position"] for item in items) == list(range(len(PRODUCTS)))
     assert all(item["position"] == item["fields"]["position"] for item in items)
+
+
+def test_a_scrapy_worker_serves_crawlfleets_worker_metrics(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    job = shop_job(tmp_path, site, scope={"allowPrivateNetworks": True, "maxPages": 4})
+    proc = start_worker(
+        job, redis_server, "w1", tmp_path / "out", "--keep-running",
+        "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+            except OSError:
+                text = ""
+            if 'crawlfleet_worker_pages_fetched_total{status_class="2xx"} 4.0' in text:
+                break
+            time.sleep(0.3)
+        assert 'crawlfleet_worker_pages_fetched_total{status_class="2xx"} 4.0' in text
+        assert 'crawlfleet_worker_links_dropped_total{reason="max_pages"} 2.0' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code, err = finish(proc)
+    assert code == 0, err[-3000:]
