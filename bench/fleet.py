@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +46,14 @@ PER_HOST = 8
 HOSTS = 2
 
 
-def run_crawlfleet(
-    setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None
-) -> tuple[float, float]:
-    """One ``crawlfleet run`` to its end: wall-clock (started, ended)."""
-    job = {
+#: One crawl of a site to its end, one process SIGKILLed ``kill_after`` seconds in (or none):
+#: ``runner(setup, tmp, name, kill_after)`` -> wall-clock (started, ended).
+Runner = Callable[[dict[str, Any], Path, str, float | None], tuple[float, float]]
+
+
+def fleet_job(setup: dict[str, Any], name: str) -> dict[str, Any]:
+    """The CrawlJob of a fleet bench: the whole site, no politeness delay, quick failover."""
+    return {
         "apiVersion": "crawlfleet.io/v1alpha1",
         "kind": "CrawlJob",
         "metadata": {"name": name, "namespace": "bench"},
@@ -72,6 +75,16 @@ def run_crawlfleet(
             "lease": {"ttlSeconds": 60, "heartbeatSeconds": 1, "deadAfterSeconds": 5},
         },
     }
+
+
+def run_job(
+    job: dict[str, Any],
+    tmp: Path,
+    name: str,
+    kill_after: float | None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[float, float]:
+    """One ``crawlfleet run --workers 2`` of ``job`` to its end: wall-clock (started, ended)."""
     job_file = tmp / f"{name}.yaml"
     job_file.write_text(yaml.safe_dump(job))
     started = time.time()  # wall clock: nginx logs its times in it
@@ -81,6 +94,7 @@ def run_crawlfleet(
             "--workers", "2", "--out", str(tmp / name),
         ],
         stderr=subprocess.DEVNULL,
+        env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
     if kill_after is not None:
         time.sleep(kill_after)
@@ -93,22 +107,33 @@ def run_crawlfleet(
     return started, time.time()
 
 
+def run_crawlfleet(
+    setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None
+) -> tuple[float, float]:
+    """One ``crawlfleet run`` (crawlfleet's own workers) to its end: wall-clock (started, ended)."""
+    return run_job(fleet_job(setup, name), tmp, name, kill_after)
+
+
+def spider_environment(setup: dict[str, Any], tmp: Path, name: str) -> dict[str, str]:
+    """What bench/scrapy_spider.py reads from its environment: the site, and where its stats go."""
+    seeds_file = tmp / f"{name}-setup.json"
+    seeds_file.write_text(json.dumps({"seeds": setup["seeds"], "hosts": setup["hosts"]}))
+    return {
+        "BENCH_SEEDS_FILE": str(seeds_file),
+        "BENCH_STATS_FILE": str(tmp / f"{name}-stats.json"),
+    }
+
+
 def run_scrapy_redis(
     setup: dict[str, Any], tmp: Path, name: str, kill_after: float | None
 ) -> tuple[float, float]:
     """Two Scrapy processes on one Redis, both to their end: wall-clock (started, ended)."""
     redis = RedisServer(tmp / f"{name}-redis").start()
-    seeds_file = tmp / f"{name}-setup.json"
-    seeds_file.write_text(json.dumps({"seeds": setup["seeds"], "hosts": setup["hosts"]}))
     spider = Path(__file__).with_name("scrapy_spider.py")
     started = time.time()
     procs = []
     for n in range(2):
-        env = {
-            **os.environ,
-            "BENCH_SEEDS_FILE": str(seeds_file),
-            "BENCH_STATS_FILE": str(tmp / f"{name}-stats-{n}.json"),
-        }
+        env = {**os.environ, **spider_environment(setup, tmp, f"{name}-{n}")}
         procs.append(
             subprocess.Popen(
                 [
@@ -168,19 +193,27 @@ def stored_urls(tmp: Path, name: str) -> Iterator[str]:
                 yield str(record["url"])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def bench_arguments(description: str) -> argparse.Namespace:
+    """The command line every fleet bench takes: --quick, --json, --pages-per-host."""
+    parser = argparse.ArgumentParser(description=description.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smaller site; under 3 minutes")
     parser.add_argument("--json", action="store_true", help="print one JSON object last")
     parser.add_argument("--pages-per-host", type=int, help="another site size, for experiments")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def compare(
+    runners: Mapping[str, Runner], args: argparse.Namespace, *, target: float
+) -> dict[str, Any]:
+    """Each runner clean and with a kill, on a fresh site each time; ``ratio`` is the first
+    runner's pages/s over the second's. Prints as it goes, and the JSON object with --json."""
     # 2,500 pages per host, not 2,000: the fixed start-up (~1-2 s of imports on this machine)
     # would otherwise be a third of crawlfleet's quick run; docs/benchmarks.md gives both.
     pages_per_host = args.pages_per_host or (2500 if args.quick else 6000)
     results: dict[str, Any] = {"quick": args.quick, "python": platform.python_version()}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for label, runner in (("crawlfleet", run_crawlfleet), ("scrapy_redis", run_scrapy_redis)):
+        for label, runner in runners.items():
             site = StaticSite(HOSTS, pages_per_host, tmp / f"{label}-clean", record_requests=True)
             with site as setup:
                 started, ended = runner(setup, tmp, f"{label}-clean", None)
@@ -216,15 +249,22 @@ def main() -> None:
                 f"{label}: one process killed halfway: {lost} reachable pages never requested, "
                 f"{unstored} never written to the output"
             )
-    results["ratio"] = results["crawlfleet_pages_per_s"] / results["scrapy_redis_pages_per_s"]
-    print(f"ratio crawlfleet/scrapy-redis: {results['ratio']:.2f} (target ≥ 6)")
-    if "crawlfleet_crawl_pages_per_s" in results and "scrapy_redis_crawl_pages_per_s" in results:
+    ours, theirs = runners
+    results["ratio"] = results[f"{ours}_pages_per_s"] / results[f"{theirs}_pages_per_s"]
+    print(f"ratio {ours}/{theirs}: {results['ratio']:.2f} (target ≥ {target:g})")
+    if f"{ours}_crawl_pages_per_s" in results and f"{theirs}_crawl_pages_per_s" in results:
         results["crawl_ratio"] = (
-            results["crawlfleet_crawl_pages_per_s"] / results["scrapy_redis_crawl_pages_per_s"]
+            results[f"{ours}_crawl_pages_per_s"] / results[f"{theirs}_crawl_pages_per_s"]
         )
         print(f"  the same between first and last page served: {results['crawl_ratio']:.2f}")
     if args.json:
         print(json.dumps(results, sort_keys=True))
+    return results
+
+
+def main() -> None:
+    args = bench_arguments(__doc__)
+    compare({"crawlfleet": run_crawlfleet, "scrapy_redis": run_scrapy_redis}, args, target=6)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,10 @@ from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.http import Response
 
+#: This module is also the settings module of a one-spider project (bench/scrapy.py names it
+#: in crawler.scrapy.settingsModule): Scrapy takes a settings module's upper-case names.
+SPIDER_MODULES = [__name__]
+
 
 class SiteSpider(scrapy.Spider):  # type: ignore[misc]
     name = "bench"

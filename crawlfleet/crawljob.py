@@ -38,7 +38,7 @@ import json
 import re
 import stat
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -85,6 +85,7 @@ __all__ = [
     "CrawlJob",
     "CrawlJobSpec",
     "CrawlJobStatus",
+    "CrawlerSpec",
     "CredentialsSecretRef",
     "DedupSpec",
     "ExtractField",
@@ -104,6 +105,7 @@ __all__ = [
     "Rule",
     "S3Spec",
     "ScopeSpec",
+    "ScrapySpec",
     "SecretRef",
     "SeedsFrom",
     "WorkersSpec",
@@ -160,6 +162,7 @@ Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
 
 _SectionT = TypeVar("_SectionT", bound=BaseModel)
 _NumberT = TypeVar("_NumberT", int, float)
+_EntryT = TypeVar("_EntryT")
 
 # RFC 1123 as Kubernetes uses it: a label for namespaces, a subdomain for object names.
 _DNS_LABEL: Final = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -378,6 +381,16 @@ _REGION: Final = _Pattern(
 )
 
 
+_SPIDER_NAME: Final = _Pattern(
+    r"[A-Za-z0-9_][-A-Za-z0-9_.]*",
+    "a spider name (letters, digits, '_', '-' and '.')",
+    max_length=_MAX_TEXT_LENGTH,
+)
+_PYTHON_MODULE: Final = _Pattern(
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+    "a Python module as package.module",
+    max_length=_MAX_TEXT_LENGTH,
+)
 #: Every string shape, for the CRD generator to find each one's message by its pattern.
 _PARSER_REFERENCE: Final = _Pattern(
     r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*",
@@ -392,6 +405,8 @@ STRING_SHAPES: Final = (
     _IMAGE,
     _REGION,
     _PARSER_REFERENCE,
+    _SPIDER_NAME,
+    _PYTHON_MODULE,
 )
 
 
@@ -1464,6 +1479,147 @@ class FetchSpec(_Section):
     )
 
 
+_SCRAPY_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_SCRAPY_ENTRIES: Final = 256
+#: Settings the crawlfleet runtime sets itself (crawlfleet/scrapy/): a job cannot point them
+#: elsewhere, or requests would be dequeued without a lease (scrapy-redis) or taken for seen
+#: before they are queued.
+RUNTIME_OWNED_SCRAPY_SETTINGS: Final = frozenset({"SCHEDULER", "DUPEFILTER_CLASS"})
+
+
+def _scrapy_names(values: dict[str, _EntryT]) -> dict[str, _EntryT]:
+    """Setting and argument names: Python identifiers, as settings.py and ``-a`` take them."""
+    for name in values:
+        if not _SCRAPY_NAME.fullmatch(name):
+            raise _problem(
+                f"names must be Python identifiers (letters, digits and _) (got {_show(name)})"
+            )
+    return values
+
+
+def _scrapy_settings(settings: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    owned = sorted(RUNTIME_OWNED_SCRAPY_SETTINGS.intersection(settings))
+    if owned:
+        raise _problem(
+            f"must not set {', '.join(owned)}: crawlfleet's runtime points SCHEDULER and"
+            " DUPEFILTER_CLASS at its frontier (leased, deduplicated, acked once the items are"
+            " durable)"
+        )
+    return settings
+
+
+# --- scrapy-redis settings in a Scrapy job: what replaces each ---------------------------------
+# A project moving from scrapy-redis (docs/scrapy.md) often keeps its settings. Each of these
+# would be ignored by crawlfleet's scheduler, or would point part of the crawl at a Redis of its
+# own beside the frontier; refused with what does the job instead. CEL cannot read the keys of
+# a free-form map, so in a cluster the operator refuses them (InvalidSpec), not the API server.
+
+_FRONTIER_REDIS: Final = (
+    "the frontier's Redis is spec.redis (url, secretRef or managed), and a password here would"
+    " sit in the workers' ConfigMap"
+)
+_FRONTIER_DEDUP: Final = "the job's Bloom filter (spec.dedup) dedups every request"
+_FRONTIER_START_URLS: Final = (
+    "start URLs are spec.seeds, spec.seedsFrom or the spider's start requests, and crawlfleet"
+    " enqueue adds URLs to a running job"
+)
+_FRONTIER_DONE: Final = "the frontier says when the job is complete, and every process closes then"
+#: scrapy-redis' settings (its defaults.py, connection.py, scheduler, spiders, pipelines and
+#: stats) and what takes their place in a crawlfleet job.
+_SCRAPY_REDIS_SETTINGS: Final[Mapping[str, str]] = {
+    "DUPEFILTER_KEY": _FRONTIER_DEDUP,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": _FRONTIER_DONE,
+    "REDIS_DB": _FRONTIER_REDIS,
+    "REDIS_DECODE_RESPONSES": _FRONTIER_REDIS,
+    "REDIS_ENCODING": _FRONTIER_REDIS,
+    "REDIS_HOST": _FRONTIER_REDIS,
+    "REDIS_ITEMS_KEY": "items go to the job's destination (spec.output)",
+    "REDIS_ITEMS_SERIALIZER": "items go to the job's destination (spec.output)",
+    "REDIS_PARAMS": _FRONTIER_REDIS,
+    "REDIS_PORT": _FRONTIER_REDIS,
+    "REDIS_START_URLS_AS_SET": _FRONTIER_START_URLS,
+    "REDIS_START_URLS_AS_ZSET": _FRONTIER_START_URLS,
+    "REDIS_START_URLS_KEY": _FRONTIER_START_URLS,
+    "REDIS_URL": _FRONTIER_REDIS,
+    "SCHEDULER_DUPEFILTER_CLASS": _FRONTIER_DEDUP,
+    "SCHEDULER_DUPEFILTER_KEY": _FRONTIER_DEDUP,
+    "SCHEDULER_FLUSH_ON_START": "a new job starts with an empty frontier of its own",
+    "SCHEDULER_IDLE_BEFORE_CLOSE": _FRONTIER_DONE,
+    "SCHEDULER_PERSIST": "the frontier always persists, for as long as the job exists",
+    "SCHEDULER_QUEUE_CLASS": "the frontier's per-host queues hold the requests",
+    "SCHEDULER_QUEUE_KEY": "the frontier's per-host queues hold the requests",
+    "SCHEDULER_SERIALIZER": "the frontier stores each request itself",
+    "STATS_KEY": "the frontier keeps the job's counters (its status)",
+}
+_SCRAPY_REDIS_MODULE: Final = "scrapy_redis."
+
+
+def _named_classes(value: JsonValue) -> Iterator[str]:
+    """The dotted paths a setting names: its string value, or its keys (ITEM_PIPELINES)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        yield from value
+    elif isinstance(value, list):
+        yield from (entry for entry in value if isinstance(entry, str))
+
+
+def _without_scrapy_redis(settings: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """Every scrapy-redis setting or class in ``settings``, each with what replaces it."""
+    found: list[tuple[_Where, str]] = []
+    for name, value in settings.items():
+        if name in _SCRAPY_REDIS_SETTINGS:
+            found.append(((name,), f"must not be set: {_SCRAPY_REDIS_SETTINGS[name]}"))
+            continue
+        named = [path for path in _named_classes(value) if path.startswith(_SCRAPY_REDIS_MODULE)]
+        if named:
+            found.append(
+                (
+                    (name,),
+                    f"must not name scrapy-redis (got {_show(named[0])}): its classes use a"
+                    " Redis of their own beside the frontier, which schedules, dedups and counts"
+                    " the job (items go to spec.output)",
+                )
+            )
+    if found:
+        raise _problems(found)
+    return settings
+
+
+_ScrapyEntries = Field(json_schema_extra={"maxProperties": _MAX_SCRAPY_ENTRIES})
+
+
+class ScrapySpec(_Section):
+    """A spider of a Scrapy project, run by crawlfleet's runtime over the job's frontier."""
+
+    spider: Annotated[str, _SPIDER_NAME]
+    """The name of a spider of the project (as scrapy crawl NAME takes it; scrapy list shows
+    them)."""
+    settings_module: Annotated[str, _PYTHON_MODULE] | None = None
+    """The project's settings module, such as shop.settings. Unset: found as scrapy crawl finds
+    it, from SCRAPY_SETTINGS_MODULE, else the scrapy.cfg of the working directory."""
+    settings: Annotated[
+        dict[str, JsonValue],
+        AfterValidator(_scrapy_names),
+        AfterValidator(_scrapy_settings),
+        AfterValidator(_without_scrapy_redis),
+        _ScrapyEntries,
+    ] = {}
+    """Scrapy settings over the project's (as scrapy crawl -s gives them), by name, each a JSON
+    value, such as DOWNLOAD_TIMEOUT: 20. SCHEDULER and DUPEFILTER_CLASS are the runtime's."""
+    args: Annotated[dict[str, str], AfterValidator(_scrapy_names), _ScrapyEntries] = {}
+    """Arguments of the spider (as scrapy crawl -a name=value gives them), strings by name."""
+
+
+class CrawlerSpec(_Section):
+    """Which crawler the workers run. Unset: crawlfleet's own."""
+
+    scrapy: ScrapySpec | None = None
+    """Run a spider of a Scrapy project instead of crawlfleet's crawler: its callbacks, items
+    and pipelines, with the frontier as its scheduler (docs/scrapy.md). Needs crawlfleet[scrapy]
+    and the project installed in the worker image."""
+
+
 class CrawlJobSpec(_Section):
     """What the user asks for; every default of a crawl lives here."""
 
@@ -1522,6 +1678,9 @@ class CrawlJobSpec(_Section):
     against. Say who you are and how site owners can reach you."""
     fetch: FetchSpec = FetchSpec()
     """Limits of one fetch: timeouts, body sizes and redirects."""
+    crawler: CrawlerSpec | None = None
+    """Which crawler the workers run: unset, crawlfleet's own; scrapy, a spider of your
+    Scrapy project over the job's frontier."""
     suspend: bool = False
     """Pause the crawl: workers scale to 0 while Redis and the frontier are kept, so setting it
     back to false resumes where the crawl stopped."""
@@ -1532,9 +1691,13 @@ class CrawlJobSpec(_Section):
     cross_field_rules: ClassVar[tuple[Rule[CrawlJobSpec], ...]] = (
         Rule(
             field="seeds",
-            message="must not be empty: a job needs seeds, seedsFrom or both",
-            cel="[has(self.seedsFrom), has(self.seeds) && size(self.seeds) > 0].exists(x, x)",
-            holds=lambda spec: bool(spec.seeds) or spec.seeds_from is not None,
+            message="must not be empty: a job needs seeds, seedsFrom or"
+            " a crawler.scrapy spider (its start requests)",
+            cel="[has(self.seedsFrom), has(self.seeds) && size(self.seeds) > 0,"
+            " has(self.crawler) && has(self.crawler.scrapy)].exists(x, x)",
+            holds=lambda spec: (
+                bool(spec.seeds) or spec.seeds_from is not None or spec.scrapy is not None
+            ),
         ),
         Rule(
             field="scope.maxPages",
@@ -1557,7 +1720,29 @@ class CrawlJobSpec(_Section):
                 or (not spec.extract and spec.parser is None and spec.output.content == "none")
             ),
         ),
+        Rule(
+            field="crawler.scrapy",
+            message="must not be set with extract, parser or output.content: the spider's"
+            " callbacks extract, and its items go to items/",
+            cel="!has(self.crawler) || !has(self.crawler.scrapy) || (size(self.extract) == 0"
+            " && !has(self.parser) && self.output.content == 'none')",
+            holds=lambda spec: (
+                spec.scrapy is None
+                or (not spec.extract and spec.parser is None and spec.output.content == "none")
+            ),
+        ),
+        Rule(
+            field="output.format",
+            message="must not be none with crawler.scrapy: the spider's items would go nowhere",
+            cel="!has(self.crawler) || !has(self.crawler.scrapy) || self.output.format != 'none'",
+            holds=lambda spec: spec.scrapy is None or spec.output.format != "none",
+        ),
     )
+
+    @property
+    def scrapy(self) -> ScrapySpec | None:
+        """``crawler.scrapy``: the job runs a Scrapy spider; None: crawlfleet's own crawler."""
+        return self.crawler.scrapy if self.crawler is not None else None
 
     @model_validator(mode="after")
     def _default_allowed_domains_to_seed_hosts(self) -> Self:

@@ -64,6 +64,10 @@ LINK_DROP_REASONS: Final = frozenset(
         "sitemap_url_cap",
         "sitemap_count",
         "sitemap_depth",
+        # crawlfleet.scrapy: a request the frontier cannot carry (a lambda callback, a meta
+        # value JSON cannot hold), and an item from a spider's start() (no page to hold it)
+        "scrapy_unserializable",
+        "scrapy_start_item",
         *(v.value for v in ScopeVerdict),
     }
 )

@@ -23,7 +23,7 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -171,22 +171,33 @@ def main(
     worker_id = args.worker_id or _default_worker_id()
     if args.incarnation:
         worker_id = f"{worker_id}#{secrets.token_hex(3)}"
+    launch = _launcher(job)
     try:
-        return asyncio.run(
-            run_worker(
-                job,
-                redis_url=args.redis_url,
-                worker_id=worker_id,
-                config=knobs,
-                exit_when_done=not args.keep_running,
-                install_signal_handlers=True,
-            )
+        return launch(
+            job,
+            redis_url=args.redis_url,
+            worker_id=worker_id,
+            config=knobs,
+            exit_when_done=not args.keep_running,
+            install_signal_handlers=True,
         )
     except CrawlfleetError as exc:  # a destination or a Redis refused at start: one sentence
         return _refused(exc, knobs.termination_log)
     except Exception as exc:  # a bug: the traceback goes to the log, the gist to the runner
         write_termination_message(knobs.termination_log, "WorkerCrashed", _gist(exc))
         raise
+
+
+def _launcher(job: CrawlJob) -> Callable[..., int]:
+    """How this process crawls: :func:`run_worker` on a loop of its own, or, for a job with
+    ``spec.crawler.scrapy`` (a third kind of worker, with the same arguments and contract),
+    its spider over the frontier, imported only now, so that neither Scrapy nor Twisted is
+    loaded by a zygote that forks."""
+    if job.spec.scrapy is None:
+        return lambda job, **values: asyncio.run(run_worker(job, **values))
+    from crawlfleet.scrapy.process import run_scrapy_worker
+
+    return run_scrapy_worker
 
 
 def _refused(error: CrawlfleetError, termination_log: Path | None) -> int:

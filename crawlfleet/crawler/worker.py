@@ -40,6 +40,7 @@ from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
+from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
 from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.links import PageLinks, extract_links
 from crawlfleet.crawler.memory import ByteBudget, Reservation
@@ -47,7 +48,7 @@ from crawlfleet.crawler.metrics import WorkerMetrics
 from crawlfleet.crawler.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import DurableFile, OutputSink, PageOutput, PageRecord
+from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.crawler.sitemaps import (
     DEFAULT_SITEMAP_LIMITS,
     Sitemap,
@@ -245,25 +246,10 @@ class Worker:
         self._deferred_hosts: set[str] = set()
         # Finished pages by the output generation their records wait in (see sinks.py).
         self._awaiting: dict[int, _Settlement] = {}
-        self.output = OutputSink.from_spec(
-            store,
-            self.worker_id,
-            spec.output,
-            on_durable=self._settle_generation,
-            max_records_per_file=options.max_records_per_file,
-            max_pending_files=options.max_pending_files,
-            retry_max_seconds=options.output_retry_max_seconds,
-            metrics=metrics,
+        self.output = worker_output(
+            store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
         )
-        self.counters: dict[str, float] = {
-            "fetched": 0,
-            "succeeded": 0,
-            "failed": 0,
-            "links_new": 0,
-            "leases_lost": 0,
-            "released": 0,
-            "output_failures": 0,
-        }
+        self.counters = worker_counters()
 
     # -- control ------------------------------------------------------------------------
 
@@ -412,10 +398,7 @@ class Worker:
         self._output_finished = True
 
     async def _wait(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
-        self._wake.clear()
+        await wait_for_wake(self._wake, seconds)
 
     # -- one URL ------------------------------------------------------------------------
 
@@ -750,16 +733,7 @@ class Worker:
 
     async def _every(self, seconds: float, action: Callable[[], Awaitable[None]]) -> None:
         """Run ``action`` every ``seconds`` until the worker closes; log, never die, on errors."""
-        while not self._closed.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(seconds):
-                    await self._closed.wait()
-            if self._closed.is_set():
-                return
-            try:
-                await action()
-            except Exception:
-                log.exception("%s failed", action.__name__, extra={"layer": "flow"})
+        await every(seconds, action, self._closed)
 
     async def _flush(self) -> int:
         """Admit new links and spool the pages: two steps, one round trip.

@@ -112,6 +112,10 @@ class FleetPolicy:
     on_loss: OnLoss = "Fail"
     #: ``dedup.capacity``: the Bloom filter's sizing, against which it is nearly full.
     bloom_capacity: int = 0
+    #: The workers seed the job, not the tick (``crawler.scrapy``: a spider's start requests
+    #: and ``spec.seeds`` are queued by its processes, which mark the job seeded once they
+    #: are, so the job is never complete before them; crawlfleet/scrapy/runtime.py).
+    workers_seed: bool = False
     #: Quick deaths in a row, with the same error, that make workers failing.
     crash_loop_deaths: int = 3
     #: Failing workers fail the job (``crawlfleet run``: nobody else would fix them) rather
@@ -156,6 +160,7 @@ class FleetPolicy:
             crash_loop_deaths=steering.crash_loop_deaths,
             stop_on_crash_loop=stop_on_crash_loop,
             writes_output=spec.output.format != "none",
+            workers_seed=spec.scrapy is not None,
         )
 
 

@@ -274,6 +274,8 @@ async def _tick(
     action = seed_action(
         seeded=stats.seeded, suspended=suspended, remembered=memory.seeds_hash, current=seeds_hash
     )
+    if policy.workers_seed:
+        action = "none"
     if action in ("seed", "reseed"):
         urls = list(await seeds() if callable(seeds) else seeds)
         new = await frontier.seed(urls)

@@ -389,23 +389,37 @@ class Frontier:
         )
         return [code == 1 for code in codes]
 
-    async def enqueue(self, links: Sequence[Link], *, seeding: bool = False) -> list[Admission]:
-        """Dedup and queue links in one round trip; returns what happened to each."""
-        if not links:
+    async def enqueue(
+        self,
+        links: Sequence[Link],
+        *,
+        seeding: bool = False,
+        unfiltered: Sequence[bool] = (),
+    ) -> list[Admission]:
+        """Dedup and queue links in one round trip; returns what happened to each.
+
+        ``seeding`` marks the job seeded with the last batch, even an empty one (a Scrapy
+        spider's start requests may all have been queued before). ``unfiltered[i]`` queues
+        link ``i`` without the Bloom filter (Scrapy's ``dont_filter``): it is always NEW.
+        """
+        if not links and not seeding:
             return []
         results: list[Admission] = []
-        for start in range(0, len(links), _MAX_BATCH):
+        for start in range(0, max(1, len(links)), _MAX_BATCH):
             batch = links[start : start + _MAX_BATCH]
             # Seeds: only the last batch marks the job seeded, so a seeding cut short (the
             # operator restarted mid-list) is done again, whole, by the next tick.
             mode = "0" if not seeding else "1" if start + _MAX_BATCH >= len(links) else "2"
-            results.extend(await self._enqueue_batch(batch, mode))
+            forced = unfiltered[start : start + _MAX_BATCH]
+            results.extend(await self._enqueue_batch(batch, mode, forced))
         return results
 
-    async def _enqueue_batch(self, links: Sequence[Link], mode: str) -> list[Admission]:
+    async def _enqueue_batch(
+        self, links: Sequence[Link], mode: str, unfiltered: Sequence[bool] = ()
+    ) -> list[Admission]:
         seeding = mode != "0"
         try:
-            admitted = await self._enqueue_script(links, mode)
+            admitted = await self._enqueue_script(links, mode, unfiltered)
             if self._held_back_uncounted:
                 await self._count_held_back(0)
             return admitted
@@ -439,7 +453,9 @@ class Frontier:
             return
         self._held_back_uncounted = 0
 
-    async def _enqueue_script(self, links: Sequence[Link], mode: str) -> list[Admission]:
+    async def _enqueue_script(
+        self, links: Sequence[Link], mode: str, unfiltered: Sequence[bool] = ()
+    ) -> list[Admission]:
         _check_urls([link.url for link in links])
         for link in links:
             if link.depth < 0 or "\t" in link.parent:
@@ -447,6 +463,9 @@ class Frontier:
         hashes: Sequence[bytes | str] = (
             digests(link.url for link in links) if self.backend == "bitmap" else [""] * len(links)
         )
+        if any(unfiltered):
+            forced = len(unfiltered)
+            hashes = ["!" if i < forced and unfiltered[i] else h for i, h in enumerate(hashes)]
         args: list[str | int | bytes] = [
             self.backend,
             mode,

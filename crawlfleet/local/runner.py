@@ -317,7 +317,13 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
                 continue
             if first:
                 first = False
-                news = "resumed" if done.seeded is None else f"{done.seeded} new seed(s)"
+                news = (
+                    "seeded by its Scrapy spider's start requests"
+                    if policy.workers_seed and not done.stats.seeded
+                    else "resumed"
+                    if done.seeded is None
+                    else f"{done.seeded} new seed(s)"
+                )
                 _print(
                     f"crawlfleet: {job.job_id}: {news}; redis {redis_url.split('@')[-1]};"
                     f" output {store.destination.url if store else 'none'}"

@@ -134,6 +134,7 @@ _KEPT: Final = (
     "maxItems",
 )
 # Keywords of pydantic's output that carry nothing for the CRD.
+_SCALAR_TYPES: Final = frozenset({"string", "integer", "number", "boolean"})
 _IGNORED: Final = frozenset({"title", "readOnly", "additionalProperties", "default"})
 
 # Printer columns: (name, JSON path, type, description, priority). Priority 1 shows with -o wide.
@@ -293,6 +294,9 @@ class _Converter:
         if kind == "object" and "properties" not in node and self._is_model(values):
             # dict[str, Model] (extract[].fields): a map whose values all have one schema.
             return self._map(node, values, path)
+        if kind == "object" and "properties" not in node and _is_scalar(values):
+            # dict[str, str] (crawler.scrapy.args): the API server checks each value's type.
+            return self._scalar_map(node, values, path)
         if kind == "object" and "properties" not in node:
             # dict[str, JsonValue]: a Kubernetes structure (resources, a volume source) that
             # the Kubernetes API itself validates once the operator copies it into a Pod.
@@ -366,6 +370,23 @@ class _Converter:
         out["additionalProperties"] = {**described, **self._node(values, (*path, "*"))}
         return out
 
+    def _scalar_map(
+        self, node: Mapping[str, Any], values: Mapping[str, Any], path: _Path
+    ) -> _Schema:
+        """A map of plain values: their type in the schema, its size a schema bound."""
+        unknown = set(node) - _IGNORED - {"type", "description", "minProperties", "maxProperties"}
+        if unknown or set(values) != {"type"}:
+            raise SchemaError(f"{_dotted(path)}: unsupported keywords in {dict(node)!r}")
+        kind = values["type"]
+        out: _Schema = {
+            "type": "object",
+            "additionalProperties": {"description": f"One entry's value: a {kind}.", "type": kind},
+        }
+        for keyword in ("minProperties", "maxProperties"):
+            if keyword in node:
+                out[keyword] = node[keyword]
+        return out
+
     def _property(self, raw: Mapping[str, Any], path: _Path) -> _Schema:
         description = raw.get("description")
         if not description:
@@ -417,6 +438,11 @@ def _filled(value: Mapping[str, Any], schema: Mapping[str, Any]) -> _Schema:
         if isinstance(out.get(name), Mapping):
             out[name] = _filled(out[name], sub)
     return out
+
+
+def _is_scalar(schema: object) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``schema`` is a plain string, number or boolean (a map's values, say)."""
+    return isinstance(schema, Mapping) and schema.get("type") in _SCALAR_TYPES
 
 
 def _items_have_rules(node: Mapping[str, Any]) -> bool:

@@ -40,6 +40,8 @@ Path                        Behaviour
                             odd n, absolute for even n), ``n <= 1000``;
                             ``/redirect/chain/0`` is a 200 page.  ``/redirect/chain/3`` is
                             linked.
+``/redirect/host/<i>``      302 to ``/`` of host ``i`` (absolute ``Location``; ``i`` up to the
+                            out-of-scope host's index); linked from nowhere.
 ``/redirect/loop/a``        302 to ``/redirect/loop/b`` (root-relative ``Location``);
                             ``/redirect/loop/b`` 302s back to ``/redirect/loop/a``
                             (absolute ``Location``); forever.  ``/redirect/loop/a`` is linked.
@@ -585,6 +587,9 @@ class SiteServer:
         elif kind == "redirect" and len(parts) == 4 and parts[2] == "chain":
             if parts[3].isdigit() and int(parts[3]) <= 1000:
                 return self._chain(int(parts[3]))
+        elif kind == "redirect" and len(parts) == 4 and parts[2] == "host":
+            if parts[3].isdigit() and int(parts[3]) <= self.config.hosts:
+                return _redirect(self.graph.url(int(parts[3]), "/"))
         elif (
             kind == "calendar"
             and len(parts) == 4

@@ -125,6 +125,19 @@ def wait_for_phase(
         raise AssertionError(f"{error}\n{operator.log()}") from None
 
 
+def wait_condition(
+    cluster: Cluster, namespace: str, name: str, kind: str, timeout: float = 120
+) -> dict[str, Any]:
+    """Poll the job until its condition ``kind`` is True; that condition."""
+
+    def probe() -> dict[str, Any] | None:
+        found = condition(get_job(cluster, namespace, name), kind)
+        return found if found and found["status"] == "True" else None
+
+    found: dict[str, Any] = wait_until(probe, timeout=timeout, interval=0.5, what=f"{name} {kind}")
+    return found
+
+
 def wait_crawled(
     cluster: Cluster, namespace: str, name: str, pages: int, timeout: float = 60
 ) -> None:

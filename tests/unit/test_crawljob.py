@@ -617,7 +617,7 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 16
+    assert len(rules) == 18
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases
@@ -889,3 +889,78 @@ def test_every_bad_selector_of_a_rule_is_reported_at_once_with_its_path() -> Non
     assert "spec.extract[1].fields[a].css: is not a valid CSS selector" in message
     assert "spec.extract[1].fields[b].xpath: is not a valid XPath selector" in message
     assert "extract[0]" not in message
+
+
+# --- crawler.scrapy ----------------------------------------------------------------------------
+
+
+def test_a_scrapy_spider_needs_no_seeds_and_keeps_its_settings_and_arguments() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {
+            "crawler": {
+                "scrapy": {
+                    "spider": "books",
+                    "settingsModule": "shop.settings",
+                    "settings": {"DOWNLOAD_TIMEOUT": 20, "ITEM_PIPELINES": {"shop.P": 300}},
+                    "args": {"category": "fiction"},
+                }
+            }
+        }
+    )
+    assert spec.scrapy is not None
+    assert spec.scrapy.spider == "books"
+    assert spec.scrapy.settings_module == "shop.settings"
+    assert spec.scrapy.settings["DOWNLOAD_TIMEOUT"] == 20
+    assert spec.scrapy.args == {"category": "fiction"}
+    assert spec.seeds == ()
+    assert spec.to_mapping()["crawler"] == {
+        "scrapy": {
+            "spider": "books",
+            "settingsModule": "shop.settings",
+            "settings": {"DOWNLOAD_TIMEOUT": 20, "ITEM_PIPELINES": {"shop.P": 300}},
+            "args": {"category": "fiction"},
+        }
+    }
+
+
+def test_without_crawler_the_job_runs_crawlfleets_own_crawler() -> None:
+    assert CrawlJobSpec.from_mapping({"seeds": [SEED]}).scrapy is None
+    assert CrawlJobSpec.from_mapping({"seeds": [SEED], "crawler": {}}).scrapy is None
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"scrapy": {}}, "spec.crawler.scrapy.spider"),
+        ({"scrapy": {"spider": "has space"}}, "spec.crawler.scrapy.spider: must be a spider name"),
+        (
+            {"scrapy": {"spider": "b", "settings": {"SCHEDULER": "scrapy_redis.scheduler.S"}}},
+            "spec.crawler.scrapy.settings: must not set SCHEDULER",
+        ),
+        (
+            {"scrapy": {"spider": "b", "settings": {"DUPEFILTER_CLASS": "x.Y"}}},
+            "must not set DUPEFILTER_CLASS",
+        ),
+        ({"scrapy": {"spider": "b", "args": {"a-b": "x"}}}, "must be Python identifiers"),
+        ({"scrapy": {"spider": "b", "args": {"n": 3}}}, "spec.crawler.scrapy.args.n"),
+        ({"scrapy": {"spider": "b", "settingsModule": "a..b"}}, "must be a Python module"),
+    ],
+)
+def test_a_bad_scrapy_section_names_its_field(patch: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
+        CrawlJobSpec.from_mapping({"crawler": patch})
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"output": {"format": "none"}}, "spec.output.format: must not be none with crawler"),
+        ({"parser": "shop.parse:page"}, "spec.crawler.scrapy: must not be set with extract"),
+        ({"output": {"content": "text"}}, "spec.crawler.scrapy: must not be set with extract"),
+    ],
+)
+def test_scrapy_refuses_what_only_crawlfleets_crawler_does(
+    spec: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=expected.replace(".", r"\.")):
+        CrawlJobSpec.from_mapping({"crawler": {"scrapy": {"spider": "b"}}, **spec})

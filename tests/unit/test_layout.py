@@ -41,6 +41,9 @@ OUTSIDE_THE_TREE = {
     "crawlfleet.crawler.sitemaps.SitemapRefused": (
         "a sitemap could not be read: the worker turns it into the sitemap's failure class"
     ),
+    "crawlfleet.scrapy.payload.Unserializable": (
+        "a Scrapy request the frontier cannot carry: the runtime counts it dropped and logs it"
+    ),
 }
 
 #: Packages whose ``__init__`` imports its public face.

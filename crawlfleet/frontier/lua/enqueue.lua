@@ -3,7 +3,9 @@
 --       seeds (marks the job seeded; no per-page budget), '2' for an earlier batch of them (no
 --       budget, not marked yet: a crash mid-list seeds it again, and the filter refuses the
 --       repeats), '0' for discovered links, [5] native filter key ('' for bitmap), then 4
---       values per link: url, depth, parent, digest ('' for native).
+--       values per link: url, depth, parent, digest ('' for native; '!' queues the link
+--       without asking the filter, for a request that must be fetched again, Scrapy's
+--       dont_filter: it is neither checked nor added, nor counted as seen).
 -- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
 -- 3 refused: over the per-page budget of memory pressure (set_pressure.lua). Refused links
 -- are not added to the filter, so they can still be admitted later.
@@ -36,7 +38,7 @@ end
 
 -- New tasks grouped by host and depth, in the order they came.
 local result, queues, hosts = {}, {}, {}
-local new, dup, refused, over_budget = 0, 0, 0, 0
+local new, dup, refused, over_budget, unfiltered = 0, 0, 0, 0, 0
 for i = 0, count - 1 do
   local base = FIRST + i * 4
   local url, parent = ARGV[base], ARGV[base + 2]
@@ -49,7 +51,10 @@ for i = 0, count - 1 do
     code = 3
   else
     local is_new
-    if bulk then
+    if ARGV[base + 3] == '!' then
+      is_new = true
+      unfiltered = unfiltered + 1
+    elseif bulk then
       is_new = bulk[i + 1] == 1
     elseif backend == 'native' then
       is_new = redis.call('BF.ADD', native_key, url) == 1
@@ -96,7 +101,7 @@ for _, host in ipairs(hosts) do
 end
 if new > 0 then
   redis.call('HINCRBY', K.stats, 'queued', new)
-  redis.call('HINCRBY', K.stats, 'seen', new)
+  if new > unfiltered then redis.call('HINCRBY', K.stats, 'seen', new - unfiltered) end
   redis.call('HSET', K.stats, 'admitted', admitted)
 end
 if dup > 0 then redis.call('HINCRBY', K.stats, 'duplicates', dup) end

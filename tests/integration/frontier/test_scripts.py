@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 
 import pytest
 
@@ -60,11 +61,13 @@ async def test_a_long_seed_list_goes_in_batches_and_is_seeded_only_when_whole(
     batches: list[str] = []
     real = frontier._enqueue_batch
 
-    async def cut_short(batch: list[Link], mode: str) -> list[Admission]:
+    async def cut_short(
+        batch: list[Link], mode: str, unfiltered: Sequence[bool] = ()
+    ) -> list[Admission]:
         batches.append(mode)
         if len(batches) == 2:
             raise ConnectionError("the operator is gone")
-        return await real(batch, mode)
+        return await real(batch, mode, unfiltered)
 
     monkeypatch.setattr(frontier, "_enqueue_batch", cut_short)
     with pytest.raises(ConnectionError):
@@ -468,3 +471,29 @@ async def test_work_given_back_to_a_host_that_ran_dry_is_claimed_again(
     assert [lease.url for lease in back] == [held.url]
     assert await frontier.ack("live", [back[0].lease_id]) == [True]
     assert (await frontier.stats()).pending == 0
+
+
+async def test_an_unfiltered_link_is_queued_again_and_not_counted_as_seen(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier()
+    url = canonicalize("https://example.com/again")
+    first = await frontier.enqueue([Link(url, 0, "")])
+    seen = (await frontier.stats()).seen
+    again = await frontier.enqueue([Link(url, 1, ""), Link(url, 1, "")], unfiltered=[True, False])
+    stats = await frontier.stats()
+    assert first == [Admission.NEW]
+    assert again == [Admission.NEW, Admission.SEEN]
+    assert stats.queued == 2
+    assert stats.seen == seen
+
+
+async def test_seeding_with_nothing_left_to_queue_marks_the_job_seeded(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier()
+    assert not (await frontier.stats()).seeded
+    assert await frontier.enqueue([], seeding=True) == []
+    stats = await frontier.stats()
+    assert stats.seeded
+    assert stats.complete

@@ -1,0 +1,88 @@
+"""What every kind of worker process shares in its flow layer: the counters it heartbeats,
+its output sink, its periodic tasks and its wake-ups.
+
+crawlfleet's own worker (``worker.py``) and the Scrapy runtime (``crawlfleet/scrapy/``) are
+two loops over one frontier; the fleet brain reads both through the same heartbeat counters,
+so they are named once, here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final
+
+from crawlfleet.crawler.sinks import OnDurable, OutputSink
+
+if TYPE_CHECKING:
+    from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker import WorkerOptions
+    from crawlfleet.crawljob import OutputSpec
+    from crawlfleet.output.stores import OutputStore
+
+__all__ = ["WORKER_COUNTERS", "every", "wait_for_wake", "worker_counters", "worker_output"]
+
+log = logging.getLogger(__name__)
+
+#: The counters a worker's heartbeat carries besides its gauges (in_flight, limit, output_*).
+WORKER_COUNTERS: Final = (
+    "fetched",
+    "succeeded",
+    "failed",
+    "links_new",
+    "leases_lost",
+    "released",
+    "output_failures",
+)
+
+
+def worker_counters() -> dict[str, float]:
+    """A worker's heartbeat counters, from zero."""
+    return dict.fromkeys(WORKER_COUNTERS, 0.0)
+
+
+def worker_output(
+    store: OutputStore | None,
+    options: WorkerOptions,
+    output: OutputSpec,
+    *,
+    on_durable: OnDurable,
+    metrics: WorkerMetrics,
+) -> OutputSink:
+    """The worker's output sink: the spec's format and sizes, the process's counts."""
+    return OutputSink.from_spec(
+        store,
+        options.worker_id,
+        output,
+        on_durable=on_durable,
+        max_records_per_file=options.max_records_per_file,
+        max_pending_files=options.max_pending_files,
+        retry_max_seconds=options.output_retry_max_seconds,
+        metrics=metrics,
+    )
+
+
+async def wait_for_wake(wake: asyncio.Event, seconds: float) -> None:
+    """Wait for ``wake`` at most ``seconds``, then clear it."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await wake.wait()
+    wake.clear()
+
+
+async def every(
+    seconds: float, action: Callable[[], Awaitable[None]], closed: asyncio.Event
+) -> None:
+    """Run ``action`` every ``seconds`` until ``closed``; log, never die, on errors."""
+    while not closed.is_set():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await closed.wait()
+        if closed.is_set():
+            return
+        try:
+            await action()
+        except Exception:
+            log.exception("%s failed", action.__name__, extra={"layer": "flow"})

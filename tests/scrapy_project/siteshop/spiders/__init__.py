@@ -1,0 +1,1 @@
+"""The test project's spiders: ``shop`` (chained callbacks, meta) and ``graph`` (CrawlSpider)."""

@@ -1,0 +1,30 @@
+"""The test site's page graph with a CrawlSpider: rules follow the normal pages.
+
+``-a start=<url>,<url>`` are the hosts' roots (the test site's seeds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy.http import Response
+from scrapy.linkextractors import LinkExtractor
+from scrapy.spiders import CrawlSpider, Rule
+
+
+class GraphSpider(CrawlSpider):
+    name = "graph"
+    rules = (Rule(LinkExtractor(allow=(r"/d\d+/p\d+\.html",)), callback="parse_page", follow=True),)
+
+    def __init__(self, start: str = "", **kwargs: Any) -> None:
+        self.start_urls = [url for url in start.split(",") if url]
+        self.allowed_domains = sorted({urlsplit(url).hostname or "" for url in self.start_urls})
+        super().__init__(**kwargs)
+
+    def parse_start_url(self, response: Response) -> Iterator[dict[str, Any]]:
+        return self.parse_page(response)
+
+    def parse_page(self, response: Response) -> Iterator[dict[str, Any]]:
+        yield {"url": response.url, "title": response.css("title::text").get()}

@@ -1,0 +1,61 @@
+"""Loading the test project: the settings' precedence, the components the runtime installs,
+and the refusals, each in one sentence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.errors import ConfigError
+from crawlfleet.scrapy.project import load_project
+
+PROJECT = Path(__file__).resolve().parents[2] / "scrapy_project"
+
+
+@pytest.fixture(autouse=True)
+def in_the_project(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a worker runs: in the folder of scrapy.cfg, the project importable from it."""
+    monkeypatch.chdir(PROJECT)
+    monkeypatch.syspath_prepend(str(PROJECT))
+    monkeypatch.delenv("SCRAPY_SETTINGS_MODULE", raising=False)
+    monkeypatch.delenv("SCRAPY_PROJECT", raising=False)
+
+
+def spec(**scrapy: object) -> CrawlJobSpec:
+    return CrawlJobSpec.from_mapping(
+        {"crawler": {"scrapy": {"spider": "shop", **scrapy}}, "fetch": {"totalTimeoutSeconds": 42}}
+    )
+
+
+def test_the_project_then_the_job_then_the_spec_settings_then_the_runtimes() -> None:
+    settings, spider = load_project(
+        spec(settings={"ROBOTSTXT_OBEY": False, "CONCURRENT_REQUESTS": 3, "SCHEDULER_X": 1})
+    )
+    assert spider.name == "shop"
+    assert settings["SCHEDULER"] == "crawlfleet.scrapy.scheduler.FrontierScheduler"
+    assert settings["DUPEFILTER_CLASS"] == "crawlfleet.scrapy.scheduler.InertDupeFilter"
+    assert settings.getfloat("DOWNLOAD_TIMEOUT") == 42  # fetch.totalTimeoutSeconds
+    assert settings.getbool("ROBOTSTXT_OBEY") is False  # the spec's settings over robots.obey
+    assert settings.getint("CONCURRENT_REQUESTS") == 3  # over the project's 16
+    assert settings.getint("RETRY_TIMES") == 1  # the project's own
+    assert "siteshop.pipelines.PricePipeline" in settings.getdict("ITEM_PIPELINES")
+    assert "crawlfleet.scrapy.middlewares.LeaseSpiderMiddleware" in settings.getdict(
+        "SPIDER_MIDDLEWARES"
+    )
+    assert settings.getbool("REMOTE_CONTROL_ENABLED") is False
+
+
+def test_a_named_settings_module_is_used_and_one_that_bypasses_the_frontier_is_refused() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_project(spec(settingsModule="siteshop.redis_settings"))
+    message = str(refused.value)
+    assert message.startswith("spec.crawler.scrapy: the project's settings set SCHEDULER")
+    assert "scrapy_redis.scheduler.Scheduler" in message
+    assert "\n" not in message
+
+
+def test_a_spider_it_lacks_is_refused_with_the_ones_it_has() -> None:
+    with pytest.raises(ConfigError, match=r"no spider 'books'; its spiders: graph, listing, shop$"):
+        load_project(spec(spider="books"))
