@@ -274,14 +274,27 @@ async def _tick(
     action = seed_action(
         seeded=stats.seeded, suspended=suspended, remembered=memory.seeds_hash, current=seeds_hash
     )
+    quiet = False
     if policy.workers_seed:
-        action = "none"
+        # A Scrapy job's processes seed it (spec.seeds and their start requests), not the
+        # tick; seeds added since (crawlfleet enqueue, an edited spec) are the tick's. The
+        # first digest it sees once they have seeded goes through the filter too (quietly when
+        # nothing is new), so a list edited while they seeded loses nothing.
+        quiet = action == "adopt"
+        if action == "seed":
+            action = "none"
+        elif quiet:
+            action = "reseed"
     if action in ("seed", "reseed"):
         urls = list(await seeds() if callable(seeds) else seeds)
-        new = await frontier.seed(urls)
+        # A Scrapy job may have no seeds at all (its spider's start requests are its seeds).
+        new = await frontier.seed(urls) if urls or action == "seed" else 0
+        event: FleetEvent | None
         if action == "seed":
             seeded = new
             event = FleetEvent("Seeded", f"{new} seed URL(s) queued", fields={"seeds": new})
+        elif quiet and not new:
+            event = None
         else:  # the whole list through the filter: what was seeded before is seen, not queued
             event = seeds_added = FleetEvent(
                 "SeedsAdded",
@@ -289,7 +302,8 @@ async def _tick(
                 " discovered links",
                 fields={"new": new, "seeds": len(urls)},
             )
-        await backend.record(event)
+        if event is not None:
+            await backend.record(event)
         stats = await frontier.stats()
     if action != "none":
         memory = replace(memory, seeds_hash=seeds_hash)

@@ -28,6 +28,7 @@ from kubernetes import client
 from crawlfleet.testsite import TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
+from tests.support.runs import crawlfleet_done
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = Path(os.environ.get("CRAWLFLEET_E2E_CRD") or REPO / "crds" / "crawljob.yaml")
@@ -272,3 +273,9 @@ def running_operator(
         yield operator
     finally:
         operator.stop()
+
+
+def enqueue(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``crawlfleet enqueue`` as a user runs it, with the cluster's kubeconfig."""
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    return crawlfleet_done("enqueue", *args, cwd=REPO, stdin=stdin, env=env)

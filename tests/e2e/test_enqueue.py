@@ -4,8 +4,6 @@ many were new), crawled once; a finished job refuses them."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -16,23 +14,16 @@ from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
-    REPO,
     OperatorProcess,
     apply,
     crawljob,
+    enqueue,
     get_job,
     install_crd,
     running_operator,
     wait_crawled,
     wait_for_phase,
 )
-from tests.support.runs import crawlfleet_done
-
-
-def _enqueue(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    """``crawlfleet enqueue`` as a user runs it, with the cluster's kubeconfig."""
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    return crawlfleet_done("enqueue", *args, cwd=REPO, stdin=stdin, env=env)
 
 
 def _messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[str] | None:
@@ -83,12 +74,12 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
             wait_crawled(cluster, namespace, "grows", 3, timeout=180)
             workers = _worker_pods(core, namespace)
             many = "".join(site.url(0, f"/unlinked/{k}") + "\n" for k in range(100, 1101))
-            bounded = _enqueue(cluster, f"{namespace}/grows", "-", stdin=many)
+            bounded = enqueue(cluster, f"{namespace}/grows", "-", stdin=many)
             assert bounded.returncode == 2, bounded.stderr
             assert "1001 new seeds: more than the 1000" in bounded.stderr
             assert "seedsFrom" in bounded.stderr
             given = [*added, site.seeds[0], "http://elsewhere.example/"]
-            result = _enqueue(cluster, f"{namespace}/grows", *given)
+            result = enqueue(cluster, f"{namespace}/grows", *given)
             assert result.returncode == 1, result.stderr  # one refused, named with its reason
             assert result.stdout.strip() == (
                 f"{namespace}/grows: 2 appended to spec.seeds, 1 already seeds, 1 refused"
@@ -110,7 +101,7 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
             assert served["/"] == 1  # the seed given again was not crawled again
             assert done["status"]["fleet"]["seedsHash"]
             # Succeeded is terminal: more seeds are refused, with what to do instead.
-            late = _enqueue(cluster, f"{namespace}/grows", site.url(0, "/unlinked/9"))
+            late = enqueue(cluster, f"{namespace}/grows", site.url(0, "/unlinked/9"))
             assert late.returncode == 2
             assert "is Succeeded" in late.stderr
             # Edited in by hand: not crawled, and a warning says why, once.

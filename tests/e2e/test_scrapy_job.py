@@ -30,6 +30,7 @@ from tests.e2e.operator_support import (
     VERSION,
     apply,
     crawljob,
+    enqueue,
     install_crd,
     running_operator,
     wait_condition,
@@ -119,7 +120,8 @@ def test_a_scrapy_job_crawls_to_completion_and_scales_from_its_backlog(
     project_in_the_image: None,
 ) -> None:
     install_crd(cluster)
-    expected = {canonicalize(url) for url in site.expected_pages()}
+    unlinked = site.url(0, "/unlinked/3")  # no page links it
+    expected = {canonicalize(url) for url in [*site.expected_pages(), unlinked]}
     with RedisServer(tmp_path / "redis") as server:
         fleet = ClusterFleet("shop", site, server.url, tmp_path, cluster, namespace, kubelet)
         try:
@@ -135,6 +137,9 @@ def test_a_scrapy_job_crawls_to_completion_and_scales_from_its_backlog(
                 },
             )
             wait_workers(fleet, 3, timeout=45)
+            # A URL added once its processes have seeded the job is the tick's to queue.
+            added = enqueue(cluster, f"{namespace}/shop", unlinked)
+            assert added.returncode == 0, added.stderr
             wait_phase(fleet, "Succeeded", timeout=45)
             scaled = [event.message for event in fleet.events("Scaled")]
         finally:
