@@ -16,9 +16,10 @@
 
 A job with ``content: none`` and no rules has no :class:`Harvester` at all (``from_spec`` gives
 None), so its pages cost nothing here. Otherwise the worker hands each flushed batch to
-:meth:`Harvester.harvest_batch` in one thread (one hop per batch, not per page), so parsing never
-holds up heartbeats and lease extensions on the event loop. A page whose extraction fails gets a
-:class:`Harvest` with ``error``, which the worker turns into a ``parser_error`` failure.
+:meth:`Harvester.harvest_batch` at once: on its event loop when the batch is small and there
+is no user parser, else in one thread hop (``harvest_on_loop`` in ``crawler/worker.py``), so
+parsing never holds up heartbeats and lease extensions for long. A page whose extraction fails
+gets a :class:`Harvest` with ``error``, which the worker turns into a ``parser_error`` failure.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class Harvester:
         return Harvest(content, truncated, items, None, links)
 
     def harvest_batch(self, pages: Sequence[HarvestInput]) -> list[Harvest]:
-        """:meth:`harvest` for every page: the one call the worker makes per batch, in a thread."""
+        """:meth:`harvest` for every page: the one call the worker makes per batch."""
         harvests = []
         for page in pages:
             try:

@@ -140,3 +140,21 @@ def test_the_link_reader_makes_the_same_text_from_its_own_parse() -> None:
         assert extract_links(html, URL, encoding=encoding).text is None  # only when asked
     given = HarvestInput(b"<body>ignored</body>", "text/html", URL, text="read before")
     assert text_harvester.harvest(given).content == "read before"  # not parsed a second time
+
+
+def test_a_small_batch_is_harvested_on_the_loop_and_a_big_one_or_a_parser_in_a_thread() -> None:
+    from crawlfleet.crawler.worker import harvest_on_loop
+
+    rules = harvester(output={"format": "jsonl", "content": "text"})
+    small = [HarvestInput(b"<p>x</p>" * 1000, "text/html", URL) for _ in range(100)]
+    assert harvest_on_loop(small, rules)  # 800 kB in all
+    huge = [*small, HarvestInput(b"<p>x</p>" * 100_000, "text/html", URL)]
+    assert not harvest_on_loop(huge, rules)  # 1.6 MB: parsing it would hold the loop
+    with_parser = Harvester("text", 1 << 20, None, parser=_NeverCalledParser())  # type: ignore[arg-type]
+    assert not harvest_on_loop(small[:1], with_parser)  # waits on its process: never the loop
+
+
+class _NeverCalledParser:
+    """Test double: stands for a ParserHost; only its presence matters here."""
+
+    reference = "test:double"
