@@ -746,7 +746,11 @@ class KubeletDouble:
         env = self._env(pod, raw, container)
         argv = [expand(arg, env) for arg in rule.argv(spec, pod.ip)]
         argv = [self._rewrite(arg, mounts) for arg in argv]
-        env = {key: self._rewrite(value, mounts) for key, value in env.items()}
+        host = self._host_env(pod)
+        env = {
+            key: value if host.get(key) == value else self._rewrite(value, mounts)
+            for key, value in env.items()
+        }
         log_path = pod.sandbox / f"{container.name}.log"
         with log_path.open("ab") as out:
             out.write(f"--- {now_rfc3339()} kubelet double: {argv}\n".encode())
@@ -790,7 +794,9 @@ class KubeletDouble:
 
     # -- env, volumes, names -----------------------------------------------------------------
 
-    def _env(self, pod: Pod, raw: Json, container: Container) -> dict[str, str]:
+    def _host_env(self, pod: Pod) -> dict[str, str]:
+        """What the double itself gives every container: this machine's paths, which are no
+        container paths to rewrite (a checkout under /tmp is not the pod's /tmp mount)."""
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": str(pod.sandbox),
@@ -798,6 +804,10 @@ class KubeletDouble:
         }
         if "PYTHONPATH" in os.environ:  # so crawlfleet images run this checkout's code
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        return env
+
+    def _env(self, pod: Pod, raw: Json, container: Container) -> dict[str, str]:
+        env = self._host_env(pod)
         if raw["spec"].get("enableServiceLinks", True):
             env.update(self._service_env(pod.namespace))
         namespace = pod.namespace
