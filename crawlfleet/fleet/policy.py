@@ -337,7 +337,7 @@ class FleetMemory:
 
 
 #: What a tick does with the job's seed list (:func:`seed_action`).
-SeedAction = Literal["seed", "reseed", "adopt", "none"]
+SeedAction = Literal["seed", "reseed", "catch_up", "adopt", "none"]
 
 
 def seed_list_hash(seeds: Iterable[str], source: str = "") -> str:
@@ -350,7 +350,12 @@ def seed_list_hash(seeds: Iterable[str], source: str = "") -> str:
 
 
 def seed_action(
-    *, seeded: bool, suspended: bool, remembered: str | None, current: str | None
+    *,
+    seeded: bool,
+    suspended: bool,
+    remembered: str | None,
+    current: str | None,
+    workers_seed: bool = False,
 ) -> SeedAction:
     """Whether a tick queues the job's seeds, given what the frontier and the memory say.
 
@@ -360,14 +365,21 @@ def seed_action(
     ``adopt``: seeded with no digest remembered (a job seeded before digests were kept):
     remember this one without queuing anything. A suspended job waits: its seeds are queued
     when it resumes. ``current`` None: the caller does not track the list (never reseeds).
+
+    ``workers_seed`` (a Scrapy job: its processes queue spec.seeds with their start requests)
+    leaves the first seeding to them; the first digest seen once they have is ``catch_up``: the
+    list goes through the filter like a ``reseed``, said only when something was new, so a list
+    edited while they seeded loses nothing. Later changes are ``reseed`` as for any job.
     """
     if suspended:
         return "none"
     if not seeded:
-        return "seed"
+        return "none" if workers_seed else "seed"
     if current is None or remembered == current:
         return "none"
-    return "adopt" if remembered is None else "reseed"
+    if remembered is None:
+        return "catch_up" if workers_seed else "adopt"
+    return "reseed"
 
 
 def _rate(value: object) -> float | None:

@@ -272,30 +272,22 @@ async def _tick(
     seeded: int | None = None
     seeds_added: FleetEvent | None = None
     action = seed_action(
-        seeded=stats.seeded, suspended=suspended, remembered=memory.seeds_hash, current=seeds_hash
+        seeded=stats.seeded,
+        suspended=suspended,
+        remembered=memory.seeds_hash,
+        current=seeds_hash,
+        workers_seed=policy.workers_seed,
     )
-    quiet = False
-    if policy.workers_seed:
-        # A Scrapy job's processes seed it (spec.seeds and their start requests), not the
-        # tick; seeds added since (crawlfleet enqueue, an edited spec) are the tick's. The
-        # first digest it sees once they have seeded goes through the filter too (quietly when
-        # nothing is new), so a list edited while they seeded loses nothing.
-        quiet = action == "adopt"
-        if action == "seed":
-            action = "none"
-        elif quiet:
-            action = "reseed"
-    if action in ("seed", "reseed"):
+    if action in ("seed", "reseed", "catch_up"):
         urls = list(await seeds() if callable(seeds) else seeds)
         # A Scrapy job may have no seeds at all (its spider's start requests are its seeds).
         new = await frontier.seed(urls) if urls or action == "seed" else 0
-        event: FleetEvent | None
+        event: FleetEvent | None = None
         if action == "seed":
             seeded = new
             event = FleetEvent("Seeded", f"{new} seed URL(s) queued", fields={"seeds": new})
-        elif quiet and not new:
-            event = None
-        else:  # the whole list through the filter: what was seeded before is seen, not queued
+        elif new or action == "reseed":
+            # the whole list through the filter: what was seeded before is seen, not queued
             event = seeds_added = FleetEvent(
                 "SeedsAdded",
                 f"the seed list changed: {new} of {len(urls)} seeds new, queued ahead of"

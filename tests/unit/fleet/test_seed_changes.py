@@ -34,6 +34,29 @@ def test_seed_action(
     )
 
 
+@pytest.mark.parametrize(
+    ("seeded", "suspended", "remembered", "current", "action"),
+    [
+        (False, False, None, A, "none"),  # its processes seed it, not the tick
+        (True, False, None, A, "catch_up"),  # once they have: through the filter, in case
+        (True, False, A, A, "none"),  # every later tick: nothing
+        (True, False, A, B, "reseed"),  # seeds added (crawlfleet enqueue): queued once
+        (True, True, A, B, "none"),  # suspended: queued when it resumes
+    ],
+)
+def test_seed_action_of_a_job_its_workers_seed(
+    seeded: bool, suspended: bool, remembered: str | None, current: str | None, action: SeedAction
+) -> None:
+    got = seed_action(
+        seeded=seeded,
+        suspended=suspended,
+        remembered=remembered,
+        current=current,
+        workers_seed=True,
+    )
+    assert got == action
+
+
 def test_the_digest_changes_with_the_list_its_order_and_its_source() -> None:
     assert seed_list_hash(["http://a.test/"]) == A  # stable across processes (no hash())
     assert A != B
