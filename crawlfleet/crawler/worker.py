@@ -10,11 +10,11 @@ exits 0. A SIGKILL costs only the leases in flight, which expire back into the q
 
 Completed fetches wait in a small buffer and are flushed together: one ``enqueue`` of all
 new links and one write into the output sink per flush, however many pages it holds. Links this
-worker has already settled never reach the ``enqueue`` (``admission.LinkAdmission``). A page's
-lease is acked only once the file holding its record is durable (DESIGN §8, ``sinks.py``): the
-sink calls back per file generation, and its leases are acked (and failures failed) in one call
-each; until then the heartbeat extends them with the in-flight ones. The sink's backpressure
-(a failing destination, too many files waiting) stops claiming.
+worker has already settled never reach the ``enqueue`` (``admission.LinkAdmission``). What
+happens to each lease -- its host slot freed when its request phase ends, on every path; acked
+or failed once the file holding its record is durable (DESIGN §8, ``sinks.py``); extended
+meanwhile; released at shutdown -- is the lease book's (``leases.py``), which the Scrapy runtime
+shares. The sink's backpressure (a failing destination, too many files waiting) stops claiming.
 
 With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
 ``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
@@ -42,6 +42,7 @@ from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
 from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
+from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.links import PageLinks, extract_links
 from crawlfleet.crawler.memory import ByteBudget, Reservation
 from crawlfleet.crawler.metrics import WorkerMetrics
@@ -59,7 +60,6 @@ from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import FetchError, FrontierUnavailable
 from crawlfleet.frontier import (
     Admission,
-    FailOutcome,
     Failure,
     Frontier,
     FrontierStats,
@@ -186,20 +186,6 @@ class _Deferred:
     verdict: RobotsVerdict
 
 
-@dataclass(slots=True)
-class _Settlement:
-    """Outcomes whose records wait in one output generation: acked and failed together once
-    it is durable. The steps done are remembered, so a retry after a Redis error repeats none."""
-
-    outcomes: list[_Outcome] = field(default_factory=list)
-    files_recorded: bool = False
-    acked: bool = False
-
-    @property
-    def lease_ids(self) -> list[str]:
-        return [outcome.lease.lease_id for outcome in self.outcomes]
-
-
 class Worker:
     """One crawl worker process's loop over a shared frontier."""
 
@@ -237,11 +223,9 @@ class Worker:
         self._read_sitemaps = spec.scope.sitemaps
         self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
-        self._inflight: dict[str, tuple[Lease, asyncio.Task[None]]] = {}
+        #: The fetch task of each lease in its fetching stage.
+        self._inflight: dict[str, asyncio.Task[None]] = {}
         self._done: list[_Outcome] = []
-        #: Pages being harvested (out of _done, not yet written): their leases are extended.
-        self._harvesting: list[_Outcome] = []
-        self._fetched: list[str] = []  # responses arrived: host slots to free at next claim
         self._wake = asyncio.Event()
         self._stopping = False
         self._closed = asyncio.Event()
@@ -251,12 +235,13 @@ class Worker:
         # _apply_robots_delay); hosts this worker deferred, whose delay it must undo.
         self._robots_applied: dict[str, float] = {}
         self._deferred_hosts: set[str] = set()
-        # Finished pages by the output generation their records wait in (see sinks.py).
-        self._awaiting: dict[int, _Settlement] = {}
+        self.counters = worker_counters()
+        self.leases = LeaseBook(frontier, self.worker_id, metrics=metrics, counters=self.counters)
+        #: Output generations whose files are recorded for the manifest (done once each).
+        self._files_recorded: set[int] = set()
         self.output = worker_output(
             store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
         )
-        self.counters = worker_counters()
 
     # -- control ------------------------------------------------------------------------
 
@@ -309,11 +294,6 @@ class Worker:
     # -- claiming -----------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        outage = 0.0
-        # A claim that failed is sent again under its own call id: if it reached Redis, the
-        # retry gets its leases back instead of claiming more (the first ones would wait out
-        # their ttl, holding their hosts' slots).
-        call_id = self.frontier.new_call_id()
         while not self._stopping:
             room = self.limit.limit - len(self._inflight)
             if (
@@ -329,25 +309,15 @@ class Worker:
                 # time than the fetches save. A little more room comes within milliseconds.
                 await self._wait(self.options.claim_batch_wait_seconds)
                 room = self.limit.limit - len(self._inflight)
-            fetched, self._fetched = self._fetched, []
             # Before the claim is sent, so each lease's deadline on this clock falls no later
             # than the frontier's (which counts the host slot of a dead worker until then).
             sent_at = asyncio.get_running_loop().time()
-            try:
-                leases = await self.frontier.claim(self.worker_id, room, fetched, call_id=call_id)
-            except FrontierUnavailable as exc:
-                self._fetched[:0] = fetched  # marking twice is harmless
+            leases = await self.leases.claim(room)
+            if leases is None:
                 # Redis restarting or failing over: wait it out; leases we hold stay ours
                 # until their ttl, and heartbeats extend them once Redis is back.
-                outage = min(30.0, 2 * outage) if outage else 0.5
-                log.warning(
-                    "claim failed, retrying in %.1f s: %s", outage, exc, extra={"layer": "flow"}
-                )
-                await self._wait(outage)
+                await self._wait(self.leases.retry_in_seconds)
                 continue
-            outage = 0.0
-            call_id = self.frontier.new_call_id()
-            self.metrics.observe_claims(len(leases))
             if not leases:
                 if not self._inflight and not self._done and await self._idle_and_complete():
                     log.info("job complete", extra={"layer": "flow"})
@@ -360,8 +330,7 @@ class Worker:
                     if lease.fetch_deadline_at
                     else None
                 )
-                task = asyncio.create_task(self._process(lease, deadline))
-                self._inflight[lease.lease_id] = (lease, task)
+                self._inflight[lease.lease_id] = asyncio.create_task(self._process(lease, deadline))
             self.metrics.set_in_flight(len(self._inflight))
 
     async def _idle_and_complete(self) -> bool:
@@ -373,7 +342,7 @@ class Worker:
             stats = await self.frontier.stats()
             if stats.queued == 0 and stats.delayed == 0:
                 self.output.rotate()
-        if self._awaiting:
+        if self.leases.generations:
             return False
         if not self.options.exit_when_done:
             if time.monotonic() - self._finish_checked_at >= _FINISH_CHECK_SECONDS:
@@ -385,7 +354,7 @@ class Worker:
     async def _finish_output_if_complete(self, stats: FrontierStats | None = None) -> None:
         """The job is complete: write manifest.json and dead-letters.jsonl, unless another
         worker does or did (one claim in Redis elects the writer; see output/manifest.py)."""
-        if self._output_finished or self.store is None or self._awaiting or self._inflight:
+        if self._output_finished or self.store is None or len(self.leases):
             return
         stats = stats or await self.frontier.stats()
         if not stats.complete:
@@ -417,6 +386,9 @@ class Worker:
             outcome = self._failed(lease, None, FailureClass.PROTOCOL_ERROR, repr(exc)[:500])
         finally:
             self._inflight.pop(lease.lease_id, None)
+            # Whatever ended it -- a response, a refusal before any request, an error -- its
+            # request phase is over: its host slot goes back with the next claim.
+            self.leases.fetched(lease.lease_id)
         if isinstance(outcome, _Deferred):
             await self._defer(outcome)
             self._wake.set()
@@ -490,7 +462,7 @@ class Worker:
         except BaseException:
             reservation.release()
             raise
-        self._fetched.append(lease.lease_id)
+        self.leases.fetched(lease.lease_id)  # the response is in: the slot goes back now
         if sitemap is not None:
             self.limit.record(result.failure is None)
             return await self._sitemap_outcome(lease, sitemap, result, reservation)
@@ -638,15 +610,10 @@ class Worker:
         lease, verdict = deferred.lease, deferred.verdict
         wait = max(verdict.retry_in_seconds, self.spec.concurrency.host_delay_seconds)
         self.metrics.observe_robots_deferral()
-        try:
-            await self.frontier.set_host_delay(lease.host, wait)
-            self._deferred_hosts.add(lease.host)
-            self._robots_applied.pop(lease.host, None)
-            await self.frontier.release(self.worker_id, [lease.lease_id])
-        except FrontierUnavailable as exc:  # the lease expires by itself, attempt counted
-            log.warning("could not defer %s: %s", lease.url, exc, extra={"layer": "task"})
-            return
-        self.counters["released"] += 1
+        if not await self.leases.defer(lease.lease_id, lease.host, wait):
+            return  # the lease expires by itself, attempt counted
+        self._deferred_hosts.add(lease.host)
+        self._robots_applied.pop(lease.host, None)
         log.debug(
             "deferred %s for %.1f s: %s", lease.url, wait, verdict.detail, extra={"layer": "task"}
         )
@@ -785,14 +752,12 @@ class Worker:
             for outcome in waiting
             if (result := outcome.result) is not None
         ]
-        self._harvesting = waiting  # a big batch may take longer than a lease lives
-        try:
-            if harvest_on_loop(inputs, self.harvester):
-                harvests = self.harvester.harvest_batch(inputs)
-            else:
-                harvests = await asyncio.to_thread(self.harvester.harvest_batch, inputs)
-        finally:
-            self._harvesting = []
+        # A big batch may take longer than a lease lives: the book extends every lease it
+        # holds, these too, until they are settled.
+        if harvest_on_loop(inputs, self.harvester):
+            harvests = self.harvester.harvest_batch(inputs)
+        else:
+            harvests = await asyncio.to_thread(self.harvester.harvest_batch, inputs)
         for outcome, harvest in zip(waiting, harvests, strict=True):
             outcome.harvest = harvest
             outcome.text = None  # in the harvest's content now
@@ -853,53 +818,28 @@ class Worker:
         self.metrics.set_concurrency_limit(self.limit.limit)
         self.metrics.set_in_flight(len(self._inflight))
         self.metrics.set_memory(self.memory)
-        if generation is None:  # nothing written (format none): nothing to wait for
-            await self._settle(_Settlement(batch))
-        else:
-            self._awaiting.setdefault(generation, _Settlement()).outcomes.extend(batch)
+        for outcome in batch:
+            if outcome.failure is not None:
+                self.leases.fail_later(outcome.lease.lease_id, outcome.failure)
+        # Settled once ``generation`` is durable (now, when nothing was written: format none).
+        await self.leases.written([outcome.lease.lease_id for outcome in batch], generation)
         self._report_output()
 
     async def _settle_generation(self, generation: int, files: Sequence[DurableFile]) -> None:
         """The sink's callback: every file of ``generation`` is durable. Record the files for
         the manifest, then ack and fail the leases whose records they hold. Raising makes the
         sink call again; the steps already done are not repeated."""
-        settlement = self._awaiting.get(generation)
-        if settlement is None:
+        if not self.leases.in_generation(generation):
             return
-        if not settlement.files_recorded:
+        if generation not in self._files_recorded:
             await self.frontier.record_output_files([f.to_mapping() for f in files])
-            settlement.files_recorded = True
-        await self._settle(settlement)
-        del self._awaiting[generation]
+            self._files_recorded.add(generation)
+        await self.leases.durable(generation)
+        self._files_recorded.discard(generation)
         self._report_output()
 
-    async def _settle(self, settlement: _Settlement) -> None:
-        """Ack the successes and fail the failures of durable pages: one call each."""
-        outcomes = settlement.outcomes
-        succeeded = [o for o in outcomes if o.failure is None]
-        failed = [o for o in outcomes if o.failure is not None]
-        lost = 0
-        if not settlement.acked:
-            acked = await self.frontier.ack(self.worker_id, [o.lease.lease_id for o in succeeded])
-            settlement.acked = True
-            lost += acked.count(False)
-        fail_codes = await self.frontier.fail(
-            self.worker_id, [o.failure for o in failed if o.failure is not None]
-        )
-        lost += sum(1 for c in fail_codes if c is FailOutcome.NOT_OWNER)
-        if lost:
-            self.counters["leases_lost"] += lost
-            self.metrics.observe_leases_lost(lost)
-            log.warning("%d leases were lost before completion", lost, extra={"layer": "flow"})
-        self.counters["fetched"] += len(outcomes)
-        self.counters["succeeded"] += len(succeeded)
-        self.counters["failed"] += len(failed)
-
-    def _waiting_lease_ids(self) -> list[str]:
-        return [lease_id for s in self._awaiting.values() for lease_id in s.lease_ids]
-
     def _report_output(self) -> None:
-        waiting = sum(len(s.outcomes) for s in self._awaiting.values())
+        waiting = self.leases.count(Stage.OUTPUT)
         self.metrics.set_output_state(
             pending_files=self.output.pending_files,
             waiting_pages=waiting,
@@ -911,44 +851,28 @@ class Worker:
     async def _heartbeat_once(self) -> None:
         counters = {
             **self.counters,
+            **self.leases.account(),
             "in_flight": len(self._inflight),
             "limit": self.limit.limit,
-            "output_waiting": sum(len(s.outcomes) for s in self._awaiting.values()),
+            "output_waiting": self.leases.count(Stage.OUTPUT),
             "output_blocked": 1 if self.output.blocked else 0,
         }
         await self.frontier.heartbeat(self.worker_id, counters)
-        # Pages waiting for their file to become durable are still ours: one call for all.
-        ids = [*self._inflight, *self._waiting_lease_ids()]
-        # Finished pages waiting for a flush, and those the flush is harvesting: a slow parser
-        # can hold the flush for longer than a lease lives.
-        ids += [outcome.lease.lease_id for outcome in (*self._harvesting, *self._done)]
-        if ids:
-            extended = await self.frontier.extend(self.worker_id, ids)
-            # A lease acked while the extend was on its way is done, not lost.
-            held = {*self._inflight, *self._waiting_lease_ids()}
-            lost = sum(1 for i, ok in zip(ids, extended, strict=True) if not ok and i in held)
-            if lost:
-                log.warning("%d leases could not be extended", lost, extra={"layer": "flow"})
-        # Any worker returns expired leases of crashed peers, so a crawl needs no operator.
-        await self.frontier.requeue_expired()
+        await self.leases.keep_alive()
 
     async def _drain(self) -> None:
         """Give in-flight fetches the grace period, then release what is left."""
         if not self._inflight:
             return
-        tasks = [task for _, task in self._inflight.values()]
-        _, pending = await asyncio.wait(tasks, timeout=self.options.grace_seconds)
+        _, pending = await asyncio.wait(self._inflight.values(), timeout=self.options.grace_seconds)
         if not pending:
             return
-        unfinished = [lease for lease, task in self._inflight.values() if task in pending]
+        unfinished = [lease_id for lease_id, task in self._inflight.items() if task in pending]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        released = await self.frontier.release(
-            self.worker_id, [lease.lease_id for lease in unfinished]
-        )
-        self.counters["released"] += sum(released)
-        log.info("released %d leases at shutdown", sum(released), extra={"layer": "flow"})
+        with contextlib.suppress(FrontierUnavailable):  # else they expire back by themselves
+            await self.leases.release(unfinished, "in flight past the grace at shutdown")
 
     async def _drain_output(self) -> None:
         """Seal the open output file and wait for every file to be durable and acked."""
@@ -963,22 +887,13 @@ class Worker:
             )
 
     async def _release_unsaved(self) -> None:
-        """Give back the leases of pages whose file never became durable (no attempt counted):
-        another worker crawls them now instead of after their lease expires."""
-        ids = self._waiting_lease_ids() + [o.lease.lease_id for o in self._done]
+        """Give back every lease not settled (no attempt counted): pages whose file never
+        became durable, and any other the book still holds. Another worker crawls them now
+        instead of after their lease expires."""
         for outcome in self._done:
             outcome.let_go_of_body()
-        self._awaiting.clear()
         self._done.clear()
-        if not ids:
-            return
-        try:
-            released = await self.frontier.release(self.worker_id, ids)
-        except FrontierUnavailable as exc:
-            log.warning("could not release %d leases: %s", len(ids), exc, extra={"layer": "flow"})
-            return
-        self.counters["released"] += sum(released)
-        log.info("released %d unsaved pages at shutdown", sum(released), extra={"layer": "flow"})
+        await self.leases.release_all("not durable at shutdown")
 
 
 def _dropped_links(

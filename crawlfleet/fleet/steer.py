@@ -19,9 +19,10 @@
               backend.scale(n)            when the desired count differs
               backend.record(event)       one per decision applied (WorkersFailing once per error)
 
-A tick is O(1) Redis round trips per job (four, plus two per worker found dead), however big
-the crawl. Between ticks the callers make one cheap :func:`check` (one read of the counters)
-that brings the next tick forward when the crawl ends or the backlog outgrows the fleet.
+A tick is O(1) Redis round trips per job (four, plus two per worker found dead and one more
+read of the counters when anything was requeued), however big the crawl. Between ticks the
+callers make one cheap :func:`check` (one read of the counters) that brings the next tick
+forward when the crawl ends or the backlog outgrows the fleet.
 
 The memory (:class:`~crawlfleet.fleet.policy.FleetMemory`) goes in and comes out: the caller
 keeps it durable (status in a cluster, state.json locally).
@@ -341,6 +342,9 @@ async def _tick(
     for unit in decision.forget:
         await backend.forget(unit)
     expired = await frontier.requeue_expired()
+    if decision.requeues or expired.requeued or expired.dead:
+        # What the requeues moved: the Events below count the frontier as it is now.
+        stats = await frontier.stats()
     if expired.requeued or expired.dead:
         await backend.record(
             FleetEvent(
@@ -503,7 +507,7 @@ async def requeue_unit(
 async def _requeue(
     frontier: Frontier, backend: FleetBackend, worker: str, reason: RequeueReason
 ) -> None:
-    moved = await frontier.requeue_owner(worker)
+    moved = await frontier.requeue_owner(worker, ended=reason in _ENDED)
     await frontier.forget_worker(worker)
     if moved.requeued or moved.dead:
         await backend.record(
@@ -520,6 +524,11 @@ async def _requeue(
             )
         )
 
+
+#: Reasons that mean the worker's process has ended (its connections closed with it): its
+#: unfinished fetches give their host slots back at once. The others (it stopped
+#: heartbeating, it overran its drain) may be a hung process still talking to the site.
+_ENDED: frozenset[RequeueReason] = frozenset({"exited", "drained", "gone"})
 
 _WHY: dict[RequeueReason, str] = {
     "exited": "exited",

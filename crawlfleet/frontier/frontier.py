@@ -536,15 +536,25 @@ class Frontier:
             )
         return leases
 
-    async def ack(self, worker: str, lease_ids: Sequence[str]) -> Outcomes[bool]:
-        """Complete leases; False for each the worker no longer owns (fenced out)."""
+    async def ack(
+        self, worker: str, lease_ids: Sequence[str], *, call_id: str | None = None
+    ) -> Outcomes[bool]:
+        """Complete leases; False for each the worker no longer owns (fenced out).
+
+        ``call_id`` (as for :meth:`claim`): a caller that sends a failed ack again passes the
+        failed call's id, and gets the first reply if it had applied, not "not yours"."""
         if not lease_ids:
             return Outcomes()
-        raw = await self._run_once(self._scripts.ack, _worker_id(worker), *lease_ids)
+        raw = await self._run_once(
+            self._scripts.ack, _worker_id(worker), *lease_ids, call_id=call_id
+        )
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
-    async def fail(self, worker: str, failures: Sequence[Failure]) -> Outcomes[FailOutcome]:
-        """Report failed attempts: retried later, or dead-lettered with their class."""
+    async def fail(
+        self, worker: str, failures: Sequence[Failure], *, call_id: str | None = None
+    ) -> Outcomes[FailOutcome]:
+        """Report failed attempts: retried later, or dead-lettered with their class
+        (``call_id`` as for :meth:`ack`)."""
         if not failures:
             return Outcomes()
         args: list[str | int] = [_worker_id(worker)]
@@ -556,7 +566,7 @@ class Frontier:
                 f.failure_class,
                 f.message[:2000],
             )
-        raw = await self._run_once(self._scripts.fail, *args)
+        raw = await self._run_once(self._scripts.fail, *args, call_id=call_id)
         return Outcomes.of(raw[0], (FailOutcome(code) for code in raw[1:]))
 
     async def extend(
@@ -569,11 +579,16 @@ class Frontier:
         raw = await self._run(self._scripts.extend, _worker_id(worker), ttl_ms, *lease_ids)
         return [code == 1 for code in raw[1:]]
 
-    async def release(self, worker: str, lease_ids: Sequence[str]) -> Outcomes[bool]:
-        """Give leases back without counting an attempt (graceful shutdown)."""
+    async def release(
+        self, worker: str, lease_ids: Sequence[str], *, call_id: str | None = None
+    ) -> Outcomes[bool]:
+        """Give leases back without counting an attempt (graceful shutdown; ``call_id`` as
+        for :meth:`ack`)."""
         if not lease_ids:
             return Outcomes()
-        raw = await self._run_once(self._scripts.release, _worker_id(worker), *lease_ids)
+        raw = await self._run_once(
+            self._scripts.release, _worker_id(worker), *lease_ids, call_id=call_id
+        )
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
     async def requeue_expired(self, limit: int = 10_000) -> Requeued:
@@ -584,10 +599,16 @@ class Frontier:
         requeued, dead, at_ms = await self._run_once(self._scripts.requeue, "expired", limit)
         return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 
-    async def requeue_owner(self, worker: str) -> Requeued:
-        """Return every lease of a worker known to be gone (attempt counted)."""
+    async def requeue_owner(self, worker: str, *, ended: bool = False) -> Requeued:
+        """Return every lease of a worker found dead or gone (attempt counted).
+
+        ``ended``: its process is known to have ended (exited, its pod gone), so none of its
+        requests is still on the wire and its host slots come back at once. Otherwise (it
+        stopped heartbeating, and may be hung rather than dead) the slots of its unfinished
+        fetches stay counted until their fetch deadline, so a host never sees more than
+        ``perHost`` requests from the fleet."""
         requeued, dead, at_ms = await self._run_once(
-            self._scripts.requeue, "owner", _worker_id(worker)
+            self._scripts.requeue, "owner", _worker_id(worker), "1" if ended else "0"
         )
         return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 

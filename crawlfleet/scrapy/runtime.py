@@ -8,7 +8,11 @@ freeing the host slots of the responses that arrived since, decoded into request
 priority heap), **flush** (one ``enqueue`` for every request the callbacks yielded since the
 last flush, then one ``write`` into the output sink of every lease whose output is consumed),
 **heartbeat** (the same worker id and counters as crawlfleet's own worker, one ``extend`` of
-every lease held, one ``requeue_expired``).
+every lease held, one ``requeue_expired``). What happens to each lease -- its slot freed once
+when its request phase ends, settled exactly once, extended meanwhile, released at shutdown,
+Redis outages waited out -- is the lease book's (``crawlfleet.crawler.leases``), the same
+object crawlfleet's own worker uses; this runtime keeps only what Scrapy adds (callback
+outputs, items, children).
 
 When a lease is acked: its callback's output iterated to its end (``LeaseSpiderMiddleware``),
 every item it yielded through the item pipelines (``item_scraped``, ``item_dropped`` or
@@ -77,6 +81,7 @@ from typing import TYPE_CHECKING, Any, Final
 from crawlfleet.crawler.extract import Item
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
+from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.errors import FetchError, FrontierUnavailable
@@ -116,11 +121,9 @@ _FAILURE_CLASSES: Final = frozenset(str(value) for value in FailureClass)
 
 @dataclass(slots=True)
 class _Held:
-    """One lease of this process, from claim to ack or fail."""
+    """What Scrapy adds to one lease of this process (its stage is the lease book's)."""
 
     lease: Lease
-    #: Its response (or final failure) arrived: its host slot is freed at the next claim.
-    fetched: bool = False
     #: The callback's output was iterated to its end.
     exhausted: bool = False
     #: Outputs yielded and not settled yet: requests the engine has not scheduled (or
@@ -139,6 +142,7 @@ class _Held:
     body: bytes | None = None
     #: Seconds the final download took (Scrapy's ``download_latency``).
     latency_seconds: float = 0.0
+    #: Its page and items were handed to the output sink (its lease waits for them there).
     written: bool = False
 
 
@@ -181,10 +185,8 @@ class Runtime:
         self._ready: list[tuple[int, int, Request, str]] = []
         self._order = itertools.count()
         self._pending: list[_Pending] = []
-        self._fetched: list[str] = []
         #: Retries and redirects announced (request_scheduled) and not yet scheduled, by id.
         self._continuations: dict[int, str] = {}
-        self._awaiting: dict[int, list[_Held]] = {}
         self._wake = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         #: Set whenever leases are written: a drain waits on it.
@@ -198,10 +200,12 @@ class Runtime:
         self.complete = False
         self.stopping = False
         self._output_finished = store is None or not options.finish_output
+        self.counters = worker_counters()
+        self.leases = LeaseBook(frontier, self.worker_id, metrics=metrics, counters=self.counters)
+        self._files_recorded: set[int] = set()
         self.output = worker_output(
             store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
         )
-        self.counters = worker_counters()
 
     # -- the engine's side (scheduler.py) -------------------------------------------------
 
@@ -285,7 +289,14 @@ class Runtime:
     # -- what became of a lease (middlewares.py, signals) -----------------------------------
 
     def held(self, lease_id: object) -> _Held | None:
-        return self._held.get(lease_id) if isinstance(lease_id, str) else None
+        """The lease's Scrapy side, while the lease is this process's (a lease the book found
+        lost is forgotten here too: its new owner fetches it)."""
+        if not isinstance(lease_id, str):
+            return None
+        if lease_id not in self.leases:
+            self._held.pop(lease_id, None)
+            return None
+        return self._held.get(lease_id)
 
     def on_response(self, lease_id: object, response: Response) -> None:
         """A lease's final response arrived: its host slot is free (at the next claim)."""
@@ -392,7 +403,8 @@ class Runtime:
 
     def on_http_error(self, lease_id: object, status: int) -> None:
         """Scrapy's HttpErrorMiddleware filtered the response (a status the spider does not
-        handle): the lease fails with the status's class."""
+        handle; it sits before this runtime's spider middleware, so ``on_response`` never
+        saw it): the lease fails with the status's class, its host slot freed by the fail."""
         held = self.held(lease_id)
         if held is not None:
             self.fail(held, str(_status_failure_class(status)), f"HTTP {status}")
@@ -425,6 +437,9 @@ class Runtime:
                 self._rng,
             )
         held.failure = Failure(held.lease.lease_id, failure_class, message, retryable, delay)
+        # A lease that fails has no request on the wire any more, whatever failed it.
+        self.leases.fetched(held.lease.lease_id)
+        self.leases.fail_later(held.lease.lease_id, held.failure)
         if failure_class in _FAILURE_CLASSES:  # callback and pipeline errors have no label
             self.metrics.observe_failure(failure_class, retried=retryable)
         if held.record is None:
@@ -444,9 +459,7 @@ class Runtime:
         heapq.heappush(self._ready, (-request.priority, next(self._order), request, lease_id))
 
     def _mark_fetched(self, held: _Held) -> None:
-        if not held.fetched:
-            held.fetched = True
-            self._fetched.append(held.lease.lease_id)
+        self.leases.fetched(held.lease.lease_id)
 
     def _maybe_done(self, held: _Held | None) -> None:
         if held is not None and held.exhausted and held.outstanding <= 0:
@@ -497,10 +510,9 @@ class Runtime:
     # -- claiming --------------------------------------------------------------------------
 
     async def _claim_loop(self) -> None:
-        call_id = self.frontier.new_call_id()
         limit = self.spec.concurrency.per_worker
         while not (self.stopping or self._closed.is_set()):
-            fetching = sum(1 for held in self._held.values() if not held.fetched)
+            fetching = self.leases.count(Stage.FETCHING)
             room = limit - fetching
             if room <= 0 or self.output.blocked:
                 await self._wait(self.options.idle_poll_seconds)
@@ -508,16 +520,10 @@ class Runtime:
             if fetching and room < max(1, limit // 4):
                 await self._wait(self.options.claim_batch_wait_seconds)
                 continue
-            fetched, self._fetched = self._fetched, []
-            try:
-                leases = await self.frontier.claim(self.worker_id, room, fetched, call_id=call_id)
-            except FrontierUnavailable as exc:
-                self._fetched[:0] = fetched
-                log.warning("claim failed, retrying: %s", exc, extra={"layer": "flow"})
-                await self._wait(1.0)
+            leases = await self.leases.claim(room)
+            if leases is None:  # Redis did not answer: the book's backoff says how long
+                await self._wait(self.leases.retry_in_seconds)
                 continue
-            call_id = self.frontier.new_call_id()
-            self.metrics.observe_claims(len(leases))
             if not leases:
                 if await self._idle_and_complete():
                     self.complete = True
@@ -539,8 +545,6 @@ class Runtime:
                         **{LEASE_KEY: lease.lease_id, "depth": lease.depth},
                     )
                 except (ValueError, KeyError, TypeError) as exc:  # not a request of this spider
-                    held.fetched = True
-                    self._fetched.append(lease.lease_id)
                     self.fail(held, "scrapy_undecodable", str(exc)[:500], retryable=False)
                     continue
                 self._push(request, lease.lease_id)
@@ -560,14 +564,14 @@ class Runtime:
         if self._held or not self._seeded:
             return False
         stats = await self.frontier.stats()
-        if self._awaiting or not stats.complete:
+        if self.leases.generations or not stats.complete:
             return False
         if not self.options.exit_when_done:
             await self._finish_output_if_complete()
         return True
 
     async def _finish_output_if_complete(self) -> None:
-        if self._output_finished or self.store is None or self._awaiting or self._held:
+        if self._output_finished or self.store is None or len(self.leases):
             return
         stats = await self.frontier.stats()
         if not stats.complete:
@@ -620,20 +624,19 @@ class Runtime:
             for held in done
         ]
         generation = self.output.write(outputs)
-        self._progress.set()
         # Metrics per batch, as crawlfleet's worker keeps them (one lock and lookup per batch).
         self.metrics.observe_fetches(
             (record.status, held.latency_seconds, record.length)
             for held in done
             if (record := held.record) is not None and record.status is not None
         )
-        self.metrics.set_in_flight(sum(1 for held in self._held.values() if not held.fetched))
+        self.metrics.set_in_flight(self.leases.count(Stage.FETCHING))
         for held in done:
             held.body = None
-        if generation is None:
-            await self._settle(done)
-        else:
-            self._awaiting.setdefault(generation, []).extend(done)
+        # Settled once ``generation`` is durable (now, when nothing was written: format none).
+        settled = await self.leases.written([held.lease.lease_id for held in done], generation)
+        self._forget(settled.lease_ids)
+        self._progress.set()
         self._wake.set()  # room to claim
 
     async def _admit(self) -> None:
@@ -675,48 +678,40 @@ class Runtime:
                 holder.children_pending -= 1
 
     async def _settle_generation(self, generation: int, files: Sequence[DurableFile]) -> None:
-        done = self._awaiting.get(generation)
-        if done is None:
+        """The sink's callback: ``generation`` is durable. Record its files for the manifest
+        (once), then settle its leases (the book's; raising makes the sink call again)."""
+        if not self.leases.in_generation(generation):
             return
-        await self.frontier.record_output_files([f.to_mapping() for f in files])
-        await self._settle(done)
-        del self._awaiting[generation]
+        if generation not in self._files_recorded:
+            await self.frontier.record_output_files([f.to_mapping() for f in files])
+            self._files_recorded.add(generation)
+        settled = await self.leases.durable(generation)
+        self._files_recorded.discard(generation)
+        self._forget(settled.lease_ids)
+        self._progress.set()
 
-    async def _settle(self, done: list[_Held]) -> None:
-        """Ack the successes and fail the failures of durable leases: one call each."""
-        succeeded = [held for held in done if held.failure is None]
-        failures = [held.failure for held in done if held.failure is not None]
-        acked = await self.frontier.ack(self.worker_id, [h.lease.lease_id for h in succeeded])
-        failed = await self.frontier.fail(self.worker_id, failures)
-        lost = acked.count(False) + sum(1 for code in failed if code == 0)
-        if lost:
-            self.counters["leases_lost"] += lost
-            self.metrics.observe_leases_lost(lost)
-        for held in done:
-            self._held.pop(held.lease.lease_id, None)
-        self.counters["fetched"] += len(done)
-        self.counters["succeeded"] += len(succeeded)
-        self.counters["failed"] += len(failures)
-        if self.stopping or self.complete:
+    def _forget(self, lease_ids: Sequence[str]) -> None:
+        """Leases the book settled: nothing of them is left here."""
+        for lease_id in lease_ids:
+            self._held.pop(lease_id, None)
+        if lease_ids and (self.stopping or self.complete):
             self._wake_engine()
 
     # -- flow ------------------------------------------------------------------------------
 
     async def _heartbeat_once(self) -> None:
-        fetching = sum(1 for held in self._held.values() if not held.fetched)
-        waiting = sum(len(leases) for leases in self._awaiting.values())
         counters = {
             **self.counters,
-            "in_flight": fetching,
+            **self.leases.account(),
+            "in_flight": self.leases.count(Stage.FETCHING),
             "limit": self.spec.concurrency.per_worker,
-            "output_waiting": waiting,
+            "output_waiting": self.leases.count(Stage.OUTPUT),
             "output_blocked": 1 if self.output.blocked else 0,
         }
         await self.frontier.heartbeat(self.worker_id, counters)
-        ids = list(self._held)
-        if ids:
-            await self.frontier.extend(self.worker_id, ids)
-        await self.frontier.requeue_expired()
+        await self.leases.keep_alive()
+        for lease_id in [i for i in self._held if i not in self.leases]:  # lost meanwhile
+            del self._held[lease_id]
 
     def request_stop(self) -> None:
         """SIGTERM: stop claiming, give back at once what Scrapy has not started."""
@@ -731,7 +726,8 @@ class Runtime:
         self._ready.clear()
         for lease_id in unstarted:
             self._held.pop(lease_id, None)
-        await self._release(unstarted, "not started")
+        with contextlib.suppress(FrontierUnavailable):  # else they expire back by themselves
+            await self.leases.release(unstarted, "not started at shutdown")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.grace_seconds
         while loop.time() < deadline and any(not h.written for h in self._held.values()):
@@ -743,25 +739,12 @@ class Runtime:
         waiting = await self.output.drain(self.options.output_drain_seconds)
         if waiting:
             log.warning("%d output generations not durable at shutdown", len(waiting))
-        rest = list(self._held)
         self._held.clear()
-        self._awaiting.clear()
-        await self._release(rest, "in flight past the drain budget")
+        await self.leases.release_all("in flight past the drain budget, or not durable")
         self._wake_engine()
         engine = getattr(self._crawler, "engine", None)
         if engine is not None and getattr(engine, "spider", None) is not None:
             await engine.close_spider_async(reason="shutdown")
-
-    async def _release(self, lease_ids: list[str], why: str) -> None:
-        if not lease_ids:
-            return
-        try:
-            released = await self.frontier.release(self.worker_id, lease_ids)
-        except FrontierUnavailable as exc:
-            log.warning("could not release %d leases: %s", len(lease_ids), exc)
-            return
-        self.counters["released"] += sum(released)
-        log.info("released %d leases (%s)", sum(released), why, extra={"layer": "flow"})
 
     async def aclose(self) -> None:
         """The spider closed: stop the loops, make the output durable, give back the rest."""
@@ -781,9 +764,8 @@ class Runtime:
         for task in stuck:
             task.cancel()
         await self.output.aclose()
-        rest = list(self._held)
         self._held.clear()
-        await self._release(rest, "unsettled at close")
+        await self.leases.release_all("unsettled at close")
         with contextlib.suppress(Exception):
             await self.frontier.forget_worker(self.worker_id)
 

@@ -371,18 +371,18 @@ local function mark_fetched(tokens, owner)
   return per_host
 end
 
--- Give back in-flight slots of hosts whose leases ended. A host that was below its cap is
--- in the index already at the right time; one that was at its cap goes back in.
+-- Give back in-flight slots of hosts whose leases ended, and place each such host again
+-- under the limits in force now: whether it was capped is judged against the perHost of the
+-- moment, which a running job may have changed since (a host at the old cap left the index,
+-- and under a raised cap it would never come back). One ZADD or ZREM per host.
 -- `requeued` names hosts that got work back, which must be (re)placed in any case: also
 -- those that free no slot here (fetched leases gave theirs back already), since a host
 -- whose queue ran dry has left the index and nothing else would put it back.
 local function release_slots(per_host, cfg, now, requeued)
   for host, count in pairs(per_host) do
     local st = load_host(host)
-    local was_capped = st.inflight >= cfg.per_host
     st.inflight = st.inflight - count
-    save_host(host, st)
-    if was_capped or (requeued and requeued[host]) then place_host(host, st, cfg, now) end
+    settle_host(host, st, cfg, now)
   end
   for host in pairs(requeued or {}) do
     if not per_host[host] then place_host(host, load_host(host), cfg, now) end

@@ -1,11 +1,16 @@
 -- requeue.lua: return leases whose holder is gone: expired ones, or all of one owner's.
 -- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
 -- ARGV: [1] prefix, [2] epoch, [3] mode 'expired'|'owner', [4] owner id (mode owner) or
---       limit (expired).
+--       limit (expired), [5] (mode owner) '1' when the owner's process is known to have
+--       ended ('0' or absent: it may still run).
 -- Each requeue counts an attempt (a page that kills its worker must not kill the fleet
 -- forever); past taskAttempts the URL is dead-lettered with class lease_expired/worker_lost.
--- A lease still fetching (not marked fetched) keeps its host slot counted until its fetch
--- deadline (hold_slot): the dead worker's request may still be running at the site.
+-- A lease still fetching (not marked fetched) of a holder that may still run (an expired
+-- lease, a worker that stopped heartbeating) keeps its host slot counted until its fetch
+-- deadline (hold_slot): that worker's request may still be on the wire. An owner known to have
+-- ended (its process exited, its pod is gone) has no connection left: its slots come back at
+-- once, so the requeued URLs are claimable in the same moment (the per-host in-flight counts
+-- equal the leases that exist).
 -- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
 -- Returns {requeued, dead, server time ms}.
 local cfg = settings()
@@ -20,7 +25,9 @@ else
   ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
   fclass, message = 'lease_expired', 'lease expired without ack'
 end
-local taken, per_host = take_leases(ids, false, now)
+local hold_at = now
+if ARGV[3] == 'owner' and ARGV[5] == '1' then hold_at = nil end
+local taken, per_host = take_leases(ids, false, hold_at)
 local requeued, dead, back = 0, 0, {}
 for i = 1, #ids do
   if taken[i] then
