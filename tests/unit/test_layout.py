@@ -50,6 +50,7 @@ OUTSIDE_THE_TREE = {
 PACKAGES = (
     "crawlfleet",
     "crawlfleet.crawler",
+    "crawlfleet.crawljob",
     "crawlfleet.fleet",
     "crawlfleet.frontier",
     "crawlfleet.testsite",

@@ -145,7 +145,7 @@ def section_models() -> list[type[BaseModel]]:
         for value in vars(crawljob).values()
         if isinstance(value, type)
         and issubclass(value, BaseModel)
-        and value.__module__ == crawljob.__name__
+        and value.__module__.startswith(f"{crawljob.__name__}.")
     ]
 
 
