@@ -63,17 +63,18 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
-from crawlfleet.errors import ConfigError
-from crawlfleet.hosts import normalize_host, split_host_port
-from crawlfleet.output.destination import (
+from crawlfleet.destinations import (
     DESTINATION_CREDENTIALS,
     DESTINATION_MEANING,
     MAX_DESTINATION_LENGTH,
     InvalidDestination,
     parse_destination,
 )
+from crawlfleet.errors import ConfigError
+from crawlfleet.hosts import normalize_host, split_host_port
 from crawlfleet.patterns import PatternError, compile_patterns
 from crawlfleet.selection import SelectorError, check_selector
+from crawlfleet.urls import try_canonicalize
 
 __all__ = [
     "API_VERSION",
@@ -484,8 +485,6 @@ def _seed_url(url: str) -> str:
     if parts.username is not None or parts.password is not None:
         # Never echo the URL back: it holds a password.
         raise _problem(_SEED_CREDENTIALS)
-    from crawlfleet.frontier.urls import try_canonicalize  # the frontier imports this module
-
     if try_canonicalize(url) is None:
         raise _problem(f"must be {_SEED_MEANING} (got {_show(_without_userinfo(url))})")
     return url

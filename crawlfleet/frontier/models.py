@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from crawlfleet.frontier.bloom import BloomBackend
-from crawlfleet.frontier.urls import CanonicalURL, host_of
+from crawlfleet.urls import CanonicalURL, host_of
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec
