@@ -33,7 +33,7 @@ OUTSIDE_THE_TREE = {
     "crawlfleet.destinations.InvalidDestination": (
         "a ValueError of a pure helper; the model and the command line translate it"
     ),
-    "crawlfleet.operator.crd.SchemaError": "a bug in crawljob.py, found by the CRD's tests",
+    "crawlfleet.operator.crd.SchemaError": "a bug in the model, found by the CRD's tests",
     "crawlfleet.selection.SelectorError": "a ValueError of a pure helper; the model translates it",
     "crawlfleet.crawler.extract.ExtractionError": (
         "a page's extraction failed: the harvest turns it into the page's parser_error"

@@ -27,7 +27,8 @@ from crawlfleet.operator import crd
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = "https://example.com/start"
-# Filled by the models from other fields, so deliberately not CRD defaults (see crawljob.py).
+# Filled by the models from other fields, so deliberately not CRD defaults (see
+# crawlfleet/crawljob/spec.py).
 DEPENDENT_DEFAULTS = {("scope", "allowedDomains"), ("redis", "managed")}
 
 
