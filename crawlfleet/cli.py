@@ -336,7 +336,7 @@ async def _enqueue_cluster(target: str, urls: list[str]) -> EnqueueReport:
 def _output(args: argparse.Namespace) -> int:
     """``crawlfleet output ls|cat|verify``: read what a crawl wrote, wherever it went."""
     from crawlfleet.crawljob import S3Spec, load_crawljob
-    from crawlfleet.output.destination import destination_flag
+    from crawlfleet.destinations import destination_flag
     from crawlfleet.output.reader import item_records, page_records, verify
     from crawlfleet.output.stores import open_store
 
@@ -458,9 +458,9 @@ def _run(args: argparse.Namespace, job_file: Path, config: Config) -> int:
 def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: Zygote) -> int:
     with without_gc():
         from crawlfleet.crawljob import load_crawljob
+        from crawlfleet.destinations import destination_flag
         from crawlfleet.errors import ConfigError
         from crawlfleet.local.runner import RunOptions, run_local
-        from crawlfleet.output.destination import destination_flag
 
         job = load_crawljob(job_file)
     if args.workers is not None and args.workers < 1:

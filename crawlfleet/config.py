@@ -1,9 +1,10 @@
 """Process knobs: how crawlfleet's own processes run, once, as frozen documented values.
 
-What a crawl does belongs to the CrawlJob (``crawljob.py`` holds every default and bound of the
-spec). How the processes that run it behave -- how long a worker drains, how often the steering
-tick runs, which ports a process listens on -- is here, and nowhere else: the CLI, the local
-runner, the operator, the workers and the manifests the operator writes all read these values.
+What a crawl does belongs to the CrawlJob (``crawlfleet/crawljob/`` holds every default and
+bound of the spec). How the processes that run it behave -- how long a worker drains, how often
+the steering tick runs, which ports a process listens on -- is here, and nowhere else: the CLI,
+the local runner, the operator, the workers and the manifests the operator writes all read these
+values.
 
 Precedence, lowest first: the defaults below; ``CRAWLFLEET_*`` environment variables, read once
 at start-up by :meth:`Config.from_env` (each field names its variable); command-line flags

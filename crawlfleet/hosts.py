@@ -1,7 +1,7 @@
 """Host names spelled one way, for the CrawlJob model and the crawl alike.
 
 An ``allowedDomains`` entry is compared with the hosts of the links a crawl finds, so the model
-(``crawljob.py``), the frontier's URL canonicalisation (``frontier/urls.py``), link extraction and
+(``crawlfleet/crawljob/``), URL canonicalisation (``crawlfleet/urls.py``), link extraction and
 the scope must spell a host the same way, or an allowed domain would never match its own links.
 This module is that one spelling: lower case, no trailing dot, an IP address in its canonical text
 (``::0001`` is ``::1``), and an internationalised name as IDNA 2008 A-labels after UTS #46

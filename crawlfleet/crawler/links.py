@@ -41,8 +41,8 @@ from urllib.parse import SplitResult, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import safe_url_string
 
-from crawlfleet.frontier.urls import DEFAULT_PORTS, authority_prefix
 from crawlfleet.hosts import normalize_host
+from crawlfleet.urls import DEFAULT_PORTS, authority_prefix
 
 __all__ = ["INVISIBLE_ELEMENTS", "PARSER_NAME", "PageLinks", "extract_links", "visible_text"]
 

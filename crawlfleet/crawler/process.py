@@ -35,10 +35,10 @@ from crawlfleet.crawler.robots import RobotsPolicy, robots_fetch
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.worker import Worker, WorkerOptions
 from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
+from crawlfleet.destinations import destination_flag
 from crawlfleet.errors import ConfigError, CrawlfleetError
 from crawlfleet.fleet.exits import write_termination_message
 from crawlfleet.frontier import Frontier, FrontierSettings
-from crawlfleet.output.destination import destination_flag
 from crawlfleet.output.stores import checked_store
 from crawlfleet.startup import setup_logging, without_gc
 

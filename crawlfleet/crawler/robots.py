@@ -47,7 +47,7 @@ from crawlfleet.crawler.failures import FailureClass
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FetchError
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
-from crawlfleet.frontier.urls import origin_of
+from crawlfleet.urls import origin_of
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.fetch import Fetcher, FetchResult

@@ -32,8 +32,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from crawlfleet.errors import FetchError, InvalidURL, UnsupportedScheme
-from crawlfleet.frontier.urls import authority_of, per_authority
 from crawlfleet.networks import METADATA_ADDRESSES, IPAddress
+from crawlfleet.urls import authority_of, per_authority
 
 __all__ = [
     "DEFAULT_CACHE_MAX_ENTRIES",

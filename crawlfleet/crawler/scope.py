@@ -38,9 +38,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from crawlfleet.errors import ConfigError, InvalidURL, UnsupportedScheme
-from crawlfleet.frontier.urls import Authority, authority_of, authority_prefix
 from crawlfleet.hosts import normalize_host, split_host_port
 from crawlfleet.patterns import PatternError, URLPatterns, compile_patterns
+from crawlfleet.urls import Authority, authority_of, authority_prefix
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import ScopeSpec

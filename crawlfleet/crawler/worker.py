@@ -74,9 +74,9 @@ from crawlfleet.frontier.parents import (
     sitemap_task,
     split_parent,
 )
-from crawlfleet.frontier.urls import origin_of
 from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.output.stores import OutputStore
+from crawlfleet.urls import origin_of
 
 __all__ = ["Worker", "WorkerOptions", "harvest_on_loop"]
 

@@ -27,7 +27,7 @@ from crawlfleet.frontier.models import (
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
-from crawlfleet.frontier.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
+from crawlfleet.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
 
 __all__ = [
     "HIGH_PRESSURE_LINKS_PER_PAGE",

@@ -69,7 +69,7 @@ from crawlfleet.frontier.models import (
 from crawlfleet.frontier.parents import sitemap_roots
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
-from crawlfleet.frontier.urls import CanonicalURL, canonicalize
+from crawlfleet.urls import CanonicalURL, canonicalize
 
 __all__ = ["Frontier"]
 

@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from crawlfleet.frontier.bloom import BloomBackend
-from crawlfleet.frontier.urls import CanonicalURL, host_of
+from crawlfleet.urls import CanonicalURL, host_of
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec
@@ -212,7 +212,7 @@ class WorkerHeartbeat:
 class FrontierSettings:
     """The knobs the frontier enforces, in plain values; build them with :meth:`from_spec`.
 
-    No defaults and no checks of their own: the CrawlJob model (``crawljob.py``) holds both,
+    No defaults and no checks of their own: the CrawlJob model (``crawlfleet.crawljob``) holds both,
     so a value the frontier would refuse is refused there first, with its field's path.
     ``bloom_backend`` None means native when the server has it.
     """

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 from crawlfleet.frontier.models import Link
-from crawlfleet.frontier.urls import canonicalize, origin_of
+from crawlfleet.urls import canonicalize, origin_of
 
 __all__ = [
     "SitemapTask",

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
+from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
 from crawlfleet.fleet import (
     Decision,
@@ -43,7 +44,6 @@ from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
-from crawlfleet.output.destination import parse_destination
 from crawlfleet.output.manifest import written_counts
 from crawlfleet.output.stores import checked_store
 

@@ -1,6 +1,6 @@
-"""The CrawlJob CustomResourceDefinition, generated from ``crawlfleet/crawljob.py``.
+"""The CrawlJob CustomResourceDefinition, generated from ``crawlfleet/crawljob/``.
 
-The CRD is not written by hand: ``crawljob.py`` is the one source of truth, and this module
+The CRD is not written by hand: the model is the one source of truth, and this module
 turns its pydantic models into the CRD's structural schema, so the cluster and ``crawlfleet run``
 accept the same jobs and fill in the same defaults. ``crds/crawljob.yaml`` and the generated
 section of ``docs/crawljob.md`` are this module's output, committed so that ``kubectl apply``
@@ -34,7 +34,7 @@ From pydantic's JSON schema to a structural schema:
   itself with every leaf default filled, exactly as pydantic's ``DedupSpec()`` default does (the
   API server validates a default before filling it, so ``default: {}`` would fail the section's
   rules). The two defaults that depend on other fields (``scope.allowedDomains``,
-  ``redis.managed``) stay with the models (see crawljob.py).
+  ``redis.managed``) stay with the models (see crawlfleet/crawljob/spec.py).
 * each section's ``cross_field_rules`` become ``x-kubernetes-validations`` with their messages
   and field paths; single-value CEL rules come from the models' ``_Cel`` markers (seed URLs).
   Only rules the models cannot state live here: the Bloom filter's settings are immutable, a
@@ -165,7 +165,7 @@ _KIND_DESCRIPTION: Final = (
 
 
 class SchemaError(TypeError):
-    """The models say something a structural CRD schema cannot: a bug in crawljob.py."""
+    """The models say something a structural CRD schema cannot: a bug in crawlfleet.crawljob."""
 
 
 def crawljob_crd() -> dict[str, JsonValue]:
@@ -459,7 +459,7 @@ def _bounds_as_cel(schema: _Schema, *, costly: bool) -> list[_Schema]:
 
     ``schema`` changes. ``costly``: other CEL rules read this string or list (or its items), so
     the API server needs its ``maxLength``/``maxItems`` to estimate their cost: those stay.
-    Each message is the one crawljob.py gives (without its "(got ...)" part).
+    Each message is the one the model gives (without its "(got ...)" part).
     """
     rules: list[_Schema] = []
     if "minimum" in schema or "maximum" in schema:
@@ -489,7 +489,7 @@ def _bounds_as_cel(schema: _Schema, *, costly: bool) -> list[_Schema]:
 
 
 def _one_of(choices: Sequence[object]) -> str:
-    """Pydantic's words for a Literal, which crawljob.py passes on: "one of 'a', 'b' or 'c'"."""
+    """Pydantic's words for a Literal, which the model passes on: "one of 'a', 'b' or 'c'"."""
     quoted = [repr(choice) for choice in choices]
     if len(quoted) == 1:
         return quoted[0]
@@ -497,11 +497,11 @@ def _one_of(choices: Sequence[object]) -> str:
 
 
 def _shape(pattern: str) -> str:
-    """The model's message for a string that must match ``pattern`` (a ``_Pattern`` marker)."""
+    """The model's message for a string that must match ``pattern`` (a ``Pattern`` marker)."""
     for marker in crawljob.STRING_SHAPES:
         if f"^{marker.pattern}$" == pattern:
             return f"must be {marker.meaning}"
-    raise SchemaError(f"no _Pattern in crawljob.py has the pattern {pattern!r}")
+    raise SchemaError(f"no Pattern in crawlfleet.crawljob has the pattern {pattern!r}")
 
 
 def _cel_literal(value: object) -> str:
@@ -549,7 +549,7 @@ def _fractional_range_as_cel(schema: _Schema) -> list[_Schema]:
 
 
 def _range_words(schema: Mapping[str, Any]) -> str:
-    """A numeric range as crawljob.py's ``_Range`` says it: "greater than 0 and less than 0.5"."""
+    """A numeric range as the model's ``Range`` says it: "greater than 0 and less than 0.5"."""
     lower, upper = schema.get("minimum"), schema.get("maximum")
     inclusive = not (schema.get("exclusiveMinimum") or schema.get("exclusiveMaximum"))
     if lower is not None and upper is not None and inclusive:
@@ -752,7 +752,7 @@ def _expected_files(root: Path) -> dict[Path, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m crawlfleet.operator.crd",
-        description="Print the CrawlJob CRD generated from crawlfleet/crawljob.py.",
+        description="Print the CrawlJob CRD generated from crawlfleet/crawljob/.",
     )
     action = parser.add_mutually_exclusive_group()
     action.add_argument(

@@ -25,9 +25,9 @@ from typing import Final
 from pydantic import ValidationError
 
 from crawlfleet.crawljob import CrawlJobSpec, CredentialsSecretRef, OutputSpec, S3Spec
+from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError
 from crawlfleet.operator.children import JobRef
-from crawlfleet.output.destination import parse_destination
 
 __all__ = ["DATA_DIR", "DefaultOutput", "OutputPlan", "output_plan"]
 

@@ -1,13 +1,14 @@
-"""Durable crawl output (DESIGN §8): destinations, the stores behind them, manifests, readers.
+"""Durable crawl output (DESIGN §8): the stores behind destinations, manifests, readers.
 
 A worker's files are made durable in the destination before the leases of their records are
-acked (``crawlfleet.crawler.sinks``); this package holds what every side shares: parsing
-``output.destination``, the store of each kind (a folder with fsync, an S3-compatible bucket),
-the manifest written at completion, and the readers behind ``crawlfleet output``. See
-docs/output.md.
+acked (``crawlfleet.crawler.sinks``); this package holds what every side shares: the store of
+each kind (a folder with fsync, an S3-compatible bucket), the manifest written at completion,
+and the readers behind ``crawlfleet output``. See docs/output.md. Parsing
+``output.destination`` is the model's vocabulary, so it lives on the ground floor, in
+``crawlfleet.destinations``.
 
-Names are imported on first use: the model imports the destination parser, and nothing else
-here should load obstore (or anything heavy) into a process that does not need it.
+Names are imported on first use: nothing here should load obstore (or anything heavy) into a
+process that does not need it.
 """
 
 from typing import TYPE_CHECKING
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING
 from crawlfleet._exports import lazy_exports
 
 if TYPE_CHECKING:
-    from crawlfleet.output.destination import Destination, InvalidDestination, parse_destination
     from crawlfleet.output.manifest import finish_output
     from crawlfleet.output.reader import Verification, item_records, page_records, verify
     from crawlfleet.output.stores import (
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BucketStore",
-    "Destination",
     "FolderStore",
-    "InvalidDestination",
     "OutputStore",
     "StoredObject",
     "Verification",
@@ -40,7 +38,6 @@ __all__ = [
     "item_records",
     "open_store",
     "page_records",
-    "parse_destination",
     "verify",
 ]
 
@@ -48,9 +45,7 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "BucketStore": "crawlfleet.output.stores",
-        "Destination": "crawlfleet.output.destination",
         "FolderStore": "crawlfleet.output.stores",
-        "InvalidDestination": "crawlfleet.output.destination",
         "OutputStore": "crawlfleet.output.stores",
         "StoredObject": "crawlfleet.output.stores",
         "Verification": "crawlfleet.output.reader",
@@ -59,7 +54,6 @@ __getattr__ = lazy_exports(
         "item_records": "crawlfleet.output.reader",
         "open_store": "crawlfleet.output.stores",
         "page_records": "crawlfleet.output.reader",
-        "parse_destination": "crawlfleet.output.destination",
         "verify": "crawlfleet.output.reader",
     },
 )

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 from crawlfleet.config import OutputConfig
+from crawlfleet.destinations import LAYOUT_FILES, LAYOUT_FOLDERS, Destination
 from crawlfleet.errors import OutputError, OutputUnavailable
-from crawlfleet.output.destination import LAYOUT_FILES, LAYOUT_FOLDERS, Destination
 
 if TYPE_CHECKING:
     from obstore.store import S3Config, S3Store
@@ -148,7 +148,7 @@ async def checked_store(
     """
     if spec.output.format == "none":
         return None
-    from crawlfleet.output.destination import parse_destination
+    from crawlfleet.destinations import parse_destination
 
     store = open_store(parse_destination(destination), spec.output.s3, config)
     await store.check()

@@ -16,13 +16,13 @@ callback with nothing else set (most links a CrawlSpider or ``response.follow`` 
 meta) has no mark at all: it is exactly as compact as a crawlfleet link, and a seed or a link
 queued by ``crawlfleet enqueue`` is such a request.
 
-The URL the frontier dedups and queues is the canonical one (``frontier/urls.py``); when Scrapy's
-URL differs (a fragment, another spelling), the original goes in the payload and is what Scrapy
-fetches. Bytes (a body, header values) are kept as ``{"$b": base64}``; a meta or cb_kwargs value
-JSON cannot hold (a Selector, a Response) makes the request unserializable: it is refused, counted
-as dropped (``scrapy_unserializable``) and logged, never silently lost. Meta keys Scrapy sets per
-download (``download_slot``, ``retry_times``, ``redirect_urls``, ``depth``: the task's own depth
-field carries it) are not carried.
+The URL the frontier dedups and queues is the canonical one (``crawlfleet/urls.py``); when
+Scrapy's URL differs (a fragment, another spelling), the original goes in the payload and is what
+Scrapy fetches. Bytes (a body, header values) are kept as ``{"$b": base64}``; a meta or cb_kwargs
+value JSON cannot hold (a Selector, a Response) makes the request unserializable: it is refused,
+counted as dropped (``scrapy_unserializable``) and logged, never silently lost. Meta keys Scrapy
+sets per download (``download_slot``, ``retry_times``, ``redirect_urls``, ``depth``: the task's
+own depth field carries it) are not carried.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from crawlfleet.frontier.urls import CanonicalURL, try_canonicalize
+from crawlfleet.urls import CanonicalURL, try_canonicalize
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -2,7 +2,7 @@
 
 The unit tests compare the generated CRD with the model as data; only kube-apiserver can say
 that the CEL compiles within its cost budget, that defaulting fills in what the model fills in,
-and that a refusal reads the way crawljob.py words it. Each refusal here is also checked against
+and that a refusal reads the way the model words it. Each refusal here is also checked against
 ``crawlfleet run``'s validation, so the two sides are shown to agree on the same documents.
 """
 
@@ -158,7 +158,7 @@ def test_a_partly_given_section_gets_the_rest_of_its_defaults(jobs: Jobs) -> Non
     }
 
 
-# --- refused, in crawljob.py's words ----------------------------------------------------------
+# --- refused, in the model's words ------------------------------------------------------------
 
 # (id, spec, the field the refusal names, what it says): every one also refused by Python.
 REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [

@@ -1,5 +1,5 @@
 """A Scrapy job's settings keep nothing of scrapy-redis: each leftover is named with what
-replaces it (crawlfleet/crawljob.py, the scrapy-redis section; docs/scrapy.md's table)."""
+replaces it (crawlfleet/crawljob/scrapy.py, the scrapy-redis section; docs/scrapy.md's table)."""
 
 from __future__ import annotations
 

@@ -30,10 +30,10 @@ PACKAGE_DIR = Path(crawlfleet.__file__).parent
 OUTSIDE_THE_TREE = {
     "crawlfleet.hosts.InvalidHost": "a ValueError of a pure helper; callers translate it",
     "crawlfleet.patterns.PatternError": "a ValueError of a pure helper; the model translates it",
-    "crawlfleet.output.destination.InvalidDestination": (
+    "crawlfleet.destinations.InvalidDestination": (
         "a ValueError of a pure helper; the model and the command line translate it"
     ),
-    "crawlfleet.operator.crd.SchemaError": "a bug in crawljob.py, found by the CRD's tests",
+    "crawlfleet.operator.crd.SchemaError": "a bug in the model, found by the CRD's tests",
     "crawlfleet.selection.SelectorError": "a ValueError of a pure helper; the model translates it",
     "crawlfleet.crawler.extract.ExtractionError": (
         "a page's extraction failed: the harvest turns it into the page's parser_error"
@@ -46,10 +46,21 @@ OUTSIDE_THE_TREE = {
     ),
 }
 
+#: The ground floor: pure helpers that import nothing of crawlfleet's but each other, so that
+#: the CrawlJob model (``crawlfleet.crawljob``), which every layer reads, can stand on them.
+GROUND_FLOOR = (
+    "crawlfleet.destinations",
+    "crawlfleet.errors",
+    "crawlfleet.hosts",
+    "crawlfleet.patterns",
+    "crawlfleet.selection",
+    "crawlfleet.urls",
+)
 #: Packages whose ``__init__`` imports its public face.
 PACKAGES = (
     "crawlfleet",
     "crawlfleet.crawler",
+    "crawlfleet.crawljob",
     "crawlfleet.fleet",
     "crawlfleet.frontier",
     "crawlfleet.testsite",
@@ -155,13 +166,18 @@ def test_the_tree_is_drawn_where_it_is_defined() -> None:
 
 
 def _imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at the top or inside a function."""
+    """Every module a file imports, at the top or inside a function, relative imports resolved;
+    ``from package import name`` counts ``package.name`` too, in case the name is a module."""
+    package = ".".join(path.relative_to(PACKAGE_DIR.parent).parts[:-1])  # where "." starts
     imported = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            imported.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
+            imported.add(module)
+            imported.update(f"{module}.{alias.name}" for alias in node.names)
     return imported
 
 
@@ -173,6 +189,27 @@ def test_nothing_outside_the_frontier_speaks_redis() -> None:
         and any(m == "redis" or m.startswith("redis.") for m in _imported_modules(path))
     )
     assert speakers == []
+
+
+def _within(module: str, places: tuple[str, ...]) -> bool:
+    return any(module == place or module.startswith(f"{place}.") for place in places)
+
+
+def test_the_model_stands_on_the_ground_floor_only() -> None:
+    """The CrawlJob model is read by every layer, so it imports none of them (the frontier, the
+    output stores, the crawler, the fleet, the operator, the local runner, the Scrapy runtime):
+    only its own modules and the pure helpers of the ground floor, at the top or lazily."""
+    for path in (PACKAGE_DIR / "crawljob").rglob("*.py"):
+        ours = {m for m in _imported_modules(path) if _within(m, ("crawlfleet",))}
+        above = {m for m in ours if not _within(m, ("crawlfleet.crawljob", *GROUND_FLOOR))}
+        assert above == set(), path
+
+
+def test_the_ground_floor_imports_nothing_above_it() -> None:
+    for name in GROUND_FLOOR:
+        path = PACKAGE_DIR.parent.joinpath(*name.split(".")).with_suffix(".py")
+        ours = {m for m in _imported_modules(path) if _within(m, ("crawlfleet",))}
+        assert {m for m in ours if not _within(m, GROUND_FLOOR)} == set(), path
 
 
 def test_the_crawler_and_the_operator_never_import_each_other() -> None:

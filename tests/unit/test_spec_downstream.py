@@ -24,12 +24,12 @@ from crawlfleet.crawler.robots import product_token
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, OutputSink
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.destinations import parse_destination
 from crawlfleet.fleet.policy import FleetPolicy
 from crawlfleet.frontier import BloomParams, FrontierSettings
-from crawlfleet.frontier.urls import canonicalize
 from crawlfleet.operator.children import JobRef, config_map, redis_deployment, worker_deployment
-from crawlfleet.output.destination import parse_destination
 from crawlfleet.output.stores import open_store
+from crawlfleet.urls import canonicalize
 
 SEEDS = ["https://example.com/", "http://fa\u00df.de:8080/a?b=1", "http://[::1]/x"]
 USER_AGENTS = ["crawlfleet/0.1", "mybot", " padded /1.0 (+https://x.test)", "a~b/1 (x; y)"]

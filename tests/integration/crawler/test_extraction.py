@@ -17,9 +17,9 @@ import pytest
 
 from crawlfleet.cli import main
 from crawlfleet.crawljob import load_crawljob
+from crawlfleet.destinations import parse_destination
 from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
-from crawlfleet.output.destination import parse_destination
 from crawlfleet.output.manifest import finish_output
 from crawlfleet.output.reader import item_records, page_records
 from crawlfleet.output.stores import FolderStore

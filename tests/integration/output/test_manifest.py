@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from crawlfleet.destinations import parse_destination
 from crawlfleet.frontier import Frontier
 from crawlfleet.local.redis_server import RedisServer
-from crawlfleet.output.destination import parse_destination
 from crawlfleet.output.manifest import MANIFEST, finish_output_once
 from crawlfleet.output.stores import FolderStore
 from tests.support.specs import frontier_settings, job_spec

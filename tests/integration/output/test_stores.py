@@ -17,8 +17,8 @@ import pytest
 
 from crawlfleet.config import OutputConfig
 from crawlfleet.crawljob import S3Spec
+from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import OutputError
-from crawlfleet.output.destination import parse_destination
 from crawlfleet.output.stores import MULTIPART_THRESHOLD_BYTES, BucketStore, FolderStore
 from tests.support.s3 import REGION, S3Credentials, S3Server
 

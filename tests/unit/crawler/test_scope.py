@@ -11,7 +11,7 @@ from crawlfleet.crawler.links import extract_links
 from crawlfleet.crawler.scope import Scope, ScopeVerdict
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError
-from crawlfleet.frontier.urls import canonicalize
+from crawlfleet.urls import canonicalize
 
 V = ScopeVerdict
 

@@ -28,8 +28,8 @@ from crawlfleet.crawler.sinks import (
     PageRecord,
     safe_file_token,
 )
+from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError
-from crawlfleet.output.destination import parse_destination
 from crawlfleet.output.stores import FolderStore
 from tests.support.specs import job_spec
 

@@ -27,7 +27,8 @@ from crawlfleet.operator import crd
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = "https://example.com/start"
-# Filled by the models from other fields, so deliberately not CRD defaults (see crawljob.py).
+# Filled by the models from other fields, so deliberately not CRD defaults (see
+# crawlfleet/crawljob/spec.py).
 DEPENDENT_DEFAULTS = {("scope", "allowedDomains"), ("redis", "managed")}
 
 
@@ -145,7 +146,7 @@ def section_models() -> list[type[BaseModel]]:
         for value in vars(crawljob).values()
         if isinstance(value, type)
         and issubclass(value, BaseModel)
-        and value.__module__ == crawljob.__name__
+        and value.__module__.startswith(f"{crawljob.__name__}.")
     ]
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.output.destination import parse_destination
+from crawlfleet.destinations import parse_destination
 from crawlfleet.output.reader import item_records, page_records
 from crawlfleet.output.stores import FolderStore
 

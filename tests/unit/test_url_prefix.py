@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crawlfleet.frontier.urls import authority_prefix, per_authority
+from crawlfleet.urls import authority_prefix, per_authority
 
 
 def netloc_view(url: str) -> tuple[str, str | None, int | None] | str:

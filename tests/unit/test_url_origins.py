@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawlfleet.errors import InvalidURL
-from crawlfleet.frontier.urls import authority_of, origin_of
+from crawlfleet.urls import authority_of, origin_of
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ Anything else that looks like a URL (``gs://``, ``https://``, ``ftp:``) is refus
 taken for a folder of that name, and so is a URL that carries credentials: the spec is
 readable by everyone who can read the CrawlJob, so keys belong in a Secret.
 
-The messages here are the model's own (``crawljob.py`` raises them with the field's path); this
-module imports nothing of crawlfleet's, so the model, the sinks and the CLI can all use it.
+The messages here are the model's own (``crawlfleet.crawljob`` raises them with the field's
+path). The module is on the ground floor, beside ``hosts`` and ``urls``: it imports nothing of
+crawlfleet's but ``crawlfleet.errors``, so the model, the sinks and the CLI can all use it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Final, Literal
 from urllib.parse import unquote, urlsplit
+
+from crawlfleet.errors import ConfigError
 
 __all__ = [
     "DESTINATION_CREDENTIALS",
@@ -121,8 +124,6 @@ def parse_destination(text: str) -> Destination:
 
 def destination_flag(text: str, flag: str) -> Destination:
     """A destination given on a command line (``--output``): refused in the model's words."""
-    from crawlfleet.errors import ConfigError
-
     try:
         return parse_destination(text)
     except InvalidDestination as error:

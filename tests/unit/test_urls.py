@@ -6,7 +6,7 @@ import pytest
 
 from crawlfleet.errors import InvalidURL, UnsupportedScheme
 from crawlfleet.frontier.keys import JobKeys
-from crawlfleet.frontier.urls import authority_of, canonicalize, host_of
+from crawlfleet.urls import authority_of, canonicalize, host_of
 
 
 @pytest.mark.parametrize(

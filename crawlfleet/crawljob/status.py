@@ -1,0 +1,148 @@
+"""``status``: what the operator observed, in the shape ``kubectl`` and status patches use.
+
+Written by the operator only, so the models are tolerant (fields of other versions are ignored)
+and counters default to 0, so printer columns never show blanks.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, JsonValue, computed_field
+from pydantic.alias_generators import to_camel
+
+__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "Phase"]
+
+Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+
+
+class _Observed(BaseModel):
+    """Status models: written by the operator, so tolerant of fields from other versions."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class Condition(_Observed):
+    """One metav1.Condition."""
+
+    type: str
+    """What the condition is about: Ready, Progressing, Complete, Failed, Suspended,
+    InvalidSpec, OutputNotDurable, OutputBlocked, FrontierLost, FrontierMemoryPressure or
+    BloomNearlyFull. At most one condition of each type."""
+    status: Literal["True", "False", "Unknown"] = "Unknown"
+    """Whether the condition holds: True, False or Unknown."""
+    reason: str = ""
+    """Why the condition last changed, as one CamelCase word that tools can match on."""
+    message: str = ""
+    """Why the condition last changed, in words for people."""
+    last_transition_time: datetime | None = None
+    """When status last changed."""
+    observed_generation: int | None = None
+    """The metadata.generation of the spec the condition was set from."""
+
+
+class FleetStatus(_Observed):
+    """What the fleet brain remembers between ticks, kept here so that an operator restart (or
+    a standby taking over) resumes the same decisions instead of starting its clocks again."""
+
+    replicas: int = 0
+    """Worker pods the brain last decided on."""
+    low_demand_since: datetime | None = None
+    """Since when the backlog has asked for fewer workers than run: the scale-down delay runs
+    from here."""
+    idle_since: datetime | None = None
+    """Since when nothing has been queued, delayed or in flight: the completion grace runs from
+    here."""
+    bloom_nearly_full: bool = False
+    """The BloomNearlyFull warning was given (it is given once)."""
+    pressure_base_rate: str | None = None
+    """Pages a second when memory backpressure began (claims are slowed to shares of it), as
+    a decimal string; unset while there is no pressure."""
+    workers_failing: str | None = None
+    """The error of workers that keep dying at start (``Reason: message``) that the
+    WorkersFailing (or OutputUnavailable) Event was given for; unset while none is failing."""
+    seeds_hash: str | None = None
+    """A digest of the seed list the frontier was last seeded with: a different one on a
+    running job queues the seeds again, once (the SeedsAdded Event says how many were new)."""
+
+
+class CrawlJobStatus(_Observed):
+    """What the operator observed; counters default to 0 so printer columns never show blanks."""
+
+    phase: Phase = "Pending"
+    """Where the job is in its life: Pending (setting up), Running, Suspended, Succeeded
+    (nothing left to crawl) or Failed."""
+    conditions: tuple[Condition, ...] = ()
+    """The latest observations of the job's state, one per type, in the standard Kubernetes
+    shape (kubectl wait --for=condition=Complete works)."""
+    observed_generation: int | None = None
+    """The metadata.generation this status describes; less than metadata.generation means the
+    operator has not acted on the latest spec change yet."""
+    replicas: int = 0
+    """Worker pods that exist (the scale subresource's current replicas)."""
+    ready_replicas: int = 0
+    """Worker pods that are ready."""
+    desired_replicas: int = 0
+    """Worker pods wanted right now: the autoscaler's decision, or workers.replicas when
+    autoscale is external."""
+    selector: str | None = None
+    """Label selector of the job's worker pods, as a string: what an HPA or KEDA read through
+    the scale subresource."""
+    queued: int = 0
+    """URLs waiting to be fetched, retries waiting out their backoff included."""
+    in_flight: int = 0
+    """URLs leased to workers and being fetched right now."""
+    seen: int = 0
+    """Distinct URLs admitted to the crawl so far (seeds included)."""
+    crawled: int = 0
+    """URLs fetched and done."""
+    failed: int = 0
+    """URLs given up on: out of task attempts, or failed for good (they are in the dead-letter
+    set)."""
+    pages_per_second: float = 0.0
+    """Recent crawl rate, in pages per second."""
+    start_time: datetime | None = None
+    """When the crawl started."""
+    completion_time: datetime | None = None
+    """When the crawl succeeded or failed."""
+    last_scale_time: datetime | None = None
+    """When the number of workers last changed."""
+    message: str | None = None
+    """The latest news about the job, in words for people."""
+    fleet: FleetStatus | None = None
+    """The fleet brain's memory (scale-down window, completion grace), for the operator."""
+    frontier_epoch: str | None = None
+    """The epoch the job's frontier was created with. A Redis that answers with another epoch,
+    or with none, has lost the frontier (condition FrontierLost)."""
+    bloom_fill_ratio: float = 0.0
+    """Distinct URLs seen as a share of dedup.capacity; past 0.8 the BloomNearlyFull condition
+    is set (the filter grows past 1.0, at a tighter error rate per layer)."""
+    bloom_false_positive_rate: float = 0.0
+    """The Bloom filter's estimated false-positive rate now: the share of new URLs wrongly taken
+    for seen."""
+    bloom_layers: int = 0
+    """Layers of the Bloom filter: 1 until the URLs seen pass a layer's capacity."""
+    frontier_memory_used_bytes: int = 0
+    """Memory the job's Redis uses, in bytes (used_memory)."""
+    frontier_memory_max_bytes: int = 0
+    """The Redis's maxmemory, in bytes; 0: no limit set."""
+    frontier_pressure: Literal["None", "High", "Critical"] = "None"
+    """Memory backpressure on the frontier: High past 80% of maxmemory (fewer claims, a budget
+    of new links per page), Critical past 95% (no new links admitted); None again below 70%."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def workers(self) -> str:
+        """Ready/desired worker replicas, for kubectl get."""
+        return f"{self.ready_replicas}/{self.desired_replicas}"
+
+    def to_mapping(self) -> dict[str, JsonValue]:
+        """The camelCase status, ready for a status patch."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
