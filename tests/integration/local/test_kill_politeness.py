@@ -99,8 +99,7 @@ def test_hung_workers_never_push_a_host_past_per_host(tmp_path: Path) -> None:
             canonicalize(r.url) for r in site.all_requests() if r.path != "/robots.txt"
         )
         assert set(fetched) == expected
-        events = [
-            json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()
-        ]
+        lines = (tmp_path / "out" / "events.jsonl").read_text().splitlines()
+        events = [json.loads(line) for line in lines]
         # Found dead by their heartbeats (not by an exit), so their slots were held.
         assert any(e["kind"] == "LeasesRequeued" and e["why"] == "stale_heartbeat" for e in events)
