@@ -212,7 +212,10 @@ class Worker:
         self.store = store
         self._output_finished = store is None or not options.finish_output
         self._finish_checked_at = 0.0
-        self.guard = None if spec.scope.allow_private_networks else guard
+        #: Asked before any request, robots.txt's included: with allowPrivateNetworks it still
+        #: refuses cloud metadata addresses, and a refusal then costs one dead letter
+        #: (forbidden_address) instead of a robots.txt deferral toward such an address.
+        self.guard = guard
         #: The bytes of bodies in flight and in the done buffer (crawler/memory.py).
         self.memory = memory if memory is not None else ByteBudget(None)
         self.worker_id = options.worker_id

@@ -176,7 +176,10 @@ class Runtime:
         self.metrics = metrics
         self.options = options
         self.worker_id = options.worker_id
-        self.guard = None if spec.scope.allow_private_networks else guard
+        #: Asked before any request, robots.txt's included: with allowPrivateNetworks it still
+        #: refuses cloud metadata addresses, and a refusal then costs one dead letter
+        #: (forbidden_address) instead of a robots.txt deferral toward such an address.
+        self.guard = guard
         self.scope = Scope.from_spec(spec.scope)
         self._rng = rng or random.Random()
         self._spider: Spider | None = None

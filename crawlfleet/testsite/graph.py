@@ -40,6 +40,8 @@ from dataclasses import dataclass, fields
 __all__ = [
     "DIRECTORIES",
     "MAX_TREE_BRANCHING",
+    "METADATA_URL",
+    "REFUSED_PREFIX",
     "PageRef",
     "SiteConfig",
     "SiteGraph",
@@ -51,6 +53,11 @@ __all__ = [
 DIRECTORIES = 7
 #: Upper bound on the spanning-tree fan-out (keeps depth small but not trivial).
 MAX_TREE_BRANCHING = 4
+
+#: Where ``refusal_links_per_page`` links lead: a path every host's robots.txt then disallows,
+#: and a cloud metadata address (the address guard refuses it even with allowPrivateNetworks).
+REFUSED_PREFIX = "/search/"
+METADATA_URL = "http://169.254.169.254/latest/meta-data/"
 
 #: (host index, page index).  Host index ``config.hosts`` is the out-of-scope host.
 PageRef = tuple[int, int]
@@ -118,6 +125,13 @@ class SiteConfig:
     robots_hang: bool = False
     #: ``/trickle`` sends one body byte this often, forever.
     trickle_interval_seconds: float = 15.0
+    #: Links every normal page of every in-scope host has into paths that the host's
+    #: robots.txt disallows (``/search/<page>-<k>``, as real sites disallow their search,
+    #: login and edit links), plus, when above 0, one link to a cloud metadata address that
+    #: the address guard refuses whatever the job allows: refusals decided before any request.
+    refusal_links_per_page: int = 0
+    #: Hosts whose robots.txt answers 503 for ever (unavailable: their pages are given up).
+    robots_down_hosts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
@@ -141,6 +155,10 @@ class SiteConfig:
             raise ValueError("bomb_inflated_bytes must be a positive multiple of 1 MiB")
         if self.robots_failures < 0 or self.trickle_interval_seconds <= 0:
             raise ValueError("robots_failures must be >= 0, trickle_interval_seconds > 0")
+        if self.refusal_links_per_page < 0:
+            raise ValueError("refusal_links_per_page must be >= 0")
+        if any(not 0 <= host < self.hosts for host in self.robots_down_hosts):
+            raise ValueError("robots_down_hosts must name in-scope hosts (0..hosts-1)")
 
 
 @dataclass(frozen=True)
@@ -451,6 +469,11 @@ class SiteGraph:
                 f"<li><a href={q}{href}{q}>Page {target[1]} of site {target[0]}</a></li>\n"
             )
         parts.append("</ul>\n")
+        if cfg.refusal_links_per_page and host != self.out_of_scope_index:
+            parts.append('<ul class="tools">\n')
+            for k in range(cfg.refusal_links_per_page):
+                parts.append(f'<li><a href="{REFUSED_PREFIX}{index}-{k}">Search {k}</a></li>\n')
+            parts.append(f'<li><a href="{METADATA_URL}{host}-{index}">Instance</a></li>\n</ul>\n')
         parts.append(prose[1])
         # Duplicates: the first link again verbatim, and again with another fragment.
         parts.append(
@@ -515,8 +538,10 @@ class SiteGraph:
             lines.append(f"Crawl-delay: {cfg.crawl_delay_seconds:g}")
         if host == 0 and cfg.hostile:
             lines.append("Disallow: /private/")
-        else:
+        elif not cfg.refusal_links_per_page:
             lines.append("Disallow:")
+        if cfg.refusal_links_per_page:
+            lines.append(f"Disallow: {REFUSED_PREFIX}")
         return ("\n".join(lines) + "\n").encode()
 
     def iter_refs(self) -> Iterator[PageRef]:

@@ -89,7 +89,10 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
 =========================== ===========================================================
 
 ``robots_failures`` makes every host's robots.txt answer 503 that many times first
-(counted per host); ``robots_hang`` makes it never answer.
+(counted per host); ``robots_hang`` makes it never answer; ``robots_down_hosts`` makes those
+hosts' answer 503 for ever. ``refusal_links_per_page`` links every normal page to that many
+``/search/<page>-<k>`` paths, which every host's robots.txt then disallows, and to the cloud
+metadata address (refusals a crawler decides before any request).
 
 Where they are linked (hostile mode; page index taken modulo ``pages_per_host``):
 host-0 page 1 links ``/status/404``, ``/status/410``, ``/private/secret``, ``/file.pdf`` and
@@ -541,7 +544,10 @@ class SiteServer:
                 await self._stopping.wait()
                 return _small(503, "Shutting down")
             self._hits[f"robots:{host}"] += 1
-            if self._hits[f"robots:{host}"] <= self.config.robots_failures:
+            if (
+                self._hits[f"robots:{host}"] <= self.config.robots_failures
+                or host in self.config.robots_down_hosts
+            ):
                 return _small(503, "Service Unavailable")
             robots = self.graph.robots_txt(host)
             if robots is None:

