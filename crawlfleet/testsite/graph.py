@@ -114,6 +114,8 @@ class SiteConfig:
     bomb_inflated_bytes: int = 1 << 30
     #: Every host's robots.txt answers 503 this many times before its real answer.
     robots_failures: int = 0
+    #: ``Retry-After`` (seconds) sent with those 503s; None: no header.
+    robots_retry_after_seconds: int | None = None
     #: Every host's robots.txt never answers (the request hangs until the client gives up).
     robots_hang: bool = False
     #: ``/trickle`` sends one body byte this often, forever.
@@ -141,6 +143,8 @@ class SiteConfig:
             raise ValueError("bomb_inflated_bytes must be a positive multiple of 1 MiB")
         if self.robots_failures < 0 or self.trickle_interval_seconds <= 0:
             raise ValueError("robots_failures must be >= 0, trickle_interval_seconds > 0")
+        if self.robots_retry_after_seconds is not None and self.robots_retry_after_seconds < 0:
+            raise ValueError("robots_retry_after_seconds must be >= 0")
 
 
 @dataclass(frozen=True)

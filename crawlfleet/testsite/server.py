@@ -89,7 +89,8 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
 =========================== ===========================================================
 
 ``robots_failures`` makes every host's robots.txt answer 503 that many times first
-(counted per host); ``robots_hang`` makes it never answer.
+(counted per host), with ``Retry-After: <robots_retry_after_seconds>`` when that is set;
+``robots_hang`` makes it never answer.
 
 Where they are linked (hostile mode; page index taken modulo ``pages_per_host``):
 host-0 page 1 links ``/status/404``, ``/status/410``, ``/private/secret``, ``/file.pdf`` and
@@ -542,7 +543,11 @@ class SiteServer:
                 return _small(503, "Shutting down")
             self._hits[f"robots:{host}"] += 1
             if self._hits[f"robots:{host}"] <= self.config.robots_failures:
-                return _small(503, "Service Unavailable")
+                unavailable = _small(503, "Service Unavailable")
+                if self.config.robots_retry_after_seconds is not None:
+                    retry_after = str(self.config.robots_retry_after_seconds)
+                    unavailable.headers["Retry-After"] = retry_after
+                return unavailable
             robots = self.graph.robots_txt(host)
             if robots is None:
                 return _not_found()
