@@ -16,10 +16,14 @@ Semantics follow RFC 9309 (and Google's reading of it):
   hop we refuse leave no robots.txt: everything is allowed, as for 4xx except 429;
 * 5xx, 429, a network failure, a timeout or an unreadable body: the file is *unreachable*, and
   until it is read the host is deferred (:attr:`RobotsAccess.DEFERRED`: its URLs go back to the
-  frontier without an attempt counted). It is asked again after ``robots.errorTtlSeconds``,
-  doubling after each further failure up to :data:`MAX_RECHECK_SECONDS` (or the TTL if longer).
-  When a good answer was seen before, that copy is obeyed meanwhile instead; when none ever
-  was, the host is given up after ``robots.giveUpAfterSeconds``
+  frontier without an attempt counted). It is asked again when :func:`recheck_seconds` says:
+  after the server's ``Retry-After`` on a 429 or 503 (RFC 9110 §10.2.3: how long the service
+  is expected to be away, or how long to wait), kept between :data:`MIN_RECHECK_SECONDS` and
+  ``robots.errorTtlSeconds``; without one after ``robots.errorTtlSeconds``, doubling after each
+  further failure up to :data:`MAX_RECHECK_SECONDS` (or the TTL if longer). The time is stored
+  in the shared entry (``next_try_at``), so every worker, and whoever shows the fleet's
+  waits, reads the same one. When a good answer was seen before, that copy is obeyed meanwhile
+  instead; when none ever was, the host is given up after ``robots.giveUpAfterSeconds``
   (:attr:`RobotsAccess.UNAVAILABLE`: its URLs are dead-lettered as ``robots_unavailable``);
 * a good (2xx/3xx/4xx) answer is kept for ``robots.ttlSeconds``;
 * ``obey=False``: every URL is allowed and robots.txt is never fetched.
@@ -56,21 +60,37 @@ __all__ = [
     "LOCAL_CACHE_ORIGINS",
     "MAX_RECHECK_SECONDS",
     "MAX_ROBOTS_BYTES",
+    "MIN_RECHECK_SECONDS",
+    "RETRY_AFTER_STATUSES",
     "ROBOTS_MAX_REDIRECTS",
     "RobotsAccess",
+    "RobotsAnswer",
     "RobotsFetch",
     "RobotsPolicy",
     "RobotsVerdict",
     "product_token",
+    "recheck_seconds",
     "robots_answer",
     "robots_fetch",
 ]
 
 log = logging.getLogger(__name__)
 
-#: ``robots URL -> (HTTP status, or None when the file is unreachable; body)``. The fetcher
-#: follows redirects itself and applies the usual safety checks (see :func:`robots_fetch`).
-RobotsFetch = Callable[[str], Awaitable[tuple[int | None, bytes]]]
+
+@dataclass(frozen=True, slots=True)
+class RobotsAnswer:
+    """What one fetch of a robots.txt came to: the HTTP status (None when no answer came), the
+    body, and the server's ``Retry-After`` in seconds from the answer (None when it sent none
+    or one that does not parse)."""
+
+    status: int | None
+    body: bytes = b""
+    retry_after_seconds: float | None = None
+
+
+#: ``robots URL -> its answer``. The fetcher follows redirects itself and applies the usual
+#: safety checks (see :func:`robots_fetch`).
+RobotsFetch = Callable[[str], Awaitable[RobotsAnswer]]
 
 #: Google (and RFC 9309's minimum) read the first 500 KiB of a robots.txt.
 MAX_ROBOTS_BYTES: Final = 500 * 1024
@@ -79,6 +99,11 @@ ROBOTS_MAX_REDIRECTS: Final = 5
 #: The longest wait between two tries of an unreachable robots.txt (unless errorTtlSeconds is
 #: longer): the doubling stops here, so a site that comes back is noticed within the hour.
 MAX_RECHECK_SECONDS: Final = 3600.0
+#: The shortest wait a server's Retry-After buys: "0" or a date gone by must not make the fleet
+#: ask again in a tight loop.
+MIN_RECHECK_SECONDS: Final = 1.0
+#: The answers whose Retry-After says when to ask again (RFC 9110 §10.2.3, RFC 6585 §4).
+RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
 #: Origins whose parsed rules one worker keeps (an LRU): the hosts of its recent claims.
 LOCAL_CACHE_ORIGINS: Final = 4096
 
@@ -132,7 +157,9 @@ class RobotsVerdict:
     is fetched again), so a worker applies a host's delay once per entry, not once per URL.
     ``crawl_delay_seconds`` is the file's delay for our agent (clamped), None when it sets
     none. ``retry_in_seconds`` is, for a deferred URL, the time until the file is asked again.
-    ``recovered`` marks the first good answer after failures (a deferral to undo).
+    ``recovered`` marks the first good answer after failures (a deferral to undo). For a
+    deferred or unavailable URL, ``status`` is the file's last answer (None: no answer came)
+    and ``detail`` says it in words, with the next try for a deferred one.
     """
 
     access: RobotsAccess
@@ -141,6 +168,7 @@ class RobotsVerdict:
     retry_in_seconds: float = 0.0
     recovered: bool = False
     detail: str = ""
+    status: int | None = None
 
 
 _ALLOWED_WITHOUT_ROBOTS: Final = RobotsVerdict(RobotsAccess.ALLOWED)
@@ -193,6 +221,34 @@ def product_token(user_agent: str) -> str:
     return token
 
 
+def recheck_seconds(
+    status: int | None,
+    retry_after_seconds: float | None,
+    *,
+    failures: int,
+    error_ttl_seconds: float,
+) -> float:
+    """How long after an unreachable answer its robots.txt is asked again.
+
+    A 429 or 503 with a Retry-After is asked again when the server said, but no sooner than
+    :data:`MIN_RECHECK_SECONDS` (a zero, or a date gone by, would have the fleet ask in a tight
+    loop) and no later than ``error_ttl_seconds`` (a server may ask for days; without the
+    header it would have been asked again then). Anything else (no Retry-After or one that did
+    not parse, another status, no answer at all) waits ``error_ttl_seconds`` after the first
+    failure in a row, doubling after each further one, up to the larger of
+    :data:`MAX_RECHECK_SECONDS` and ``error_ttl_seconds``.
+    """
+    if (
+        status in RETRY_AFTER_STATUSES
+        and retry_after_seconds is not None
+        and not math.isnan(retry_after_seconds)
+    ):
+        return min(error_ttl_seconds, max(MIN_RECHECK_SECONDS, retry_after_seconds))
+    ceiling = max(MAX_RECHECK_SECONDS, error_ttl_seconds)
+    exponent = min(max(failures, 1) - 1, 32)
+    return min(ceiling, error_ttl_seconds * 2.0**exponent)
+
+
 def _decode_body(body: bytes) -> str:
     """The first 500 KiB as text, cut at the last line break so no rule is read half-way."""
     if len(body) > MAX_ROBOTS_BYTES:
@@ -202,23 +258,24 @@ def _decode_body(body: bytes) -> str:
     return body.decode("utf-8", errors="replace").removeprefix(_UTF8_BOM)
 
 
-def robots_answer(result: FetchResult) -> tuple[int | None, bytes]:
-    """What a fetch of robots.txt means, as ``(status, body)`` for :class:`RobotsPolicy`.
+def robots_answer(result: FetchResult) -> RobotsAnswer:
+    """What a fetch of robots.txt means, as a :class:`RobotsAnswer` for :class:`RobotsPolicy`.
 
     A good 2xx gives its body; a redirect chain that ends in a refusal (too many hops, a loop,
     another scheme) gives its last 3xx, "no robots.txt"; any other status is passed on for
-    the policy to judge (4xx allow, 5xx and 429 unreachable). Everything else is unreachable
-    (None): no response, a timeout, or a 2xx whose body could not be read (too large, a bomb,
-    an unknown coding): a file we could not read is not a file that allows everything.
+    the policy to judge (4xx allow, 5xx and 429 unreachable), with its Retry-After. Everything
+    else is unreachable (None): no response, a timeout, or a 2xx whose body could not be read
+    (too large, a bomb, an unknown coding): a file we could not read is not a file that allows
+    everything.
     """
     status = result.status
     if result.failure is None:
-        return status, result.body
+        return RobotsAnswer(status, result.body)
     if status is not None and 300 <= status < 400:
-        return (status, b"") if result.failure in _REDIRECT_REFUSALS else (None, b"")
+        return RobotsAnswer(status if result.failure in _REDIRECT_REFUSALS else None)
     if status is not None and status >= 400:
-        return status, b""
-    return None, b""
+        return RobotsAnswer(status, retry_after_seconds=result.retry_after_seconds)
+    return RobotsAnswer(None)
 
 
 def robots_fetch(fetcher: Fetcher) -> RobotsFetch:
@@ -226,7 +283,7 @@ def robots_fetch(fetcher: Fetcher) -> RobotsFetch:
     its guard, timeouts and caps, :data:`ROBOTS_MAX_REDIRECTS` hops whatever
     ``fetch.maxRedirects`` says, and no soft-block test (a tiny robots.txt is a real one)."""
 
-    async def fetch(url: str) -> tuple[int | None, bytes]:
+    async def fetch(url: str) -> RobotsAnswer:
         result = await fetcher.fetch(url, max_redirects=ROBOTS_MAX_REDIRECTS, min_html_bytes=0)
         return robots_answer(result)
 
@@ -330,12 +387,18 @@ class RobotsPolicy:
             )
             return RobotsVerdict(access, rules.stamp, delay, recovered=rules.recovered)
         failing_for = now - (rules.failing_since if rules.failing_since is not None else now)
-        detail = _unreachable_detail(origin, rules.status, failing_for)
         if failing_for >= self._give_up_after_seconds:
-            return RobotsVerdict(RobotsAccess.UNAVAILABLE, rules.stamp, detail=detail)
+            detail = _unreachable_detail(origin, rules.status, failing_for)
+            return RobotsVerdict(
+                RobotsAccess.UNAVAILABLE, rules.stamp, detail=detail, status=rules.status
+            )
         retry_in = max(0.0, rules.expires_at - now)
         return RobotsVerdict(
-            RobotsAccess.DEFERRED, rules.stamp, retry_in_seconds=retry_in, detail=detail
+            RobotsAccess.DEFERRED,
+            rules.stamp,
+            retry_in_seconds=retry_in,
+            detail=_unreachable_detail(origin, rules.status, failing_for, retry_in),
+            status=rules.status,
         )
 
     async def allowed(self, url: str) -> bool:
@@ -373,10 +436,10 @@ class RobotsPolicy:
             now = self._clock()
             rules = self._local_get(origin, now) or (await self._rules_for([origin]))[origin]
             return rules.sitemaps()
-        status, body = await self._fetch(origin)
-        if _verdict(status) is not _Verdict.RULES:
+        answer = await self._fetch(origin)
+        if _verdict(answer.status) is not _Verdict.RULES:
             return ()
-        return _sitemaps(_decode_body(body))
+        return _sitemaps(_decode_body(answer.body))
 
     def _clamped_delay(self, rules: _Rules) -> float | None:
         delay = rules.delay_seconds(self._agent)
@@ -453,16 +516,15 @@ class RobotsPolicy:
         return rules
 
     def _expires_at(self, entry: RobotsEntry) -> float:
-        if _verdict(entry.status) is _Verdict.UNREACHABLE:
-            return entry.fetched_at + self._recheck_seconds(entry.failures)
-        return entry.fetched_at + self._ttl_seconds
-
-    def _recheck_seconds(self, failures: int) -> float:
-        """errorTtlSeconds after the first failure, doubling after each further one, up to
-        the larger of MAX_RECHECK_SECONDS and errorTtlSeconds."""
-        ceiling = max(MAX_RECHECK_SECONDS, self._error_ttl_seconds)
-        exponent = min(max(failures, 1) - 1, 32)
-        return min(ceiling, self._error_ttl_seconds * 2.0**exponent)
+        if _verdict(entry.status) is not _Verdict.UNREACHABLE:
+            return entry.fetched_at + self._ttl_seconds
+        if entry.next_try_at is not None:
+            return entry.next_try_at
+        # An entry stored without its next try (by an older worker): the wait without header.
+        wait = recheck_seconds(
+            entry.status, None, failures=entry.failures, error_ttl_seconds=self._error_ttl_seconds
+        )
+        return entry.fetched_at + wait
 
     def _fresh(self, entry: RobotsEntry) -> bool:
         return self._expires_at(entry) > self._clock()
@@ -539,12 +601,13 @@ class RobotsPolicy:
     async def _fetch_entry(self, origin: str, stored: RobotsEntry | None) -> RobotsEntry:
         """Fetch the file and build the entry to share, carrying a failure streak and the last
         good answer over from ``stored``."""
-        status, body = await self._fetch(origin)
+        answer = await self._fetch(origin)
+        status = answer.status
         now = self._clock()
         failing = stored is not None and _verdict(stored.status) is _Verdict.UNREACHABLE
         verdict = _verdict(status)
         if verdict is not _Verdict.UNREACHABLE:
-            text = _decode_body(body) if verdict is _Verdict.RULES else ""
+            text = _decode_body(answer.body) if verdict is _Verdict.RULES else ""
             sitemaps = _sitemaps(text) if "itemap" in text else ()
             if failing:
                 log.info("robots: %s/robots.txt is readable again (status %s)", origin, status)
@@ -557,12 +620,19 @@ class RobotsPolicy:
             failing_since = stored.failing_since if stored.failing_since is not None else now
         elif stored is not None:
             previous_good = stored
+        wait = recheck_seconds(
+            status,
+            answer.retry_after_seconds,
+            failures=failures,
+            error_ttl_seconds=self._error_ttl_seconds,
+        )
         entry = RobotsEntry(
             status,
             "",
             now,
             failures=failures,
             failing_since=failing_since,
+            next_try_at=now + wait,
             good=None
             if previous_good is None
             else RobotsEntry(
@@ -573,16 +643,18 @@ class RobotsPolicy:
             ),
         )
         log.info(
-            "robots: %s/robots.txt unreachable (status %s, %d time(s) in a row); %s for %.0f s",
+            "robots: %s/robots.txt unreachable (status %s, Retry-After %s, %d time(s) in a row);"
+            " %s; next try in %.0f s",
             origin,
             status,
+            "none" if answer.retry_after_seconds is None else f"{answer.retry_after_seconds:g} s",
             failures,
             "its last good copy is obeyed" if previous_good is not None else "the host waits",
-            self._recheck_seconds(failures),
+            wait,
         )
         return entry
 
-    async def _fetch(self, origin: str) -> tuple[int | None, bytes]:
+    async def _fetch(self, origin: str) -> RobotsAnswer:
         """The fetcher's answer; a timeout or a failed fetch is "unreachable" (status None)."""
         url = origin + "/robots.txt"
         try:
@@ -590,7 +662,7 @@ class RobotsPolicy:
                 return await self._fetch_robots(url)
         except (TimeoutError, OSError, FetchError) as exc:
             log.info("robots: fetching %s failed: %s", url, exc)
-            return None, b""
+            return RobotsAnswer(None)
 
 
 def _sitemaps(text: str) -> tuple[str, ...]:
@@ -598,6 +670,10 @@ def _sitemaps(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(Protego.parse(text).sitemaps))
 
 
-def _unreachable_detail(origin: str, status: int | None, failing_for: float) -> str:
+def _unreachable_detail(
+    origin: str, status: int | None, failing_for: float, retry_in: float | None = None
+) -> str:
     answer = f"HTTP {status}" if status is not None else "no response"
-    return f"{origin}/robots.txt unreachable for {failing_for:.0f} s (last answer: {answer})"
+    text = f"{origin}/robots.txt unreachable for {failing_for:.0f} s (last answer: {answer})"
+    # Whole seconds, rounded up: "next try in 0 s" would read as "now" while the host waits.
+    return text if retry_in is None else f"{text}; next try in {math.ceil(retry_in)} s"

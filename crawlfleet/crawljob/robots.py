@@ -21,7 +21,8 @@ class RobotsSpec(Section):
     before it is fetched again. One fetch serves every worker of the job."""
     error_ttl_seconds: Annotated[float, Range(ge=1, le=DAY_SECONDS)] = 600.0
     """Seconds before robots.txt is asked again after it could not be read (5xx, 429, timeout,
-    network error), doubling after each further failure up to an hour (or this, if longer).
+    network error), doubling after each further failure up to an hour (or this, if longer); a
+    429 or 503 with Retry-After is asked again after it instead (at least 1 s, at most this).
     Meanwhile the host waits: its URLs stay queued and keep their attempts, or the last good
     robots.txt is obeyed if there was one (RFC 9309)."""
     give_up_after_seconds: Annotated[float, Range(ge=1, le=30 * DAY_SECONDS)] = 3600.0

@@ -4,8 +4,10 @@ A fleet of N workers that each fetched every host's robots.txt would hit each si
 before its first page, and again on every worker restart. So the raw answer (status and body)
 lives in one hash of the job (``JobKeys.robots``; field ``scheme://host[:port]``, value JSON
 ``{"status", "body", "fetched_at"}`` and, when they are not empty, ``"sitemaps"``, the failure
-streak ``"failures"``/``"failing_since"``, the last good answer ``"good"`` (an entry of the same
-shape) and ``"recovered"``), written by whichever worker fetched it first.
+streak ``"failures"``/``"failing_since"``, the time the file is asked again ``"next_try_at"``,
+the last good answer ``"good"`` (an entry of the same shape) and ``"recovered"``), written by
+whichever worker fetched it first. A host's last status and next try are thus one HGET (or one
+HMGET for many), which is what the fleet reads to say what a host waits for.
 
 Only one worker of the fleet fetches an origin at a time: it takes a short ``SET NX PX`` lock
 (``JobKeys.robots_lock(origin)``, a random token), and workers that lose the race poll the hash
@@ -53,9 +55,12 @@ class RobotsEntry:
     ``status`` is None when the fetch failed without an HTTP answer (network error, timeout);
     ``fetched_at`` is the fetching worker's wall clock, in seconds since the epoch. What the
     crawler needs to defer a host whose robots.txt cannot be read (RFC 9309 §2.3.1.4) rides
-    along: ``failures`` failed fetches in a row since ``failing_since``, the last good answer
-    (``good``) to fall back on, and ``recovered`` on the first good answer after failures.
-    ``sitemaps`` are the file's ``Sitemap:`` URLs, for whoever reads sitemaps.
+    along: ``failures`` failed fetches in a row since ``failing_since``, ``next_try_at`` (same
+    clock) when the fleet asks for the file again (the crawler's rules decide it: its TTLs, the
+    server's Retry-After), the last good answer (``good``) to fall back on, and ``recovered`` on
+    the first good answer after failures. While ``next_try_at`` is set and ``good`` is None the
+    host's URLs wait for robots.txt. ``sitemaps`` are the file's ``Sitemap:`` URLs, for
+    whoever reads sitemaps.
     """
 
     status: int | None
@@ -66,6 +71,7 @@ class RobotsEntry:
     failing_since: float | None = None
     good: RobotsEntry | None = None
     recovered: bool = False
+    next_try_at: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(self._to_mapping(), separators=(",", ":"))
@@ -82,6 +88,8 @@ class RobotsEntry:
         if self.failures:
             data["failures"] = self.failures
             data["failing_since"] = self.failing_since
+        if self.next_try_at is not None:
+            data["next_try_at"] = self.next_try_at
         if self.good is not None:
             data["good"] = self.good._to_mapping()
         if self.recovered:
@@ -107,6 +115,7 @@ class RobotsEntry:
         sitemaps = data.get("sitemaps", [])
         failures = data.get("failures", 0)
         failing_since = data.get("failing_since")
+        next_try_at = data.get("next_try_at")
         good = data.get("good")
         if not isinstance(sitemaps, list) or not all(isinstance(s, str) for s in sitemaps):
             raise TypeError("sitemaps")
@@ -114,6 +123,8 @@ class RobotsEntry:
             failing_since is not None and not isinstance(failing_since, int | float)
         ):
             raise TypeError("failures or failing_since")
+        if next_try_at is not None and not isinstance(next_try_at, int | float):
+            raise TypeError("next_try_at")
         if good is not None and (nested or not isinstance(good, dict)):
             raise TypeError("good")
         return cls(
@@ -125,6 +136,7 @@ class RobotsEntry:
             None if failing_since is None else float(failing_since),
             None if good is None else cls._from_mapping(good, nested=True),
             data.get("recovered") is True,
+            None if next_try_at is None else float(next_try_at),
         )
 
 

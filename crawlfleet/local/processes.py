@@ -8,7 +8,9 @@ else started as ``crawlfleet worker`` interpreters.
 A worker told to stop (scale-down, suspend, the end of the run) gets SIGTERM and stays in
 the books, *draining*, until it has exited: the tick neither counts it as capacity nor
 requeues its leases while it finishes or releases them itself. Past its drain budget it is
-killed, and only then are its leftovers requeued.
+killed, and only then are its leftovers requeued. At the end of a run :meth:`drain_all`
+waits for the whole fleet without blocking the runner's loop, so a second Ctrl-C can cut the
+drain short (the workers are killed; what they held is requeued when the run resumes).
 
 A worker that exits on its own is reported once, with how it ended (``Unit.last_exit``: its
 termination message ``logs/<worker>.exit``, else its log's tail; crawlfleet.fleet.exits) and
@@ -20,6 +22,8 @@ is a new unit, so the count is the backend's, where a pod counts its own restart
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -43,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 #: Local worker ids are ``local-<n>``, numbered on across resumed runs (see ``first_number``).
 WORKER_PREFIX = "local-"
+#: How often :meth:`LocalProcessBackend.drain_all` looks for exited workers (a waitpid each).
+_DRAIN_POLL_SECONDS = 0.05
 
 
 class _Process(Protocol):
@@ -240,17 +246,44 @@ class LocalProcessBackend:
 
     def stop_all(self) -> None:
         """Drain every worker and wait for them, within the drain budget; then kill."""
+        deadline = self._stop_everyone()
+        for child in self._children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(max(0.1, deadline - time.monotonic()))
+        self._kill_the_rest()
+
+    async def drain_all(self, hurry: asyncio.Event) -> list[str]:
+        """Drain every worker and wait for them, within the drain budget, without blocking the
+        loop; when ``hurry`` is set (a second Ctrl-C) or the budget is spent, kill those left.
+
+        Returns the workers killed: their leases stay theirs in the frontier until the next
+        tick of a run on it requeues them (``--resume``).
+        """
+        deadline = self._stop_everyone()
+        while not hurry.is_set() and time.monotonic() < deadline:
+            if all(child.process.poll() is not None for child in self._children.values()):
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_DRAIN_POLL_SECONDS):
+                    await hurry.wait()
+        return self._kill_the_rest()
+
+    def _stop_everyone(self) -> float:
+        """SIGTERM to every worker not told yet; the monotonic time they must be gone by."""
         for worker_id in list(self._children):
             self.stop(worker_id)
-        deadline = time.monotonic() + self.drain.budget_seconds
+        return time.monotonic() + self.drain.budget_seconds
+
+    def _kill_the_rest(self) -> list[str]:
+        """SIGKILL the workers still running, reap every one, forget them all."""
+        killed = []
         for child in self._children.values():
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                child.process.wait(remaining)
-            except subprocess.TimeoutExpired:
+            if child.process.poll() is None:
                 child.process.kill()
-                child.process.wait()
+                killed.append(child.worker_id)
+            child.process.wait()
         self._children.clear()
+        return killed
 
 
 def _append_line(path: Path, entry: Mapping[str, object]) -> None:

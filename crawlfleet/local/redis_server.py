@@ -50,6 +50,7 @@ class RedisServer:
         password: str | None = None,
         executable: str | None = None,
         die_with_parent: bool = False,
+        own_session: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
@@ -60,6 +61,10 @@ class RedisServer:
         #: SIGKILLed by the kernel when the thread that started it ends (local/lifetime.py):
         #: a run's own server; start it from the main thread.
         self.die_with_parent = die_with_parent
+        #: In a session (and process group) of its own: the terminal's Ctrl-C, sent to the
+        #: foreground process group, does not reach it, so the run that owns it stops it
+        #: last, after its workers, with a SHUTDOWN that completes the AOF.
+        self.own_session = own_session
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -100,6 +105,7 @@ class RedisServer:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             preexec_fn=die_with_parent() if self.die_with_parent else None,
+            start_new_session=self.own_session,
         )
 
     def wait_ready(self, timeout_seconds: float = 10.0) -> RedisServer:

@@ -9,8 +9,11 @@ the crawl is done, the backlog outgrows the fleet, or a worker died.
 What the tick remembers (the scale-down window, the worker count) is kept in
 ``<out>/state.json``, so ``--resume`` goes on with the same decisions; the job file is
 watched, so editing its ``suspend`` or ``workers`` takes effect at the next tick, as
-``kubectl edit`` does in a cluster. Ctrl-C or SIGTERM drains the workers (they release their
-leases), stops Redis cleanly and says how to resume.
+``kubectl edit`` does in a cluster. Ctrl-C or SIGTERM drains the workers (they finish or
+release their leases; a second Ctrl-C kills them instead, and their leases are requeued on
+``--resume``), then stops Redis, which runs in a session of its own so that the terminal's
+Ctrl-C reaches only the runner and its workers, with a SHUTDOWN that completes its
+append-only file; ``state.json`` then says Suspended, and the run says how to resume.
 """
 
 from __future__ import annotations
@@ -226,7 +229,9 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
     server: RedisServer | None = None
     if external_redis is None:
-        server = RedisServer(data_dir, appendonly=True, die_with_parent=True).start()
+        server = RedisServer(
+            data_dir, appendonly=True, die_with_parent=True, own_session=True
+        ).start()
     redis_url = external_redis or (server.url if server else "")
     state.running_on(redis_url)
     backend = LocalProcessBackend(
@@ -240,10 +245,10 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
         events_file=out / "events.jsonl",
         quick_death_seconds=config.steering.startup_grace_seconds,
     )
-    stop_signal: list[signal.Signals] = []
+    stop_signal = _StopSignals()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop_signal.append, sig)
+        loop.add_signal_handler(sig, stop_signal.received, sig)
     started = time.monotonic()
     job_file = _JobFile(options.job_file, job)
     max_workers = 0
@@ -339,16 +344,23 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
                 break
             progress.show(done.stats, len(backend.active()), suspended)
             await asyncio.sleep(config.run.poll_seconds)
-        backend.stop_all()
+        if not complete:
+            await _drain(backend, stop_signal)
+            crawled = await _crawled(frontier)
+            # Redis last, once no worker can write to it: a SHUTDOWN that completes its AOF.
+            await frontier.aclose()
+            frontier = None
+            if server is not None:
+                server.stop()
+            state.save(memory, backend.next_number, "Suspended")
+            _print(
+                f"crawlfleet: interrupted{'' if crawled is None else f' after {crawled} pages'};"
+                f" resume with:\n  crawlfleet run {options.job_file} --resume --out {out}"
+            )
+            return EXIT_INTERRUPTED.get(stop_signal.first, 1)
+        await backend.drain_all(stop_signal.hurry)
         stats = await frontier.stats()
         elapsed = time.monotonic() - started
-        if not complete:
-            sig = stop_signal[0] if stop_signal else signal.SIGTERM
-            _print(
-                f"crawlfleet: interrupted after {stats.crawled} pages; resume with:\n"
-                f"  crawlfleet run {options.job_file} --resume --out {out}"
-            )
-            return EXIT_INTERRUPTED.get(sig, 1)
         summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity)
         if store is not None:
             # Written by the worker the frontier elected, before the tick said complete.
@@ -375,6 +387,53 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
             await frontier.aclose()
         if server is not None:
             server.stop()
+
+
+class _StopSignals:
+    """Ctrl-C and SIGTERM as the run receives them: the first ends the run after the workers'
+    drain, a second one (``hurry``) cuts the drain short."""
+
+    def __init__(self) -> None:
+        self.signals: list[signal.Signals] = []
+        self.hurry = asyncio.Event()
+
+    def received(self, sig: signal.Signals) -> None:
+        self.signals.append(sig)
+        if len(self.signals) > 1:
+            self.hurry.set()
+
+    def __bool__(self) -> bool:
+        return bool(self.signals)
+
+    @property
+    def first(self) -> signal.Signals:
+        return self.signals[0] if self.signals else signal.SIGTERM
+
+
+async def _drain(backend: LocalProcessBackend, stop_signal: _StopSignals) -> None:
+    """The workers' drain after an interruption, said as it happens: they finish or release
+    their leases and make their output durable, unless a second Ctrl-C kills them."""
+    _print(
+        f"crawlfleet: {stop_signal.first.name}: draining the workers: they finish or release"
+        " their leases (Ctrl-C again to stop them at once)"
+    )
+    killed = await backend.drain_all(stop_signal.hurry)
+    if killed:
+        how = "without a drain" if stop_signal.hurry.is_set() else "past their drain budget"
+        _print(
+            f"crawlfleet: stopped {', '.join(killed)} {how}: what they held goes back to the"
+            " queue when the run resumes"
+        )
+
+
+async def _crawled(frontier: Frontier) -> int | None:
+    """Pages crawled so far, for the last line; None when Redis does not answer (an external
+    one gone): the run still says how to resume."""
+    try:
+        return (await frontier.stats()).crawled
+    except (FrontierUnavailable, FrontierLost) as error:
+        log.warning("could not read the crawl's counters at the end: %s", error)
+        return None
 
 
 def _policy(job: CrawlJob, options: RunOptions) -> FleetPolicy:

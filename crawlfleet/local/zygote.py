@@ -19,7 +19,8 @@ The zygote is a plain child of the runner, talking JSON lines over its stdin and
   the signal for a killed worker).
 
 It ignores SIGINT and SIGTERM: a Ctrl-C reaches the runner and the workers (one process
-group), and the zygote ends when the runner closes its stdin and its last worker is gone.
+group; the run's redis-server has a session of its own), and the zygote ends when the runner
+closes its stdin and its last worker is gone.
 This module imports only the standard library (and :mod:`crawlfleet.errors`, which imports
 nothing) at the top: the runner starts the zygote before anything heavy.
 """

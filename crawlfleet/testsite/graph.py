@@ -121,6 +121,8 @@ class SiteConfig:
     bomb_inflated_bytes: int = 1 << 30
     #: Every host's robots.txt answers 503 this many times before its real answer.
     robots_failures: int = 0
+    #: ``Retry-After`` (seconds) sent with those 503s; None: no header.
+    robots_retry_after_seconds: int | None = None
     #: Every host's robots.txt never answers (the request hangs until the client gives up).
     robots_hang: bool = False
     #: ``/trickle`` sends one body byte this often, forever.
@@ -159,6 +161,8 @@ class SiteConfig:
             raise ValueError("refusal_links_per_page must be >= 0")
         if any(not 0 <= host < self.hosts for host in self.robots_down_hosts):
             raise ValueError("robots_down_hosts must name in-scope hosts (0..hosts-1)")
+        if self.robots_retry_after_seconds is not None and self.robots_retry_after_seconds < 0:
+            raise ValueError("robots_retry_after_seconds must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,9 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
 =========================== ===========================================================
 
 ``robots_failures`` makes every host's robots.txt answer 503 that many times first
-(counted per host); ``robots_hang`` makes it never answer; ``robots_down_hosts`` makes those
-hosts' answer 503 for ever. ``refusal_links_per_page`` links every normal page to that many
+(counted per host), with ``Retry-After: <robots_retry_after_seconds>`` when that is set;
+``robots_hang`` makes it never answer; ``robots_down_hosts`` makes those hosts' answer 503
+for ever. ``refusal_links_per_page`` links every normal page to that many
 ``/search/<page>-<k>`` paths, which every host's robots.txt then disallows, and to the cloud
 metadata address (refusals a crawler decides before any request).
 
@@ -548,7 +549,11 @@ class SiteServer:
                 self._hits[f"robots:{host}"] <= self.config.robots_failures
                 or host in self.config.robots_down_hosts
             ):
-                return _small(503, "Service Unavailable")
+                unavailable = _small(503, "Service Unavailable")
+                if self.config.robots_retry_after_seconds is not None:
+                    retry_after = str(self.config.robots_retry_after_seconds)
+                    unavailable.headers["Retry-After"] = retry_after
+                return unavailable
             robots = self.graph.robots_txt(host)
             if robots is None:
                 return _not_found()

@@ -24,9 +24,14 @@ _STOP_SECONDS = 90
 
 
 def crawlfleet(
-    *args: str, cwd: Path, env: Mapping[str, str] | None = None
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, own_group: bool = False
 ) -> subprocess.Popen[str]:
-    """``python -m crawlfleet ARGS`` with its output captured (text), remembered for cleanup."""
+    """``python -m crawlfleet ARGS`` with its output captured (text), remembered for cleanup.
+
+    ``own_group`` starts it in a process group (and session) of its own, as a shell starts a
+    command on a terminal: ``os.killpg(proc.pid, SIGINT)`` is then the terminal's Ctrl-C,
+    reaching it and every child that stayed in its group.
+    """
     proc = subprocess.Popen(
         [sys.executable, "-m", "crawlfleet", *args],
         cwd=cwd,
@@ -34,6 +39,7 @@ def crawlfleet(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=own_group,
     )
     _started.append(proc)
     return proc

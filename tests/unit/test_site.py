@@ -294,6 +294,18 @@ def test_robots(site: TestSite) -> None:
     assert get(site.url(0, "/private/secret"))[0] == 200  # served: violations show in the log
 
 
+def test_robots_unavailable_with_retry_after_then_200() -> None:
+    config = SiteConfig(hosts=2, hostile=False, robots_failures=3, robots_retry_after_seconds=1)
+    with TestSite(config) as site:
+        for host in (0, 1):  # counted per host
+            answers = [get(site.url(host, "/robots.txt"))[:2] for _ in range(4)]
+            assert [(s, h["Retry-After"]) for s, h in answers] == [(503, "1")] * 3 + [(200, None)]
+        assert [r.status for r in site.requests_for(0)] == [503, 503, 503, 200]
+    with TestSite(SiteConfig(hosts=1, hostile=False, robots_failures=1)) as site:
+        status, headers, _, _ = get(site.url(0, "/robots.txt"))
+        assert (status, headers["Retry-After"]) == (503, None)  # no header unless asked for
+
+
 def test_calendar_trap_links_forever(site: TestSite) -> None:
     url = site.url(0, "/calendar/2024/12")
     _, _, body, _ = get(url)

@@ -101,6 +101,46 @@ async def test_robots_503_several_times_then_200_defers_the_host_then_crawls_it(
     assert stats.failed == 0
 
 
+async def test_robots_503_with_retry_after_is_asked_again_after_it_not_after_the_error_ttl(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The error TTL stays at its 600 s default: the crawl can only end, within the worker's
+    # time bound, if each of the three 503s is asked again after its Retry-After of 1 s.
+    failures = 3
+    config = SiteConfig(
+        hosts=1,
+        pages_per_host=12,
+        hostile=False,
+        robots_failures=failures,
+        robots_retry_after_seconds=1,
+    )
+    with TestSite(config) as site:
+        crawl = make_crawl(
+            site,
+            redis_server,
+            tmp_path,
+            seeds=site.seeds,
+            scope={"maxDepth": 3},
+            concurrency={"perHost": 2, "hostDelaySeconds": 0},
+            # One request per ask, so every ask is one deferral on the frontier's clock.
+            retry={"requestAttempts": 1},
+        )
+        run_worker(crawl)
+        robots = robots_requests(site, 0)
+        pages = [r for r in site.requests_for(0) if r.path != "/robots.txt"]
+    assert [r.status for r in robots] == [503] * failures + [200]  # asked exactly 4 times
+    assert pages, "the host was never crawled"
+    assert min(r.start for r in pages) > robots[-1].start  # none before its answer
+    records = crawl.pages()
+    assert {r["url"] for r in records} == {canonicalize(u) for u in site.expected_pages(3)}
+    assert all(r["attempt"] == 1 for r in records)  # the waits spent no attempt
+    assert await crawl.dead() == {}
+    stats = await crawl.stats()
+    assert stats.released >= failures  # the seed went back once per 503
+    log = (crawl.out / "hostile.log").read_text(errors="replace")
+    assert "robots.txt unreachable (status 503, Retry-After 1 s" in log
+
+
 async def test_robots_that_never_answers_gives_the_host_up_as_unavailable(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:

@@ -19,9 +19,9 @@ import redis.asyncio as aioredis
 from crawlfleet.crawler.failures import FailureClass
 from crawlfleet.crawler.fetch import FetchResult
 from crawlfleet.crawler.robots import (
-    MAX_RECHECK_SECONDS,
     MAX_ROBOTS_BYTES,
     RobotsAccess,
+    RobotsAnswer,
     RobotsPolicy,
     product_token,
     robots_answer,
@@ -38,27 +38,26 @@ A, B, C = "http://a.test", "http://b.test", "https://c.test:8443"
 _jobs = itertools.count()
 
 
+#: A canned answer: a ``RobotsAnswer``, or ``(status, body)`` for one without Retry-After.
+Canned = RobotsAnswer | tuple[int | None, bytes] | BaseException
+
+
 class FakeRobots:
     """Canned answers per robots URL (404 when unknown); records every call."""
 
-    def __init__(
-        self,
-        answers: Mapping[str, tuple[int | None, bytes] | BaseException],
-        *,
-        delay_seconds: float = 0.0,
-    ) -> None:
+    def __init__(self, answers: Mapping[str, Canned], *, delay_seconds: float = 0.0) -> None:
         self.answers = dict(answers)
         self.delay_seconds = delay_seconds
         self.calls: list[str] = []
 
-    async def __call__(self, url: str) -> tuple[int | None, bytes]:
+    async def __call__(self, url: str) -> RobotsAnswer:
         self.calls.append(url)
         if self.delay_seconds:
             await asyncio.sleep(self.delay_seconds)
         answer = self.answers.get(url, (404, b"not found"))
         if isinstance(answer, BaseException):
             raise answer
-        return answer
+        return answer if isinstance(answer, RobotsAnswer) else RobotsAnswer(*answer)
 
 
 class Clock:
@@ -157,7 +156,7 @@ def test_product_token_is_the_part_before_the_slash() -> None:
 )
 async def test_status_semantics(
     make_policy: PolicyFactory,
-    answer: tuple[int | None, bytes] | BaseException,
+    answer: Canned,
     expected: bool,
 ) -> None:
     policy = make_policy(FakeRobots({A + "/robots.txt": answer}))
@@ -396,16 +395,53 @@ async def test_unreachable_file_defers_the_host_until_it_is_asked_again(
     assert len(fetch.calls) == 3
 
 
-async def test_the_wait_between_tries_stops_doubling_at_an_hour(make_policy: PolicyFactory) -> None:
-    policy = make_policy(FakeRobots({}), robots={"errorTtlSeconds": 600.0})
-    assert [policy._recheck_seconds(n) for n in (1, 2, 3, 4, 5, 40)] == [
-        600.0,
-        1200.0,
-        2400.0,
-        MAX_RECHECK_SECONDS,
-        MAX_RECHECK_SECONDS,
-        MAX_RECHECK_SECONDS,
-    ]
+async def test_a_503_with_retry_after_is_asked_again_after_it_not_after_the_error_ttl(
+    make_policy: PolicyFactory, client: aioredis.Redis, keys: JobKeys, clock: Clock
+) -> None:
+    url = A + "/robots.txt"
+    fetch = FakeRobots({url: RobotsAnswer(503, retry_after_seconds=1.0)})
+    policy = make_policy(fetch, robots={"errorTtlSeconds": 600.0})
+    verdict = await policy.check(A + "/x")
+    assert verdict.access is RobotsAccess.DEFERRED
+    assert verdict.status == 503
+    assert verdict.retry_in_seconds == pytest.approx(1.0)
+    assert verdict.detail.endswith("(last answer: HTTP 503); next try in 1 s")
+    # The fleet's copy says the same: one HGET gives the host's last status and next try.
+    (stored,) = await stored_entries(client, keys, A)
+    assert (stored["status"], stored["next_try_at"]) == (503, clock.now + 1.0)
+    other = make_policy(fetch)  # another worker: the same wait, from Redis
+    assert (await other.check(A + "/x")).retry_in_seconds == pytest.approx(1.0)
+    assert len(fetch.calls) == 1
+    fetch.answers[url] = RobotsAnswer(429, retry_after_seconds=0.0)
+    clock.now += 1.01
+    again = await policy.check(A + "/x")
+    assert (again.status, again.retry_in_seconds) == (429, pytest.approx(1.0))  # at least 1 s
+    assert len(fetch.calls) == 2
+    fetch.answers[url] = robots("User-agent: *\nDisallow: /private\n")
+    clock.now += 1.01
+    back = await policy.check(A + "/x")
+    assert (back.access, back.recovered) == (RobotsAccess.ALLOWED, True)
+    assert len(fetch.calls) == 3
+    (stored,) = await stored_entries(client, keys, A)
+    assert "next_try_at" not in stored  # a good answer: nothing to wait for
+
+
+async def test_a_retry_after_past_the_error_ttl_waits_the_error_ttl(
+    make_policy: PolicyFactory, clock: Clock
+) -> None:
+    fetch = FakeRobots({A + "/robots.txt": RobotsAnswer(503, retry_after_seconds=86_400.0)})
+    policy = make_policy(fetch, robots={"errorTtlSeconds": 60.0, "giveUpAfterSeconds": 1000.0})
+    assert (await policy.check(A + "/x")).retry_in_seconds == pytest.approx(60.0)
+    clock.now += 61
+    await policy.check(A + "/x")
+    assert len(fetch.calls) == 2
+
+
+async def stored_entries(
+    client: aioredis.Redis, keys: JobKeys, *origins: str
+) -> list[dict[str, Any]]:
+    """The raw shared entries, as any reader of the frontier's robots hash sees them."""
+    return [json.loads(value or "{}") for value in await client.hmget(keys.robots, list(origins))]
 
 
 async def test_a_host_is_given_up_after_the_long_wait(
@@ -482,19 +518,21 @@ async def test_sitemaps_are_fetched_for_themselves_when_robots_are_not_obeyed(
 @pytest.mark.parametrize(
     ("status", "failure", "expected"),
     [
-        (200, None, (200, b"rules")),
-        (302, FailureClass.TOO_MANY_REDIRECTS, (302, b"")),  # more than 5 hops: no robots.txt
-        (301, FailureClass.REDIRECT_LOOP, (301, b"")),
-        (302, FailureClass.TIMEOUT, (None, b"")),  # the hop's target did not answer
-        (404, FailureClass.HTTP_404, (404, b"")),
-        (503, FailureClass.HTTP_5XX, (503, b"")),
-        (200, FailureClass.BODY_TOO_LARGE, (None, b"")),  # unread is not "allow all"
-        (200, FailureClass.PROTOCOL_ERROR, (None, b"")),
-        (None, FailureClass.CONNECT_ERROR, (None, b"")),
+        (200, None, RobotsAnswer(200, b"rules")),
+        # more than 5 hops: no robots.txt
+        (302, FailureClass.TOO_MANY_REDIRECTS, RobotsAnswer(302)),
+        (301, FailureClass.REDIRECT_LOOP, RobotsAnswer(301)),
+        (302, FailureClass.TIMEOUT, RobotsAnswer(None)),  # the hop's target did not answer
+        (404, FailureClass.HTTP_404, RobotsAnswer(404, retry_after_seconds=7.0)),
+        (503, FailureClass.HTTP_5XX, RobotsAnswer(503, retry_after_seconds=7.0)),
+        (429, FailureClass.HTTP_429, RobotsAnswer(429, retry_after_seconds=7.0)),
+        (200, FailureClass.BODY_TOO_LARGE, RobotsAnswer(None)),  # unread is not "allow all"
+        (200, FailureClass.PROTOCOL_ERROR, RobotsAnswer(None)),
+        (None, FailureClass.CONNECT_ERROR, RobotsAnswer(None)),
     ],
 )
 def test_what_a_robots_fetch_means(
-    status: int | None, failure: FailureClass | None, expected: tuple[int | None, bytes]
+    status: int | None, failure: FailureClass | None, expected: RobotsAnswer
 ) -> None:
     result = FetchResult(
         url=A + "/robots.txt",
@@ -509,7 +547,7 @@ def test_what_a_robots_fetch_means(
         fetched_at=0.0,
         failure=failure,
         message="",
-        retry_after_seconds=None,
+        retry_after_seconds=7.0,  # the last answer's Retry-After, passed on with its status
         wire_bytes=0,
     )
     assert robots_answer(result) == expected
