@@ -41,12 +41,13 @@ from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
+from crawlfleet.crawler.gate import Deferred, RequestGate
 from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.links import PageLinks, extract_links
 from crawlfleet.crawler.memory import ByteBudget, Reservation
 from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
+from crawlfleet.crawler.robots import RobotsPolicy
 from crawlfleet.crawler.safety import AddressGuard
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
@@ -57,7 +58,7 @@ from crawlfleet.crawler.sitemaps import (
     read_sitemap,
 )
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import FetchError, FrontierUnavailable
+from crawlfleet.errors import FrontierUnavailable
 from crawlfleet.frontier import (
     Admission,
     Failure,
@@ -95,8 +96,6 @@ _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _HARVEST_ON_LOOP_MAX_BYTES = 1 << 20
 #: What a page that is not HTML offers: nothing (never mutated).
 _NO_LINKS = PageLinks(title=None)
-#: Hosts whose robots delay this worker remembers having applied (then it starts over).
-_ROBOTS_APPLIED_MAX = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,14 +177,6 @@ class _Outcome:
             self.result.body = b""
 
 
-@dataclass(frozen=True, slots=True)
-class _Deferred:
-    """A lease whose host's robots.txt cannot be read yet: it goes back, no attempt counted."""
-
-    lease: Lease
-    verdict: RobotsVerdict
-
-
 class Worker:
     """One crawl worker process's loop over a shared frontier."""
 
@@ -212,10 +203,6 @@ class Worker:
         self.store = store
         self._output_finished = store is None or not options.finish_output
         self._finish_checked_at = 0.0
-        #: Asked before any request, robots.txt's included: with allowPrivateNetworks it still
-        #: refuses cloud metadata addresses, and a refusal then costs one dead letter
-        #: (forbidden_address) instead of a robots.txt deferral toward such an address.
-        self.guard = guard
         #: The bytes of bodies in flight and in the done buffer (crawler/memory.py).
         self.memory = memory if memory is not None else ByteBudget(None)
         self.worker_id = options.worker_id
@@ -234,12 +221,19 @@ class Worker:
         self._closed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
         self._flushes_done = False  # draining: the flush loop ends, run() flushes the rest
-        # host -> stamp of the robots entry whose delay this worker applied (see
-        # _apply_robots_delay); hosts this worker deferred, whose delay it must undo.
-        self._robots_applied: dict[str, float] = {}
-        self._deferred_hosts: set[str] = set()
         self.counters = worker_counters()
         self.leases = LeaseBook(frontier, self.worker_id, metrics=metrics, counters=self.counters)
+        #: The address guard and robots.txt, before any request (with allowPrivateNetworks the
+        #: guard still refuses cloud metadata addresses).
+        self.gate = RequestGate(
+            frontier=frontier,
+            leases=self.leases,
+            robots=robots,
+            guard=guard,
+            metrics=metrics,
+            obey=spec.robots.obey,
+            host_delay_seconds=spec.concurrency.host_delay_seconds,
+        )
         #: Output generations whose files are recorded for the manifest (done once each).
         self._files_recorded: set[int] = set()
         self.output = worker_output(
@@ -392,8 +386,7 @@ class Worker:
             # Whatever ended it -- a response, a refusal before any request, an error -- its
             # request phase is over: its host slot goes back with the next claim.
             self.leases.fetched(lease.lease_id)
-        if isinstance(outcome, _Deferred):
-            await self._defer(outcome)
+        if outcome is None:  # deferred: the lease went back (gate.py)
             self._wake.set()
             return
         self._done.append(outcome)
@@ -413,50 +406,31 @@ class Worker:
         if self.spec.concurrency.host_delay_seconds > 0 or host != home:
             await self.frontier.pace(host)
 
-    async def _check_hop(self, url: str) -> tuple[FailureClass, str] | None:
-        """robots.txt of a redirect's target, asked before the hop is requested."""
-        canonical = try_canonicalize(url)
-        if canonical is None:
-            return FailureClass.INVALID_URL, f"redirect to unusable {url!r}"
-        verdict = await self.robots.check(canonical)
-        if verdict.access is RobotsAccess.ALLOWED:
-            await self._apply_robots_delay(host_of(canonical), verdict)
-            return None
-        if verdict.access is RobotsAccess.DISALLOWED:
-            return FailureClass.ROBOTS_DISALLOWED, f"redirect to {url} is disallowed by robots.txt"
-        return FailureClass.ROBOTS_UNAVAILABLE, f"redirect to {url}: {verdict.detail}"
-
-    async def _fetch_and_classify(
-        self, lease: Lease, deadline: float | None
-    ) -> _Outcome | _Deferred:
-        if self.guard is not None:
-            try:  # before robots.txt too: no request at all to a forbidden address
-                await self.guard.check_url(lease.url)
-            except FetchError as exc:
-                return self._failed(lease, None, FailureClass(exc.failure_class), exc.message)
+    async def _fetch_and_classify(self, lease: Lease, deadline: float | None) -> _Outcome | None:
+        """The lease's outcome; None when it was deferred (given back, see gate.py)."""
         # A sitemap document is fetched like a page; only what is read from it differs.
         sitemap = sitemap_task(lease.parent) if self._read_sitemaps else None
-        obey = self.spec.robots.obey
-        if obey:
-            verdict = await self.robots.check(lease.url)
-            if verdict.access is RobotsAccess.DEFERRED:
-                return _Deferred(lease, verdict)
-            if verdict.access is RobotsAccess.DISALLOWED:
-                refused = self._failed(lease, None, FailureClass.ROBOTS_DISALLOWED, "robots.txt")
-                if sitemap is not None and sitemap.root:  # robots.txt may still name some
-                    await self._add_robots_sitemaps(lease, refused)
-                return refused
-            if verdict.access is RobotsAccess.UNAVAILABLE:  # given up: no retry
-                failure = FailureClass.ROBOTS_UNAVAILABLE
-                return self._failed(lease, None, failure, verdict.detail, retryable=False)
-            await self._apply_robots_delay(lease.host, verdict)
+        decision = await self.gate.before_request(lease)
+        if isinstance(decision, Deferred):
+            return None
+        if decision is not None:
+            refused = self._failed(
+                lease, None, decision.failure_class, decision.message, retryable=decision.retryable
+            )
+            if (
+                decision.failure_class is FailureClass.ROBOTS_DISALLOWED
+                and sitemap is not None
+                and sitemap.root
+            ):
+                await self._add_robots_sitemaps(lease, refused)  # robots.txt may still name some
+            return refused
         depth, home = lease.depth, lease.host
         reservation = self.memory.reservation()
         try:
             result = await self.fetcher.fetch(
                 lease.url,
                 allow_url=lambda url: self.scope.check(url, depth) is None,
-                check_hop=self._check_hop if obey else None,
+                check_hop=self.gate.check_hop,
                 min_retry_delay_seconds=self.spec.concurrency.host_delay_seconds,
                 pace=lambda url: self._pace(url, home),
                 reservation=reservation,
@@ -585,41 +559,6 @@ class Worker:
         if listed:
             parent = sitemap_parent(robots_url, 0)
             outcome.link_groups.append(PageLinksToAdmit(listed[:cap], lease.depth, parent))
-
-    async def _apply_robots_delay(self, host: str, verdict: RobotsVerdict) -> None:
-        """Set the host's delay in the frontier from its robots.txt, once per robots entry.
-
-        A Crawl-delay longer than the job's paces every worker; a host this worker (or, as the
-        entry's ``recovered`` says, any worker) deferred gets its delay back.
-        """
-        if self._robots_applied.get(host) == verdict.stamp:
-            return
-        if len(self._robots_applied) >= _ROBOTS_APPLIED_MAX:
-            self._robots_applied.clear()
-        self._robots_applied[host] = verdict.stamp
-        delay = verdict.crawl_delay_seconds
-        wanted = (
-            delay
-            if delay is not None and delay > self.spec.concurrency.host_delay_seconds
-            else None
-        )
-        if wanted is not None or verdict.recovered or host in self._deferred_hosts:
-            await self.frontier.set_host_delay(host, wanted)
-            self._deferred_hosts.discard(host)
-
-    async def _defer(self, deferred: _Deferred) -> None:
-        """Give a lease back without an attempt and hold its host until robots.txt is asked
-        again: every worker's claims skip it meanwhile (the host's delay in the frontier)."""
-        lease, verdict = deferred.lease, deferred.verdict
-        wait = max(verdict.retry_in_seconds, self.spec.concurrency.host_delay_seconds)
-        self.metrics.observe_robots_deferral()
-        if not await self.leases.defer(lease.lease_id, lease.host, wait):
-            return  # the lease expires by itself, attempt counted
-        self._deferred_hosts.add(lease.host)
-        self._robots_applied.pop(lease.host, None)
-        log.debug(
-            "deferred %s for %.1f s: %s", lease.url, wait, verdict.detail, extra={"layer": "task"}
-        )
 
     def _failed(
         self,

@@ -23,12 +23,13 @@ crawlfleet's own crawler, with the same argv, worker id, heartbeats, exit codes 
 callbacks, items, item pipelines and middlewares.
 
 Settings, lowest to highest: the project's settings.py; what the CrawlJob says where Scrapy
-has a setting for it (``ROBOTSTXT_OBEY`` from ``robots.obey``, ``DOWNLOAD_TIMEOUT`` from
-``fetch.totalTimeoutSeconds``, ``DOWNLOAD_MAXSIZE`` from ``fetch.maxDecompressedBytes``,
-``USER_AGENT`` from ``userAgent`` when set); ``crawler.scrapy.settings``; then the runtime's
-(:data:`RUNTIME_SETTINGS`: the scheduler and dupefilter, the asyncio reactor, Scrapy's
-CLOSESPIDER_* limits off since the frontier decides when a job ends, the telnet and remote
-consoles off) and its two middlewares (``project.py``).
+has a setting for it (``DOWNLOAD_TIMEOUT`` from ``fetch.totalTimeoutSeconds``,
+``DOWNLOAD_MAXSIZE`` from ``fetch.maxDecompressedBytes``, ``USER_AGENT`` from ``userAgent`` when
+set); ``crawler.scrapy.settings``; then the runtime's (:data:`RUNTIME_SETTINGS`: the scheduler
+and dupefilter, the asyncio reactor, Scrapy's CLOSESPIDER_* limits off since the frontier
+decides when a job ends, the telnet and remote consoles off, and ``ROBOTSTXT_OBEY`` off: the
+job's ``robots`` section is applied before every download as crawlfleet's own worker applies
+it) and its two middlewares (``project.py``).
 
 From scrapy-redis (the migration docs/scrapy.md shows): ``SCHEDULER`` and
 ``DUPEFILTER_CLASS`` are removed from settings.py (left in, they are refused at start with

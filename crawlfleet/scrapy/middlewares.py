@@ -10,9 +10,11 @@ a retry or redirect keeps its lease, a callback's request is a new task. ``proce
 yields ``spec.seeds`` (to the spider's default callback) before the spider's own start, and
 tells the runtime when the start is exhausted.
 
-``LeaseDownloaderMiddleware`` (order 1, nearest the engine): the address guard before the
-download (a refused address is an IgnoreRequest and a ``forbidden_address`` dead letter), and
-the exceptions the retries gave up on (the lease fails with crawlfleet's failure class).
+``LeaseDownloaderMiddleware`` (order 1, nearest the engine): before each download, the address
+guard and robots.txt as every worker asks them (``crawlfleet.crawler.gate``: a refusal is an
+IgnoreRequest and fails the lease with its class -- ``forbidden_address``, ``robots_disallowed``,
+``robots_unavailable`` -- and a host whose robots.txt cannot be read yet defers the lease);
+and the exceptions the retries gave up on (the lease fails with crawlfleet's failure class).
 
 Signals: ``item_scraped``/``item_dropped``/``item_error`` settle one item each (Scrapy sends
 them after the last pipeline, awaiting the handlers), ``request_scheduled`` one request each
@@ -30,8 +32,6 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 
-from crawlfleet.errors import FetchError
-from crawlfleet.frontier import try_canonicalize
 from crawlfleet.scrapy.payload import LEASE_KEY, PARENT_KEY
 from crawlfleet.scrapy.scheduler import runtime_of
 
@@ -131,17 +131,9 @@ class LeaseDownloaderMiddleware:
         return cls(runtime_of(crawler))
 
     async def process_request(self, request: Request) -> None:
-        guard = self.runtime.guard
-        if guard is None:
-            return
-        url = try_canonicalize(request.url)
-        if url is None:
-            return
-        try:
-            await guard.check_url(url)
-        except FetchError as exc:
-            self.runtime.on_download_error(request.meta.get(LEASE_KEY), exc)
-            raise IgnoreRequest(exc.message) from exc
+        refused = await self.runtime.before_request(request)
+        if refused is not None:
+            raise IgnoreRequest(refused)
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         self.runtime.on_download_error(request.meta.get(LEASE_KEY), exception)

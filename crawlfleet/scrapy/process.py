@@ -90,7 +90,9 @@ async def _crawl(
 ) -> int:
     from scrapy.crawler import AsyncCrawlerRunner
 
+    from crawlfleet.crawler.fetch import Fetcher, FetchSettings
     from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawler.robots import RobotsPolicy, robots_fetch
     from crawlfleet.crawler.safety import AddressGuard
     from crawlfleet.crawler.worker import WorkerOptions
     from crawlfleet.frontier import Frontier, FrontierSettings
@@ -103,6 +105,10 @@ async def _crawl(
     store = await checked_store(spec, destination, config.output)
     metrics = WorkerMetrics()
     frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
+    guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
+    # robots.txt is fetched by crawlfleet's fetcher into the job's shared cache, as by
+    # crawlfleet's own worker: one fetch per origin serves the whole fleet.
+    robots_fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
     try:
         runtime = Runtime(
             spec=spec,
@@ -110,7 +116,8 @@ async def _crawl(
             store=store,
             metrics=metrics,
             options=WorkerOptions.from_config(worker_id, config, exit_when_done=exit_when_done),
-            guard=AddressGuard(allow_private=spec.scope.allow_private_networks),
+            guard=guard,
+            robots=RobotsPolicy.from_spec(frontier.robots, robots_fetch(robots_fetcher), spec),
         )
         runner = AsyncCrawlerRunner(settings)
         crawler = runner.create_crawler(spider_class)
@@ -133,5 +140,6 @@ async def _crawl(
         finally:
             await runtime.aclose()
     finally:
+        await robots_fetcher.aclose()
         await frontier.aclose()
     return 0

@@ -55,6 +55,11 @@ RUNTIME_SETTINGS: Final[Mapping[str, object]] = {
     # a read-only root filesystem; the fleet is steered through the frontier.
     "TELNETCONSOLE_ENABLED": False,
     "REMOTE_CONTROL_ENABLED": False,
+    # robots.obey is the job's, applied before every download by the lease middleware as
+    # crawlfleet's own worker applies it (RFC 9309 deferrals, one fetch per origin for the
+    # fleet): Scrapy's RobotsTxtMiddleware would be a second robots.txt client, per process,
+    # allowing everything while a robots.txt answers 5xx.
+    "ROBOTSTXT_OBEY": False,
 }
 # Scrapy's defaults for the two settings the runtime owns: a project that left them alone.
 _DEFAULTS: Final = {
@@ -127,14 +132,13 @@ def _object_path(value: object) -> str:
 
 def _spec_settings(scrapy_spec: ScrapySpec, spec: CrawlJobSpec) -> dict[str, Any]:
     """The spec's settings, with what the CrawlJob itself says where Scrapy has a setting
-    for it (``robots.obey``, ``userAgent`` when the job set one, ``fetch``'s total timeout
-    and body cap): a spec setting wins.
+    for it (``userAgent`` when the job set one, ``fetch``'s total timeout and body cap): a
+    spec setting wins. (``robots.obey`` is applied by the runtime, not by a setting.)
 
     DOWNLOAD_TIMEOUT matters beyond one request: the frontier counts a dead process's lease
     on its host's slot until the lease's fetch deadline (the claim plus the total timeout),
     so a download must not outlive it."""
     derived: dict[str, Any] = {
-        "ROBOTSTXT_OBEY": spec.robots.obey,
         "DOWNLOAD_TIMEOUT": spec.fetch.total_timeout_seconds,
         "DOWNLOAD_MAXSIZE": spec.fetch.max_decompressed_bytes,
     }

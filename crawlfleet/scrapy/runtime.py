@@ -81,11 +81,12 @@ from typing import TYPE_CHECKING, Any, Final
 from crawlfleet.crawler.extract import Item
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
+from crawlfleet.crawler.gate import Deferred, RequestGate
 from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.errors import FetchError, FrontierUnavailable
-from crawlfleet.frontier import Admission, Failure, Frontier, Lease, Link
+from crawlfleet.frontier import Admission, Failure, Frontier, Lease, Link, try_canonicalize
 from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.scrapy.payload import (
     LEASE_KEY,
@@ -102,6 +103,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawler.robots import RobotsPolicy
     from crawlfleet.crawler.safety import AddressGuard
     from crawlfleet.crawler.worker import WorkerOptions
     from crawlfleet.crawljob import CrawlJobSpec
@@ -168,6 +170,7 @@ class Runtime:
         metrics: WorkerMetrics,
         options: WorkerOptions,
         guard: AddressGuard | None,
+        robots: RobotsPolicy,
         rng: random.Random | None = None,
     ) -> None:
         self.spec = spec
@@ -176,9 +179,6 @@ class Runtime:
         self.metrics = metrics
         self.options = options
         self.worker_id = options.worker_id
-        #: Asked before any request, robots.txt's included: with allowPrivateNetworks it still
-        #: refuses cloud metadata addresses, and a refusal then costs one dead letter
-        #: (forbidden_address) instead of a robots.txt deferral toward such an address.
         self.guard = guard
         self.scope = Scope.from_spec(spec.scope)
         self._rng = rng or random.Random()
@@ -205,6 +205,17 @@ class Runtime:
         self._output_finished = store is None or not options.finish_output
         self.counters = worker_counters()
         self.leases = LeaseBook(frontier, self.worker_id, metrics=metrics, counters=self.counters)
+        #: The address guard and robots.txt before every request of a lease (Scrapy's own
+        #: RobotsTxtMiddleware is off: the job's robots.txt handling serves every worker).
+        self.gate = RequestGate(
+            frontier=frontier,
+            leases=self.leases,
+            robots=robots,
+            guard=guard,
+            metrics=metrics,
+            obey=spec.robots.obey,
+            host_delay_seconds=spec.concurrency.host_delay_seconds,
+        )
         self._files_recorded: set[int] = set()
         self.output = worker_output(
             store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
@@ -391,6 +402,33 @@ class Runtime:
         if held is not None:
             held.outstanding -= 1
             self.fail(held, f"{_ITEM_ERROR}:{type(exc).__name__}", str(exc), retryable=True)
+
+    async def before_request(self, request: Request) -> str | None:
+        """A request is about to be downloaded: None to send it, else why it is not (the
+        lease failed, or was deferred and given back). A lease's own URL passes the gate's
+        check before its request; any other URL of the lease (a redirect's target) the
+        hop check; a request of no lease of this process (one it lost) only the guard."""
+        lease_id = request.meta.get(LEASE_KEY)
+        held = self.held(lease_id)
+        if held is None:
+            if self.guard is not None and (url := try_canonicalize(request.url)) is not None:
+                try:
+                    await self.guard.check_url(url)
+                except FetchError as exc:
+                    return exc.message
+            return None
+        url = try_canonicalize(request.url)
+        if url == held.lease.url:
+            decision = await self.gate.before_request(held.lease)
+        else:
+            decision = await self.gate.before_hop(request.url)
+        if decision is None:
+            return None
+        if isinstance(decision, Deferred):
+            self._held.pop(held.lease.lease_id, None)
+            return "deferred: its host's robots.txt cannot be read yet"
+        self.fail(held, str(decision.failure_class), decision.message, retryable=decision.retryable)
+        return decision.message
 
     def on_download_error(self, lease_id: object, exc: BaseException) -> None:
         """What the retries gave up on, or a request a downloader middleware refused."""

@@ -175,7 +175,6 @@ def test_a_deleted_worker_pods_leases_are_requeued_at_once(
         # Frozen first, so it cannot drain and release its leases itself on SIGTERM: what
         # comes back quickly can only have come back through the operator's pod watch.
         os.kill(worker_pid(victim_pod), signal.SIGSTOP)
-        deleted_at = time.monotonic()
         cluster.kubectl("delete", "pod", victim, "-n", namespace, "--grace-period=0", "--force")
 
         def requeued() -> Any:

@@ -94,7 +94,8 @@ async def test_crawlfleet_worker_completes_past_refusals(
     assert all(url.startswith(METADATA_URL) for url, d in dead.items() if
                d["failure_class"] == "forbidden_address")  # fmt: skip
     stats = await crawl.stats()
-    assert stats.complete and stats.leased == 0
+    assert stats.complete
+    assert stats.leased == 0
 
 
 @pytest.mark.parametrize("per_host", [1, 2])
@@ -139,6 +140,8 @@ async def test_scrapy_spider_completes_past_refusals(
     assert {dead[url]["failure_class"] for url in disallowed} == {"robots_disallowed"}
     assert len(disallowed) == REFUSALS_PER_PAGE * len(host0)
     forbidden = {url for url, d in dead.items() if d["failure_class"] == "forbidden_address"}
-    assert forbidden and all(url.startswith(METADATA_URL) for url in forbidden)
+    assert forbidden
+    assert all(url.startswith(METADATA_URL) for url in forbidden)
     stats = await crawl.stats()
-    assert stats.complete and stats.leased == 0
+    assert stats.complete
+    assert stats.leased == 0

@@ -31,13 +31,14 @@ def spec(**scrapy: object) -> CrawlJobSpec:
 
 def test_the_project_then_the_job_then_the_spec_settings_then_the_runtimes() -> None:
     settings, spider = load_project(
-        spec(settings={"ROBOTSTXT_OBEY": False, "CONCURRENT_REQUESTS": 3, "SCHEDULER_X": 1})
+        spec(settings={"ROBOTSTXT_OBEY": True, "CONCURRENT_REQUESTS": 3, "SCHEDULER_X": 1})
     )
     assert spider.name == "shop"
     assert settings["SCHEDULER"] == "crawlfleet.scrapy.scheduler.FrontierScheduler"
     assert settings["DUPEFILTER_CLASS"] == "crawlfleet.scrapy.scheduler.InertDupeFilter"
     assert settings.getfloat("DOWNLOAD_TIMEOUT") == 42  # fetch.totalTimeoutSeconds
-    assert settings.getbool("ROBOTSTXT_OBEY") is False  # the spec's settings over robots.obey
+    # robots.obey is the runtime's to apply (crawlfleet.crawler.gate): Scrapy's own is off.
+    assert settings.getbool("ROBOTSTXT_OBEY") is False
     assert settings.getint("CONCURRENT_REQUESTS") == 3  # over the project's 16
     assert settings.getint("RETRY_TIMES") == 1  # the project's own
     assert "siteshop.pipelines.PricePipeline" in settings.getdict("ITEM_PIPELINES")

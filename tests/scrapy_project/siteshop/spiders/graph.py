@@ -1,8 +1,8 @@
 """The test site's page graph with a CrawlSpider: rules follow the normal pages.
 
 ``-a start=<url>,<url>`` are the hosts' roots (the test site's seeds); ``-a follow=all`` follows
-every link of a page, not only the normal pages' (a user's spider that meets what robots.txt
-and the address guard refuse).
+every link of a page, not only the normal pages', with no ``allowed_domains`` of its own (a
+user's spider that meets what the job's robots.txt handling and address guard refuse).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ class GraphSpider(CrawlSpider):
         if follow == "all":
             self.rules = (Rule(LinkExtractor(), callback="parse_page", follow=True),)
         self.start_urls = [url for url in start.split(",") if url]
-        self.allowed_domains = sorted({urlsplit(url).hostname or "" for url in self.start_urls})
+        if follow != "all":  # else the job's scope alone decides
+            self.allowed_domains = sorted({urlsplit(url).hostname or "" for url in self.start_urls})
         super().__init__(**kwargs)
 
     def parse_start_url(self, response: Response) -> Iterator[dict[str, Any]]:
