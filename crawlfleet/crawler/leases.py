@@ -182,6 +182,14 @@ class LeaseBook:
     def get(self, lease_id: object) -> Entry | None:
         return self._entries.get(lease_id) if isinstance(lease_id, str) else None
 
+    def lease_ids(self, stage: Stage | None = None) -> list[str]:
+        """The leases held, of one stage or all."""
+        return [i for i, entry in self._entries.items() if stage is None or entry.stage is stage]
+
+    def waiting_generations(self) -> list[int]:
+        """Output generations whose leases wait for them to become durable."""
+        return sorted(self._generations)
+
     def count(self, stage: Stage) -> int:
         return sum(1 for entry in self._entries.values() if entry.stage is stage)
 

@@ -497,3 +497,20 @@ async def test_seeding_with_nothing_left_to_queue_marks_the_job_seeded(
     stats = await frontier.stats()
     assert stats.seeded
     assert stats.complete
+
+
+async def test_a_raised_per_host_places_hosts_that_were_at_the_old_cap(
+    open_frontier: OpenFrontier,
+) -> None:
+    """perHost raised on a running job (a worker opening with the edited spec): a host at the
+    old cap left the ready index, and must come back when a slot frees under the new cap."""
+    frontier = await open_frontier(concurrency={"perHost": 2, "hostDelaySeconds": 0})
+    await frontier.enqueue(links([f"http://a.com/{i}" for i in range(10)]))
+    first = await frontier.claim("w", 10)
+    assert len(first) == 2  # at the cap: out of the index
+    raised = await open_frontier(concurrency={"perHost": 4, "hostDelaySeconds": 0})
+    again = await raised.claim("w", 10, fetched=[first[0].lease_id])
+    assert len(again) == 3  # 4 - the one still fetching
+    lowered = await open_frontier(concurrency={"perHost": 1, "hostDelaySeconds": 0})
+    assert await lowered.claim("w", 10, fetched=[lease.lease_id for lease in again]) == []
+    assert len(await lowered.claim("w", 10, fetched=[first[1].lease_id])) == 1

@@ -1,0 +1,224 @@
+"""The lease book (crawlfleet/crawler/leases.py) against a real redis-server, driven through
+random sequences of what happens to leases in a worker: claims, responses, refusals before any
+request, deferrals, output written and made durable (or never), SIGTERM, leases lost to the
+fleet (requeued while held), heartbeats and a Redis restart (AOF on).
+
+After every step: each lease the book holds is in exactly one stage and is the frontier's (its
+token exists there); the frontier's in-flight count of every host equals this worker's leases
+that still hold a slot there (fetching, or their freeing not sent yet), and the global leased
+count equals the book's. At the end, once everything held is settled, every URL is acked,
+dead-lettered or queued -- none in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+from prometheus_client import CollectorRegistry
+
+from crawlfleet.crawler.flow import worker_counters
+from crawlfleet.crawler.leases import LeaseBook, Stage
+from crawlfleet.crawler.metrics import WorkerMetrics
+from crawlfleet.frontier import Failure, Frontier, Link, canonicalize
+from crawlfleet.local.redis_server import RedisServer
+from tests.support.slots import read_slots
+from tests.support.specs import frontier_settings
+
+pytestmark = pytest.mark.slow
+
+JOB = "test.lifecycle"
+WORKER = "w1"
+HOSTS = ("a.test", "b.test", "c.test")
+URLS = [canonicalize(f"http://{host}/{n}") for host in HOSTS for n in range(12)]
+
+
+class LeaseLifecycle(RuleBasedStateMachine):
+    """See the module docstring. ``server_dir`` is set per test (a private redis-server)."""
+
+    server_dir: Path
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.server = RedisServer(self.server_dir, appendonly=True).start()
+        self.sync = redis.Redis.from_url(self.server.url)
+        self.frontier: Frontier = self.run(
+            Frontier.connect(
+                self.server.url,
+                frontier_settings(
+                    JOB,
+                    {
+                        "concurrency": {"perHost": 2, "hostDelaySeconds": 0.0},
+                        "retry": {"taskAttempts": 3},
+                        "lease": {"ttlSeconds": 60.0},
+                    },
+                ),
+                timeout_seconds=1.0,
+            )
+        )
+        self.counters = worker_counters()
+        self.book = LeaseBook(
+            self.frontier,
+            WORKER,
+            metrics=WorkerMetrics(CollectorRegistry()),
+            counters=self.counters,
+        )
+        self.generation = 0
+        self.restarts = 0
+
+    def run(self, coro):  # type: ignore[no-untyped-def]
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        try:
+            self._settle_everything()
+        finally:
+            self.run(self.frontier.aclose())
+            self.loop.close()
+            self.sync.close()
+            self.server.stop()
+
+    # -- steps --------------------------------------------------------------------------
+
+    @initialize()
+    def seed(self) -> None:
+        self.run(self.frontier.enqueue([Link(url, 0) for url in URLS], seeding=True))
+
+    @rule(target=leases, room=st.integers(1, 6))
+    def claim(self, room: int):  # type: ignore[no-untyped-def]
+        claimed = self.run(self.book.claim(room)) or []
+        return multiple(*(lease.lease_id for lease in claimed))
+
+    @rule(lease_id=leases)
+    def response_arrives(self, lease_id: str) -> None:
+        self.book.fetched(lease_id)
+
+    @rule(lease_id=consumes(leases), retryable=st.booleans())
+    def refused_before_any_request(self, lease_id: str, retryable: bool) -> None:
+        """robots.txt, the guard or an error of ours: the slot goes back, the lease fails."""
+        self.book.fetched(lease_id)
+        self.book.fail_later(lease_id, Failure(lease_id, "robots_disallowed", "no", retryable))
+
+    @rule(lease_id=consumes(leases))
+    def deferred(self, lease_id: str) -> None:
+        """robots.txt unreadable: given back before any request, no attempt counted."""
+        entry = self.book.get(lease_id)
+        if entry is not None and entry.stage is Stage.FETCHING:
+            self.run(self.book.defer(lease_id, entry.lease.host, 0.0))
+
+    @rule(data=st.data())
+    def written(self, data: st.DataObject) -> None:
+        """A flush: some processed leases' records go into a new output generation."""
+        processing = sorted(self.book.lease_ids(Stage.PROCESSING))
+        if not processing:
+            return
+        chosen = data.draw(st.lists(st.sampled_from(processing), min_size=1, unique=True))
+        self.generation += 1
+        self.run(self.book.written(chosen, self.generation))
+
+    @rule(data=st.data())
+    def durable(self, data: st.DataObject) -> None:
+        """An output generation became durable: its leases are settled, once."""
+        waiting = self.book.waiting_generations()
+        if waiting:
+            self.run(self.book.durable(data.draw(st.sampled_from(waiting))))
+
+    @rule()
+    def heartbeat(self) -> None:
+        self.run(self.book.keep_alive())
+
+    @rule(data=st.data())
+    def lease_lost(self, data: st.DataObject) -> None:
+        """The fleet took this worker's leases back (found gone): the book learns at its next
+        heartbeat, and counts them lost once."""
+        if not len(self.book):
+            return
+        before = self.counters["leases_lost"]
+        held = len(self.book)
+        self.run(self.frontier.requeue_owner(WORKER, ended=True))
+        self.run(self.book.keep_alive())
+        assert len(self.book) == 0
+        assert self.counters["leases_lost"] == before + held
+
+    @rule()
+    def sigterm(self) -> None:
+        """Shutdown: everything not settled goes back, no attempt counted."""
+        self.run(self.book.release_all("SIGTERM"))
+        assert len(self.book) == 0
+
+    @precondition(lambda self: self.restarts < 1)
+    @rule()
+    def redis_restarts(self) -> None:
+        """Redis goes down (a claim sees it, and waits), then comes back with its AOF."""
+        self.restarts += 1
+        self.server.stop()
+        assert self.run(self.book.claim(1)) is None  # no answer: back off, nothing lost
+        assert self.book.retry_in_seconds > 0
+        self.server.start()
+
+    # -- what must hold -----------------------------------------------------------------
+
+    @invariant()
+    def stages_and_slots_agree_with_the_frontier(self) -> None:
+        entries = [self.book.get(lease_id) for lease_id in self.book.lease_ids()]
+        assert all(entry is not None and entry.stage in Stage for entry in entries)
+        account = read_slots(self.sync, JOB)
+        assert account.wrong == {}
+        assert account.held == Counter()
+        assert account.fetching == self.book.slots_in_frontier()
+        leased = int(self.sync.hget(f"cf:{{{JOB}}}:stats", "leased") or 0)
+        assert leased == len(self.book)
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _settle_everything(self) -> None:
+        """Every lease settled, then every URL crawled or given up: nothing in between."""
+        for lease_id in self.book.lease_ids():
+            self.book.fetched(lease_id)
+        self.run(self.book.written(self.book.lease_ids(), None))
+        for _ in range(200):
+            claimed = self.run(self.book.claim(10))
+            if not claimed:
+                break
+            for lease in claimed:
+                self.book.fetched(lease.lease_id)
+            self.run(self.book.written([lease.lease_id for lease in claimed], None))
+        stats = self.run(self.frontier.stats())
+        assert stats.leased == 0
+        assert stats.queued == 0
+        assert stats.delayed == 0
+        assert stats.crawled + stats.dead == len(URLS)
+
+
+def test_every_lease_is_settled_once_and_every_slot_freed_once(tmp_path: Path) -> None:
+    runs = iter(range(10_000))
+
+    class Machine(LeaseLifecycle):
+        def __init__(self) -> None:
+            type(self).server_dir = tmp_path / f"redis-{next(runs)}"
+            super().__init__()
+
+    Machine.TestCase.settings = settings(
+        max_examples=25,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    Machine.TestCase().runTest()
