@@ -60,13 +60,17 @@ class OutputCheckingFrontier(Frontier):
         self.log.claimed.update((lease.lease_id, lease.url) for lease in leases)
         return leases
 
-    async def ack(self, worker: str, lease_ids: Sequence[str]) -> Outcomes[bool]:
+    async def ack(
+        self, worker: str, lease_ids: Sequence[str], *, call_id: str | None = None
+    ) -> Outcomes[bool]:
         self._note(lease_ids)
-        return await super().ack(worker, lease_ids)
+        return await super().ack(worker, lease_ids, call_id=call_id)
 
-    async def fail(self, worker: str, failures: Sequence[Failure]) -> Outcomes[FailOutcome]:
+    async def fail(
+        self, worker: str, failures: Sequence[Failure], *, call_id: str | None = None
+    ) -> Outcomes[FailOutcome]:
         self._note([failure.lease_id for failure in failures])
-        return await super().fail(worker, failures)
+        return await super().fail(worker, failures, call_id=call_id)
 
     def _note(self, lease_ids: Sequence[str]) -> None:
         written = self.log.written()

@@ -12,6 +12,7 @@ test_kill_requeue.py.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -85,7 +86,8 @@ def test_hung_workers_never_push_a_host_past_per_host(tmp_path: Path) -> None:
             # Every worker at once, mid-fetch: their requests run on at the site while the
             # runner finds them dead, kills them, requeues their leases and starts others.
             for pid in _workers(job_file):
-                os.kill(pid, signal.SIGSTOP)
+                with contextlib.suppress(ProcessLookupError):  # it just exited
+                    os.kill(pid, signal.SIGSTOP)
             stops += 1
         stdout, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err[-3000:]
