@@ -71,6 +71,14 @@ class FleetStatus(_Observed):
     seeds_hash: str | None = None
     """A digest of the seed list the frontier was last seeded with: a different one on a
     running job queues the seeds again, once (the SeedsAdded Event says how many were new)."""
+    waiting: str | None = None
+    """The reason of the last Waiting Event (what the crawl waits for); unset once it has moved
+    for a while with nothing to wait for."""
+    moving_since: datetime | None = None
+    """Since when the crawl has had nothing to wait for while a wait is still announced: the
+    wait ends (a WaitEnded Event) once that has lasted."""
+    stalled: str | None = None
+    """The reason of the last Stalled Event (leases that stopped moving); unset once they move."""
 
 
 class CrawlJobStatus(_Observed):

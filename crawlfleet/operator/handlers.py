@@ -723,6 +723,9 @@ class CrawlJobOperator:
             "bloomNearlyFull": False,
             "pressureBaseRate": None,
             "workersFailing": None,
+            "waiting": None,
+            "movingSince": None,
+            "stalled": None,
             **done.memory.to_mapping(),
         }
         stored = {"bloomNearlyFull": False, **dict(status.get("fleet") or {})}
