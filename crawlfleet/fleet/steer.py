@@ -323,7 +323,7 @@ async def _tick(
         sorted(
             beat.worker
             for beat in beats
-            if beat.counters.get("output_blocked") and beat.age_seconds <= policy.dead_after_seconds
+            if beat.number("output_blocked") and beat.age_seconds <= policy.dead_after_seconds
         )
     )
     redis_memory = await frontier.memory()
@@ -396,6 +396,7 @@ async def _tick(
         workers=workers,
         beats=beats,
         fresh_seconds=policy.dead_after_seconds,
+        wanted=decision.desired_replicas,
     )
     stall = stalled(
         beats,
@@ -403,8 +404,10 @@ async def _tick(
         fresh_seconds=policy.dead_after_seconds,
     )
     if decision.complete:
-        waiting = stall = None  # nothing is left to wait for; nothing is announced as ended
-        memory = replace(memory, waiting=None, moving_since=None, stalled=None)
+        # Nothing is left to wait for: a wait announced ends with the job, unsaid; a stall
+        # announced (a warning) is said to be over.
+        waiting = stall = None
+        memory = replace(memory, waiting=None, moving_since=None)
     memory, news = _waits_news(memory, waiting, stall, now=now)
     for event in news:
         await backend.record(event)

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from crawlfleet.fleet.policy import WorkerView
 from crawlfleet.frontier.models import FrontierStats, PressureLevel, WorkerHeartbeat
@@ -56,6 +56,7 @@ __all__ = [
     "track",
 ]
 
+#: The causes, most telling first: the order they are listed in (and the main one is).
 WaitReason = Literal[
     "Suspended",
     "NoLiveWorker",
@@ -67,16 +68,7 @@ WaitReason = Literal[
     "HostDelay",
 ]
 #: Every reason, most telling first: the order causes are listed in.
-WAIT_REASONS: Final[tuple[WaitReason, ...]] = (
-    "Suspended",
-    "NoLiveWorker",
-    "OutputBlocked",
-    "RobotsTxt",
-    "HeldSlots",
-    "MemoryPressure",
-    "RetryBackoff",
-    "HostDelay",
-)
+WAIT_REASONS: Final[tuple[WaitReason, ...]] = get_args(WaitReason)
 #: A retry or a host's delay due sooner than this is a crawl pacing itself, not a wait.
 WAIT_NOTICE_SECONDS: Final = 5.0
 #: How long a crawl must have nothing to wait for before the wait it announced is over.
@@ -156,13 +148,15 @@ def assess(
     workers: Sequence[WorkerView],
     beats: Sequence[WorkerHeartbeat],
     fresh_seconds: float,
+    wanted: int,
 ) -> Waiting | None:
     """What the crawl waits for, or None: nothing waits, something is being fetched, or
     whatever waits is only a crawl pacing itself (see :data:`WAIT_NOTICE_SECONDS`).
 
     ``workers``: the backend's units joined with their heartbeats; ``beats``: every
     heartbeat (a worker's fields: ``output_blocked``, ``output_blocked_reason``); a heartbeat
-    is a live worker's while it is at most ``fresh_seconds`` old.
+    is a live worker's while it is at most ``fresh_seconds`` old. ``wanted``: the workers the
+    tick wants running (a fleet of none that wants some is being started, not waited for).
     """
     if stats.queued + stats.delayed == 0 or stats.fetching > 0:
         return None
@@ -172,7 +166,7 @@ def assess(
     causes = [
         cause
         for cause in (
-            _no_live_worker(workers, fresh_seconds),
+            _no_live_worker(workers, fresh_seconds, wanted=wanted, now=now),
             _output_blocked(beats, fresh_seconds),
             *_frontier_causes(stats, now),
         )
@@ -185,8 +179,12 @@ def _fresh(age_seconds: float | None, fresh_seconds: float) -> bool:
     return age_seconds is not None and age_seconds <= fresh_seconds
 
 
-def _no_live_worker(workers: Sequence[WorkerView], fresh_seconds: float) -> WaitCause | None:
-    """No worker heartbeats: why each unit is not one, in its backend's words."""
+def _no_live_worker(
+    workers: Sequence[WorkerView], fresh_seconds: float, *, wanted: int, now: float
+) -> WaitCause | None:
+    """No worker heartbeats: why each unit is not one, in its backend's words. Workers the
+    tick is starting (none yet, or started within :data:`WAIT_NOTICE_SECONDS`) are coming:
+    every crawl begins so."""
     live = [
         w
         for w in workers
@@ -195,7 +193,11 @@ def _no_live_worker(workers: Sequence[WorkerView], fresh_seconds: float) -> Wait
     if live:
         return None
     if not workers:
-        return WaitCause("NoLiveWorker", "no live worker: none is running yet")
+        if wanted:
+            return None
+        return WaitCause("NoLiveWorker", "no live worker: none is wanted (pinned at 0)")
+    if all(now - w.started_at < WAIT_NOTICE_SECONDS and not w.quick_deaths for w in workers):
+        return None
     states: Counter[str] = Counter(_unit_state(w, fresh_seconds) for w in workers)
     said = "; ".join(
         f"{count} {state}" if count > 1 else f"1 {state}" for state, count in states.items()

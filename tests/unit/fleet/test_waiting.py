@@ -58,9 +58,16 @@ def judge(
     workers: tuple[WorkerView, ...] = (LIVE,),
     beats: tuple[WorkerHeartbeat, ...] = (BEAT,),
     suspended: bool = False,
+    wanted: int = 1,
 ) -> Waiting | None:
     return assess(
-        seen, now=NOW, suspended=suspended, workers=workers, beats=beats, fresh_seconds=20
+        seen,
+        now=NOW,
+        suspended=suspended,
+        workers=workers,
+        beats=beats,
+        fresh_seconds=20,
+        wanted=wanted,
     )
 
 
@@ -151,7 +158,7 @@ def test_no_live_worker_is_said_in_the_platforms_own_words() -> None:
         last_exit=UnitExit(2, "OutputUnavailable", "no such bucket", 0.5),
         quick_deaths=4,
     )
-    starting = WorkerView("w-4", "w-4", running=True, started_at=NOW - 2)
+    starting = WorkerView("w-4", "w-4", running=True, started_at=NOW - 9)
     waiting = judge(stats(queued=5), workers=(pending, pending, crashing, starting), beats=())
     assert waiting is not None
     assert waiting.reason == "NoLiveWorker"
@@ -163,9 +170,20 @@ def test_no_live_worker_is_said_in_the_platforms_own_words() -> None:
     )
 
 
+def test_workers_being_started_are_coming_not_waited_for() -> None:
+    assert judge(stats(), workers=(), beats=(), wanted=1) is None  # this tick starts one
+    just_started = WorkerView("w-1", "w-1", running=True, started_at=NOW - 1)
+    pulling = dataclasses.replace(just_started, waiting=UnitWaiting("ContainerCreating"))
+    assert judge(stats(), workers=(just_started, pulling), beats=()) is None
+    pulling_long = dataclasses.replace(pulling, started_at=NOW - WAIT_NOTICE_SECONDS)
+    waiting = judge(stats(), workers=(pulling_long,), beats=())
+    assert waiting is not None
+    assert waiting.main.what == "no live worker: 1 not started: ContainerCreating"
+
+
 def test_a_fleet_of_none_and_a_silent_worker() -> None:
-    assert judge(stats(), workers=(), beats=()) == Waiting(
-        (WaitCause("NoLiveWorker", "no live worker: none is running yet"),)
+    assert judge(stats(), workers=(), beats=(), wanted=0) == Waiting(
+        (WaitCause("NoLiveWorker", "no live worker: none is wanted (pinned at 0)"),)
     )
     silent = dataclasses.replace(LIVE, heartbeat_age_seconds=45.0)
     waiting = judge(stats(), workers=(silent,), beats=())
