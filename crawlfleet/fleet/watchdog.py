@@ -20,17 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 from crawlfleet.fleet.policy import STALL_LEASE_TTLS
 from crawlfleet.fleet.waiting import duration
 from crawlfleet.frontier.models import WorkerHeartbeat
 
-__all__ = ["STAGES", "Stall", "StallReason", "StalledStage", "stalled"]
+__all__ = ["STAGES", "STALL_REASONS", "Stall", "StallReason", "StalledStage", "stalled"]
 
 #: A worker's lease stages, in the order a lease goes through them (crawler/leases.py).
 STAGES: Final = ("fetching", "processing", "output")
 StallReason = Literal["StuckFetching", "StuckProcessing", "StuckOutput"]
+STALL_REASONS: Final[tuple[StallReason, ...]] = get_args(StallReason)
 _REASONS: Final[dict[str, StallReason]] = {
     "fetching": "StuckFetching",
     "processing": "StuckProcessing",
