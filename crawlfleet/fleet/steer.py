@@ -395,7 +395,7 @@ async def _tick(
         suspended=suspended,
         workers=workers,
         beats=beats,
-        fresh_seconds=policy.dead_after_seconds,
+        policy=policy,
         wanted=decision.desired_replicas,
     )
     stall = stalled(

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Literal, get_args
 
-from crawlfleet.fleet.policy import WorkerView
+from crawlfleet.fleet.policy import FleetPolicy, WorkerView
 from crawlfleet.frontier.models import FrontierStats, PressureLevel, WorkerHeartbeat
 
 __all__ = [
@@ -147,7 +147,7 @@ def assess(
     suspended: bool,
     workers: Sequence[WorkerView],
     beats: Sequence[WorkerHeartbeat],
-    fresh_seconds: float,
+    policy: FleetPolicy,
     wanted: int,
 ) -> Waiting | None:
     """What the crawl waits for, or None: nothing waits, something is being fetched, or
@@ -155,8 +155,8 @@ def assess(
 
     ``workers``: the backend's units joined with their heartbeats; ``beats``: every
     heartbeat (a worker's fields: ``output_blocked``, ``output_blocked_reason``); a heartbeat
-    is a live worker's while it is at most ``fresh_seconds`` old. ``wanted``: the workers the
-    tick wants running (a fleet of none that wants some is being started, not waited for).
+    is a live worker's while it is at most ``policy.dead_after_seconds`` old. ``wanted``: the
+    workers the tick wants running (a fleet of none that wants some is being started).
     """
     if stats.queued + stats.delayed == 0 or stats.fetching > 0:
         return None
@@ -166,8 +166,8 @@ def assess(
     causes = [
         cause
         for cause in (
-            _no_live_worker(workers, fresh_seconds, wanted=wanted, now=now),
-            _output_blocked(beats, fresh_seconds),
+            _no_live_worker(workers, policy, wanted=wanted, now=now),
+            _output_blocked(beats, policy.dead_after_seconds),
             *_frontier_causes(stats, now),
         )
         if cause is not None
@@ -180,11 +180,16 @@ def _fresh(age_seconds: float | None, fresh_seconds: float) -> bool:
 
 
 def _no_live_worker(
-    workers: Sequence[WorkerView], fresh_seconds: float, *, wanted: int, now: float
+    workers: Sequence[WorkerView], policy: FleetPolicy, *, wanted: int, now: float
 ) -> WaitCause | None:
-    """No worker heartbeats: why each unit is not one, in its backend's words. Workers the
-    tick is starting (none yet, or started within :data:`WAIT_NOTICE_SECONDS`) are coming:
-    every crawl begins so."""
+    """No worker heartbeats: why each unit is not one, in its backend's words.
+
+    Workers being started are coming, not waited for, as every crawl begins: none yet when
+    some are wanted, or each started within the startup grace while nothing is wrong with it
+    (no reason given, or the container being created), or within :data:`WAIT_NOTICE_SECONDS`
+    whatever its reason (an unschedulable pod is said after a few seconds, a slow image pull
+    only past the grace)."""
+    fresh_seconds = policy.dead_after_seconds
     live = [
         w
         for w in workers
@@ -196,13 +201,27 @@ def _no_live_worker(
         if wanted:
             return None
         return WaitCause("NoLiveWorker", "no live worker: none is wanted (pinned at 0)")
-    if all(now - w.started_at < WAIT_NOTICE_SECONDS and not w.quick_deaths for w in workers):
+    if all(_coming(w, policy, now) for w in workers):
         return None
     states: Counter[str] = Counter(_unit_state(w, fresh_seconds) for w in workers)
     said = "; ".join(
         f"{count} {state}" if count > 1 else f"1 {state}" for state, count in states.items()
     )
     return WaitCause("NoLiveWorker", f"no live worker: {said}", count=len(workers))
+
+
+#: The reasons a pod's container waits while it is started as it should be.
+_STARTING_REASONS: Final = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def _coming(worker: WorkerView, policy: FleetPolicy, now: float) -> bool:
+    """Started lately, never heartbeated, and not dying: a worker on its way."""
+    if not worker.running or worker.quick_deaths or worker.heartbeat_age_seconds is not None:
+        return False
+    waiting = worker.waiting
+    starting = waiting is None or waiting.reason in _STARTING_REASONS
+    grace = policy.startup_grace_seconds if starting else WAIT_NOTICE_SECONDS
+    return now - worker.started_at < grace
 
 
 def _unit_state(worker: WorkerView, fresh_seconds: float) -> str:

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from crawlfleet.fleet import WorkerView
+from crawlfleet.fleet import FleetPolicy, WorkerView
 from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
 from crawlfleet.fleet.waiting import (
@@ -26,6 +26,18 @@ from crawlfleet.frontier import (
     WorkerHeartbeat,
 )
 
+#: Heartbeats fresh for 20 s; a worker may take 60 s to start.
+POLICY = FleetPolicy(
+    min_replicas=1,
+    max_replicas=10,
+    target_backlog_per_replica=100,
+    scale_down_delay_seconds=60,
+    dead_after_seconds=20,
+    startup_grace_seconds=60,
+    completion_grace_seconds=5,
+    retry_lead_seconds=10,
+    pinned_replicas=None,
+)
 NOW = 1_800_000_000.0
 LIVE = WorkerView("w-1", "w-1", running=True, started_at=NOW - 100, heartbeat_age_seconds=1.0)
 BEAT = WorkerHeartbeat("w-1", NOW - 1, 1.0, {"output_blocked": 0})
@@ -66,7 +78,7 @@ def judge(
         suspended=suspended,
         workers=workers,
         beats=beats,
-        fresh_seconds=20,
+        policy=POLICY,
         wanted=wanted,
     )
 
@@ -158,7 +170,7 @@ def test_no_live_worker_is_said_in_the_platforms_own_words() -> None:
         last_exit=UnitExit(2, "OutputUnavailable", "no such bucket", 0.5),
         quick_deaths=4,
     )
-    starting = WorkerView("w-4", "w-4", running=True, started_at=NOW - 9)
+    starting = WorkerView("w-4", "w-4", running=True, started_at=NOW - 61)
     waiting = judge(stats(queued=5), workers=(pending, pending, crashing, starting), beats=())
     assert waiting is not None
     assert waiting.reason == "NoLiveWorker"
@@ -172,13 +184,21 @@ def test_no_live_worker_is_said_in_the_platforms_own_words() -> None:
 
 def test_workers_being_started_are_coming_not_waited_for() -> None:
     assert judge(stats(), workers=(), beats=(), wanted=1) is None  # this tick starts one
-    just_started = WorkerView("w-1", "w-1", running=True, started_at=NOW - 1)
-    pulling = dataclasses.replace(just_started, waiting=UnitWaiting("ContainerCreating"))
-    assert judge(stats(), workers=(just_started, pulling), beats=()) is None
-    pulling_long = dataclasses.replace(pulling, started_at=NOW - WAIT_NOTICE_SECONDS)
-    waiting = judge(stats(), workers=(pulling_long,), beats=())
+    starting = WorkerView("w-1", "w-1", running=True, started_at=NOW - 30)
+    pulling = dataclasses.replace(starting, waiting=UnitWaiting("ContainerCreating"))
+    assert judge(stats(), workers=(starting, pulling), beats=()) is None  # within the grace
+    pulled_for_long = dataclasses.replace(pulling, started_at=NOW - 60)
+    waiting = judge(stats(), workers=(pulled_for_long,), beats=())
     assert waiting is not None
     assert waiting.main.what == "no live worker: 1 not started: ContainerCreating"
+    # Something wrong with it is said after a few seconds, not after the whole grace.
+    no_node = dataclasses.replace(
+        pulling, waiting=UnitWaiting("Unschedulable"), started_at=NOW - WAIT_NOTICE_SECONDS
+    )
+    waiting = judge(stats(), workers=(no_node,), beats=())
+    assert waiting is not None
+    assert waiting.main.what == "no live worker: 1 not started: Unschedulable"
+    assert judge(stats(), workers=(dataclasses.replace(no_node, started_at=NOW - 1),)) is None
 
 
 def test_a_fleet_of_none_and_a_silent_worker() -> None:
