@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from crawlfleet.config import SteeringConfig
+from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.fleet import FleetPolicy, WorkerView
 from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
@@ -26,17 +28,11 @@ from crawlfleet.frontier import (
     WorkerHeartbeat,
 )
 
-#: Heartbeats fresh for 20 s; a worker may take 60 s to start.
-POLICY = FleetPolicy(
-    min_replicas=1,
-    max_replicas=10,
-    target_backlog_per_replica=100,
-    scale_down_delay_seconds=60,
-    dead_after_seconds=20,
-    startup_grace_seconds=60,
-    completion_grace_seconds=5,
-    retry_lead_seconds=10,
-    pinned_replicas=None,
+#: The defaults: heartbeats fresh for 20 s (deadAfterSeconds), 60 s to start.
+POLICY = FleetPolicy.from_spec(
+    CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"]}),
+    SteeringConfig(),
+    completion_grace_seconds=0,
 )
 NOW = 1_800_000_000.0
 LIVE = WorkerView("w-1", "w-1", running=True, started_at=NOW - 100, heartbeat_age_seconds=1.0)
