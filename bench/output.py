@@ -216,7 +216,7 @@ class Bench:
                 stats = await frontier.stats()
                 holds = any(
                     beat.worker == victim_id
-                    and beat.counters.get("in_flight", 0) + beat.counters.get("output_waiting", 0)
+                    and beat.number("in_flight") + beat.number("output_waiting")
                     for beat in await frontier.workers()
                 )
                 late = stats.crawled >= KILL_LATEST * pages

@@ -14,7 +14,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
+from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.sinks import OnDurable, OutputSink
+from crawlfleet.frontier import HeartbeatValue
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.metrics import WorkerMetrics
@@ -22,7 +24,15 @@ if TYPE_CHECKING:
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 
-__all__ = ["WORKER_COUNTERS", "every", "wait_for_wake", "worker_counters", "worker_output"]
+__all__ = [
+    "OUTPUT_BLOCKED_REASON_CHARS",
+    "WORKER_COUNTERS",
+    "every",
+    "heartbeat_fields",
+    "wait_for_wake",
+    "worker_counters",
+    "worker_output",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +48,40 @@ WORKER_COUNTERS: Final = (
 )
 
 
+#: The longest ``output_blocked_reason`` a heartbeat carries: a sentence, not a log.
+OUTPUT_BLOCKED_REASON_CHARS: Final = 300
+
+
 def worker_counters() -> dict[str, float]:
     """A worker's heartbeat counters, from zero."""
     return dict.fromkeys(WORKER_COUNTERS, 0.0)
+
+
+def heartbeat_fields(
+    counters: dict[str, float],
+    leases: LeaseBook,
+    output: OutputSink,
+    *,
+    in_flight: int,
+    limit: int,
+) -> dict[str, HeartbeatValue]:
+    """What a worker's heartbeat tells the fleet: its counters, its leases' account (how many
+    in each stage and how long the oldest has been there: the fleet's watchdog reads it), and
+    its output's state, with why it is blocked when it is (``output_blocked_reason``)."""
+    fields: dict[str, HeartbeatValue] = {
+        **counters,
+        **leases.account(),
+        "in_flight": in_flight,
+        "limit": limit,
+        "output_waiting": leases.count(Stage.OUTPUT),
+        "output_blocked": 1 if output.blocked else 0,
+    }
+    # TODO(lead): read output.blocked_reason directly once the sink has it (the output-faults
+    # branch); until then a sink without it sends no reason.
+    reason = getattr(output, "blocked_reason", None)
+    if output.blocked and isinstance(reason, str) and reason:
+        fields["output_blocked_reason"] = reason[:OUTPUT_BLOCKED_REASON_CHARS]
+    return fields
 
 
 def worker_output(

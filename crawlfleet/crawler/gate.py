@@ -157,7 +157,7 @@ class RequestGate:
         again: every worker's claims skip it meanwhile (the host's delay in the frontier)."""
         wait = max(verdict.retry_in_seconds, self.host_delay_seconds)
         self.metrics.observe_robots_deferral()
-        if not await self.leases.defer(lease.lease_id, lease.host, wait):
+        if not await self.leases.defer(lease.lease_id, lease.host, wait, verdict.status):
             return  # Redis did not answer: the lease expires back by itself
         self._deferred_hosts.add(lease.host)
         self._applied.pop(lease.host, None)

@@ -387,12 +387,15 @@ class LeaseBook:
         log.info("released %d lease(s): %s", count, why, extra={"layer": "flow"})
         return count
 
-    async def defer(self, lease_id: str, host: str, wait_seconds: float) -> bool:
+    async def defer(
+        self, lease_id: str, host: str, wait_seconds: float, status: int | None = None
+    ) -> bool:
         """Give a lease back without an attempt and hold its host for ``wait_seconds`` (its
-        robots.txt could not be read): every worker's claims skip the host meanwhile. False
-        when Redis did not answer: the lease stays, and expires back by itself."""
+        robots.txt could not be read, ``status`` its last HTTP status): every worker's claims
+        skip the host meanwhile, and the fleet reports the wait. False when Redis did not
+        answer: the lease stays, and expires back by itself."""
         try:
-            await self.frontier.set_host_delay(host, wait_seconds)
+            await self.frontier.defer_host(host, wait_seconds, status=status)
             await self.release([lease_id], f"deferred for {wait_seconds:.0f} s")
         except FrontierUnavailable as exc:
             log.warning("could not defer a lease: %s", exc, extra={"layer": "task"})

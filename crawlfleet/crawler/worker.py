@@ -40,7 +40,13 @@ from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
-from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
+from crawlfleet.crawler.flow import (
+    every,
+    heartbeat_fields,
+    wait_for_wake,
+    worker_counters,
+    worker_output,
+)
 from crawlfleet.crawler.gate import Deferred, RequestGate
 from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.leases import LeaseBook, Stage
@@ -791,15 +797,14 @@ class Worker:
     # -- flow: heartbeats, lease extension, shutdown ------------------------------------
 
     async def _heartbeat_once(self) -> None:
-        counters = {
-            **self.counters,
-            **self.leases.account(),
-            "in_flight": len(self._inflight),
-            "limit": self.limit.limit,
-            "output_waiting": self.leases.count(Stage.OUTPUT),
-            "output_blocked": 1 if self.output.blocked else 0,
-        }
-        await self.frontier.heartbeat(self.worker_id, counters)
+        fields = heartbeat_fields(
+            self.counters,
+            self.leases,
+            self.output,
+            in_flight=len(self._inflight),
+            limit=self.limit.limit,
+        )
+        await self.frontier.heartbeat(self.worker_id, fields)
         await self.leases.keep_alive()
 
     async def _drain(self) -> None:

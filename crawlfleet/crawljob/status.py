@@ -34,8 +34,8 @@ class Condition(_Observed):
 
     type: str
     """What the condition is about: Ready, Progressing, Complete, Failed, Suspended,
-    InvalidSpec, OutputNotDurable, OutputBlocked, FrontierLost, FrontierMemoryPressure or
-    BloomNearlyFull. At most one condition of each type."""
+    InvalidSpec, OutputNotDurable, OutputBlocked, FrontierLost, FrontierMemoryPressure,
+    BloomNearlyFull, WorkersFailing, Waiting or Stalled. At most one condition of each type."""
     status: Literal["True", "False", "Unknown"] = "Unknown"
     """Whether the condition holds: True, False or Unknown."""
     reason: str = ""
@@ -71,6 +71,14 @@ class FleetStatus(_Observed):
     seeds_hash: str | None = None
     """A digest of the seed list the frontier was last seeded with: a different one on a
     running job queues the seeds again, once (the SeedsAdded Event says how many were new)."""
+    waiting: str | None = None
+    """The reason of the last Waiting Event (what the crawl waits for); unset once it has moved
+    for a while with nothing to wait for."""
+    moving_since: datetime | None = None
+    """Since when the crawl has had nothing to wait for while a wait is still announced: the
+    wait ends (a WaitEnded Event) once that has lasted."""
+    stalled: str | None = None
+    """The reason of the last Stalled Event (leases that stopped moving); unset once they move."""
 
 
 class CrawlJobStatus(_Observed):
@@ -116,6 +124,12 @@ class CrawlJobStatus(_Observed):
     """When the number of workers last changed."""
     message: str | None = None
     """The latest news about the job, in words for people."""
+    waiting: str = ""
+    """What the crawl waits for, in one word, while URLs are queued and none is fetched: the
+    Waiting condition's reason (RobotsTxt, NoLiveWorker, OutputBlocked, HeldSlots,
+    MemoryPressure, RetryBackoff, HostDelay, Suspended), else the Stalled condition's
+    (StuckFetching, StuckProcessing, StuckOutput) while leases do not move; empty while the
+    crawl moves. The conditions' messages say the rest."""
     fleet: FleetStatus | None = None
     """The fleet brain's memory (scale-down window, completion grace), for the operator."""
     frontier_epoch: str | None = None

@@ -19,7 +19,15 @@ from typing import Literal, Protocol
 
 from crawlfleet.fleet.exits import UnitExit
 
-__all__ = ["EventReason", "FleetBackend", "FleetEvent", "FleetView", "Unit", "unit_of"]
+__all__ = [
+    "EventReason",
+    "FleetBackend",
+    "FleetEvent",
+    "FleetView",
+    "Unit",
+    "UnitWaiting",
+    "unit_of",
+]
 
 #: The Kubernetes Event reasons of the tick's decisions (locally, the ``kind`` of a line of
 #: events.jsonl).
@@ -40,12 +48,30 @@ EventReason = Literal[
     "WorkersFailing",
     "OutputUnavailable",
     "WorkersRecovered",
+    "Waiting",
+    "WaitEnded",
+    "Stalled",
+    "StallEnded",
 ]
 
 
 def unit_of(worker_id: str) -> str:
     """The unit a worker id belongs to: ``<unit>#<incarnation>`` -> ``<unit>``."""
     return worker_id.split("#", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class UnitWaiting:
+    """Why a unit's worker is not running, in the platform's own words: a pod Pending and
+    unschedulable (``Unschedulable``, the scheduler's message), its image not there
+    (``ErrImagePull``, ``ImagePullBackOff``), its container not created
+    (``CreateContainerConfigError``, ``ContainerCreating``), or restarted with back-off after
+    it died (``CrashLoopBackOff``). One waiting so that never heartbeated is not dead -- it
+    never ran -- and a new one would wait alike, so the tick does not replace it: the fleet
+    reports it as what the crawl waits for."""
+
+    reason: str
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +88,9 @@ class Unit:
     container restarts (the kubelet restarts it in place, backing off: CrashLoopBackOff);
     locally each worker is a new unit, so the backend counts the workers it started one after
     another that each died so, with the same error.
+
+    ``waiting``: why its worker is not running (:class:`UnitWaiting`); None while it runs (and
+    when the backend cannot tell: a local process runs as soon as it is started).
     """
 
     name: str
@@ -70,6 +99,7 @@ class Unit:
     drain_deadline: float | None = None
     last_exit: UnitExit | None = None
     quick_deaths: int = 0
+    waiting: UnitWaiting | None = None
 
 
 @dataclass(frozen=True, slots=True)

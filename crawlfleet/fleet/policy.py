@@ -41,6 +41,7 @@ from typing import Final, Literal
 
 from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
 from crawlfleet.frontier.models import Backpressure, FrontierStats, PressureLevel
 
@@ -49,6 +50,7 @@ __all__ = [
     "PRESSURE_CRITICAL",
     "PRESSURE_HIGH",
     "PRESSURE_RELEASE",
+    "STALL_LEASE_TTLS",
     "Decision",
     "FleetMemory",
     "FleetPolicy",
@@ -65,6 +67,7 @@ __all__ = [
     "memory_pressure",
     "seed_action",
     "seed_list_hash",
+    "stall_after_seconds",
     "wants_tick",
 ]
 
@@ -87,6 +90,27 @@ PRESSURE_CRITICAL_RELEASE: Final = 0.90
 #: The share of ``dedup.capacity`` seen past which the Bloom filter is nearly full: it grows a
 #: layer past capacity, but a crawl that far past its sizing deserves a warning.
 BLOOM_NEARLY_FULL: Final = 0.80
+#: Lease TTLs a lease may sit in one stage of its worker before the watchdog calls it stalled
+#: (with the longest legitimate waits on top: see :func:`stall_after_seconds`).
+STALL_LEASE_TTLS: Final = 3
+
+
+def stall_after_seconds(spec: CrawlJobSpec) -> float:
+    """How long a lease may stay in one stage of a live worker (fetching, processing, output)
+    before the fleet's watchdog reports it ``Stalled``: ``STALL_LEASE_TTLS`` lease TTLs, plus
+    the longest a healthy lease legitimately waits -- a request's whole budget
+    (``fetch.totalTimeoutSeconds``) and an output file's age before it is sealed
+    (``output.maxFileAgeSeconds``) -- so a slow site or a quiet output file never trips it.
+
+    With the defaults: 3 × 60 + 60 + 30 = 270 s. A lease that passes it is held by a live
+    worker (heartbeats keep extending it, so no TTL will ever requeue it) and goes nowhere: a
+    hung request, a parser that never returns, an output that never becomes durable.
+    """
+    return (
+        STALL_LEASE_TTLS * spec.lease.ttl_seconds
+        + spec.fetch.total_timeout_seconds
+        + spec.output.max_file_age_seconds
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +148,8 @@ class FleetPolicy:
     #: The job writes output (``output.format`` is not none): complete only once its
     #: closing files are written.
     writes_output: bool = False
+    #: A lease in one stage of a live worker for longer is stalled (:func:`stall_after_seconds`).
+    stall_after_seconds: float = math.inf
 
     @classmethod
     def from_spec(
@@ -161,6 +187,7 @@ class FleetPolicy:
             stop_on_crash_loop=stop_on_crash_loop,
             writes_output=spec.output.format != "none",
             workers_seed=spec.scrapy is not None,
+            stall_after_seconds=stall_after_seconds(spec),
         )
 
 
@@ -174,7 +201,8 @@ class WorkerView:
     None when it never heartbeated. ``started_at``: when the backend started it.
     ``drain_deadline``: set once the worker was told to stop; it must be gone by then.
     ``last_exit`` and ``quick_deaths``: how its worker last ended, and how many times in a row
-    it died at start so (:class:`~crawlfleet.fleet.backend.Unit`).
+    it died at start so; ``waiting``: why its worker never started
+    (:class:`~crawlfleet.fleet.backend.Unit`).
     """
 
     worker_id: str
@@ -185,6 +213,7 @@ class WorkerView:
     drain_deadline: float | None = None
     last_exit: UnitExit | None = None
     quick_deaths: int = 0
+    waiting: UnitWaiting | None = None
 
     @property
     def draining(self) -> bool:
@@ -296,6 +325,13 @@ class FleetMemory:
     #: The digest (:func:`seed_list_hash`) of the seed list last queued; None before the
     #: first seeding, and for a job seeded before digests were kept.
     seeds_hash: str | None = None
+    #: What the crawl waits for, as last announced (a ``Waiting`` Event's reason); None while
+    #: it moves. ``moving_since``: since when it has had nothing to wait for while a wait is
+    #: still announced (the wait ends once that has lasted; crawlfleet.fleet.waiting).
+    waiting: str | None = None
+    moving_since: float | None = None
+    #: The watchdog's last ``Stalled`` reason (None: no lease is stalled).
+    stalled: str | None = None
 
     def to_mapping(self) -> dict[str, int | str | bool]:
         """camelCase, times as RFC 3339 with microseconds (``status.fleet``'s shape)."""
@@ -312,6 +348,12 @@ class FleetMemory:
             out["workersFailing"] = self.workers_failing
         if self.seeds_hash is not None:
             out["seedsHash"] = self.seeds_hash
+        if self.waiting is not None:
+            out["waiting"] = self.waiting
+        if self.moving_since is not None:
+            out["movingSince"] = _timestamp(self.moving_since)
+        if self.stalled is not None:
+            out["stalled"] = self.stalled
         return out
 
     @classmethod
@@ -331,6 +373,9 @@ class FleetMemory:
                 pressure_base_rate=_rate(raw.get("pressureBaseRate")),
                 workers_failing=_text(raw.get("workersFailing")),
                 seeds_hash=_text(raw.get("seedsHash")),
+                waiting=_text(raw.get("waiting")),
+                moving_since=_seconds(raw.get("movingSince")),
+                stalled=_text(raw.get("stalled")),
             )
         except (TypeError, ValueError):
             return None
@@ -492,6 +537,10 @@ def _fate(worker: WorkerView, now: float, policy: FleetPolicy) -> RequeueReason 
     if worker.heartbeat_age_seconds is None:
         if worker.quick_deaths:
             return None  # restarted in place and backing off: a new pod would die alike
+        if worker.waiting is not None:
+            # Never started (unschedulable, no image): not dead, and a new pod would wait
+            # alike; the fleet reports it as what the crawl waits for (fleet/waiting.py).
+            return None
         startup = max(policy.dead_after_seconds, policy.startup_grace_seconds)
         return "no_heartbeat" if now - worker.started_at > startup else None
     return "stale_heartbeat" if worker.heartbeat_age_seconds > policy.dead_after_seconds else None

@@ -4,20 +4,26 @@
 
     observe   backend.observe()           units (pods / processes), replicas, ready
               frontier.epoch              the frontier's identity, against the remembered one
-              frontier.stats()            counters, earliest retry: one pipeline
+              frontier.stats()            counters, earliest retry, what holds hosts back
+                                          (robots.txt waits, delays, held slots): one pipeline
               frontier.workers()          heartbeats: one pipeline
               frontier.memory()           Redis's used memory and maxmemory: one INFO
               (frontier.seed() once, if the job is not seeded yet, and once more each
               time its seed list changes: policy.seed_action)
     decide    policy.decide()             pure: desired replicas, requeues, replacements,
                                           memory pressure, Bloom fill, a lost frontier
+              waiting.assess()            pure: what the crawl waits for, when URLs are
+                                          queued and none is fetched (frontier waits,
+                                          heartbeats, the units' own reasons)
+              watchdog.stalled()          pure: leases stuck in a stage of a live worker
     apply     frontier.set_pressure()     when the pressure level changes
               backend.replace(unit)       dead but running: kill it
               frontier.requeue_owner()    leases of dead, gone and drained workers
               backend.forget(unit)        exited units
               frontier.requeue_expired()  leases whose ttl ran out
               backend.scale(n)            when the desired count differs
-              backend.record(event)       one per decision applied (WorkersFailing once per error)
+              backend.record(event)       one per decision applied (WorkersFailing once per error;
+                                          Waiting/WaitEnded, Stalled/StallEnded on change)
 
 A tick is O(1) Redis round trips per job (four, plus two per worker found dead and one more
 read of the counters when anything was requeued), however big the crawl. Between ticks the
@@ -56,6 +62,8 @@ from crawlfleet.fleet.policy import (
     seed_action,
     wants_tick,
 )
+from crawlfleet.fleet.waiting import Waiting, assess, track
+from crawlfleet.fleet.watchdog import Stall, stalled
 from crawlfleet.frontier import (
     Backpressure,
     Frontier,
@@ -104,6 +112,14 @@ class Tick:
     frontier_memory: MemoryState | None = None
     #: The Event of a changed seed list queued again (SeedsAdded), None when there was none.
     seeds_added: FleetEvent | None = None
+    #: What the crawl waits for, URLs being queued and none fetched (None: it moves, or
+    #: only paces itself): crawlfleet.fleet.waiting.
+    waiting: Waiting | None = None
+    #: Leases of live workers that stopped moving (None: none): crawlfleet.fleet.watchdog.
+    stall: Stall | None = None
+    #: The Events of this tick about waits and stalls (Waiting, WaitEnded, Stalled,
+    #: StallEnded), recorded already; callers echo them (the local run prints them).
+    news: tuple[FleetEvent, ...] = ()
 
 
 async def open_frontier(
@@ -147,6 +163,7 @@ def join(
                 drain_deadline=unit.drain_deadline,
                 last_exit=unit.last_exit,
                 quick_deaths=unit.quick_deaths,
+                waiting=unit.waiting,
             )
         )
     for name, incarnations in by_unit.items():
@@ -306,7 +323,7 @@ async def _tick(
         sorted(
             beat.worker
             for beat in beats
-            if beat.counters.get("output_blocked") and beat.age_seconds <= policy.dead_after_seconds
+            if beat.number("output_blocked") and beat.age_seconds <= policy.dead_after_seconds
         )
     )
     redis_memory = await frontier.memory()
@@ -372,6 +389,28 @@ async def _tick(
                 },
             )
         )
+    waiting = assess(
+        stats,
+        now=now,
+        suspended=suspended,
+        workers=workers,
+        beats=beats,
+        policy=policy,
+        wanted=decision.desired_replicas,
+    )
+    stall = stalled(
+        beats,
+        stall_after_seconds=policy.stall_after_seconds,
+        fresh_seconds=policy.dead_after_seconds,
+    )
+    if decision.complete:
+        # Nothing is left to wait for: a wait announced ends with the job, unsaid; a stall
+        # announced (a warning) is said to be over.
+        waiting = stall = None
+        memory = replace(memory, waiting=None, moving_since=None)
+    memory, news = _waits_news(memory, waiting, stall, now=now)
+    for event in news:
+        await backend.record(event)
     if decision.complete:
         await backend.record(
             FleetEvent(
@@ -381,8 +420,79 @@ async def _tick(
             )
         )
     return Tick(
-        stats, view, decision, memory, seeded, scaled, output_blocked, redis_memory, seeds_added
+        stats,
+        view,
+        decision,
+        memory,
+        seeded,
+        scaled,
+        output_blocked,
+        redis_memory,
+        seeds_added,
+        waiting,
+        stall,
+        news,
     )
+
+
+def _waits_news(
+    memory: FleetMemory, waiting: Waiting | None, stall: Stall | None, *, now: float
+) -> tuple[FleetMemory, tuple[FleetEvent, ...]]:
+    """The Events of what the crawl waits for and of stalled leases, on change only; the
+    memory that says what was announced."""
+    news: list[FleetEvent] = []
+    wait_news, announced, moving_since = track(
+        waiting, announced=memory.waiting, moving_since=memory.moving_since, now=now
+    )
+    if wait_news.began is not None:
+        began = wait_news.began
+        news.append(
+            FleetEvent(
+                "Waiting",
+                f"waiting: {began.sentence()}",
+                warning=began.reason in ("NoLiveWorker", "OutputBlocked"),
+                fields={
+                    "why": began.reason,
+                    "count": began.main.count,
+                    "causes": ",".join(cause.reason for cause in began.causes),
+                },
+            )
+        )
+    elif wait_news.ended is not None:
+        news.append(
+            FleetEvent(
+                "WaitEnded",
+                f"moving again: no longer waiting ({wait_news.ended})",
+                fields={"why": wait_news.ended},
+            )
+        )
+    reason = stall.reason if stall is not None else None
+    if stall is not None and reason != memory.stalled:
+        main = stall.main
+        news.append(
+            FleetEvent(
+                "Stalled",
+                stall.sentence(),
+                warning=True,
+                fields={
+                    "why": stall.reason,
+                    "stage": main.stage,
+                    "leases": stall.leases,
+                    "workers": ",".join(main.workers),
+                    "oldest_seconds": round(main.oldest_seconds, 1),
+                },
+            )
+        )
+    elif stall is None and memory.stalled is not None:
+        news.append(
+            FleetEvent(
+                "StallEnded",
+                f"the stalled leases move again ({memory.stalled} is over)",
+                fields={"why": memory.stalled},
+            )
+        )
+    memory = replace(memory, waiting=announced, moving_since=moving_since, stalled=reason)
+    return memory, tuple(news)
 
 
 async def _frontier_health(

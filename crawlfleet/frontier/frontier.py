@@ -58,6 +58,8 @@ from crawlfleet.frontier.models import (
     Failure,
     FrontierSettings,
     FrontierStats,
+    FrontierWaits,
+    HeartbeatValue,
     Lease,
     Link,
     MemoryState,
@@ -613,9 +615,20 @@ class Frontier:
         return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
 
     async def set_host_delay(self, host: str, delay_seconds: float | None) -> None:
-        """A host's own delay between fetches (robots Crawl-delay); None forgets it."""
+        """A host's own delay between fetches (robots Crawl-delay); None forgets it. Its
+        robots.txt was read (or given up): a wait :meth:`defer_host` recorded is over."""
         delay_ms = -1 if delay_seconds is None else max(0, round(delay_seconds * 1000))
         await self._run(self._scripts.set_host_delay, host, delay_ms)
+
+    async def defer_host(self, host: str, wait_seconds: float, *, status: int | None) -> float:
+        """Hold a host for ``wait_seconds`` (its robots.txt could not be read; ``status`` is
+        the file's last HTTP status, None when no answer came): every worker's claims skip it
+        meanwhile, and the wait is recorded for the fleet to report (:attr:`FrontierStats.waits`)
+        until :meth:`set_host_delay` ends it. Returns the next try (server time, seconds)."""
+        wait_ms = max(0, round(wait_seconds * 1000))
+        status_text = "" if status is None else str(int(status))
+        next_try_ms = await self._run(self._scripts.defer_host, host, wait_ms, status_text)
+        return int(next_try_ms) / 1000.0
 
     async def pace(self, host: str, *, max_wait_seconds: float = 3600.0) -> None:
         """Wait for, and take, a host's next fetch slot (for redirect hops and retries).
@@ -633,8 +646,9 @@ class Frontier:
 
     # -- workers and progress -------------------------------------------------------------
 
-    async def heartbeat(self, worker: str, counters: Mapping[str, float]) -> float:
-        """Record that a worker is alive; returns the server time (seconds)."""
+    async def heartbeat(self, worker: str, counters: Mapping[str, HeartbeatValue]) -> float:
+        """Record that a worker is alive, with its counters and a few short strings (why its
+        output is blocked, say); returns the server time (seconds)."""
         payload = json.dumps(dict(counters), separators=(",", ":"))
         now_ms = await self._run(self._scripts.heartbeat, _worker_id(worker), payload)
         return int(now_ms) / 1000.0
@@ -684,15 +698,20 @@ class Frontier:
         # Whether the closing files are written: the job is complete only then (a reader who
         # sees Succeeded finds manifest.json).
         pipe.exists(self.keys.key("output-finished"))
+        # What holds hosts back (FrontierWaits): each a count and its first member.
+        for name in ("robots-waits", "ready", "held"):
+            pipe.zcard(self.keys.key(name))
+            pipe.zrange(self.keys.key(name), 0, 0, withscores=True)
         if self.backend == "native":
             # Every sub-filter's bits, hashes, capacity and items; BF.CARD if BF.DEBUG is
             # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
-        values, meta, earliest, (seconds, micros), finished, *native = await call(
+        values, meta, earliest, (seconds, micros), finished, *rest = await call(
             pipe.execute(raise_on_error=False)
         )
-        for reply in (values, meta, earliest, finished, native[0] if native else None):
+        held_back, native = rest[:6], rest[6:]
+        for reply in (values, meta, earliest, finished, *held_back, native[0] if native else None):
             if isinstance(reply, Exception):
                 raise translate(reply) from reply
         epoch, seeded, level, links_per_page, claims_per_s, layers = meta
@@ -721,6 +740,7 @@ class Frontier:
             next_retry_in_seconds=earliest[0][1] / 1000.0 - (seconds + micros / 1e6)
             if earliest
             else None,
+            waits=_waits(held_back, seconds + micros / 1e6),
         )
 
     async def is_complete(self) -> bool:
@@ -848,6 +868,31 @@ def _worker_id(worker: str) -> str:
     if not worker or "\t" in worker or len(worker) > 253:
         raise ValueError(f"bad worker id {worker!r}")
     return worker
+
+
+def _waits(replies: Sequence[Any], now: float) -> FrontierWaits:
+    """FrontierWaits from the stats pipeline's three (ZCARD, first member) pairs: the robots.txt
+    waits ("<host>\t<status>"), the ready index and the held slots, scored in ms."""
+    (robots, robots_first), (ready, ready_first), (held, held_first) = (
+        (replies[i], replies[i + 1]) for i in range(0, 6, 2)
+    )
+
+    def due_in(first: list[tuple[Any, float]]) -> float | None:
+        return first[0][1] / 1000.0 - now if first else None
+
+    status = None
+    if robots_first:
+        text = str(robots_first[0][0]).rpartition("\t")[2]  # decoded: the client decodes
+        status = int(text) if text.isdigit() else None
+    return FrontierWaits(
+        robots_hosts=int(robots),
+        robots_next_try_in_seconds=due_in(robots_first),
+        robots_status=status,
+        ready_hosts=int(ready),
+        next_ready_in_seconds=due_in(ready_first),
+        held_slots=int(held),
+        next_held_release_in_seconds=due_in(held_first),
+    )
 
 
 def _pressure(

@@ -35,6 +35,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "heartbeats",
     "robots",
     "held",
+    "robots-waits",
+    "robots-wait-status",
 )
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")

@@ -23,6 +23,8 @@ __all__ = [
     "Failure",
     "FrontierSettings",
     "FrontierStats",
+    "FrontierWaits",
+    "HeartbeatValue",
     "Lease",
     "Link",
     "MemoryState",
@@ -198,14 +200,30 @@ class DeadLetter:
     at: float
 
 
+#: One field of a heartbeat: a counter, or a few words (``output_blocked_reason``).
+HeartbeatValue = float | str
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerHeartbeat:
-    """A worker's last heartbeat and the counters it reported."""
+    """A worker's last heartbeat and the fields it reported: counters, the account of its
+    leases (``leases_<stage>``, ``oldest_<stage>_seconds``), and short strings such as
+    ``output_blocked_reason``."""
 
     worker: str
     last_seen: float
     age_seconds: float
-    counters: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, HeartbeatValue] = field(default_factory=dict)
+
+    def number(self, name: str) -> float:
+        """A numeric field (0 when it is missing or not a number: an older worker's beat)."""
+        value = self.counters.get(name, 0)
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    def text(self, name: str) -> str:
+        """A string field ('' when it is missing or not a string)."""
+        value = self.counters.get(name)
+        return value if isinstance(value, str) else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +271,30 @@ class FrontierSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FrontierWaits:
+    """What holds hosts back from being claimed, read beside the counters (O(1) reads): how
+    many, and when the first of each changes (seconds from now on the server's clock; <= 0:
+    due already, waiting for a claim to notice).
+
+    ``robots_hosts``: hosts held until their robots.txt is asked again (it could not be read:
+    RFC 9309's "wait"), ``robots_status`` the last HTTP status of the one asked next (None: no
+    answer came). ``ready_hosts``: hosts with work queued and room under ``perHost``, placed at
+    their next allowed time (robots.txt waits among them); ``next_ready_in_seconds`` > 0 means
+    none may be fetched yet: every one waits for its delay (``hostDelaySeconds``, a
+    Crawl-delay, or a robots.txt wait). ``held_slots``: host slots still counted for dead
+    workers' requests that may be on the wire until their fetch deadline.
+    """
+
+    robots_hosts: int = 0
+    robots_next_try_in_seconds: float | None = None
+    robots_status: int | None = None
+    ready_hosts: int = 0
+    next_ready_in_seconds: float | None = None
+    held_slots: int = 0
+    next_held_release_in_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FrontierStats:
     """Counters the scripts keep incrementally: one HGETALL, whatever the crawl's size.
 
@@ -296,6 +338,8 @@ class FrontierStats:
     #: The output's closing files (manifest.json, dead-letters.jsonl) are written
     #: (:meth:`~crawlfleet.frontier.Frontier.mark_output_finished`).
     output_finished: bool = False
+    #: What holds hosts back from being claimed (robots.txt waits, delays, held slots).
+    waits: FrontierWaits = field(default_factory=FrontierWaits)
 
     @property
     def in_flight(self) -> int:

@@ -7,8 +7,8 @@ redis-py's Script objects run them with EVALSHA and reload them on NOSCRIPT.
 On Redis 7 and later each script declares its flags in a shebang line (``#!lua flags=…``):
 Redis then decides before a script starts whether it may run past ``maxmemory``. The scripts
 that finish or give back work (ack, fail, release, requeue, and claim, extend, heartbeat,
-pace, set_host_delay, set_pressure, guarded, which overwrite or move what exists, or write a
-few small values) are ``allow-oom``:
+pace, set_host_delay, defer_host, set_pressure, guarded, which overwrite or move what exists,
+or write a few small values) are ``allow-oom``:
 a full Redis under ``noeviction`` must still let a crawl shrink its queues, and the fleet
 must still be able to turn backpressure on. ``contains`` is ``no-writes``. The rest (init,
 enqueue, add_if_new, robots_lock, robots_store) may grow memory without bound, so Redis refuses them
@@ -50,6 +50,7 @@ SCRIPT_NAMES = (
     "requeue",
     "heartbeat",
     "set_host_delay",
+    "defer_host",
     "pace",
     "robots_lock",
     "robots_store",
@@ -71,6 +72,7 @@ SCRIPT_FLAGS: Final[dict[str, str]] = {
     "requeue": "allow-oom",
     "heartbeat": "allow-oom",
     "set_host_delay": "allow-oom",
+    "defer_host": "allow-oom",
     "pace": "allow-oom",
     "robots_lock": "",
     "robots_store": "",
@@ -115,6 +117,7 @@ class Scripts:
     requeue: AsyncScript
     heartbeat: AsyncScript
     set_host_delay: AsyncScript
+    defer_host: AsyncScript
     pace: AsyncScript
     robots_lock: AsyncScript
     robots_store: AsyncScript

@@ -42,6 +42,7 @@ from crawlfleet.fleet import (
     seed_list_hash,
     steer,
 )
+from crawlfleet.fleet.waiting import duration
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
@@ -339,10 +340,11 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
                 output_blocked = bool(done.output_blocked)
                 await backend.record(event)
                 _print(f"crawlfleet: {event.message}")
+            _say_news(done)
             if done.decision.complete:
                 complete = True
                 break
-            progress.show(done.stats, len(backend.active()), suspended)
+            progress.show(done, len(backend.active()), suspended)
             await asyncio.sleep(config.run.poll_seconds)
         if not complete:
             await _drain(backend, stop_signal)
@@ -504,6 +506,18 @@ def _announce(done: steer.Tick, before: FleetMemory, frontier: Frontier) -> None
         )
 
 
+def _say_news(done: steer.Tick) -> None:
+    """The tick's Events about waits and stalled leases, as lines for the person at the
+    terminal (a wait's next change counted from now, not as a time)."""
+    for event in done.news:
+        if event.reason == "Waiting" and done.waiting is not None:
+            _print(f"crawlfleet: waiting: {done.waiting.sentence(time.time())}")
+        elif event.reason == "Stalled":
+            _print(f"crawlfleet: stalled: {event.message}")
+        else:
+            _print(f"crawlfleet: {event.message}")
+
+
 class _Outage:
     """Redis not answering: the run waits for it, and restarts its private server if it died.
 
@@ -627,7 +641,11 @@ class _Progress:
         """Pages a second lately (None before the first pages): what backpressure slows."""
         return self.recent_rate or None
 
-    def show(self, stats: FrontierStats, workers: int, suspended: bool) -> None:
+    def show(self, done: steer.Tick, workers: int, suspended: bool) -> None:
+        """The line of this tick: the counters, and what the crawl waits for when it does, or
+        the leases that stopped moving (``stalled:``, with their stage)."""
+        stats = done.stats
+        assert stats is not None  # a tick that lost its frontier shows no progress
         now = time.monotonic()
         if self.stats is not None and now > self.shown_at:
             instant = max(0, stats.crawled - self.stats.crawled) / (now - self.shown_at)
@@ -636,7 +654,18 @@ class _Progress:
             self.recent_rate = (1 - weight) * self.recent_rate + weight * instant
         self.stats, self.shown_at = stats, now
         now = time.monotonic()
-        text = self.line(stats, workers) + ("  (suspended)" if suspended else "")
+        text = self.line(stats, workers)
+        if done.waiting is not None:
+            text += f"  waiting: {done.waiting.sentence(time.time())}"
+        elif suspended:
+            text += "  (suspended)"
+        if done.stall is not None:
+            main = done.stall.main
+            text += (
+                f"  stalled: {done.stall.leases} lease(s) in {main.stage} for"
+                f" {duration(main.oldest_seconds)}"
+                + (f" ({main.output_blocked_reason})" if main.output_blocked_reason else "")
+            )
         if self.tty and self._console is not None:
             self._console.print(text, end="\r", highlight=False)
         elif now - self.last >= self.every:

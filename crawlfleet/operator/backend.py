@@ -14,6 +14,14 @@ A worker container that exits is restarted in place by the kubelet (the pod keep
 last termination -- exit code, times, and the termination message the worker wrote
 (crawlfleet.fleet.exits) -- is in the container's status, which the pod index keeps, so the
 tick sees a worker that dies at start as what it is.
+
+A pod whose worker is not running says why in its status, in the platform's own words, and
+the unit carries them (:class:`~crawlfleet.fleet.backend.UnitWaiting`): ``PodScheduled``
+False (``Unschedulable``, with the scheduler's message: no node has the CPU or memory it
+requests, or matches its selector), or the worker container's waiting reason
+(``ErrImagePull``, ``ImagePullBackOff``, ``CreateContainerConfigError``,
+``CrashLoopBackOff``, ``ContainerCreating``). A pod that never started is not dead and is not
+replaced; it is what the crawl waits for (crawlfleet.fleet.waiting).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import kopf
 
 from crawlfleet.config import SteeringConfig
 from crawlfleet.fleet import FleetEvent, FleetView, Unit
+from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import parse_exit
 from crawlfleet.operator.children import JobRef
 from crawlfleet.operator.kube import Kube
@@ -85,11 +94,14 @@ class PodInfo:
     restarts: int = 0
     last_exit: ContainerExit | None = None
     running_since: float | None = None
+    #: Why its worker is not running, in the pod's own status (None: it runs, or nothing says).
+    waiting: UnitWaiting | None = None
 
     @classmethod
     def of(cls, name: str, status: Mapping[str, Any], meta: Mapping[str, Any]) -> PodInfo:
         created = _timestamp(meta.get("creationTimestamp"))
         restarts, last_exit, running_since = 0, None, None
+        waiting = _unscheduled(status)
         for container in status.get("containerStatuses") or ():
             if container.get("name") != WORKER_CONTAINER:
                 continue
@@ -102,6 +114,9 @@ class PodInfo:
                 last_exit = ContainerExit.of(terminated)
             if state.get("running"):
                 running_since = _timestamp(state["running"].get("startedAt"))
+            held = state.get("waiting") or {}
+            if waiting is None and held.get("reason"):
+                waiting = UnitWaiting(str(held["reason"]), str(held.get("message") or ""))
         return cls(
             name,
             status.get("phase"),
@@ -110,6 +125,7 @@ class PodInfo:
             restarts,
             last_exit,
             running_since,
+            waiting,
         )
 
     @property
@@ -140,7 +156,17 @@ class PodInfo:
             self.drain_deadline,
             last_exit=exit_,
             quick_deaths=deaths,
+            waiting=self.waiting,
         )
+
+
+def _unscheduled(status: Mapping[str, Any]) -> UnitWaiting | None:
+    """The scheduler's refusal of a pod (PodScheduled False: reason and message), if any."""
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            reason = str(condition.get("reason") or "Unschedulable")
+            return UnitWaiting(reason, str(condition.get("message") or ""))
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,6 +144,7 @@ _COLUMNS: Final = (
     ("Queued", ".status.queued", "integer", "URLs waiting to be fetched", 0),
     ("Crawled", ".status.crawled", "integer", "URLs fetched and done", 0),
     ("Failed", ".status.failed", "integer", "URLs given up on", 0),
+    ("Waiting", ".status.waiting", "string", "What the crawl waits for, while it does", 0),
     ("Age", ".metadata.creationTimestamp", "date", "Time since the job was created", 0),
     ("In-Flight", ".status.inFlight", "integer", "URLs being fetched right now", 1),
     ("Seen", ".status.seen", "integer", "Distinct URLs admitted so far", 1),

@@ -723,6 +723,9 @@ class CrawlJobOperator:
             "bloomNearlyFull": False,
             "pressureBaseRate": None,
             "workersFailing": None,
+            "waiting": None,
+            "movingSince": None,
+            "stalled": None,
             **done.memory.to_mapping(),
         }
         stored = {"bloomNearlyFull": False, **dict(status.get("fleet") or {})}
@@ -759,9 +762,12 @@ class CrawlJobOperator:
             bloom_capacity=spec.dedup.capacity,
             bloom_nearly_full=decision.bloom_nearly_full,
             workers_failing=decision.workers_failing,
+            waiting=done.waiting,
+            stall=done.stall,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, decision.phase, stats, desired, ready)
+        self.metrics.motion(ref.namespace, ref.name, done.waiting, done.stall)
         self.metrics.frontier(
             ref.namespace,
             ref.name,

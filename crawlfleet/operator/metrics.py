@@ -12,6 +12,8 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from crawlfleet.fleet.waiting import WAIT_REASONS, Waiting
+from crawlfleet.fleet.watchdog import STALL_REASONS, Stall
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = ["OperatorMetrics"]
@@ -110,6 +112,23 @@ class OperatorMetrics:
             "frontiers found lost (emptied or replaced Redis): jobs failed or re-seeded",
             registry=self.registry,
         )
+        # What a crawl that does not move waits for, and leases that stopped: the "crawl
+        # stuck" alerts read these (a reason label of a fixed, small set: never a host).
+        self.waiting = Gauge(
+            "crawlfleet_job_waiting",
+            "1 while URLs are queued, none is fetched and this holds them back, by reason"
+            " (RobotsTxt, NoLiveWorker, OutputBlocked, HeldSlots, MemoryPressure, RetryBackoff,"
+            " HostDelay, Suspended); 0 otherwise",
+            (*job, "reason"),
+            registry=self.registry,
+        )
+        self.stalled_leases = Gauge(
+            "crawlfleet_job_stalled_leases",
+            "leases of live workers stuck in one stage past the stall threshold, by reason"
+            " (StuckFetching, StuckProcessing, StuckOutput)",
+            (*job, "reason"),
+            registry=self.registry,
+        )
         self._per_job = (
             self.queued,
             self.in_flight,
@@ -134,6 +153,13 @@ class OperatorMetrics:
             for gauge in self._per_job:
                 with contextlib.suppress(KeyError):
                     gauge.remove(namespace, name)
+            for gauge, reasons in (
+                (self.waiting, WAIT_REASONS),
+                (self.stalled_leases, STALL_REASONS),
+            ):
+                for reason in reasons:
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(namespace, name, reason)
         else:
             self._phases[key] = phase
         for each in _PHASES:
@@ -158,6 +184,18 @@ class OperatorMetrics:
         self.bloom_layer_fill.labels(*job).set(stats.bloom_fill_ratio)
         self.bloom_false_positives.labels(*job).set(stats.bloom_false_positive_rate)
         self.bloom_layers.labels(*job).set(stats.bloom_layers)
+
+    def motion(
+        self, namespace: str, name: str, waiting: Waiting | None, stall: Stall | None
+    ) -> None:
+        """What one job waits for and its stalled leases, as its tick judged them: every
+        reason's series is set (0 when it does not hold), so a query never finds it missing."""
+        causes = {cause.reason for cause in waiting.causes} if waiting is not None else set()
+        for cause in WAIT_REASONS:
+            self.waiting.labels(namespace, name, cause).set(1 if cause in causes else 0)
+        stuck = {stall.reason: stall.leases} if stall is not None else {}
+        for stage in STALL_REASONS:
+            self.stalled_leases.labels(namespace, name, stage).set(stuck.get(stage, 0))
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         if port:

@@ -3,8 +3,8 @@
 Conditions follow ``metav1.Condition``: one entry per type, ``lastTransitionTime`` moves only
 when the status of that type flips (so ``kubectl wait --for=condition=Complete`` and alerts on
 "Ready false for 10 minutes" both work), and each carries the generation it was computed for.
-All twelve types are present from the first reconcile on, so a client never has to tell "not
-yet reported" from "false". ``OutputNotDurable`` and ``OutputBlocked`` are about the output
+All fourteen types are present from the first reconcile on, so a client never has to tell
+"not yet reported" from "false". ``OutputNotDurable`` and ``OutputBlocked`` are about the output
 (DESIGN §8): the job's files would go nowhere durable (no worker is created), or the workers
 claim nothing because their destination is failing. ``FrontierLost``,
 ``FrontierMemoryPressure`` and ``BloomNearlyFull`` are about the frontier (DESIGN §3): it is
@@ -14,6 +14,11 @@ crawl is slowed), the Bloom filter is past 80 % of the capacity it was sized for
 (its reason is theirs -- ``OutputUnavailable`` when the destination refused their test write,
 ``RedisUnavailable``, ``InvalidConfig``, ``WorkerCrashed`` -- and its message their sentence,
 read from the pods' termination messages); the kubelet keeps restarting them meanwhile.
+``Waiting`` says what the crawl waits for while URLs are queued and none is fetched (its reason
+the main cause -- ``RobotsTxt``, ``NoLiveWorker``, ``OutputBlocked``... -- its message every
+cause with its count and next change, crawlfleet.fleet.waiting), and ``status.waiting`` says
+the reason in one word for ``kubectl get``. ``Stalled`` says which leases stopped moving in a
+live worker, in which stage, for how long (crawlfleet.fleet.watchdog).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from typing import Any, Final, Literal
 
 from crawlfleet.crawljob import Phase
 from crawlfleet.fleet import WorkersFailing
+from crawlfleet.fleet.waiting import Waiting
+from crawlfleet.fleet.watchdog import Stall
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = [
@@ -52,6 +59,8 @@ CONDITION_TYPES: Final = (
     "FrontierMemoryPressure",
     "BloomNearlyFull",
     "WorkersFailing",
+    "Waiting",
+    "Stalled",
 )
 #: The status of the three frontier conditions when nothing is wrong with it.
 _FRONTIER_FINE: Final = (
@@ -133,6 +142,9 @@ class Observed:
     bloom_nearly_full: bool = False
     #: Workers that keep dying at start, and what they said.
     workers_failing: WorkersFailing | None = None
+    #: What the crawl waits for (URLs queued, none fetched); leases that stopped moving.
+    waiting: Waiting | None = None
+    stall: Stall | None = None
 
 
 def _frontier_conditions(seen: Observed) -> list[Wanted]:
@@ -166,6 +178,27 @@ def _frontier_conditions(seen: Observed) -> list[Wanted]:
     else:
         bloom = Wanted("BloomNearlyFull", "False", "Room", "")
     return [lost, pressure, bloom]
+
+
+#: The Waiting and Stalled conditions while the crawl moves (or before it could be judged).
+_MOVING: Final = (
+    Wanted("Waiting", "False", "Moving", ""),
+    Wanted("Stalled", "False", "Moving", ""),
+)
+
+
+def _motion_conditions(seen: Observed) -> list[Wanted]:
+    """What the crawl waits for, and leases that stopped moving: each a condition, its
+    message with times (not "in 9m12s"), so it changes only when the wait does."""
+    waiting, stall = seen.waiting, seen.stall
+    return [
+        Wanted("Waiting", "True", waiting.reason, waiting.sentence())
+        if waiting is not None
+        else _MOVING[0],
+        Wanted("Stalled", "True", stall.reason, stall.sentence())
+        if stall is not None
+        else _MOVING[1],
+    ]
 
 
 def _frontier_unknown() -> list[Wanted]:
@@ -241,6 +274,7 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         blocked,
         *_frontier_conditions(seen),
         workers,
+        *_motion_conditions(seen),
     ]
 
 
@@ -263,6 +297,7 @@ def job_status(
         "selector": seen.selector,
         "pagesPerSecond": round(seen.pages_per_second, 2),
         "message": seen.message,
+        "waiting": _waiting_word(seen),
         "conditions": merge_conditions(
             previous.get("conditions") or (),
             conditions_for(seen),
@@ -300,6 +335,14 @@ def job_status(
     return status
 
 
+def _waiting_word(seen: Observed) -> str:
+    """``status.waiting``, for ``kubectl get``: the Waiting condition's reason, else the
+    Stalled one's, else empty (the crawl moves)."""
+    if seen.waiting is not None:
+        return seen.waiting.reason
+    return seen.stall.reason if seen.stall is not None else ""
+
+
 def invalid_spec_status(
     previous: Mapping[str, Any], message: str, *, generation: int | None, now: datetime
 ) -> dict[str, Any]:
@@ -315,6 +358,7 @@ def invalid_spec_status(
         Wanted("OutputBlocked", "False", "Writing", ""),
         *_frontier_unknown(),
         Wanted("WorkersFailing", "False", "NotFailing", ""),
+        *_MOVING,
     ]
     return {
         "phase": "Failed",
@@ -342,6 +386,7 @@ def output_not_durable_status(
         Wanted("OutputBlocked", "False", "Writing", ""),
         *_frontier_unknown(),
         Wanted("WorkersFailing", "False", "NotFailing", ""),
+        *_MOVING,
     ]
     return {
         "phase": "Pending",

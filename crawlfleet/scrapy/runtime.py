@@ -80,7 +80,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from crawlfleet.crawler.extract import Item
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
-from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
+from crawlfleet.crawler.flow import (
+    every,
+    heartbeat_fields,
+    wait_for_wake,
+    worker_counters,
+    worker_output,
+)
 from crawlfleet.crawler.gate import Deferred, RequestGate
 from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.scope import Scope
@@ -741,15 +747,14 @@ class Runtime:
     # -- flow ------------------------------------------------------------------------------
 
     async def _heartbeat_once(self) -> None:
-        counters = {
-            **self.counters,
-            **self.leases.account(),
-            "in_flight": self.leases.count(Stage.FETCHING),
-            "limit": self.spec.concurrency.per_worker,
-            "output_waiting": self.leases.count(Stage.OUTPUT),
-            "output_blocked": 1 if self.output.blocked else 0,
-        }
-        await self.frontier.heartbeat(self.worker_id, counters)
+        fields = heartbeat_fields(
+            self.counters,
+            self.leases,
+            self.output,
+            in_flight=self.leases.count(Stage.FETCHING),
+            limit=self.spec.concurrency.per_worker,
+        )
+        await self.frontier.heartbeat(self.worker_id, fields)
         await self.leases.keep_alive()
         for lease_id in [i for i in self._held if i not in self.leases]:  # lost meanwhile
             del self._held[lease_id]

@@ -39,6 +39,7 @@ __all__ = [
     "S3Credentials",
     "S3Server",
     "S3ServerError",
+    "aws_env",
     "versitygw_binary",
 ]
 
@@ -244,3 +245,16 @@ class S3Server:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def aws_env(server: S3Server, credentials: S3Credentials | None = None) -> dict[str, str]:
+    """The environment of a ``crawlfleet`` command writing to ``server``: the standard AWS
+    variables a user sets for a bucket, nothing of it in argv or spec."""
+    credentials = credentials or server.root_credentials
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+        "AWS_ENDPOINT_URL": server.endpoint_url,
+        "AWS_REGION": REGION,
+    }

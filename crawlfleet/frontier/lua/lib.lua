@@ -1,6 +1,6 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..11] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
+-- KEYS[1..13] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
 -- prefix, from which the keys named by data are derived: the queues ("q:<depth>:<host>"),
 -- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
 -- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
@@ -35,7 +35,7 @@ if redis.replicate_commands then pcall(redis.replicate_commands) end
 local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
-  held = KEYS[11],
+  held = KEYS[11], robots_waits = KEYS[12], robots_wait_status = KEYS[13],
 }
 local PREFIX = ARGV[1]
 -- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>/<received ids>" for a script run
@@ -125,16 +125,32 @@ local function save_host(host, st)
     st.inflight .. ':' .. st.last .. ':' .. st.delay .. ':' .. st.dmin .. ':' .. st.dmax)
 end
 
+-- When a host may be fetched next: its last fetch plus its delay, or now.
+local function next_allowed(st, cfg, now)
+  local delay = effective_delay(st, cfg)
+  if st.last >= 0 and st.last + delay > now then return st.last + delay end
+  return now
+end
+
 -- Place a host in the ready index at its next allowed time (last fetch + delay) when it has
 -- work queued and room under perHost; take it out otherwise.
 local function place_host(host, st, cfg, now)
   if st.inflight < cfg.per_host and st.dmax >= 0 then
-    local next_at = now
-    local delay = effective_delay(st, cfg)
-    if st.last >= 0 and st.last + delay > now then next_at = st.last + delay end
-    redis.call('ZADD', K.ready, next_at, host)
+    redis.call('ZADD', K.ready, next_allowed(st, cfg, now), host)
   else
     redis.call('ZREM', K.ready, host)
+  end
+end
+
+-- The hosts held until their robots.txt is asked again (defer_host.lua), for the fleet to
+-- say what it waits for: K.robots_waits has "<host>\t<last status>" scored by the next try
+-- (ms), so its first member is the next host to change, with its status, in one read;
+-- K.robots_wait_status maps each host to its status, to find its member again.
+local function clear_robots_wait(host)
+  local status = redis.call('HGET', K.robots_wait_status, host)
+  if status then
+    redis.call('ZREM', K.robots_waits, host .. '\t' .. status)
+    redis.call('HDEL', K.robots_wait_status, host)
   end
 end
 

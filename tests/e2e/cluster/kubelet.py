@@ -7,7 +7,12 @@ crawlfleet operator -- see what they would see in a cluster, and never a contain
 not run:
 
 - **scheduling**: it binds every unscheduled pod to its Node through the ``pods/binding``
-  subresource (the scheduler is not running).
+  subresource (the scheduler is not running), unless the pod's containers request more CPU or
+  memory than the Node can allocate (``NODE_CPU``, ``NODE_MEMORY``; requests, else limits): such
+  a pod stays Pending with ``PodScheduled`` False, reason ``Unschedulable`` and the scheduler's
+  message (``0/1 nodes are available: 1 Insufficient cpu. ...``). Only that one filter of the
+  scheduler's: no other pod's requests are counted, and selectors, affinity and taints are not
+  read.
 - **containers**: each container becomes a local process, chosen by image from a small table
   (``ImageRule``): ``crawlfleet`` images run ``python -m crawlfleet worker`` (or the container's
   ``crawlfleet``/``python`` command), ``redis`` images run ``redis-server``. An image the table
@@ -87,12 +92,14 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from crawlfleet.crawljob.fields import parse_quantity
 from tests.e2e.cluster.controlplane import LoopbackBlock
 from tests.e2e.cluster.processes import kill_group, spawn, terminate
 
@@ -101,6 +108,9 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 NODE_IP = "127.0.0.1"
+#: What the Node says it can allocate (and the scheduling filter holds pods' requests to).
+NODE_CPU = str(os.cpu_count() or 1)
+NODE_MEMORY = "8Gi"
 SYNC_INTERVAL_SECONDS = 0.2
 KILL_GRACE_AT_STOP_SECONDS = 3.0
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -173,6 +183,26 @@ DEFAULT_IMAGES: tuple[ImageRule, ...] = (
         pod_ip_args=("--bind", "{pod_ip}"),
     ),
 )
+
+
+def unschedulable(raw: Json) -> str | None:
+    """The scheduler's message for a pod whose containers request more than the Node can
+    allocate (a request unset is its limit's, as the API server defaults it), or None."""
+    short = []
+    for resource, allocatable in (("cpu", NODE_CPU), ("memory", NODE_MEMORY)):
+        wanted = Decimal(0)
+        for container in raw["spec"]["containers"]:
+            resources = container.get("resources") or {}
+            requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+            wanted += parse_quantity(requests.get(resource, limits.get(resource, 0))) or 0
+        if wanted > (parse_quantity(allocatable) or 0):
+            short.append(f"1 Insufficient {resource}")
+    if not short:
+        return None
+    return (
+        f"0/1 nodes are available: {', '.join(short)}. preemption: 0/1 nodes are available:"
+        " 1 No preemption victims found for incoming pod."
+    )
 
 
 def now_rfc3339() -> str:
@@ -403,7 +433,7 @@ class KubeletDouble:
             if error.status != 409:
                 raise
         now = now_rfc3339()
-        capacity = {"cpu": str(os.cpu_count() or 1), "memory": "8Gi", "pods": "110"}
+        capacity = {"cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": "110"}
         status = {
             "capacity": capacity,
             "allocatable": capacity,
@@ -508,8 +538,13 @@ class KubeletDouble:
                 spec = raw["spec"]
                 uid = raw["metadata"]["uid"]
                 if not spec.get("nodeName"):
-                    if not raw["metadata"].get("deletionTimestamp"):
+                    if raw["metadata"].get("deletionTimestamp"):
+                        continue
+                    refused = unschedulable(raw)
+                    if refused is None:
                         self._bind(raw)
+                    else:
+                        self._refuse(raw, refused)
                     continue
                 if spec["nodeName"] != self.node_name:
                     continue
@@ -629,6 +664,33 @@ class KubeletDouble:
             # 404/409: gone or bound already. 403: its namespace is being terminated, and
             # the API refuses new content there; the namespace controller removes the pod.
             if error.status not in (403, 404, 409):
+                raise
+
+    def _refuse(self, raw: Json, message: str) -> None:
+        """Leave the pod Pending with the scheduler's PodScheduled condition (once)."""
+        for condition in raw["status"].get("conditions") or ():
+            if condition.get("type") == "PodScheduled" and condition.get("message") == message:
+                return
+        meta = raw["metadata"]
+        status = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            ],
+        }
+        try:
+            self.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": status}, _preload_content=False
+            )
+        except ApiException as error:
+            if error.status not in (403, 404):  # gone, or its namespace is terminating
                 raise
 
     def _admit(self, raw: Json) -> Pod:

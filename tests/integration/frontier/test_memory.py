@@ -156,6 +156,7 @@ async def test_work_is_finished_when_redis_refuses_writes(
         assert await frontier.extend("w1", [live.lease_id]) == [True]
         await frontier.set_pressure(Backpressure.at(PressureLevel.CRITICAL))
         await frontier.set_host_delay("a.com", 0.0)
+        await frontier.defer_host("a.com", 1.0, status=503)
     stats = await frontier.stats()
     assert (stats.crawled, stats.dead, stats.queued + stats.leased) == (1, 1, 6)
     # The refused links are counted (on Redis 6, with the next write Redis takes).

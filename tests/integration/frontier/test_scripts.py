@@ -216,6 +216,10 @@ async def test_a_dead_workers_fetches_keep_their_host_slots_until_their_deadline
     # Requeued and claimable by host, but a.com's two slots are still the dead worker's.
     assert [lease.host for lease in await frontier.claim("live", 10)] == ["b.com"]
     assert await frontier.claim("live", 10) == []
+    waits = (await frontier.stats()).waits
+    assert waits.held_slots == 3  # what the fleet says a crawl that does not move waits for
+    assert waits.next_held_release_in_seconds is not None
+    assert 0 < waits.next_held_release_in_seconds <= 2.0
     await asyncio.sleep(max(lease.fetch_deadline_at for lease in dead) - back.at + 0.02)
     again = await frontier.claim("live", 10)
     assert [lease.host for lease in again] == ["a.com", "a.com"]
@@ -285,6 +289,57 @@ async def test_crawl_delay_override_per_host(open_frontier: OpenFrontier) -> Non
     assert sorted(lease.host for lease in claimed) == ["a.com", "b.com", "b.com", "b.com"]
     await frontier.set_host_delay("a.com", None)
     assert [lease.host for lease in await frontier.claim("w", 10)] == ["a.com", "a.com"]
+
+
+async def test_a_deferred_host_is_held_and_its_robots_wait_recorded_until_it_is_read(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier(concurrency={"perHost": 4, "hostDelaySeconds": 0.0})
+    await frontier.enqueue(links(["http://a.com/1", "http://a.com/2"]))
+    assert (await frontier.stats()).waits.robots_hosts == 0
+    (lease, other) = await frontier.claim("w", 2)
+    next_try = await frontier.defer_host("a.com", 60.0, status=503)
+    assert next_try == pytest.approx(lease.claimed_at + 60.0, abs=0.01)
+    await frontier.release("w", [lease.lease_id, other.lease_id])
+    stats = await frontier.stats()
+    assert stats.queued == 2
+    waits = stats.waits
+    assert (waits.robots_hosts, waits.robots_status, waits.ready_hosts) == (1, 503, 1)
+    assert waits.robots_next_try_in_seconds is not None
+    assert 59.0 < waits.robots_next_try_in_seconds <= 60.0
+    assert waits.next_ready_in_seconds == pytest.approx(waits.robots_next_try_in_seconds)
+    assert await frontier.claim("w", 10) == []  # held: every worker's claims skip it
+    # Deferred again, now with no answer at all: still one host, its status the last one.
+    await frontier.defer_host("a.com", 30.0, status=None)
+    waits = (await frontier.stats()).waits
+    assert (waits.robots_hosts, waits.robots_status) == (1, None)
+    # Its robots.txt was read: the wait is over, and the host is claimed again.
+    await frontier.set_host_delay("a.com", None)
+    waits = (await frontier.stats()).waits
+    assert waits.robots_hosts == 0
+    assert waits.robots_next_try_in_seconds is None
+    assert waits.next_ready_in_seconds is not None
+    assert waits.next_ready_in_seconds <= 0
+    assert len(await frontier.claim("w", 10)) == 2
+
+
+async def test_hosts_waiting_for_their_delay_are_counted_with_the_next_one(
+    open_frontier: OpenFrontier,
+) -> None:
+    frontier = await open_frontier(concurrency={"perHost": 1, "hostDelaySeconds": 30.0})
+    await frontier.enqueue(links(["http://a.com/1", "http://a.com/2", "http://b.com/1"]))
+    waits = (await frontier.stats()).waits
+    assert waits.ready_hosts == 2  # never fetched: both may be fetched now
+    assert waits.next_ready_in_seconds is not None
+    assert waits.next_ready_in_seconds <= 0
+    claimed = await frontier.claim("w", 10)
+    assert sorted(lease.host for lease in claimed) == ["a.com", "b.com"]
+    await frontier.ack("w", [lease.lease_id for lease in claimed])
+    waits = (await frontier.stats()).waits
+    assert waits.ready_hosts == 1  # b.com ran dry; a.com waits out its 30 s
+    assert waits.next_ready_in_seconds is not None
+    assert 29.0 < waits.next_ready_in_seconds <= 30.0
+    assert waits.robots_hosts == 0
 
 
 async def test_ack_is_fenced(open_frontier: OpenFrontier) -> None:

@@ -57,6 +57,7 @@ CALLS: dict[str, Call] = {
     "requeue_expired": lambda f: f.requeue_expired(),
     "requeue_owner": lambda f: f.requeue_owner("w1"),
     "set_host_delay": lambda f: f.set_host_delay("a.example", 1.0),
+    "defer_host": lambda f: f.defer_host("a.example", 1.0, status=503),
     "pace": lambda f: f.pace("a.example"),
     "heartbeat": lambda f: f.heartbeat("w1", {}),
     "forget_worker": lambda f: f.forget_worker("w1"),

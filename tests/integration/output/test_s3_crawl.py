@@ -26,21 +26,9 @@ from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.processes import worker_pid
 from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
-from tests.support.s3 import REGION, S3Credentials, S3Server
+from tests.support.s3 import S3Server, aws_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
-
-
-def aws_env(server: S3Server, credentials: S3Credentials | None = None) -> dict[str, str]:
-    """The standard AWS variables a user sets for a bucket: nothing of it in argv or spec."""
-    credentials = credentials or server.root_credentials
-    return {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
-        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
-        "AWS_ENDPOINT_URL": server.endpoint_url,
-        "AWS_REGION": REGION,
-    }
 
 
 def job_file(tmp_path: Path, site: TestSite, name: str, **spec: Any) -> Path:

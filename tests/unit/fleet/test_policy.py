@@ -19,8 +19,14 @@ from crawlfleet.fleet import (
     demand,
     wants_tick,
 )
+from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
-from crawlfleet.fleet.policy import backpressure, memory_pressure
+from crawlfleet.fleet.policy import (
+    STALL_LEASE_TTLS,
+    backpressure,
+    memory_pressure,
+    stall_after_seconds,
+)
 from crawlfleet.frontier import Backpressure, FrontierStats, PressureLevel
 
 POLICY = FleetPolicy(
@@ -130,6 +136,39 @@ def test_dead_workers_are_requeued_and_stale_ones_replaced() -> None:
     )
     assert decision.replace == ("stale", "never-beat")
     assert decision.forget == ("exited",)
+
+
+def test_a_pod_that_never_started_is_not_dead_and_not_replaced_however_long_it_waits() -> None:
+    """Pending and unschedulable (or its image not there) for far past the startup grace: it
+    never ran, so it holds no lease, and a new pod would wait alike. It is what the crawl waits
+    for (fleet/waiting.py), not "running but dead" replaced in a loop."""
+    unschedulable = UnitWaiting("Unschedulable", "0/1 nodes are available: 1 Insufficient cpu.")
+    pods = (
+        dataclasses.replace(worker("pending", started_at=0, age=None), waiting=unschedulable),
+        dataclasses.replace(
+            worker("no-image", started_at=0, age=None), waiting=UnitWaiting("ErrImagePull")
+        ),
+        worker("hung-at-start", started_at=0, age=None),  # it ran, and never heartbeated
+    )
+    decision, _ = decide(POLICY, seen(queued=100, workers=pods), FleetMemory(3))
+    assert decision.requeues == (Requeue("hung-at-start", "no_heartbeat"),)
+    assert decision.replace == ("hung-at-start",)
+
+
+def test_the_stall_threshold_is_named_once_from_the_spec() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {
+            "seeds": ["https://a.example/"],
+            "lease": {"ttlSeconds": 10, "heartbeatSeconds": 1, "deadAfterSeconds": 5},
+            "fetch": {"totalTimeoutSeconds": 20},
+            "output": {"maxFileAgeSeconds": 7},
+        }
+    )
+    assert stall_after_seconds(spec) == STALL_LEASE_TTLS * 10 + 20 + 7
+    policy = FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
+    assert policy.stall_after_seconds == stall_after_seconds(spec)
+    defaults = CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"]})
+    assert stall_after_seconds(defaults) == 3 * 60 + 60 + 30  # docs/steering.md says 270 s
 
 
 def test_a_draining_worker_is_neither_requeued_nor_replaced_while_it_drains() -> None:
@@ -311,6 +350,16 @@ def test_memory_round_trips_through_its_mapping() -> None:
     assert back.replicas == 4
     assert back.low_demand_since == pytest.approx(memory.low_demand_since, abs=1e-6)
     assert back.idle_since is None
+
+
+def test_what_was_announced_about_waits_and_stalls_survives_a_restart() -> None:
+    memory = FleetMemory(
+        replicas=1, waiting="RobotsTxt", moving_since=1_790_000_000.5, stalled="StuckOutput"
+    )
+    raw = memory.to_mapping()
+    assert raw["waiting"] == "RobotsTxt"
+    assert raw["stalled"] == "StuckOutput"
+    assert FleetMemory.from_mapping(raw) == memory
 
 
 @pytest.mark.parametrize(

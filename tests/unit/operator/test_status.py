@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from crawlfleet.fleet import WorkersFailing
+from crawlfleet.fleet.waiting import WaitCause, Waiting
+from crawlfleet.fleet.watchdog import Stall, StalledStage
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 from crawlfleet.operator.status import (
     CONDITION_TYPES,
@@ -173,4 +175,31 @@ def test_workers_that_die_at_start_are_a_condition_with_their_own_reason_and_sen
     assert (fine["WorkersFailing"]["status"], fine["WorkersFailing"]["reason"]) == (
         "False",
         "NotFailing",
+    )
+
+
+def test_what_the_crawl_waits_for_is_a_condition_and_a_word_for_kubectl_get() -> None:
+    robots = WaitCause(
+        "RobotsTxt", "1 host for robots.txt (503)", 1, T0.timestamp() + 552, "next try"
+    )
+    status = job_status({}, observed(waiting=Waiting((robots,))), generation=1, now=T0)
+    waiting = conditions(status)["Waiting"]
+    assert (waiting["status"], waiting["reason"]) == ("True", "RobotsTxt")
+    assert waiting["message"] == "1 host for robots.txt (503), next try at 2026-11-29T12:09:12Z"
+    assert status["waiting"] == "RobotsTxt"
+    moving = job_status(status, observed(), generation=1, now=T0 + timedelta(minutes=10))
+    assert (conditions(moving)["Waiting"]["status"], moving["waiting"]) == ("False", "")
+    assert conditions(moving)["Waiting"]["reason"] == "Moving"
+
+
+def test_stalled_leases_are_a_condition_with_the_stage_and_the_workers_reason() -> None:
+    stuck = StalledStage("output", 12, ("w-2",), 301.0, "ENOSPC writing /out/p.jsonl")
+    status = job_status({}, observed(stall=Stall((stuck,), 270.0)), generation=1, now=T0)
+    stalled = conditions(status)["Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "StuckOutput")
+    assert "12 in output on w-2, the oldest for 5m01s" in stalled["message"]
+    assert "(ENOSPC writing /out/p.jsonl)" in stalled["message"]
+    assert status["waiting"] == "StuckOutput"  # what kubectl get shows when nothing waits
+    assert conditions(job_status({}, observed(), generation=1, now=T0))["Stalled"]["status"] == (
+        "False"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from crawlfleet.fleet import FleetView, Unit, unit_of
+from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.steer import join
 from crawlfleet.frontier import WorkerHeartbeat
 from crawlfleet.operator.backend import ContainerExit, PodInfo
@@ -148,3 +149,40 @@ def test_a_container_killed_at_start_is_no_crash_loop() -> None:
         quick_seconds=60, now=NOW
     )
     assert unit.quick_deaths == 0
+
+
+UNSCHEDULABLE = (
+    "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No"
+    " preemption victims found for incoming pod."
+)
+
+
+def test_a_pod_the_scheduler_refused_says_why_in_the_schedulers_words() -> None:
+    status = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": UNSCHEDULABLE,
+            }
+        ],
+    }
+    unit = PodInfo.of("w-1", status, CREATED).unit(quick_seconds=60, now=NOW)
+    assert unit.running  # Pending: not exited, not replaced either (fleet/policy.py)
+    assert unit.waiting == UnitWaiting("Unschedulable", UNSCHEDULABLE)
+
+
+def test_a_pod_whose_image_is_not_there_says_so() -> None:
+    pulling = {"waiting": {"reason": "ErrImagePull", "message": "no such image"}}
+    status = {**worker_status(0, pulling), "phase": "Pending"}
+    unit = PodInfo.of("w-1", status, CREATED).unit(quick_seconds=60, now=NOW)
+    assert unit.waiting == UnitWaiting("ErrImagePull", "no such image")
+
+
+def test_a_running_worker_waits_for_nothing() -> None:
+    running = {"running": {"startedAt": CREATED["creationTimestamp"]}}
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    status = {**worker_status(0, running), "conditions": [scheduled]}
+    assert PodInfo.of("w-1", status, CREATED).waiting is None
