@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
 from crawlfleet.crawler.sinks import OnDurable, OutputSink
+from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.metrics import WorkerMetrics
@@ -22,7 +23,14 @@ if TYPE_CHECKING:
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 
-__all__ = ["WORKER_COUNTERS", "every", "wait_for_wake", "worker_counters", "worker_output"]
+__all__ = [
+    "WORKER_COUNTERS",
+    "every",
+    "flush_at_shutdown",
+    "wait_for_wake",
+    "worker_counters",
+    "worker_output",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,3 +94,13 @@ async def every(
             await action()
         except Exception:
             log.exception("%s failed", action.__name__, extra={"layer": "flow"})
+
+
+async def flush_at_shutdown(flush: Callable[[], Awaitable[object]]) -> None:
+    """A last flush while the worker stops: what the output spool or Redis cannot take now
+    stays in hand, and the caller releases those leases (no attempt counted) instead of
+    stopping short of releasing them."""
+    try:
+        await flush()
+    except (OutputWriteError, FrontierUnavailable) as exc:
+        log.warning("last flush failed, its leases are released: %s", exc, extra={"layer": "flow"})

@@ -223,8 +223,9 @@ class WorkerMetrics:
         )
         self.output_blocked = Gauge(
             _PREFIX + "output_blocked",
-            "1 while the worker claims nothing because its destination is failing or too many"
-            " files wait to become durable (backpressure), else 0.",
+            "1 while the worker claims nothing because its output spool (a full disk) or its"
+            " destination is failing, or too many files wait to become durable"
+            " (backpressure), else 0.",
             registry=reg,
         )
         self._pages_by_class = {

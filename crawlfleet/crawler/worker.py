@@ -40,7 +40,13 @@ from crawlfleet.crawler.charset import decode_html
 from crawlfleet.crawler.concurrency import AdaptiveLimit
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
-from crawlfleet.crawler.flow import every, wait_for_wake, worker_counters, worker_output
+from crawlfleet.crawler.flow import (
+    every,
+    flush_at_shutdown,
+    wait_for_wake,
+    worker_counters,
+    worker_output,
+)
 from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.links import PageLinks, extract_links
 from crawlfleet.crawler.memory import ByteBudget, Reservation
@@ -56,7 +62,7 @@ from crawlfleet.crawler.sitemaps import (
     read_sitemap,
 )
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import FetchError, FrontierUnavailable
+from crawlfleet.errors import FetchError, FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import (
     Admission,
     FailOutcome,
@@ -168,6 +174,11 @@ class _Outcome:
     link_groups: list[PageLinksToAdmit] = field(default_factory=list)
     #: Links the page offered that were left out before admission, by reason.
     refused: dict[str, int] = field(default_factory=dict)
+
+    def forget_links(self) -> None:
+        """The page's links are admitted and their drops counted: never twice."""
+        self.links, self.link_groups, self.refused = [], [], {}
+        self.over_cap = self.nofollow = 0
 
     def let_go_of_body(self) -> None:
         """The page is written: its body is no longer held, nor counted in the budget."""
@@ -286,7 +297,7 @@ class Worker:
             self._flushes_done = True
             self._flush_wanted.set()
             await asyncio.wait([flushing], timeout=self.options.settle_seconds)
-            await self._flush()
+            await flush_at_shutdown(self._flush)
             await self._drain_output()
             await self._finish_output_if_complete()
         finally:
@@ -297,7 +308,7 @@ class Worker:
             _, stuck = await asyncio.wait(background, timeout=self.options.settle_seconds)
             for task in stuck:
                 task.cancel()
-            await self._flush()
+            await flush_at_shutdown(self._flush)
             await self.output.aclose()
             if self.harvester is not None:
                 await asyncio.to_thread(self.harvester.close)
@@ -725,10 +736,14 @@ class Worker:
             self._flush_wanted.clear()
             if self._closed.is_set() or self._flushes_done:
                 return
-            self.output.tick()  # seal an output file that is full or old
+            self.output.tick()  # seal an output file that is full or old (never raises)
+            if self.output.write_backoff_seconds > 0:
+                continue  # a batch the spool refused waits in _done for the sink's backoff
             await asyncio.sleep(self.options.flush_linger_seconds)  # let a batch gather
             try:
                 flushed = await self._flush()
+            except OutputWriteError:
+                continue  # counted and logged by the sink; the batch is kept, claims stop
             except Exception:
                 log.exception("flush failed", extra={"layer": "flow"})
                 await asyncio.sleep(0.5)
@@ -831,6 +846,8 @@ class Worker:
             self.metrics.observe_bloom(code == 1 for code in admitted)
         self._admission.settle(pending, admitted)
         self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
+        for outcome in batch:  # a batch the output refuses is written again, not admitted again
+            outcome.forget_links()
         generation = self.output.write(
             [
                 PageOutput(
