@@ -327,8 +327,9 @@ class OutputSink:
         self._current: _Generation | None = None
         self._sealed: dict[int, _Generation] = {}
         self._closed = False
-        # The store failing: by what is retried, why and when next (on the sink's clock).
-        self._failing: dict[str, tuple[str, float]] = {}
+        # The store's last attempt failed: why, and when it is tried next (the sink's clock).
+        # Any attempt that succeeds clears it: the destination is back, whatever still waits.
+        self._failing: tuple[str, float] | None = None
         # The spool failing: the last batch's error, failures in a row, the next try.
         self._write_error: OutputWriteError | None = None
         self._write_failures = 0
@@ -373,8 +374,8 @@ class OutputSink:
         """Why :attr:`blocked`, in a few words for a heartbeat or a log line; None: not."""
         if self._write_error is not None:  # set too while a torn generation waits
             return str(self._write_error)
-        for reason, _ in self._failing.values():
-            return reason
+        if self._failing is not None:
+            return self._failing[0]
         if len(self._sealed) >= self.max_pending_files:
             return f"{len(self._sealed)} file generations wait for the destination"
         return None
@@ -385,8 +386,8 @@ class OutputSink:
         is retrying (files waiting for uploads in progress, or not blocked)."""
         if self._write_error is not None:
             return self.write_backoff_seconds
-        for _, retry_at in self._failing.values():
-            return max(0.0, retry_at - self._clock())
+        if self._failing is not None:
+            return max(0.0, self._failing[1] - self._clock())
         return None
 
     @property
@@ -514,7 +515,7 @@ class OutputSink:
                 except OSError as exc:  # left in the store's spool folder, which no reader lists
                     self._warn("could not remove %s: %s", spool.path, exc)
         self._sealed.clear()
-        self._failing.clear()
+        self._failing = None
         self._report()
 
     # -- internals ------------------------------------------------------------------------
@@ -661,7 +662,7 @@ class OutputSink:
                 attempt += 1
                 delay = _backoff_seconds(attempt, self.retry_max_seconds, self._rng)
                 if destination:
-                    self._failing[what] = (f"{what} failed: {exc}", self._clock() + delay)
+                    self._failing = (f"{what} failed: {exc}", self._clock() + delay)
                     if self.metrics is not None:
                         self.metrics.observe_output_failure()
                     self._report()
@@ -670,7 +671,8 @@ class OutputSink:
                 )
                 await asyncio.sleep(delay)
             else:
-                if destination and self._failing.pop(what, None) is not None:
+                if destination and self._failing is not None:
+                    self._failing = None
                     log.info(
                         "output destination writable again",
                         extra={"layer": "output", "worker": self.worker},
