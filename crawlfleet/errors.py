@@ -16,6 +16,7 @@
     ├── KubeError              the Kubernetes API answered with an error status
     ├── OutputError            the output destination cannot be used (found at start)
     │   └── OutputUnavailable  the destination failed for now (the sink retries, never drops)
+    │       └── OutputWriteError  a batch could not be spooled (a full disk): kept, retried
     └── ZygoteError            the local runner's worker zygote is gone or did not answer
 
 Foreign errors (redis, httpx, aiohttp) are translated once, at the module that talks to them,
@@ -47,6 +48,7 @@ __all__ = [
     "KubeError",
     "OutputError",
     "OutputUnavailable",
+    "OutputWriteError",
     "UnsafeRedis",
     "UnsupportedScheme",
     "ZygoteError",
@@ -160,6 +162,23 @@ class OutputError(CrawlfleetError):
 class OutputUnavailable(OutputError):
     """A write to the destination failed in a way that may pass (a 5xx, a refused connection,
     a full disk); the sink keeps the file and retries, and acks nothing meanwhile."""
+
+
+class OutputWriteError(OutputUnavailable):
+    """A batch of records could not be written into the worker's spool file (ENOSPC, EDQUOT,
+    EIO, ...). Nothing of the batch stays in any file (the sink cuts each file back to its last
+    whole batch); the caller keeps the batch and writes it again after the sink's backoff.
+
+    ``errno_name`` (``ENOSPC``) is the metric's label; ``path`` the file that failed.
+    """
+
+    reason = "OutputWriteFailed"
+
+    def __init__(self, errno_name: str, path: str, strerror: str) -> None:
+        super().__init__(f"{errno_name} writing {path} ({strerror})")
+        self.errno_name = errno_name
+        self.path = path
+        self.strerror = strerror
 
 
 class ZygoteError(CrawlfleetError):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.sinks import OnDurable, OutputSink
+from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import HeartbeatValue
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ __all__ = [
     "OUTPUT_BLOCKED_REASON_CHARS",
     "WORKER_COUNTERS",
     "every",
+    "flush_at_shutdown",
     "heartbeat_fields",
     "wait_for_wake",
     "worker_counters",
@@ -76,10 +78,8 @@ def heartbeat_fields(
         "output_waiting": leases.count(Stage.OUTPUT),
         "output_blocked": 1 if output.blocked else 0,
     }
-    # TODO(lead): read output.blocked_reason directly once the sink has it (the output-faults
-    # branch); until then a sink without it sends no reason.
-    reason = getattr(output, "blocked_reason", None)
-    if output.blocked and isinstance(reason, str) and reason:
+    reason = output.blocked_reason
+    if output.blocked and reason:
         fields["output_blocked_reason"] = reason[:OUTPUT_BLOCKED_REASON_CHARS]
     return fields
 
@@ -127,3 +127,13 @@ async def every(
             await action()
         except Exception:
             log.exception("%s failed", action.__name__, extra={"layer": "flow"})
+
+
+async def flush_at_shutdown(flush: Callable[[], Awaitable[object]]) -> None:
+    """A last flush while the worker stops: what the output spool or Redis cannot take now
+    stays in hand, and the caller releases those leases (no attempt counted) instead of
+    stopping short of releasing them."""
+    try:
+        await flush()
+    except (OutputWriteError, FrontierUnavailable) as exc:
+        log.warning("last flush failed, its leases are released: %s", exc, extra={"layer": "flow"})

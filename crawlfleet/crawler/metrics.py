@@ -14,6 +14,7 @@ process (local mode) never collide; every label value is created at zero up fron
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable, Mapping
 from typing import Final, Literal
 from wsgiref.simple_server import WSGIServer
@@ -27,6 +28,7 @@ from crawlfleet.crawler.scope import ScopeVerdict
 __all__ = [
     "FETCH_SECONDS_BUCKETS",
     "LINK_DROP_REASONS",
+    "OUTPUT_WRITE_ERRNOS",
     "BloomResult",
     "StatusClass",
     "WorkerMetrics",
@@ -71,6 +73,12 @@ LINK_DROP_REASONS: Final = frozenset(
         *(v.value for v in ScopeVerdict),
     }
 )
+
+#: The errno names of ``output_write_errors_total`` created at zero: what fills or breaks a
+#: spool disk. Any other errno name of the platform is counted under its own name (a closed
+#: set of about 130), an OSError without one under ``unknown``.
+OUTPUT_WRITE_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "EROFS", "EACCES")
+_ERRNO_NAMES: Final = frozenset(errno.errorcode.values())
 
 StatusClass = Literal["2xx", "3xx", "4xx", "5xx", "none", "other"]
 BloomResult = Literal["new", "duplicate"]
@@ -195,6 +203,14 @@ class WorkerMetrics:
             "Attempts to make an output file durable that failed and will be retried.",
             registry=reg,
         )
+        self.output_write_errors = Counter(
+            _PREFIX + "output_write_errors_total",
+            "Batches of records that could not be written into the worker's output spool, by"
+            " errno name (ENOSPC: the disk is full); each is kept and written again after a"
+            " backoff, and the worker claims nothing meanwhile.",
+            ["errno"],
+            registry=reg,
+        )
         self.output_pending = Gauge(
             _PREFIX + "output_pending_files",
             "Output files closed and not yet durable (uploading, or waiting to retry).",
@@ -207,8 +223,9 @@ class WorkerMetrics:
         )
         self.output_blocked = Gauge(
             _PREFIX + "output_blocked",
-            "1 while the worker claims nothing because its destination is failing or too many"
-            " files wait to become durable (backpressure), else 0.",
+            "1 while the worker claims nothing because its output spool (a full disk) or its"
+            " destination is failing, or too many files wait to become durable"
+            " (backpressure), else 0.",
             registry=reg,
         )
         self._pages_by_class = {
@@ -221,6 +238,8 @@ class WorkerMetrics:
             self.bloom.labels(result=result)
         for reason in LINK_DROP_REASONS:
             self.links_dropped.labels(reason=reason)
+        for name in OUTPUT_WRITE_ERRNOS:
+            self.output_write_errors.labels(errno=name)
 
     # -- reporting verbs ------------------------------------------------------------------
 
@@ -303,6 +322,11 @@ class WorkerMetrics:
 
     def observe_output_failure(self) -> None:
         self.output_failures.inc()
+
+    def observe_output_write_error(self, errno_name: str) -> None:
+        """A batch the spool could not take; ``errno_name`` as ``errno.errorcode`` names it."""
+        label = errno_name if errno_name in _ERRNO_NAMES else "unknown"
+        self.output_write_errors.labels(errno=label).inc()
 
     def set_output_state(self, *, pending_files: int, waiting_pages: int, blocked: bool) -> None:
         self.output_pending.set(pending_files)

@@ -31,6 +31,18 @@ acks one early. Meanwhile :attr:`OutputSink.blocked` is true, as it is while
 ``max_pending_files`` generations wait to become durable, and the worker claims nothing
 (backpressure): the local buffer is bounded by what was in flight when the destination failed.
 
+**A spool that cannot take a batch** (a full disk, a quota, an I/O error): every batch goes
+into each file of the generation (pages, items, WARC) whole or not at all. The sink writes the
+batch's bytes unbuffered, file by file, and on an error cuts every file back to its size before
+the batch and raises :class:`~crawlfleet.errors.OutputWriteError` (the errno's name and the
+file): no torn line, no half record, and the records counted only once written. The caller
+keeps the batch and writes it again once :attr:`OutputSink.write_backoff_seconds` is 0 (the
+same backoff as the store's retries; an earlier write is refused without touching the disk).
+Meanwhile :attr:`OutputSink.blocked` is true and :attr:`OutputSink.blocked_reason` says why
+(``ENOSPC writing /out/.partial/w-1a2b3c-00004.jsonl (No space left on device)``). Sealing never
+raises: a generation whose cut-back failed stays open (and the sink blocked) until a cut-back
+succeeds; a sealed one retries until it is durable.
+
 Format ``none`` writes no file at all: :meth:`OutputSink.write` returns None and the worker acks
 at once. Dead letters are not the workers' files: they live in the frontier, and one
 ``dead-letters.jsonl`` is written from there at completion (``crawlfleet.output.manifest``),
@@ -41,11 +53,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import hashlib
 import http
 import io
 import json
 import logging
+import os
 import random
 import re
 import secrets
@@ -54,8 +68,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 from urllib.parse import urlsplit
+
+from crawlfleet.errors import OutputWriteError
 
 if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every worker
     from warcio.statusandheaders import StatusAndHeaders
@@ -181,17 +197,44 @@ OnDurable = Callable[[int, Sequence[DurableFile]], Awaitable[None]]
 
 
 class _Spool:
-    """One file of a generation while it is written: local, unsynced, created exclusively."""
+    """One file of a generation while it is written: local, unsynced, created exclusively.
+
+    Unbuffered, so that what a failed batch left is exactly what the cut-back removes: a
+    buffered file would keep the unwritten rest in its buffer and write it on the next flush
+    or at close, after the cut.
+    """
 
     def __init__(self, path: Path, key: str) -> None:
         self.path = path
         self.key = key
-        self.file: IO[bytes] = path.open("xb")
+        self.file = path.open("xb", buffering=0)
+        #: Bytes of the whole batches in the file: where a failed batch is cut back to.
+        self.size = 0
         self.records = 0
 
-    @property
-    def size(self) -> int:
-        return self.file.tell()
+    def append(self, data: bytes) -> None:
+        """Write all of ``data`` after the whole batches (a write may take only a part)."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self.file.write(view) :]
+        except OSError as exc:
+            exc.filename = exc.filename or str(self.path)  # the file the error names
+            raise
+
+    def cut_back(self) -> None:
+        """Drop whatever a failed batch left after the last whole one."""
+        try:
+            os.ftruncate(self.file.fileno(), self.size)
+            self.file.seek(self.size)
+        except OSError as exc:
+            exc.filename = exc.filename or str(self.path)
+            raise
+
+    def discard(self) -> None:
+        """Close and remove a file that holds no whole batch (it was opened for a failed one)."""
+        self.file.close()
+        self.path.unlink(missing_ok=True)
 
     def describe(self) -> DurableFile:
         """Size and SHA-256 of the closed file: once per file, off the event loop."""
@@ -208,9 +251,13 @@ class _Generation:
     opened_at: float
     pages: _Spool
     warc: _Spool | None = None
+    #: Writes each batch's WARC records into ``warc_batch``; the sink appends those bytes.
     warc_writer: WARCWriter | None = None
+    warc_batch: io.BytesIO = dataclasses.field(default_factory=io.BytesIO)
     #: Opened with the generation's first item: a crawl without extraction writes none.
     items: _Spool | None = None
+    #: A failed batch could not be cut back: no write and no seal until a cut-back succeeds.
+    torn: bool = False
     task: asyncio.Task[None] | None = None
 
     @property
@@ -224,6 +271,18 @@ class _Generation:
     def close(self) -> None:
         for spool in self.spools:
             spool.file.close()
+
+
+def _errno_name(error: OSError) -> str:
+    """``ENOSPC`` for an OSError of errno 28: the label and the reason's first word."""
+    return errno.errorcode.get(error.errno or 0, "unknown")
+
+
+def _backoff_seconds(attempt: int, max_seconds: float, rng: random.Random) -> float:
+    """The sink's one backoff, for the store and the spool alike: 0.5 s doubling up to
+    ``max_seconds``, ±30 % jitter (DESIGN §4's request layer does the same)."""
+    delay: float = min(max_seconds, 0.5 * 2 ** min(attempt - 1, 16))
+    return delay * rng.uniform(0.7, 1.3)
 
 
 class OutputSink:
@@ -267,8 +326,14 @@ class OutputSink:
         self._next_number = 0
         self._current: _Generation | None = None
         self._sealed: dict[int, _Generation] = {}
-        self._failing = False
         self._closed = False
+        # The store's last attempt failed: why, and when it is tried next (the sink's clock).
+        # Any attempt that succeeds clears it: the destination is back, whatever still waits.
+        self._failing: tuple[str, float] | None = None
+        # The spool failing: the last batch's error, failures in a row, the next try.
+        self._write_error: OutputWriteError | None = None
+        self._write_failures = 0
+        self._write_retry_at = 0.0
 
     @classmethod
     def from_spec(
@@ -301,8 +366,36 @@ class OutputSink:
 
     @property
     def blocked(self) -> bool:
-        """Claim nothing: the destination is failing, or too many files wait for it."""
-        return self._failing or len(self._sealed) >= self.max_pending_files
+        """Claim nothing: the spool or the destination is failing, or too many files wait."""
+        return self.blocked_reason is not None
+
+    @property
+    def blocked_reason(self) -> str | None:
+        """Why :attr:`blocked`, in a few words for a heartbeat or a log line; None: not."""
+        if self._write_error is not None:  # set too while a torn generation waits
+            return str(self._write_error)
+        if self._failing is not None:
+            return self._failing[0]
+        if len(self._sealed) >= self.max_pending_files:
+            return f"{len(self._sealed)} file generations wait for the destination"
+        return None
+
+    @property
+    def retry_in_seconds(self) -> float | None:
+        """Seconds until what :attr:`blocked_reason` names is tried again; None when nothing
+        is retrying (files waiting for uploads in progress, or not blocked)."""
+        if self._write_error is not None:
+            return self.write_backoff_seconds
+        if self._failing is not None:
+            return max(0.0, self._failing[1] - self._clock())
+        return None
+
+    @property
+    def write_backoff_seconds(self) -> float:
+        """Seconds before :meth:`write` touches the spool again after a failed batch (0: now)."""
+        if self._write_error is None:
+            return 0.0
+        return max(0.0, self._write_retry_at - self._clock())
 
     @property
     def pending_files(self) -> int:
@@ -318,20 +411,34 @@ class OutputSink:
 
     def write(self, pages: Sequence[PageOutput]) -> int | None:
         """Spool a batch of pages; returns the generation that holds them, whose leases must
-        wait for :data:`OnDurable`. None: nothing to wait for (format none, or no pages)."""
+        wait for :data:`OnDurable`. None: nothing to wait for (format none, or no pages).
+
+        Raises :class:`~crawlfleet.errors.OutputWriteError` when the spool cannot take the
+        batch (then no file holds any of it), or when an earlier batch failed and its backoff
+        (:attr:`write_backoff_seconds`) has not passed: keep the batch and write it again.
+        """
         if self._closed:
             raise ValueError("OutputSink is closed")
         if self.format == "none" or not pages:
             return None
-        generation = self._current or self._open()
-        lines = "".join([page.record.to_json() + "\n" for page in pages])
-        generation.pages.file.write(lines.encode("utf-8", errors="replace"))
-        generation.pages.records += len(pages)
-        if any(page.items for page in pages):
-            self._write_items(generation, pages)
-        if generation.warc is not None:
-            for page in pages:
-                self._write_warc(generation, page)
+        if self._write_error is not None and self.write_backoff_seconds > 0:
+            raise self._write_error.with_traceback(None)
+        try:
+            generation = self._current
+            if generation is not None and generation.torn:
+                self._mend(generation)
+            if generation is None:
+                generation = self._open()
+            self._append(generation, pages)
+        except OSError as exc:
+            raise self._write_failed(exc) from exc
+        if self._write_error is not None:
+            log.info(
+                "output spool writable again", extra={"layer": "output", "worker": self.worker}
+            )
+            self._write_error = None
+            self._write_failures = 0
+            self._report()
         if self._full(generation):
             self.rotate()
         return generation.number
@@ -346,16 +453,28 @@ class OutputSink:
             self.rotate()
 
     def rotate(self, *, force: bool = False) -> bool:
-        """Seal the current generation and make it durable in the background.
+        """Seal the current generation and make it durable in the background. Never raises.
 
         Refused (False) while :attr:`blocked` by pending files, unless ``force``: the current
-        generation then keeps taking what is already in flight, and claiming stops.
+        generation then keeps taking what is already in flight, and claiming stops. Refused
+        too while a failed batch could not be cut back out of it (it stays open, retried at
+        the next write or rotation).
         """
         generation = self._current
         if generation is None or (not force and len(self._sealed) >= self.max_pending_files):
             return False
+        if generation.torn:
+            try:
+                self._mend(generation)
+            except OSError as exc:
+                self._count_write_error(exc)
+                return False
         self._current = None
-        generation.close()
+        try:
+            generation.close()  # unbuffered: closing writes nothing, it frees descriptors
+        except OSError as exc:
+            # A deferred error of a network file system: the store's fsync is the check.
+            self._warn("closing %s failed: %s", generation.pages.key, exc)
         self._sealed[generation.number] = generation
         generation.task = asyncio.create_task(self._make_durable(generation))
         self._report()
@@ -368,7 +487,10 @@ class OutputSink:
         tasks = [g.task for g in self._sealed.values() if g.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=max(0.0, timeout_seconds))
-        return sorted(self._sealed)
+        waiting = sorted(self._sealed)
+        if self._current is not None:  # torn, and could not be cut back even now
+            waiting.append(self._current.number)
+        return waiting
 
     async def aclose(self) -> None:
         """Stop every upload and remove the spooled files nobody acked. Idempotent.
@@ -379,7 +501,6 @@ class OutputSink:
         self._closed = True
         unfinished = list(self._sealed.values())
         if self._current is not None:
-            self._current.close()
             unfinished.append(self._current)
             self._current = None
         tasks = [g.task for g in unfinished if g.task is not None and not g.task.done()]
@@ -388,26 +509,110 @@ class OutputSink:
         await asyncio.gather(*tasks, return_exceptions=True)
         for generation in unfinished:
             for spool in generation.spools:
-                spool.path.unlink(missing_ok=True)
+                try:
+                    spool.file.close()
+                    spool.path.unlink(missing_ok=True)
+                except OSError as exc:  # left in the store's spool folder, which no reader lists
+                    self._warn("could not remove %s: %s", spool.path, exc)
         self._sealed.clear()
+        self._failing = None
         self._report()
 
     # -- internals ------------------------------------------------------------------------
 
     def _open(self) -> _Generation:
+        """A new generation's files; nothing is left behind when one of them cannot be made."""
         assert self.store is not None
         number = self._next_number
-        self._next_number += 1
         name = f"{self._stem}-{number:05d}"
         spool_dir = self.store.spool_dir
         spool_dir.mkdir(parents=True, exist_ok=True)
-        generation = _Generation(
-            number, self._clock(), _Spool(spool_dir / f"{name}.jsonl", f"pages/{name}.jsonl")
-        )
+        pages = _Spool(spool_dir / f"{name}.jsonl", f"pages/{name}.jsonl")
+        generation = _Generation(number, self._clock(), pages)
         if self.format == "warc":
-            generation.warc = _Spool(spool_dir / f"{name}.warc.gz", f"warc/{name}.warc.gz")
+            try:
+                generation.warc = _Spool(spool_dir / f"{name}.warc.gz", f"warc/{name}.warc.gz")
+            except OSError:
+                pages.discard()
+                raise
+        self._next_number += 1
         self._current = generation
         return generation
+
+    def _append(self, generation: _Generation, pages: Sequence[PageOutput]) -> None:
+        """Write one batch into every file of ``generation``, whole or not at all.
+
+        Every file's bytes are encoded first, then appended file by file; an OSError cuts
+        every file back to its last whole batch and propagates.
+        """
+        parts = [(generation.pages, _page_lines(pages), len(pages))]
+        items = _item_lines(pages)
+        if generation.warc is not None:
+            parts.append(self._warc_batch(generation, pages))
+        opened_items = False
+        if items:
+            if generation.items is None:
+                assert self.store is not None
+                name = generation.pages.key.removeprefix("pages/")
+                generation.items = _Spool(self.store.spool_dir / f"items-{name}", f"items/{name}")
+                opened_items = True
+            parts.append((generation.items, b"".join(items), len(items)))
+        try:
+            for spool, data, _ in parts:
+                spool.append(data)
+        except OSError:
+            self._cut_back(generation, opened_items)
+            raise
+        for spool, data, records in parts:
+            spool.size += len(data)
+            spool.records += records
+
+    def _cut_back(self, generation: _Generation, opened_items: bool) -> None:
+        """After a failed batch: every file back to its last whole batch. A file that cannot
+        be cut back marks the generation torn (no write, no seal until :meth:`_mend`)."""
+        if opened_items and generation.items is not None:
+            items, generation.items = generation.items, None
+            try:
+                items.discard()
+            except OSError as exc:  # a stray file in the spool folder, never committed
+                self._warn("could not remove %s: %s", items.path, exc)
+        try:
+            self._mend(generation)
+        except OSError as exc:
+            self._warn("could not cut %s back after a failed write: %s", generation.pages.key, exc)
+
+    def _mend(self, generation: _Generation) -> None:
+        """Cut every file of ``generation`` back to its whole batches; OSError: still torn."""
+        generation.torn = True
+        for spool in generation.spools:
+            spool.cut_back()
+        generation.torn = False
+
+    def _write_failed(self, error: OSError) -> OutputWriteError:
+        """Count, log and remember a batch the spool refused; the error the caller raises."""
+        assert self.store is not None
+        path = str(error.filename or self.store.spool_dir)
+        failure = OutputWriteError(_errno_name(error), path, error.strerror or str(error))
+        self._write_error = failure
+        self._write_failures += 1
+        delay = _backoff_seconds(self._write_failures, self.retry_max_seconds, self._rng)
+        self._write_retry_at = self._clock() + delay
+        self._count_write_error(error)
+        self._warn(
+            "output spool refused a batch (attempt %d), retrying in %.1f s: %s",
+            self._write_failures,
+            delay,
+            failure,
+        )
+        self._report()
+        return failure
+
+    def _warn(self, message: str, *args: object) -> None:
+        log.warning(message, *args, extra={"layer": "output", "worker": self.worker})
+
+    def _count_write_error(self, error: OSError) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_output_write_error(_errno_name(error))
 
     def _full(self, generation: _Generation) -> bool:
         return (
@@ -419,8 +624,13 @@ class OutputSink:
         """Describe, commit (retrying), then hand the generation to ``on_durable`` (retrying)."""
         assert self.store is not None
         store = self.store
+        files: list[DurableFile] = []
+
+        async def describe() -> None:
+            files[:] = await asyncio.to_thread(lambda: [s.describe() for s in generation.spools])
+
         try:
-            files = await asyncio.to_thread(lambda: [s.describe() for s in generation.spools])
+            await self._retrying(f"reading {generation.pages.key} back", describe, destination=True)
             for spool in generation.spools:
                 await self._retrying(
                     f"making {spool.key} durable",
@@ -450,25 +660,19 @@ class OutputSink:
                 raise
             except Exception as exc:
                 attempt += 1
-                delay = min(self.retry_max_seconds, 0.5 * 2 ** min(attempt - 1, 16))
-                delay *= self._rng.uniform(0.7, 1.3)
+                delay = _backoff_seconds(attempt, self.retry_max_seconds, self._rng)
                 if destination:
-                    self._failing = True
+                    self._failing = (f"{what} failed: {exc}", self._clock() + delay)
                     if self.metrics is not None:
                         self.metrics.observe_output_failure()
                     self._report()
-                log.warning(
-                    "%s failed (attempt %d), retrying in %.1f s: %s",
-                    what,
-                    attempt,
-                    delay,
-                    exc,
-                    extra={"layer": "output", "worker": self.worker},
+                self._warn(
+                    "%s failed (attempt %d), retrying in %.1f s: %s", what, attempt, delay, exc
                 )
                 await asyncio.sleep(delay)
             else:
-                if destination and self._failing:
-                    self._failing = False
+                if destination and self._failing is not None:
+                    self._failing = None
                     log.info(
                         "output destination writable again",
                         extra={"layer": "output", "worker": self.worker},
@@ -481,40 +685,20 @@ class OutputSink:
             self.metrics.output_pending.set(len(self._sealed))
             self.metrics.output_blocked.set(1 if self.blocked else 0)
 
-    def _write_items(self, generation: _Generation, pages: Sequence[PageOutput]) -> None:
-        """One line per item, beside the page records of the same generation (durable with
-        them, so an acked page's items are never missing)."""
-        if generation.items is None:
-            assert self.store is not None
-            name = generation.pages.key.removeprefix("pages/")
-            spool = self.store.spool_dir / f"items-{name}"
-            generation.items = _Spool(spool, f"items/{name}")
-        lines = []
-        for page in pages:
-            record = page.record
-            for item in page.items:
-                line = {
-                    "url": record.url,
-                    "fetch_id": record.fetch_id,
-                    "fetched_at": record.fetched_at,
-                    "source": item.source,
-                    "position": item.position,
-                    "fields": item.fields,
-                }
-                lines.append(_ENCODER.encode(line) + "\n")
-        generation.items.file.write("".join(lines).encode("utf-8", errors="replace"))
-        generation.items.records += len(lines)
-
-    def _write_warc(self, generation: _Generation, page: PageOutput) -> None:
-        record = page.record
-        if page.body is None or record.status is None:
-            return
-        from warcio.timeutils import datetime_to_iso_date
+    def _warc_batch(
+        self, generation: _Generation, pages: Sequence[PageOutput]
+    ) -> tuple[_Spool, bytes, int]:
+        """The batch's WARC records as bytes (a warcinfo first while the file holds none)."""
         from warcio.warcwriter import WARCWriter
 
         assert generation.warc is not None
+        staged = generation.warc_batch
+        staged.seek(0)
+        staged.truncate()
         if generation.warc_writer is None:
-            writer = generation.warc_writer = WARCWriter(generation.warc.file, gzip=True)
+            generation.warc_writer = WARCWriter(staged, gzip=True)
+        writer = generation.warc_writer
+        if generation.warc.size == 0:
             info = {
                 "software": "crawlfleet",
                 "format": "WARC File Format 1.0",
@@ -522,27 +706,62 @@ class OutputSink:
             }
             name = generation.warc.key.rsplit("/", 1)[-1]
             writer.write_record(writer.create_warcinfo_record(name, info))
-        writer = generation.warc_writer
-        uri = record.final_url or record.url
-        date = datetime_to_iso_date(
-            datetime.fromtimestamp(record.fetched_at, UTC).replace(tzinfo=None)
-        )
-        response = writer.create_warc_record(
-            uri,
-            "response",
-            payload=io.BytesIO(page.body),
-            length=len(page.body),
-            warc_headers_dict={"WARC-Date": date},
-            http_headers=_response_head(record.status, page.response_headers, len(page.body)),
-        )
-        request = writer.create_warc_record(
-            uri,
-            "request",
-            warc_headers_dict={"WARC-Date": date},
-            http_headers=_request_head(uri, page.request_headers),
-        )
-        writer.write_request_response_pair(request, response)
-        generation.warc.records += 1
+        archived = sum(_write_warc(writer, page) for page in pages)
+        data = staged.getvalue()
+        staged.seek(0)
+        staged.truncate()
+        return generation.warc, data, archived
+
+
+def _page_lines(pages: Sequence[PageOutput]) -> bytes:
+    lines = "".join([page.record.to_json() + "\n" for page in pages])
+    return lines.encode("utf-8", errors="replace")
+
+
+def _item_lines(pages: Sequence[PageOutput]) -> list[bytes]:
+    """One line per item, beside the page records of the same generation (durable with them,
+    so an acked page's items are never missing)."""
+    lines = []
+    for page in pages:
+        record = page.record
+        for item in page.items:
+            line = {
+                "url": record.url,
+                "fetch_id": record.fetch_id,
+                "fetched_at": record.fetched_at,
+                "source": item.source,
+                "position": item.position,
+                "fields": item.fields,
+            }
+            lines.append(_json_line(line))
+    return lines
+
+
+def _write_warc(writer: WARCWriter, page: PageOutput) -> int:
+    """A page's request and response records; 0 when it has nothing to archive, else 1."""
+    record = page.record
+    if page.body is None or record.status is None:
+        return 0
+    from warcio.timeutils import datetime_to_iso_date
+
+    uri = record.final_url or record.url
+    date = datetime_to_iso_date(datetime.fromtimestamp(record.fetched_at, UTC).replace(tzinfo=None))
+    response = writer.create_warc_record(
+        uri,
+        "response",
+        payload=io.BytesIO(page.body),
+        length=len(page.body),
+        warc_headers_dict={"WARC-Date": date},
+        http_headers=_response_head(record.status, page.response_headers, len(page.body)),
+    )
+    request = writer.create_warc_record(
+        uri,
+        "request",
+        warc_headers_dict={"WARC-Date": date},
+        http_headers=_request_head(uri, page.request_headers),
+    )
+    writer.write_request_response_pair(request, response)
+    return 1
 
 
 def _json_line(value: Mapping[str, object]) -> bytes:

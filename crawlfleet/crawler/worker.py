@@ -42,6 +42,7 @@ from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.flow import (
     every,
+    flush_at_shutdown,
     heartbeat_fields,
     wait_for_wake,
     worker_counters,
@@ -64,7 +65,7 @@ from crawlfleet.crawler.sitemaps import (
     read_sitemap,
 )
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.errors import FrontierUnavailable
+from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import (
     Admission,
     Failure,
@@ -174,6 +175,11 @@ class _Outcome:
     #: Links the page offered that were left out before admission, by reason.
     refused: dict[str, int] = field(default_factory=dict)
 
+    def forget_links(self) -> None:
+        """The page's links are admitted and their drops counted: never twice."""
+        self.links, self.link_groups, self.refused = [], [], {}
+        self.over_cap = self.nofollow = 0
+
     def let_go_of_body(self) -> None:
         """The page is written: its body is no longer held, nor counted in the budget."""
         if self.reservation is not None:
@@ -274,7 +280,7 @@ class Worker:
             self._flushes_done = True
             self._flush_wanted.set()
             await asyncio.wait([flushing], timeout=self.options.settle_seconds)
-            await self._flush()
+            await flush_at_shutdown(self._flush)
             await self._drain_output()
             await self._finish_output_if_complete()
         finally:
@@ -285,7 +291,7 @@ class Worker:
             _, stuck = await asyncio.wait(background, timeout=self.options.settle_seconds)
             for task in stuck:
                 task.cancel()
-            await self._flush()
+            await flush_at_shutdown(self._flush)
             await self.output.aclose()
             if self.harvester is not None:
                 await asyncio.to_thread(self.harvester.close)
@@ -640,10 +646,14 @@ class Worker:
             self._flush_wanted.clear()
             if self._closed.is_set() or self._flushes_done:
                 return
-            self.output.tick()  # seal an output file that is full or old
+            self.output.tick()  # seal an output file that is full or old (never raises)
+            if self.output.write_backoff_seconds > 0:
+                continue  # a batch the spool refused waits in _done for the sink's backoff
             await asyncio.sleep(self.options.flush_linger_seconds)  # let a batch gather
             try:
                 flushed = await self._flush()
+            except OutputWriteError:
+                continue  # counted and logged by the sink; the batch is kept, claims stop
             except Exception:
                 log.exception("flush failed", extra={"layer": "flow"})
                 await asyncio.sleep(0.5)
@@ -744,6 +754,8 @@ class Worker:
             self.metrics.observe_bloom(code == 1 for code in admitted)
         self._admission.settle(pending, admitted)
         self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
+        for outcome in batch:  # a batch the output refuses is written again, not admitted again
+            outcome.forget_links()
         generation = self.output.write(
             [
                 PageOutput(

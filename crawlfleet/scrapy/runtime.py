@@ -82,6 +82,7 @@ from crawlfleet.crawler.extract import Item
 from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.flow import (
     every,
+    flush_at_shutdown,
     heartbeat_fields,
     wait_for_wake,
     worker_counters,
@@ -91,7 +92,7 @@ from crawlfleet.crawler.gate import Deferred, RequestGate
 from crawlfleet.crawler.leases import LeaseBook, Stage
 from crawlfleet.crawler.scope import Scope
 from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
-from crawlfleet.errors import FetchError, FrontierUnavailable
+from crawlfleet.errors import FetchError, FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import Admission, Failure, Frontier, Lease, Link, try_canonicalize
 from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.scrapy.payload import (
@@ -643,10 +644,14 @@ class Runtime:
             self._flush_wanted.clear()
             if self._closed.is_set():
                 return
-            self.output.tick()
+            self.output.tick()  # never raises
+            if self.output.write_backoff_seconds > 0:
+                continue  # leases the spool refused stay unwritten until the sink's backoff
             await asyncio.sleep(_FLUSH_LINGER_SECONDS)
             try:
                 await self.flush()
+            except OutputWriteError:
+                continue  # counted and logged by the sink; claims stop while it is blocked
             except Exception:
                 log.exception("flush failed", extra={"layer": "flow"})
                 await asyncio.sleep(0.5)
@@ -658,7 +663,6 @@ class Runtime:
         if not done:
             return
         for held in done:
-            held.written = True
             if held.record is not None:
                 held.record = _with_outlinks(held.record, held.children)
         outputs = [
@@ -670,7 +674,9 @@ class Runtime:
             )
             for held in done
         ]
-        generation = self.output.write(outputs)
+        generation = self.output.write(outputs)  # OutputWriteError: unwritten, written again
+        for held in done:
+            held.written = True
         # Metrics per batch, as crawlfleet's worker keeps them (one lock and lookup per batch).
         self.metrics.observe_fetches(
             (record.status, held.latency_seconds, record.length)
@@ -781,7 +787,7 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     await self._progress.wait()
-        await self.flush()
+        await flush_at_shutdown(self.flush)
         waiting = await self.output.drain(self.options.output_drain_seconds)
         if waiting:
             log.warning("%d output generations not durable at shutdown", len(waiting))
@@ -797,7 +803,7 @@ class Runtime:
         if self._draining is not None:  # the spider may close itself once the drain settled
             await asyncio.wait([self._draining], timeout=self.options.settle_seconds)
         else:
-            await self.flush()
+            await flush_at_shutdown(self.flush)
             await self.output.drain(self.options.output_drain_seconds)
         self._closed.set()
         self._wake.set()

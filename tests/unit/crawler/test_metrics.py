@@ -137,3 +137,17 @@ def test_dropped_links_are_counted_by_a_closed_set_of_reasons() -> None:
     )  # every reason exists from the start
     with pytest.raises(ValueError, match="unknown"):
         metrics.observe_dropped_links({"https://a.test/": 1})
+
+
+def test_output_write_errors_are_counted_by_errno_name_a_closed_set() -> None:
+    metrics = WorkerMetrics()
+    # The usual ones exist at zero before the first error, so an alert sees the series.
+    assert value(metrics, "output_write_errors_total", errno="ENOSPC") == 0
+    assert value(metrics, "output_write_errors_total", errno="EDQUOT") == 0
+    metrics.observe_output_write_error("ENOSPC")
+    metrics.observe_output_write_error("ENOSPC")
+    metrics.observe_output_write_error("EMFILE")  # another errno: its own (platform's) name
+    metrics.observe_output_write_error("Disk quota exceeded on /data")  # never a free text
+    assert value(metrics, "output_write_errors_total", errno="ENOSPC") == 2
+    assert value(metrics, "output_write_errors_total", errno="EMFILE") == 1
+    assert value(metrics, "output_write_errors_total", errno="unknown") == 1

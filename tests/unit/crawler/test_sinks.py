@@ -11,7 +11,6 @@ import dataclasses
 import gzip
 import hashlib
 import json
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,30 +30,14 @@ from crawlfleet.crawler.sinks import (
 from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError
 from crawlfleet.output.stores import FolderStore
+from tests.support.records import page_record
 from tests.support.specs import job_spec
 
 BODY = b"<html><head><title>Hello</title></head><body>" + b"x" * 200 + b"</body></html>"
 
 
 def record(url: str = "https://example.com/a", **changes: object) -> PageRecord:
-    base = PageRecord(
-        url=url,
-        final_url=url,
-        status=200,
-        depth=1,
-        parent="https://example.com/",
-        fetched_at=1_700_000_000.5,
-        content_type="text/html; charset=utf-8",
-        length=len(BODY),
-        sha256=hashlib.sha256(BODY).hexdigest(),
-        title="Hello — ünïcode",
-        outlinks=3,
-        failure_class=None,
-        attempt=1,
-        worker="worker-1",
-        fetch_id=uuid.uuid4().hex,
-    )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return page_record(url, BODY, **changes)
 
 
 class Durable:
