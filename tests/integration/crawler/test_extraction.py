@@ -43,6 +43,7 @@ LISTING_RULE: dict[str, Any] = {
     "fields": {"name": {"css": "a::text"}, "link": {"css": "a", "attr": "href"}},
 }
 LEGACY_PATHS = ("/sjis/header", "/sjis/meta", "/cp1251/header", "/cp1251/meta")
+REGEX_PAGES = ("backtrack", "lookahead")
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,8 @@ async def test_rules_extract_exactly_the_shops_items_and_content_reads_in_its_ch
 async def test_a_page_whose_extraction_fails_is_a_parser_error_and_the_crawl_goes_on(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    failing = {"match": "/cp1251/", "fields": {"x": {"xpath": "//p[re:test(., '(')]"}}}
+    # The page's own text as a pattern, with an unclosed group: RE2 refuses it on the page.
+    failing = {"match": "/cp1251/", "fields": {"x": {"xpath": "//p[re:test(., concat('(', .))]"}}}
     crawl = shop_crawl(site, redis_server, tmp_path, extract=[PRODUCT_RULE, LISTING_RULE, failing])
     assert wait_all([crawl.start("p0")], timeout=60) == [0]
 
@@ -142,8 +144,45 @@ async def test_a_page_whose_extraction_fails_is_a_parser_error_and_the_crawl_goe
     for path in ("/cp1251/header", "/cp1251/meta"):
         letter = dead[canonicalize(site.url(0, path))]
         assert letter["failure_class"] == "parser_error"
-        assert letter["message"].startswith("extract[2]: ")
+        assert letter["message"].startswith("extract[2]: re:test(): '(")
+        assert "is not a valid RE2 pattern: missing ): " in letter["message"]
     assert sorted(as_names(await read_items(crawl))) == sorted(expected_items(site))
+
+
+async def test_xpath_regex_runs_on_re2_and_a_pattern_it_refuses_fails_only_its_page(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    backtrack, lookahead = (canonicalize(site.url(0, f"/regex/{p}")) for p in REGEX_PAGES)
+    rule = {
+        "match": "/regex/",
+        "fields": {
+            # Python's re (lxml's) would not return from this in the lifetime of the machine.
+            "backtracks": {"xpath": "boolean(//code[re:test(., '^(a+)+$')])"},
+            "as_pattern": {"xpath": "re:test('a', //code)"},  # the page's text is the pattern
+        },
+    }
+    crawl = make_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        seeds=[backtrack, lookahead],
+        scope={"maxDepth": 0},
+        output={"format": "jsonl"},
+        extract=[rule],
+    )
+    assert wait_all([crawl.start("r0")], timeout=60) == [0]
+
+    items = await read_items(crawl)
+    assert [(item["url"], item["fields"]) for item in items] == [
+        (backtrack, {"backtracks": "false", "as_pattern": "false"})
+    ]
+    assert await crawl.dead() == {
+        lookahead: {
+            "failure_class": "parser_error",
+            "message": f"extract[0]: re:test(): {hostile.REGEX_REFUSED_PATTERN!r} is not a valid"
+            " RE2 pattern: invalid perl operator: (?=",
+        }
+    }
 
 
 async def test_after_a_sigkill_every_item_is_read_once(

@@ -106,9 +106,9 @@ def test_rules_alone_want_only_the_pages_they_match() -> None:
 
 
 def test_a_failing_page_fails_alone_in_its_batch() -> None:
-    rules = harvester(extract=[{"match": ".", "fields": {"p": {"xpath": "//p[re:test(., '(')]"}}}])
+    rules = harvester(extract=[{"match": ".", "fields": {"p": {"xpath": "//p[re:test(., .)]"}}}])
     good = HarvestInput(b"<div>fine</div>", "text/html", URL)
-    bad = HarvestInput(b"<p>trips the pattern</p>", "text/html", URL)
+    bad = HarvestInput(b"<p>(unclosed</p>", "text/html", URL)  # its text is the pattern
 
     first, second, third = rules.harvest_batch([good, bad, good])
 
