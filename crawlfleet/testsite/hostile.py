@@ -35,6 +35,7 @@ __all__ = [
     "build_bomb",
     "render_cp1251_page",
     "render_link_flood",
+    "render_node_flood",
     "render_regex_page",
     "render_sjis_page",
     "render_trap_page",
@@ -115,6 +116,13 @@ def render_link_flood(count: int) -> bytes:
     head = b"<!DOCTYPE html><html><head><title>Link flood</title></head><body>\n"
     links = b"".join(b'<a href="/links/to/%d">%d</a>\n' % (i, i) for i in range(count))
     return head + links + b"</body></html>\n"
+
+
+def render_node_flood(count: int) -> bytes:
+    """A page of ``count`` empty elements: a selector whose cost grows with the nodes squared
+    (``//*[count(following::*) > 0]``) takes seconds on 20,000 of them."""
+    head = b"<!DOCTYPE html><html><head><title>Node flood</title></head><body>\n"
+    return head + b"<i></i>" * count + b"</body></html>\n"
 
 
 def render_regex_page(value: str) -> bytes:

@@ -70,6 +70,7 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
 ``/bomb/<coding>``          ``gzip`` (as ``/bomb``), ``deflate``, ``br`` or ``zstd``: a body
                             that decodes to ``bomb_inflated_bytes`` zeros.
 ``/links/<n>``              A page of ``n`` distinct links ``/links/to/<i>`` (404s), n ≤ 10⁶.
+``/nodes/<n>``              A page of ``n`` empty elements (a quadratic selector's bane), n ≤ 10⁶.
 ``/regex/backtrack``        A ``<code>`` that makes Python's re backtrack for ever on
                             ``^(a+)+$``; ``/regex/lookahead``: one holding a look-ahead.
 ``/long-location``          302 whose ``Location`` has 100,000 characters.
@@ -587,6 +588,10 @@ class SiteServer:
         elif kind == "links" and len(parts) == 3 and parts[2].isdigit():
             if int(parts[2]) <= 1_000_000:
                 body = hostile.render_link_flood(int(parts[2]))
+                return web.Response(body=body, headers=_HTML_HEADERS)
+        elif kind == "nodes" and len(parts) == 3 and parts[2].isdigit():
+            if int(parts[2]) <= 1_000_000:
+                body = hostile.render_node_flood(int(parts[2]))
                 return web.Response(body=body, headers=_HTML_HEADERS)
         elif kind == "sitemaps":
             return self._sitemap(path)
