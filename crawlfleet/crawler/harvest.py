@@ -22,7 +22,7 @@ harvester's own while the event loop keeps time. A page whose extraction fails g
 
 Why a thread, and a bound. A user's selector has no cost bound: lxml evaluates XPath in time
 that grows with the page's nodes squared or worse (``//*[count(following::*) > 0]`` on a 1 MiB
-page: about 25 s; ``python -m bench.extract_bounds``), and a hostile page can make an innocent
+page: about 20 s; ``python -m bench.extract_bounds``), and a hostile page can make an innocent
 ``contains(., 'x')`` quadratic by nesting. lxml releases the GIL while it evaluates, so the
 thread leaves the loop free: heartbeats and lease extensions go on. When one page's extraction
 runs past ``parserTimeoutSeconds`` the loop gives up on it: that page fails ("extraction took
