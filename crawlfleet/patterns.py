@@ -26,7 +26,7 @@ from typing import Final
 
 import re2
 
-__all__ = ["PatternError", "URLPatterns", "compile_patterns"]
+__all__ = ["PatternError", "URLPatterns", "compile_patterns", "compile_regexp"]
 
 #: RE2's memory budget for one pattern, and for one list's Set with its matching automaton.
 #: RE2's default; a list that needs more is refused when compiled, never while matching.
@@ -69,11 +69,12 @@ class URLPatterns:
         return sorted(found) if found else []
 
 
-def _options() -> re2.Options:
+def _options(*, capture: bool = False, ignore_case: bool = False) -> re2.Options:
     options = re2.Options()
     options.max_mem = _MAX_MEMORY_BYTES
     options.log_errors = False  # the reason comes back in the exception; stderr stays clean
-    options.never_capture = True  # only "does it match" is asked: no group bookkeeping
+    options.never_capture = not capture  # "does it match" needs no group bookkeeping
+    options.case_sensitive = not ignore_case
     return options
 
 
@@ -109,6 +110,16 @@ def _compile(patterns: tuple[str, ...]) -> URLPatterns:
         reason = "are too large to match together (each is valid alone): use fewer or simpler ones"
         raise PatternError(None, reason) from None
     return URLPatterns(tuple(patterns), searcher)
+
+
+@lru_cache(maxsize=256)
+def compile_regexp(pattern: str, *, ignore_case: bool = False) -> re2._Regexp:
+    """One pattern, with its groups, for searching values; ``PatternError`` (index 0) if RE2
+    refuses it. Remembered: an XPath may test the same pattern on every node of a page."""
+    try:
+        return re2.compile(pattern, _options(capture=True, ignore_case=ignore_case))
+    except re2.error as error:
+        raise PatternError(0, _reason(error)) from None
 
 
 def _reason(error: re2.error) -> str:

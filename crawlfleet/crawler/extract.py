@@ -8,24 +8,31 @@ huge trees allowed).
 
 Compiled once per worker, cheap per page: every rule's ``match`` is in one RE2 set, so a page
 whose URL no rule matches costs one linear scan of its URL and is never parsed; every selector
-is translated and compiled by lxml once (``etree.XPath``), not for every page as a string query
-would be; the page is parsed once, however many rules and fields apply. The worker runs this for
-a whole batch of pages in one thread hop (``crawler/harvest.py``), off its event loop.
+is translated and compiled by lxml once per thread (``crawlfleet.selection.compile_selector``:
+an lxml XPath runs one evaluation at a time, and one overrunning in a thread the harvest gave up
+on must not hold up the next page's), not for every page as a string query would be; the page
+is parsed once, however many rules and fields apply. The EXSLT ``re:`` functions run on RE2
+(``crawlfleet/xpath_regexp.py``). The worker runs this for a whole batch of pages in a thread,
+page by page under a time bound (``crawler/harvest.py``).
 
 The model refused every selector that parsel cannot run (``crawlfleet.selection``), so what can
-still fail here is the page: an evaluation error is an :class:`ExtractionError`, which costs that
-page a ``parser_error`` failure, never the worker.
+still fail here is the page: an evaluation error (an ``re:`` pattern taken from the page that
+RE2 refuses) is an :class:`ExtractionError`, which costs that page a ``parser_error`` failure,
+never the worker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import re2
 
-from crawlfleet.patterns import URLPatterns, compile_patterns
+from crawlfleet.patterns import URLPatterns, compile_patterns, compile_regexp
+from crawlfleet.selection import SelectorKind, compile_selector
+from crawlfleet.xpath_regexp import xpath_string
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import ExtractField, ExtractRule, ExtractSelector
@@ -34,13 +41,8 @@ __all__ = ["ExtractionError", "Extractor", "FieldValue", "Item"]
 
 #: A field's value in an item: the first value found (or None), or every value (``all``).
 FieldValue: TypeAlias = str | list[str] | None
-
-#: The namespaces parsel gives every query (EXSLT regular expressions and sets).
-_NAMESPACES: Final = {
-    "re": "http://exslt.org/regular-expressions",
-    "set": "http://exslt.org/sets",
-}
-_RE2_MAX_MEMORY_BYTES: Final = 8 << 20
+#: A compiled query: called on a node, it gives lxml's XPath result.
+_Query: TypeAlias = Callable[[object], object]
 
 
 class ExtractionError(Exception):
@@ -59,16 +61,23 @@ class Item:
     fields: Mapping[str, object]
 
 
+class _Queries(threading.local):
+    """Every selector of the rules, compiled once in each thread that evaluates them."""
+
+    def __init__(self, selectors: Sequence[tuple[SelectorKind, str]]) -> None:
+        self.compiled: list[_Query] = [compile_selector(kind, query) for kind, query in selectors]
+
+
 @dataclass(frozen=True, slots=True)
 class _Field:
     name: str
-    query: object  # an lxml XPath
+    query: int  # its place in the rules' _Queries
     attr: str | None
     every: bool
     pattern: re2._Regexp | None
 
-    def value(self, node: object) -> FieldValue:
-        found = self.query(node)  # type: ignore[operator]
+    def value(self, node: object, queries: Sequence[_Query]) -> FieldValue:
+        found = queries[self.query](node)
         values: list[str] = []
         for result in found if isinstance(found, list) else [found]:
             text = _text(result, self.attr)
@@ -90,17 +99,22 @@ class _Field:
 @dataclass(frozen=True, slots=True)
 class _Rule:
     index: int
-    each: object | None  # an lxml XPath
+    each: int | None  # its place in the rules' _Queries
     fields: tuple[_Field, ...]
 
-    def items(self, root: object) -> list[Item]:
+    def items(self, root: object, queries: Sequence[_Query]) -> list[Item]:
         if self.each is None:
-            return [Item(self.index, 0, {field.name: field.value(root) for field in self.fields})]
-        nodes = self.each(root)  # type: ignore[operator]
+            fields = {field.name: field.value(root, queries) for field in self.fields}
+            return [Item(self.index, 0, fields)]
+        nodes = queries[self.each](root)
         if not isinstance(nodes, list):
             return []
         return [
-            Item(self.index, position, {field.name: field.value(node) for field in self.fields})
+            Item(
+                self.index,
+                position,
+                {field.name: field.value(node, queries) for field in self.fields},
+            )
             for position, node in enumerate(node for node in nodes if _is_element(node))
         ]
 
@@ -108,9 +122,15 @@ class _Rule:
 class Extractor:
     """The compiled ``spec.extract`` of one job; build it with :meth:`from_rules`."""
 
-    def __init__(self, matches: URLPatterns, rules: Sequence[_Rule]) -> None:
+    def __init__(
+        self,
+        matches: URLPatterns,
+        rules: Sequence[_Rule],
+        selectors: Sequence[tuple[SelectorKind, str]],
+    ) -> None:
         self._matches = matches
         self._rules = tuple(rules)
+        self._queries = _Queries(selectors)  # compiled here, and again in each other thread
 
     @classmethod
     def from_rules(cls, rules: Sequence[ExtractRule]) -> Extractor | None:
@@ -118,7 +138,9 @@ class Extractor:
         matches = compile_patterns([rule.match for rule in rules])
         if matches is None:
             return None
-        return cls(matches, [_compile_rule(index, rule) for index, rule in enumerate(rules)])
+        selectors: list[tuple[SelectorKind, str]] = []
+        compiled = [_compile_rule(index, rule, selectors) for index, rule in enumerate(rules)]
+        return cls(matches, compiled, selectors)
 
     def applies_to(self, url: str) -> bool:
         """Whether some rule matches ``url``: one RE2 scan, before any parsing."""
@@ -133,13 +155,12 @@ class Extractor:
         if not matching:
             return []
         root = _parse(html)
+        queries = self._queries.compiled
         items: list[Item] = []
         for index in matching:
             try:
-                items += self._rules[index].items(root)
-            except (
-                Exception
-            ) as error:  # lxml's, or an XPath extension's (EXSLT's re: raises re.error)
+                items += self._rules[index].items(root, queries)
+            except Exception as error:  # lxml's, or an re: function's (a pattern RE2 refuses)
                 raise ExtractionError(f"extract[{index}]: {error}") from error
         return items
 
@@ -151,33 +172,31 @@ def _parse(html: str) -> object:
     return Selector(text=html, type="html").root
 
 
-def _compile_rule(index: int, rule: ExtractRule) -> _Rule:
+def _compile_rule(
+    index: int, rule: ExtractRule, selectors: list[tuple[SelectorKind, str]]
+) -> _Rule:
     return _Rule(
         index,
-        _compile_query(rule.each) if rule.each is not None else None,
-        tuple(_compile_field(name, field) for name, field in rule.fields.items()),
+        _selector(rule.each, selectors) if rule.each is not None else None,
+        tuple(_compile_field(name, field, selectors) for name, field in rule.fields.items()),
     )
 
 
-def _compile_field(name: str, field: ExtractField) -> _Field:
-    pattern = None
-    if field.pattern is not None:
-        options = re2.Options()
-        options.max_mem = _RE2_MAX_MEMORY_BYTES
-        options.log_errors = False
-        pattern = re2.compile(field.pattern, options)
-    return _Field(name, _compile_query(field), field.attr, field.all_values, pattern)
+def _compile_field(
+    name: str, field: ExtractField, selectors: list[tuple[SelectorKind, str]]
+) -> _Field:
+    pattern = compile_regexp(field.pattern) if field.pattern is not None else None
+    return _Field(name, _selector(field, selectors), field.attr, field.all_values, pattern)
 
 
-def _compile_query(selector: ExtractSelector) -> object:
-    """An lxml XPath for a CSS or XPath selector, as parsel would run it."""
-    import parsel.selector  # noqa: F401  (registers has-class(), which queries may call)
-    from lxml import etree
-    from parsel.csstranslator import css2xpath
-
-    query = css2xpath(selector.css) if selector.css is not None else selector.xpath
-    assert query is not None  # the model allows exactly one of the two
-    return etree.XPath(query, namespaces=_NAMESPACES, smart_strings=False)
+def _selector(selector: ExtractSelector, selectors: list[tuple[SelectorKind, str]]) -> int:
+    """Add a CSS or XPath selector to ``selectors``; its place there."""
+    if selector.css is not None:
+        selectors.append(("css", selector.css))
+    else:
+        assert selector.xpath is not None  # the model allows exactly one of the two
+        selectors.append(("xpath", selector.xpath))
+    return len(selectors) - 1
 
 
 def _is_element(node: object) -> bool:
@@ -200,8 +219,4 @@ def _text(result: object, attr: str | None) -> str | None:
         return " ".join("".join(result.itertext()).split())
     if attr is not None:
         return None
-    if isinstance(result, bool):
-        return "true" if result else "false"
-    if isinstance(result, float):
-        return str(int(result)) if result.is_integer() else str(result)
-    return str(result)
+    return xpath_string(result)

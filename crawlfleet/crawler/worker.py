@@ -86,7 +86,7 @@ from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.output.stores import OutputStore
 from crawlfleet.urls import origin_of
 
-__all__ = ["Worker", "WorkerOptions", "harvest_on_loop"]
+__all__ = ["Worker", "WorkerOptions"]
 
 log = logging.getLogger(__name__)
 
@@ -94,13 +94,6 @@ log = logging.getLogger(__name__)
 _FINISH_CHECK_SECONDS = 1.0
 
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
-#: A flushed batch whose HTML adds up to at most this many bytes is harvested on the event
-#: loop: lxml and lexbor parse 50-100 MB/s here, so it holds the loop 10-20 ms, while a thread
-#: hop per batch cost an extracting worker 18 % more CPU per page in GIL hand-offs with the
-#: loop (A/B on bench.crawl's extracting job: 1.07-1.12 vs 0.86-0.92 ms a page). Bigger
-#: batches (a few huge pages) and any job with a user parser (which waits on its process)
-#: still go to a thread, so heartbeats and lease extensions never wait long.
-_HARVEST_ON_LOOP_MAX_BYTES = 1 << 20
 #: What a page that is not HTML offers: nothing (never mutated).
 _NO_LINKS = PageLinks(title=None)
 
@@ -686,10 +679,10 @@ class Worker:
         return len(batch)
 
     async def _harvest(self, batch: list[_Outcome]) -> None:
-        """Content and items of the batch's pages that want them, for the whole batch at once:
-        on the event loop when that is brief, else in one thread hop (:func:`harvest_on_loop`);
-        a page whose extraction failed becomes a ``parser_error`` failure with the message.
-        Done once: a retried flush keeps it."""
+        """Content and items of the batch's pages that want them, for the whole batch at once,
+        in the harvester's thread under its time bound (``crawler/harvest.py``); a page whose
+        extraction failed becomes a ``parser_error`` failure with the message. Done once: a
+        retried flush keeps it."""
         waiting = [
             outcome
             for outcome in batch
@@ -712,10 +705,7 @@ class Worker:
         ]
         # A big batch may take longer than a lease lives: the book extends every lease it
         # holds, these too, until they are settled.
-        if harvest_on_loop(inputs, self.harvester):
-            harvests = self.harvester.harvest_batch(inputs)
-        else:
-            harvests = await asyncio.to_thread(self.harvester.harvest_batch, inputs)
+        harvests = await self.harvester.harvest_batch_bounded(inputs)
         for outcome, harvest in zip(waiting, harvests, strict=True):
             outcome.harvest = harvest
             outcome.text = None  # in the harvest's content now
@@ -890,12 +880,3 @@ def _is_html(content_type: str | None) -> bool:
     if not content_type:
         return True
     return content_type.split(";", 1)[0].strip().lower() in _HTML_TYPES
-
-
-def harvest_on_loop(inputs: Sequence[HarvestInput], harvester: Harvester) -> bool:
-    """Whether a batch is harvested on the event loop rather than in a thread: no user parser
-    (it waits on its own process, up to its timeout a page), and at most
-    ``_HARVEST_ON_LOOP_MAX_BYTES`` of HTML in all."""
-    if harvester.parser is not None:
-        return False
-    return sum(len(page.body) for page in inputs) <= _HARVEST_ON_LOOP_MAX_BYTES

@@ -86,8 +86,9 @@ class ExtractSelector(Section):
     """A CSS selector, with Scrapy's ::text and ::attr(name) pseudo-elements, such as
     h1.title::text or a.next::attr(href)."""
     xpath: _XPathQuery | None = None
-    """An XPath 1.0 expression, such as //h1/text(); parsel's has-class() and the EXSLT re:
-    functions are available. Inside a rule's each, start it with ./ to stay in the node."""
+    """An XPath 1.0 expression, such as //h1/text(); parsel's has-class(), the EXSLT set:
+    functions and the EXSLT re: functions (RE2 syntax, as every pattern of a job) are
+    available. Inside a rule's each, start it with ./ to stay in the node."""
 
     cross_field_rules: ClassVar[tuple[Rule[Any], ...]] = (_ONE_QUERY,)
 

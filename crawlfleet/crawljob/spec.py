@@ -74,8 +74,9 @@ class CrawlJobSpec(Section):
     dedup). It runs in a process beside the worker: install your package in the worker image
     (FROM the crawlfleet worker image), or in the environment of crawlfleet run."""
     parser_timeout_seconds: Annotated[float, Range(gt=0, le=600)] = 5.0
-    """Longest time, in seconds, the parser may take for one page: past it the page fails as
-    parser_error and the parser process is restarted."""
+    """Longest time, in seconds, a page's extraction may take, for the extract rules'
+    selectors and for the parser each: past it the page fails as parser_error (and the
+    parser process is restarted)."""
     user_agent: UserAgent = DEFAULT_USER_AGENT
     """The User-Agent header of every request, and the name robots.txt rules are matched
     against. Say who you are and how site owners can reach you."""

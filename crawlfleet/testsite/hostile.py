@@ -27,12 +27,16 @@ __all__ = [
     "LONG_LOCATION_CHARACTERS",
     "MANY_HEADERS",
     "MANY_HEADER_BYTES",
+    "REGEX_BACKTRACK_VALUE",
+    "REGEX_REFUSED_PATTERN",
     "SJIS_LINKS",
     "SJIS_TEXT",
     "SJIS_TITLE",
     "build_bomb",
     "render_cp1251_page",
     "render_link_flood",
+    "render_node_flood",
+    "render_regex_page",
     "render_sjis_page",
     "render_trap_page",
 ]
@@ -53,6 +57,11 @@ SJIS_TEXT: Final = "これは日本語の文章です。" * 20
 #: The title and the paragraph of the ``/cp1251/*`` pages (windows-1251).
 CP1251_TITLE: Final = "Русская страница"
 CP1251_TEXT: Final = "Съешь же ещё этих мягких французских булок, да выпей чаю."
+#: ``/regex/backtrack``'s ``<code>``: Python's backtracking re tests ``^(a+)+$`` on it in about
+#: 2**64 steps (30 a's already take tens of seconds); RE2 in one pass.
+REGEX_BACKTRACK_VALUE: Final = "a" * 64 + "b"
+#: ``/regex/lookahead``'s ``<code>``: a pattern Python's re takes and RE2 refuses.
+REGEX_REFUSED_PATTERN: Final = "(?=a)a"
 
 _lock = threading.Lock()
 _bombs: dict[tuple[str, int], bytes] = {}
@@ -107,6 +116,21 @@ def render_link_flood(count: int) -> bytes:
     head = b"<!DOCTYPE html><html><head><title>Link flood</title></head><body>\n"
     links = b"".join(b'<a href="/links/to/%d">%d</a>\n' % (i, i) for i in range(count))
     return head + links + b"</body></html>\n"
+
+
+def render_node_flood(count: int) -> bytes:
+    """A page of ``count`` empty elements: a selector whose cost grows with the nodes squared
+    (``//*[count(following::*) > 0]``) takes seconds on 20,000 of them."""
+    head = b"<!DOCTYPE html><html><head><title>Node flood</title></head><body>\n"
+    return head + b"<i></i>" * count + b"</body></html>\n"
+
+
+def render_regex_page(value: str) -> bytes:
+    """A page whose one ``<code>`` holds ``value``, for the EXSLT ``re:`` functions of XPath."""
+    return (
+        "<!DOCTYPE html><html><head><title>Regular expressions</title></head><body>\n"
+        f"<code>{value}</code></body></html>\n"
+    ).encode()
 
 
 def render_sjis_page(*, declare_in_meta: bool) -> bytes:

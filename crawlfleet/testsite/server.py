@@ -70,6 +70,9 @@ Unlinked paths of the hostile-site suite (host 0; bodies in :mod:`crawlfleet.tes
 ``/bomb/<coding>``          ``gzip`` (as ``/bomb``), ``deflate``, ``br`` or ``zstd``: a body
                             that decodes to ``bomb_inflated_bytes`` zeros.
 ``/links/<n>``              A page of ``n`` distinct links ``/links/to/<i>`` (404s), n ≤ 10⁶.
+``/nodes/<n>``              A page of ``n`` empty elements (a quadratic selector's bane), n ≤ 10⁶.
+``/regex/backtrack``        A ``<code>`` that makes Python's re backtrack for ever on
+                            ``^(a+)+$``; ``/regex/lookahead``: one holding a look-ahead.
 ``/long-location``          302 whose ``Location`` has 100,000 characters.
 ``/many-headers``           200 with 128 extra header fields of 8 KiB each.
 ``/sjis/header``            A Shift_JIS page, its charset only in ``Content-Type``, linking
@@ -427,6 +430,12 @@ class SiteServer:
                 "text/html; charset=windows-1251",
             ),
             "/cp1251/meta": _html_route(hostile.render_cp1251_page(declare_in_meta=True)),
+            "/regex/backtrack": _html_route(
+                hostile.render_regex_page(hostile.REGEX_BACKTRACK_VALUE)
+            ),
+            "/regex/lookahead": _html_route(
+                hostile.render_regex_page(hostile.REGEX_REFUSED_PATTERN)
+            ),
             shop.LISTING_PATH: _html_route(shop.render_listing()),
         }
         self._products = {product.path: product for product in shop.PRODUCTS}
@@ -585,6 +594,10 @@ class SiteServer:
         elif kind == "links" and len(parts) == 3 and parts[2].isdigit():
             if int(parts[2]) <= 1_000_000:
                 body = hostile.render_link_flood(int(parts[2]))
+                return web.Response(body=body, headers=_HTML_HEADERS)
+        elif kind == "nodes" and len(parts) == 3 and parts[2].isdigit():
+            if int(parts[2]) <= 1_000_000:
+                body = hostile.render_node_flood(int(parts[2]))
                 return web.Response(body=body, headers=_HTML_HEADERS)
         elif kind == "sitemaps":
             return self._sitemap(path)

@@ -55,6 +55,7 @@ GROUND_FLOOR = (
     "crawlfleet.patterns",
     "crawlfleet.selection",
     "crawlfleet.urls",
+    "crawlfleet.xpath_regexp",
 )
 #: Packages whose ``__init__`` imports its public face.
 PACKAGES = (

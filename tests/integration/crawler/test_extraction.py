@@ -5,6 +5,7 @@ SIGKILL mid-crawl leaves every item once per (url, source, position) for a reade
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -43,6 +44,9 @@ LISTING_RULE: dict[str, Any] = {
     "fields": {"name": {"css": "a::text"}, "link": {"css": "a", "attr": "href"}},
 }
 LEGACY_PATHS = ("/sjis/header", "/sjis/meta", "/cp1251/header", "/cp1251/meta")
+REGEX_PAGES = ("backtrack", "lookahead")
+#: Its cost grows with the page's nodes squared (lxml does not shortcut the count).
+QUADRATIC_XPATH = "count(//*[count(following::*) > -1])"
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +138,8 @@ async def test_rules_extract_exactly_the_shops_items_and_content_reads_in_its_ch
 async def test_a_page_whose_extraction_fails_is_a_parser_error_and_the_crawl_goes_on(
     site: TestSite, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    failing = {"match": "/cp1251/", "fields": {"x": {"xpath": "//p[re:test(., '(')]"}}}
+    # The page's own text as a pattern, with an unclosed group: RE2 refuses it on the page.
+    failing = {"match": "/cp1251/", "fields": {"x": {"xpath": "//p[re:test(., concat('(', .))]"}}}
     crawl = shop_crawl(site, redis_server, tmp_path, extract=[PRODUCT_RULE, LISTING_RULE, failing])
     assert wait_all([crawl.start("p0")], timeout=60) == [0]
 
@@ -142,8 +147,95 @@ async def test_a_page_whose_extraction_fails_is_a_parser_error_and_the_crawl_goe
     for path in ("/cp1251/header", "/cp1251/meta"):
         letter = dead[canonicalize(site.url(0, path))]
         assert letter["failure_class"] == "parser_error"
-        assert letter["message"].startswith("extract[2]: ")
+        assert letter["message"].startswith("extract[2]: re:test(): '(")
+        assert "is not a valid RE2 pattern: missing ): " in letter["message"]
     assert sorted(as_names(await read_items(crawl))) == sorted(expected_items(site))
+
+
+async def test_xpath_regex_runs_on_re2_and_a_pattern_it_refuses_fails_only_its_page(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    backtrack, lookahead = (canonicalize(site.url(0, f"/regex/{p}")) for p in REGEX_PAGES)
+    rule = {
+        "match": "/regex/",
+        "fields": {
+            # Python's re (lxml's) would not return from this in the lifetime of the machine.
+            "backtracks": {"xpath": "boolean(//code[re:test(., '^(a+)+$')])"},
+            "as_pattern": {"xpath": "re:test('a', //code)"},  # the page's text is the pattern
+        },
+    }
+    crawl = make_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        seeds=[backtrack, lookahead],
+        scope={"maxDepth": 0},
+        output={"format": "jsonl"},
+        extract=[rule],
+    )
+    assert wait_all([crawl.start("r0")], timeout=60) == [0]
+
+    items = await read_items(crawl)
+    assert [(item["url"], item["fields"]) for item in items] == [
+        (backtrack, {"backtracks": "false", "as_pattern": "false"})
+    ]
+    assert await crawl.dead() == {
+        lookahead: {
+            "failure_class": "parser_error",
+            "message": f"extract[0]: re:test(): {hostile.REGEX_REFUSED_PATTERN!r} is not a valid"
+            " RE2 pattern: invalid perl operator: (?=",
+        }
+    }
+
+
+async def test_heartbeats_go_on_while_an_xpath_runs_long_and_its_page_fails_past_the_bound(
+    site: TestSite, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A selector quadratic in the page's nodes, on 20,000 of them, runs for seconds: the
+    worker's loop heartbeats meanwhile, and the page fails once past parserTimeoutSeconds."""
+    bound_seconds, heartbeat_seconds = 1.0, 0.1
+    slow = site.url(0, "/nodes/20000")
+    crawl = make_crawl(
+        site,
+        redis_server,
+        tmp_path,
+        seeds=[slow],
+        scope={"maxDepth": 0},
+        lease={"heartbeatSeconds": heartbeat_seconds},
+        parserTimeoutSeconds=bound_seconds,
+        output={"format": "jsonl"},
+        extract=[{"match": "/nodes/", "fields": {"n": {"xpath": QUADRATIC_XPATH}}}],
+    )
+    frontier = await crawl.frontier()
+    since = time.monotonic()
+    worker = crawl.start("h0")
+    beats: list[float] = []  # when each new heartbeat of h0 was first seen here
+    last_seen = None
+    try:
+        while worker.poll() is None:
+            for beat in await frontier.workers():
+                if beat.worker == "h0" and beat.last_seen != last_seen:
+                    last_seen = beat.last_seen
+                    beats.append(time.monotonic())
+            await asyncio.sleep(0.02)
+    finally:
+        await frontier.aclose()
+    assert worker.wait() == 0
+
+    (fetched,) = [r for r in site.all_requests() if r.path == "/nodes/20000" and r.start >= since]
+    assert fetched.end is not None
+    # From the response to the bound, the page is in the worker's hands (its harvest starts a
+    # flush linger after it arrived, and lasts the bound): a worker whose loop the selector
+    # held would beat at most once in that second; this one beats every 0.1 s.
+    during = [seen for seen in beats if fetched.end < seen < fetched.end + bound_seconds]
+    assert len(during) >= 4, (during, fetched.end)
+    assert await crawl.dead() == {
+        canonicalize(slow): {
+            "failure_class": "parser_error",
+            "message": "extraction took longer than 1 s",
+        }
+    }
+    assert (await crawl.stats()).complete
 
 
 async def test_after_a_sigkill_every_item_is_read_once(

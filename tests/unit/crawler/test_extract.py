@@ -122,13 +122,16 @@ def test_xpath_numbers_and_booleans_read_as_xpath_writes_them() -> None:
     assert item.fields == {"count": "3", "half": "1.5", "any": "true"}
 
 
-def test_a_selector_that_fails_only_on_a_real_page_is_an_extraction_error() -> None:
-    # Valid on an empty document (the model's check), but the EXSLT pattern is compiled
-    # only once a node is there to test: that page fails, with lxml's reason.
-    rules = extractor({"match": ".", "fields": {"bad": {"xpath": "//p[re:test(., '(')]"}}})
-    assert rules.extract("<div>no p here</div>", f"{SITE}/")[0].fields == {"bad": None}
-    with pytest.raises(ExtractionError, match=r"^extract\[0\]: "):
-        rules.extract("<p>a paragraph</p>", f"{SITE}/")
+def test_a_pattern_taken_from_the_page_that_re2_refuses_is_an_extraction_error() -> None:
+    # Valid for the model (the pattern is no literal it could compile): the page's own text is
+    # the pattern, and a look-ahead there fails that page with RE2's reason.
+    rules = extractor({"match": ".", "fields": {"bad": {"xpath": "//p[re:test(., text())]"}}})
+    assert rules.extract("<p>a paragraph</p>", f"{SITE}/")[0].fields == {"bad": "a paragraph"}
+    with pytest.raises(ExtractionError) as refused:
+        rules.extract("<p>(?=x)</p>", f"{SITE}/")
+    assert str(refused.value) == (
+        "extract[0]: re:test(): '(?=x)' is not a valid RE2 pattern: invalid perl operator: (?="
+    )
 
 
 def test_no_rules_no_extractor() -> None:

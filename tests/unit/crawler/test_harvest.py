@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -106,9 +108,9 @@ def test_rules_alone_want_only_the_pages_they_match() -> None:
 
 
 def test_a_failing_page_fails_alone_in_its_batch() -> None:
-    rules = harvester(extract=[{"match": ".", "fields": {"p": {"xpath": "//p[re:test(., '(')]"}}}])
+    rules = harvester(extract=[{"match": ".", "fields": {"p": {"xpath": "//p[re:test(., .)]"}}}])
     good = HarvestInput(b"<div>fine</div>", "text/html", URL)
-    bad = HarvestInput(b"<p>trips the pattern</p>", "text/html", URL)
+    bad = HarvestInput(b"<p>(unclosed</p>", "text/html", URL)  # its text is the pattern
 
     first, second, third = rules.harvest_batch([good, bad, good])
 
@@ -142,19 +144,100 @@ def test_the_link_reader_makes_the_same_text_from_its_own_parse() -> None:
     assert text_harvester.harvest(given).content == "read before"  # not parsed a second time
 
 
-def test_a_small_batch_is_harvested_on_the_loop_and_a_big_one_or_a_parser_in_a_thread() -> None:
-    from crawlfleet.crawler.worker import harvest_on_loop
-
-    rules = harvester(output={"format": "jsonl", "content": "text"})
-    small = [HarvestInput(b"<p>x</p>" * 1000, "text/html", URL) for _ in range(100)]
-    assert harvest_on_loop(small, rules)  # 800 kB in all
-    huge = [*small, HarvestInput(b"<p>x</p>" * 100_000, "text/html", URL)]
-    assert not harvest_on_loop(huge, rules)  # 1.6 MB: parsing it would hold the loop
-    with_parser = Harvester("text", 1 << 20, None, parser=_NeverCalledParser())  # type: ignore[arg-type]
-    assert not harvest_on_loop(small[:1], with_parser)  # waits on its process: never the loop
+#: A query whose cost grows with the page's nodes squared: about a second on SLOW_PAGE here.
+QUADRATIC = {"match": "/slow", "fields": {"n": {"xpath": "count(//*[count(following::*) > -1])"}}}
+SLOW_PAGE = HarvestInput(b"<i></i>" * 12_000, "text/html", "http://legacy.test/slow")
+FAST_PAGE = HarvestInput(b"<i></i>" * 10, "text/html", "http://legacy.test/slow/fast")
 
 
-class _NeverCalledParser:
-    """Test double: stands for a ParserHost; only its presence matters here."""
+async def harvest_while_ticking(
+    rules: Harvester, pages: list[HarvestInput]
+) -> tuple[list[Harvest], int]:
+    """The bounded harvest of ``pages``, and how often the event loop ran another task meanwhile."""
+    ticks = 0
+    done = asyncio.Event()
 
-    reference = "test:double"
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)
+    ticks = 0  # from here on, only what ran while the harvest did
+    try:
+        harvests = await rules.harvest_batch_bounded(pages)
+    finally:
+        done.set()
+        await ticker
+    return harvests, ticks
+
+
+async def test_a_bounded_batch_gives_what_the_plain_one_gives() -> None:
+    rules = harvester(
+        output={"format": "jsonl", "content": "text"},
+        extract=[{"match": ".", "fields": {"p": {"xpath": "//p[re:test(., .)]"}}}],
+    )
+    pages = [
+        HarvestInput(b"<p>fine</p>", "text/html", URL),
+        HarvestInput(b"<p>(unclosed</p>", "text/html", URL),
+        HarvestInput(shop.render_product(shop.PRODUCTS[0]), "text/html", URL),
+    ]
+    try:
+        assert await rules.harvest_batch_bounded(pages) == rules.harvest_batch(pages)
+    finally:
+        rules.close()
+
+
+async def test_a_page_whose_extraction_overruns_fails_alone_while_the_loop_runs() -> None:
+    # A bound past the loop's blocked wait (50 ms), so the loop has time to run other tasks.
+    rules = harvester(extract=[QUADRATIC], parserTimeoutSeconds=0.2)
+    assert rules.harvest(FAST_PAGE).items[0].fields == {"n": "12"}  # html, body and ten i
+    try:
+        (fast, slow, after), ticks = await harvest_while_ticking(
+            rules, [FAST_PAGE, SLOW_PAGE, FAST_PAGE]
+        )
+    finally:
+        rules.close()
+
+    assert slow == Harvest(error="extraction took longer than 0.2 s")
+    assert fast.error is None
+    assert after == fast  # the rest of the batch, in a new thread
+    assert ticks > 10  # the loop ran other tasks while lxml evaluated: heartbeats would too
+
+
+async def test_extraction_waits_for_no_thread_past_the_bound_beyond_two() -> None:
+    blocked = _BlockingExtractor()
+    rules = Harvester("none", 1 << 20, blocked, extract_timeout_seconds=0.01)  # type: ignore[arg-type]
+    page = HarvestInput(b"<p>x</p>", "text/html", URL)
+    try:
+        for _ in range(2):  # each overruns; its thread stays inside the extractor
+            (overran,), _ = await harvest_while_ticking(rules, [page])
+            assert overran.error == "extraction took longer than 0.01 s"
+        (refused,), _ = await harvest_while_ticking(rules, [page])
+        assert refused.error == (
+            "extraction not started: 2 earlier pages' extraction"
+            " still running past the 0.01 s bound"
+        )
+        assert blocked.calls == 2
+    finally:
+        blocked.release.set()
+        rules.close()
+
+
+class _BlockingExtractor:
+    """Test double: an Extractor whose every query runs until the test releases it, as a
+    pathological XPath would for hours (a real one would keep this machine's cores busy)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def applies_to(self, url: str) -> bool:
+        return True
+
+    def extract(self, html: str, url: str) -> list[object]:
+        self.calls += 1
+        self.release.wait()
+        return []
