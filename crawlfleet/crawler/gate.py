@@ -95,11 +95,12 @@ class RequestGate:
         if verdict.access is RobotsAccess.DEFERRED:
             await self._defer(lease, verdict)
             return DEFERRED
+        # Read (allowed or not), or given up: either way the host's delay follows its
+        # robots.txt now -- a deferral's hold ends whichever URL is asked first, and a host
+        # given up is no longer held: its other URLs fail at once, not one per deferral.
+        await self._apply_delay(lease.host, verdict)
         if verdict.access is RobotsAccess.DISALLOWED:
             return Refused(FailureClass.ROBOTS_DISALLOWED, "robots.txt")
-        # Allowed, or given up: either way the host's delay follows its robots.txt now (a
-        # host given up is no longer held: its other URLs fail at once, not one a deferral).
-        await self._apply_delay(lease.host, verdict)
         if verdict.access is RobotsAccess.UNAVAILABLE:
             return Refused(FailureClass.ROBOTS_UNAVAILABLE, verdict.detail, retryable=False)
         return None
@@ -119,8 +120,9 @@ class RequestGate:
         if not self.obey:
             return None
         verdict = await self.robots.check(canonical)
-        if verdict.access is RobotsAccess.ALLOWED:
+        if verdict.access is not RobotsAccess.DEFERRED:
             await self._apply_delay(host_of(canonical), verdict)
+        if verdict.access is RobotsAccess.ALLOWED:
             return None
         if verdict.access is RobotsAccess.DISALLOWED:
             return Refused(
