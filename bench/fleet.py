@@ -14,10 +14,13 @@ log, are crawled to the end by:
 Then each crawl again on a fresh site with one worker process killed (SIGKILL) halfway
 through (half of the clean run's time), counting the reachable pages (the site graph's BFS
 from the seeds) that the site's log never shows served, and those that no process wrote to
-its output. scrapy-redis pops a request without a lease, so what the killed process held is
-gone, and its fingerprint in the dupefilter stops anyone from queueing it again; what it had
-fetched but not yet written is gone too. nginx answers in well under a millisecond, so a
-request is rarely still unanswered when the kill lands: the output count shows more.
+its output, and (crawlfleet) how soon after the kill the first of the killed worker's pages is
+fetched again by the other one (``moves_again_after_kill_s``, from nginx's log times: the
+requeue gave back its leases and their host slots). scrapy-redis pops a request without a
+lease, so what the killed process held is gone, and its fingerprint in the dupefilter stops
+anyone from queueing it again; what it had fetched but not yet written is gone too. nginx
+answers in well under a millisecond, so a request is rarely still unanswered when the kill
+lands: the output count shows more.
 """
 
 from __future__ import annotations
@@ -102,9 +105,15 @@ def run_job(
         if pid is None:
             raise RuntimeError("no crawlfleet worker to kill")
         os.kill(pid, signal.SIGKILL)
+        killed_at(tmp, name).write_text(repr(time.time()))
     if run.wait(600) != 0:
         raise RuntimeError(f"crawlfleet run exited with {run.returncode}")
     return started, time.time()
+
+
+def killed_at(tmp: Path, name: str) -> Path:
+    """Where a runner notes the wall-clock moment of its kill (crawlfleet's runners do)."""
+    return tmp / f"{name}.killed-at"
 
 
 def run_crawlfleet(
@@ -245,6 +254,16 @@ def compare(
             unstored = len(site.reachable() - stored)
             results[f"{label}_lost_after_kill"] = lost
             results[f"{label}_unstored_after_kill"] = unstored
+            noted = killed_at(tmp, f"{label}-killed")
+            if noted.exists():  # a runner that requeues: how soon its pages are fetched again
+                kill = float(noted.read_text())
+                refetch = site.first_refetch_after(kill)
+                if refetch is not None:
+                    results[f"{label}_moves_again_after_kill_s"] = refetch - kill
+                    print(
+                        f"{label}:   the first of the killed worker's pages fetched again "
+                        f"{refetch - kill:.2f} s after the kill"
+                    )
             print(
                 f"{label}: one process killed halfway: {lost} reachable pages never requested, "
                 f"{unstored} never written to the output"

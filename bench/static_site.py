@@ -164,6 +164,21 @@ class StaticSite:
         at = self._served_at
         return (min(at), max(at)) if at else None
 
+    def first_refetch_after(self, moment: float) -> float | None:
+        """Wall-clock time of the first request at or after ``moment`` for a page requested
+        before it (nginx only): after a worker is killed at ``moment``, the first of its
+        requeued pages fetched again by another worker -- the crawl moving on without it."""
+        before: set[str] = set()
+        after: list[tuple[float, str]] = []
+        for url, _status, at in self._requests():
+            if at is None or self.page_of(url) is None:
+                continue
+            if at < moment:
+                before.add(url)
+            else:
+                after.append((at, url))
+        return min((at for at, url in after if url in before), default=None)
+
     def _requests(self) -> Iterator[tuple[str, int | None, float | None]]:
         """(absolute URL, status, time logged) of every request, from whichever server ran."""
         if not self._requests_file.exists():

@@ -630,7 +630,11 @@ class OutputSink:
             files[:] = await asyncio.to_thread(lambda: [s.describe() for s in generation.spools])
 
         try:
-            await self._retrying(f"reading {generation.pages.key} back", describe, destination=True)
+            # A local read: its failure blocks like the destination's, its success says
+            # nothing of the destination (only a commit that succeeds does).
+            await self._retrying(
+                f"reading {generation.pages.key} back", describe, destination=True, clears=False
+            )
             for spool in generation.spools:
                 await self._retrying(
                     f"making {spool.key} durable",
@@ -649,9 +653,17 @@ class OutputSink:
             self._report()
 
     async def _retrying(
-        self, what: str, action: Callable[[], Awaitable[None]], *, destination: bool
+        self,
+        what: str,
+        action: Callable[[], Awaitable[None]],
+        *,
+        destination: bool,
+        clears: bool = True,
     ) -> None:
-        """``action`` until it succeeds, with capped exponential backoff and ±30 % jitter."""
+        """``action`` until it succeeds, with capped exponential backoff and ±30 % jitter.
+
+        ``destination``: a failure blocks the sink (claims stop); ``clears``: a success
+        unblocks it (a commit's does; a local read-back's proves nothing of the store)."""
         attempt = 0
         while True:
             try:
@@ -671,7 +683,7 @@ class OutputSink:
                 )
                 await asyncio.sleep(delay)
             else:
-                if destination and self._failing is not None:
+                if destination and clears and self._failing is not None:
                     self._failing = None
                     log.info(
                         "output destination writable again",
