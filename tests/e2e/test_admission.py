@@ -375,12 +375,15 @@ def test_kubectl_get_prints_the_columns_from_status(cluster: Cluster, jobs: Jobs
             "failed": 2,
             "pagesPerSecond": 41.5,
             "message": "crawling",
+            "waiting": "RobotsTxt",
         },
     )
 
     table = cluster.kubectl("get", "crawljobs", name, "-n", jobs.namespace).stdout.split("\n")
-    assert table[0].split() == ["NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "AGE"]
-    assert table[1].split()[:6] == [name, "Running", "2/3", "1210", "388", "2"]
+    assert table[0].split() == [
+        "NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "AGE"
+    ]  # fmt: skip
+    assert table[1].split()[:7] == [name, "Running", "2/3", "1210", "388", "2", "RobotsTxt"]
 
     wide = cluster.kubectl("get", "crawljobs", name, "-n", jobs.namespace, "-o", "wide")
     assert wide.stdout.split("\n")[0].split()[-4:] == ["IN-FLIGHT", "SEEN", "RATE", "MESSAGE"]
