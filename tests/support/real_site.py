@@ -1,0 +1,106 @@
+"""A site nobody here wrote: a Debian ``*-doc`` HTML tree served by nginx on loopback, with a
+robots.txt written the way real sites write them.
+
+Our test site only has the corners we thought of; PostgreSQL's manual (``postgresql-doc-15``,
+about 1,170 pages, relative links, ``index.html`` at the root) has the shapes a real
+documentation site has. ``scripts/test`` installs nginx and the package; a machine without them
+fails here with the command that installs them, never skips.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from types import TracebackType
+
+from crawlfleet.local.redis_server import free_port
+
+__all__ = ["ROBOTS_TXT", "DocSite", "postgresql_manual"]
+
+#: As a real site writes it: a group for everyone with an Allow carved out of a Disallow (the
+#: longest match wins, RFC 9309), search and print views kept out, and a group for one bad
+#: bot. Every ``sql-*`` page but ``sql-commands.html`` is disallowed: most manual pages link
+#: one of them (the SQL command reference), as real sites' pages link their search and edit
+#: views.
+ROBOTS_TXT = """\
+# robots.txt of the manual
+User-agent: *
+Disallow: /sql-
+Allow: /sql-commands.html
+Disallow: /search
+Disallow: /*?print=
+
+User-agent: BadBot
+Disallow: /
+"""
+
+_INSTALL = "apt-get install nginx-light postgresql-doc-15 (scripts/test does)"
+
+
+def postgresql_manual() -> Path:
+    """The HTML tree of Debian's PostgreSQL manual; AssertionError naming the package if absent."""
+    found = sorted(glob.glob("/usr/share/doc/postgresql-doc-*/html/index.html"))
+    assert found, f"PostgreSQL's manual is not installed: {_INSTALL}"
+    return Path(found[-1]).parent
+
+
+class DocSite:
+    """nginx serving ``root`` on 127.0.0.5 with :data:`ROBOTS_TXT`, logging every request."""
+
+    def __init__(self, root: Path, work: Path) -> None:
+        self.root = root
+        self.work = work
+        self.netloc = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log(self) -> Path:
+        return self.work / "access.log"
+
+    def __enter__(self) -> DocSite:
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        assert Path(nginx).exists(), f"nginx is not installed: {_INSTALL}"
+        self.work.mkdir(parents=True, exist_ok=True)
+        (self.work / "robots.txt").write_text(ROBOTS_TXT)
+        self.netloc = f"127.0.0.5:{free_port('127.0.0.5')}"
+        user = "user root root; " if os.geteuid() == 0 else ""
+        conf = self.work / "nginx.conf"
+        conf.write_text(
+            f"{user}worker_processes 1; pid {self.work}/nginx.pid; error_log {self.work}/error.log;"
+            " daemon off; events { worker_connections 256; } http {"
+            " log_format plain '$request_uri $status';"
+            f" access_log {self.log} plain; types {{ text/html html; text/css css;"
+            f" image/png png; image/svg+xml svg; text/plain txt; }}"
+            f" server {{ listen {self.netloc}; root {self.root};"
+            f" location = /robots.txt {{ alias {self.work}/robots.txt; }} }} }}\n"
+        )
+        self._process = subprocess.Popen([nginx, "-c", str(conf), "-p", str(self.work)])
+        deadline = time.monotonic() + 10
+        while not self.log.exists():  # nginx opens its log once it listens
+            assert self._process.poll() is None, (self.work / "error.log").read_text()
+            assert time.monotonic() < deadline, "nginx did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(10)
+
+    def requests(self) -> Counter[str]:
+        """Paths requested so far, robots.txt included, with how many times."""
+        return Counter(line.split(" ", 1)[0] for line in self.log.read_text().splitlines())
+
+    def pages(self) -> set[str]:
+        """Every HTML page of the tree, as the path a crawler requests."""
+        return {"/" + path.name for path in self.root.glob("*.html")}
