@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from crawlfleet.crawler.leases import LeaseBook
     from crawlfleet.crawler.metrics import WorkerMetrics
     from crawlfleet.crawler.safety import AddressGuard
+    from crawlfleet.crawljob import CrawlJobSpec
 
 __all__ = ["DEFERRED", "Deferred", "Refused", "RequestGate"]
 
@@ -81,6 +82,27 @@ class RequestGate:
         # _apply_delay); hosts this worker deferred, whose delay it must undo.
         self._applied: dict[str, float] = {}
         self._deferred_hosts: set[str] = set()
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: CrawlJobSpec,
+        leases: LeaseBook,
+        *,
+        robots: RobotsPolicy,
+        guard: AddressGuard | None,
+    ) -> RequestGate:
+        """The gate of a worker of this job, over its lease book (whose frontier and metrics
+        it shares)."""
+        return cls(
+            frontier=leases.frontier,
+            leases=leases,
+            robots=robots,
+            guard=guard,
+            metrics=leases.metrics,
+            obey=spec.robots.obey,
+            host_delay_seconds=spec.concurrency.host_delay_seconds,
+        )
 
     async def before_request(self, lease: Lease) -> Refused | Deferred | None:
         """None: send it. Refused: fail the lease. DEFERRED: the lease is given back."""

@@ -49,6 +49,7 @@ from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawler.sinks import DurableFile
 
 __all__ = ["Backoff", "Entry", "LeaseBook", "Stage"]
 
@@ -167,6 +168,8 @@ class LeaseBook:
         self._to_free: dict[str, None] = {}
         #: Leases by the output generation their records wait in.
         self._generations: dict[int, list[str]] = {}
+        #: Generations whose files are recorded for the manifest, their leases not settled yet.
+        self._files_recorded: set[int] = set()
         #: A settlement that failed on its way: sent again, with its call ids, first.
         self._retry: list[_Settlement] = []
         self._claim_call = frontier.new_call_id()
@@ -192,9 +195,6 @@ class LeaseBook:
 
     def count(self, stage: Stage) -> int:
         return sum(1 for entry in self._entries.values() if entry.stage is stage)
-
-    def in_generation(self, number: int) -> bool:
-        return number in self._generations
 
     @property
     def generations(self) -> int:
@@ -302,10 +302,16 @@ class LeaseBook:
             self._generations.setdefault(generation, []).append(lease_id)
         return Settled()
 
-    async def durable(self, generation: int) -> Settled:
-        """Output ``generation`` is durable: settle the leases whose records it holds. Raises
-        FrontierUnavailable when Redis did not answer; calling again finishes the job."""
-        return await self.settle(self._generations.pop(generation, ()))
+    async def durable(self, generation: int, files: Sequence[DurableFile]) -> Settled:
+        """Output ``generation`` is durable as ``files``: record them for the manifest (once),
+        then settle the leases whose records they hold. Raises FrontierUnavailable when Redis
+        did not answer; calling again finishes the job, repeating nothing done."""
+        if generation in self._generations and generation not in self._files_recorded:
+            await self.frontier.record_output_files([f.to_mapping() for f in files])
+            self._files_recorded.add(generation)
+        settled = await self.settle(self._generations.pop(generation, ()))
+        self._files_recorded.discard(generation)
+        return settled
 
     # -- settling -----------------------------------------------------------------------
 

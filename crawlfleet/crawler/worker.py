@@ -230,17 +230,7 @@ class Worker:
         self.leases = LeaseBook(frontier, self.worker_id, metrics=metrics, counters=self.counters)
         #: The address guard and robots.txt, before any request (with allowPrivateNetworks the
         #: guard still refuses cloud metadata addresses).
-        self.gate = RequestGate(
-            frontier=frontier,
-            leases=self.leases,
-            robots=robots,
-            guard=guard,
-            metrics=metrics,
-            obey=spec.robots.obey,
-            host_delay_seconds=spec.concurrency.host_delay_seconds,
-        )
-        #: Output generations whose files are recorded for the manifest (done once each).
-        self._files_recorded: set[int] = set()
+        self.gate = RequestGate.from_spec(spec, self.leases, robots=robots, guard=guard)
         self.output = worker_output(
             store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
         )
@@ -776,16 +766,10 @@ class Worker:
         self._report_output()
 
     async def _settle_generation(self, generation: int, files: Sequence[DurableFile]) -> None:
-        """The sink's callback: every file of ``generation`` is durable. Record the files for
-        the manifest, then ack and fail the leases whose records they hold. Raising makes the
-        sink call again; the steps already done are not repeated."""
-        if not self.leases.in_generation(generation):
-            return
-        if generation not in self._files_recorded:
-            await self.frontier.record_output_files([f.to_mapping() for f in files])
-            self._files_recorded.add(generation)
-        await self.leases.durable(generation)
-        self._files_recorded.discard(generation)
+        """The sink's callback: every file of ``generation`` is durable. The book records the
+        files for the manifest, then acks and fails the leases whose records they hold.
+        Raising makes the sink call again; the steps already done are not repeated."""
+        await self.leases.durable(generation, files)
         self._report_output()
 
     def _report_output(self) -> None:

@@ -214,16 +214,7 @@ class Runtime:
         self.leases = LeaseBook(frontier, self.worker_id, metrics=metrics, counters=self.counters)
         #: The address guard and robots.txt before every request of a lease (Scrapy's own
         #: RobotsTxtMiddleware is off: the job's robots.txt handling serves every worker).
-        self.gate = RequestGate(
-            frontier=frontier,
-            leases=self.leases,
-            robots=robots,
-            guard=guard,
-            metrics=metrics,
-            obey=spec.robots.obey,
-            host_delay_seconds=spec.concurrency.host_delay_seconds,
-        )
-        self._files_recorded: set[int] = set()
+        self.gate = RequestGate.from_spec(spec, self.leases, robots=robots, guard=guard)
         self.output = worker_output(
             store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
         )
@@ -733,13 +724,7 @@ class Runtime:
     async def _settle_generation(self, generation: int, files: Sequence[DurableFile]) -> None:
         """The sink's callback: ``generation`` is durable. Record its files for the manifest
         (once), then settle its leases (the book's; raising makes the sink call again)."""
-        if not self.leases.in_generation(generation):
-            return
-        if generation not in self._files_recorded:
-            await self.frontier.record_output_files([f.to_mapping() for f in files])
-            self._files_recorded.add(generation)
-        settled = await self.leases.durable(generation)
-        self._files_recorded.discard(generation)
+        settled = await self.leases.durable(generation, files)
         self._forget(settled.lease_ids)
         self._progress.set()
 

@@ -138,7 +138,7 @@ class LeaseLifecycle(RuleBasedStateMachine):
         """An output generation became durable: its leases are settled, once."""
         waiting = self.book.waiting_generations()
         if waiting:
-            self.run(self.book.durable(data.draw(st.sampled_from(waiting))))
+            self.run(self.book.durable(data.draw(st.sampled_from(waiting)), ()))
 
     @rule()
     def heartbeat(self) -> None:
