@@ -164,6 +164,8 @@ class LeaseBook:
         self.retry_in_seconds = 0.0
         self._clock = clock
         self._entries: dict[str, Entry] = {}
+        #: Leases in each stage (kept at each move: count() is O(1)).
+        self._counts: dict[Stage, int] = dict.fromkeys(Stage, 0)
         #: Leases whose request phase ended, their slots not yet freed in the frontier.
         self._to_free: dict[str, None] = {}
         #: Leases by the output generation their records wait in.
@@ -194,7 +196,9 @@ class LeaseBook:
         return sorted(self._generations)
 
     def count(self, stage: Stage) -> int:
-        return sum(1 for entry in self._entries.values() if entry.stage is stage)
+        """Leases in ``stage``: O(1), kept at each move (workers ask at every flush, with
+        tens of thousands of leases waiting for their output files)."""
+        return self._counts[stage]
 
     @property
     def generations(self) -> int:
@@ -254,6 +258,7 @@ class LeaseBook:
         now = self._clock()
         for lease in leases:
             self._entries[lease.lease_id] = Entry(lease, now, now)
+        self._counts[Stage.FETCHING] += len(leases)
         self.metrics.observe_claims(len(leases))
         return leases
 
@@ -275,8 +280,7 @@ class LeaseBook:
         entry = self._entries.get(lease_id)
         if entry is None or entry.stage is not Stage.FETCHING:
             return
-        entry.stage = Stage.PROCESSING
-        entry.stage_since = self._clock()
+        self._move(entry, Stage.PROCESSING)
         self._to_free[lease_id] = None
 
     def fail_later(self, lease_id: str, failure: Failure) -> None:
@@ -298,7 +302,7 @@ class LeaseBook:
             if entry is None:
                 continue
             self.fetched(lease_id)  # a lease never waits for output holding its slot
-            entry.stage, entry.stage_since = Stage.OUTPUT, now
+            self._move(entry, Stage.OUTPUT, now)
             self._generations.setdefault(generation, []).append(lease_id)
         return Settled()
 
@@ -458,10 +462,18 @@ class LeaseBook:
 
     # -- internals ------------------------------------------------------------------------
 
+    def _move(self, entry: Entry, stage: Stage, now: float | None = None) -> None:
+        self._counts[entry.stage] -= 1
+        self._counts[stage] += 1
+        entry.stage = stage
+        entry.stage_since = self._clock() if now is None else now
+
     def _forget(self, lease_id: str) -> None:
         """Out of the book (a lease lost while its generation waits stays listed there, and
         is skipped when the generation settles)."""
-        self._entries.pop(lease_id, None)
+        entry = self._entries.pop(lease_id, None)
+        if entry is not None:
+            self._counts[entry.stage] -= 1
         self._to_free.pop(lease_id, None)
 
     def _lost(self, count: int) -> None:

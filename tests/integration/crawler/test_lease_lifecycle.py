@@ -179,6 +179,8 @@ class LeaseLifecycle(RuleBasedStateMachine):
     def stages_and_slots_agree_with_the_frontier(self) -> None:
         entries = [self.book.get(lease_id) for lease_id in self.book.lease_ids()]
         assert all(entry is not None and entry.stage in Stage for entry in entries)
+        for stage in Stage:  # the O(1) counts follow every move
+            assert self.book.count(stage) == len(self.book.lease_ids(stage))
         account = read_slots(self.sync, JOB)
         assert account.wrong == {}
         assert account.held == Counter()
