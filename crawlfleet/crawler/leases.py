@@ -94,8 +94,7 @@ class Entry:
     """One lease in the book."""
 
     lease: Lease
-    #: When it entered the book and its current stage (the book's clock, monotonic).
-    claimed_at: float
+    #: When it entered its current stage (the book's clock, monotonic).
     stage_since: float
     stage: Stage = Stage.FETCHING
     #: Its failure, when it failed: settled by ``fail`` instead of ``ack``.
@@ -219,15 +218,14 @@ class LeaseBook:
         """Heartbeat fields: leases by stage, and how long the oldest of each stage has been
         there (seconds; 0 when none), so the fleet sees a lease that stopped moving, and where."""
         now = self._clock()
-        counts = dict.fromkeys(Stage, 0)
-        oldest = dict.fromkeys(Stage, 0.0)
-        for entry in self._entries.values():
-            counts[entry.stage] += 1
-            oldest[entry.stage] = max(oldest[entry.stage], now - entry.stage_since)
+        since = dict.fromkeys(Stage, now)
+        for entry in self._entries.values():  # once a heartbeat
+            if entry.stage_since < since[entry.stage]:
+                since[entry.stage] = entry.stage_since
         fields: dict[str, float] = {}
         for stage in Stage:
-            fields[f"leases_{stage}"] = counts[stage]
-            fields[f"oldest_{stage}_seconds"] = round(oldest[stage], 1)
+            fields[f"leases_{stage}"] = self._counts[stage]
+            fields[f"oldest_{stage}_seconds"] = round(now - since[stage], 1)
         return fields
 
     # -- claiming -----------------------------------------------------------------------
@@ -257,7 +255,7 @@ class LeaseBook:
             self._to_free.pop(lease_id, None)
         now = self._clock()
         for lease in leases:
-            self._entries[lease.lease_id] = Entry(lease, now, now)
+            self._entries[lease.lease_id] = Entry(lease, now)
         self._counts[Stage.FETCHING] += len(leases)
         self.metrics.observe_claims(len(leases))
         return leases
