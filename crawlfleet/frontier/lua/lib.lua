@@ -406,9 +406,11 @@ local function release_slots(per_host, cfg, now, requeued)
 end
 
 -- Send a failed task to the dead-letter hash (never dropped) or back to work.
--- delay_ms > 0: the delayed set; otherwise the host queue. Returns 'dead', 'delayed', 'retry'.
--- The caller passes requeued hosts to release_slots, so they are placed in the index.
-local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, now)
+-- delay_ms > 0: the delayed set; otherwise the host queue, at its back, or at its front with
+-- `front` (work a gone worker held: the crawl resumes where it stopped). Returns 'dead',
+-- 'delayed', 'retry'. The caller passes requeued hosts to release_slots, so they are placed in
+-- the index.
+local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, now, front)
   local attempts, depth, url, parent = split_task(task)
   attempts = attempts + 1
   if (not retryable) or attempts >= cfg.task_attempts then
@@ -423,7 +425,14 @@ local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, no
     redis.call('ZADD', K.delayed, now + delay_ms, again)
     return 'delayed'
   end
-  requeue_task(again)
+  if front then
+    local host = push_front(again)
+    local st = load_host(host)
+    note_depth(st, depth)
+    save_host(host, st)
+  else
+    requeue_task(again)
+  end
   return 'retry'
 end
 

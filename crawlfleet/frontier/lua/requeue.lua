@@ -10,7 +10,8 @@
 -- deadline (hold_slot): that worker's request may still be on the wire. An owner known to have
 -- ended (its process exited, its pod is gone) has no connection left: its slots come back at
 -- once, so the requeued URLs are claimable in the same moment (the per-host in-flight counts
--- equal the leases that exist).
+-- equal the leases that exist), and its URLs go back to the front of their host's queue, so
+-- the crawl resumes where that worker stopped (a lease that expired goes to the back).
 -- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
 -- Returns {requeued, dead, server time ms}.
 local cfg = settings()
@@ -25,13 +26,14 @@ else
   ids = redis.call('ZRANGEBYSCORE', K.leases, '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
   fclass, message = 'lease_expired', 'lease expired without ack'
 end
+local ended = ARGV[3] == 'owner' and ARGV[5] == '1'
 local hold_at = now
-if ARGV[3] == 'owner' and ARGV[5] == '1' then hold_at = nil end
+if ended then hold_at = nil end
 local taken, per_host = take_leases(ids, false, hold_at)
 local requeued, dead, back = 0, 0, {}
 for i = 1, #ids do
   if taken[i] then
-    if retry_or_bury(taken[i].task, fclass, message, 0, true, cfg, now) == 'dead' then
+    if retry_or_bury(taken[i].task, fclass, message, 0, true, cfg, now, ended) == 'dead' then
       dead = dead + 1
     else
       requeued = requeued + 1

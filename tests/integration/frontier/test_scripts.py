@@ -569,3 +569,21 @@ async def test_a_raised_per_host_places_hosts_that_were_at_the_old_cap(
     lowered = await open_frontier(concurrency={"perHost": 1, "hostDelaySeconds": 0})
     assert await lowered.claim("w", 10, fetched=[lease.lease_id for lease in again]) == []
     assert len(await lowered.claim("w", 10, fetched=[first[1].lease_id])) == 1
+
+
+async def test_a_gone_workers_urls_come_back_first_with_their_slots(
+    open_frontier: OpenFrontier,
+) -> None:
+    """A worker whose process ended: its URLs go back to the front of their host's queue and
+    its slots come back with them, so the crawl resumes where it stopped; an expired lease's
+    URL (its holder may still be at it) goes to the back."""
+    frontier = await open_frontier(concurrency={"perHost": 2, "hostDelaySeconds": 0})
+    urls = [f"http://a.com/{i}" for i in range(6)]
+    await frontier.enqueue(links(urls))
+    dead = await frontier.claim("dead", 10)
+    assert [lease.url for lease in dead] == urls[:2]
+    back = await frontier.requeue_owner("dead", ended=True)
+    assert back.requeued == 2
+    again = await frontier.claim("live", 10)
+    assert [lease.url for lease in again] == urls[:2]  # first, and both slots free at once
+    assert [lease.attempts for lease in again] == [1, 1]
