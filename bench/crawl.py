@@ -17,7 +17,7 @@ test site when nginx is missing) and crawls it to the end with:
 - ``raw_loop``: a bare fetch + parse loop with the same HTTP client and link parser and a
   Python set for dedup, no Redis: the ceiling we measure the worker against.
 
-``--memory-ab N`` measures only what the worker's memory budget (crawler/memory.py) costs:
+``--memory-ab N`` measures only what the worker's memory budget (crawler/fetching/memory.py) costs:
 N rounds, each one worker with the budget off (``CRAWLFLEET_MEMORY_LIMIT_BYTES=0``) and one
 with the default, in alternating order, reporting the medians and their ratio. Peers in the
 same run, so the machine's load moves both.
@@ -49,7 +49,7 @@ import yaml
 from httpx_aiohttp import AiohttpTransport
 
 from bench.static_site import StaticSite
-from crawlfleet.crawler.links import extract_links
+from crawlfleet.crawler.links.links import extract_links
 from crawlfleet.crawljob import parse_crawljob
 from crawlfleet.frontier import Frontier, FrontierSettings
 from crawlfleet.local.redis_server import RedisServer

@@ -34,7 +34,7 @@ from typing import Any
 
 from lxml import etree
 
-from crawlfleet.crawler.harvest import Harvester, HarvestInput
+from crawlfleet.crawler.harvest.harvest import Harvester, HarvestInput
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.selection import compile_selector
 from crawlfleet.testsite import shop

@@ -4,7 +4,7 @@
 
 Issue 15 asked whether ``output.content: text`` should offer a main-content extractor such as
 trafilatura (behind an optional extra) beside the visible text crawlfleet writes now (selectolax,
-``crawler/harvest.py``). This script measures both on the same pages in one process: CPU
+``crawler/harvest/harvest.py``). This script measures both on the same pages in one process: CPU
 milliseconds per page (best of three passes; trafilatura's default and ``fast=True``), and the
 characters each keeps, so the price of what boilerplate removal takes away is on the table.
 
@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from crawlfleet.crawler.harvest import visible_text
+from crawlfleet.crawler.harvest.harvest import visible_text
 from crawlfleet.testsite import SiteConfig, SiteGraph
 from crawlfleet.testsite.shop import PRODUCTS, render_listing, render_product
 

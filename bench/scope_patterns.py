@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.patterns import compile_patterns
 
 INCLUDE = (r"/catalogue/", r"/category/books/[a-z_]+_\d+/", r"(?i)/NEWS/\d{4}/")

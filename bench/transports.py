@@ -1,4 +1,4 @@
-"""Transport benchmark: which httpx transport the request layer (crawler/fetch.py) runs on.
+"""Transport benchmark: which httpx transport the request layer (crawler/fetching/fetch.py) runs on.
 
     python -m bench.transports [--quick] [--json] [--pages N] [--rounds R]
 
@@ -36,7 +36,7 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.testsite.graph import page_path
 from tests.support.specs import job_spec
 

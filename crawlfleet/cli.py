@@ -42,7 +42,7 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    # The worker's own entry parses its flags (crawler/process.py:main): the zygote runs it
+    # The worker's own entry parses its flags (crawler/worker/process.py:main): the zygote runs it
     # in a forked child without this module, and `crawlfleet worker --help` shows them.
     commands.add_parser("worker", help="run one crawl worker against a job's Redis", add_help=False)
 
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command == "worker":
         with without_gc():
-            from crawlfleet.crawler.process import main as worker_main
+            from crawlfleet.crawler.worker.process import main as worker_main
         return worker_main(rest, log_level=args.log_level, config=config)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -235,7 +235,7 @@ def _validate(args: argparse.Namespace, config: Config) -> int:
     if job.spec.parser is not None:
         # Here, not in the model: the operator never imports user code (nor has it); the
         # workers that will run it do, and refuse to start without it.
-        from crawlfleet.crawler.parsers import load_parser
+        from crawlfleet.crawler.harvest.parsers import load_parser
 
         load_parser(job.spec.parser)
     if args.policy:
@@ -397,8 +397,8 @@ def _extract(args: argparse.Namespace) -> int:
     """``crawlfleet extract --job job.yaml URL|FILE``: the quickest way to write rules."""
     import json
 
-    from crawlfleet.crawler.extract import ExtractionError, Extractor
-    from crawlfleet.crawler.harvest import decoded_html
+    from crawlfleet.crawler.harvest.extract import ExtractionError, Extractor
+    from crawlfleet.crawler.harvest.harvest import decoded_html
     from crawlfleet.crawljob import load_crawljob
     from crawlfleet.errors import ConfigError
 
@@ -431,7 +431,7 @@ def _extract(args: argparse.Namespace) -> int:
 async def _fetch_one(url: str, spec: CrawlJobSpec) -> tuple[str, bytes, str | None]:
     """One page fetched as a worker fetches it (the job's limits, user agent and address
     guard); returns its URL after redirects, its body and its Content-Type."""
-    from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+    from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
     from crawlfleet.errors import FetchError
 
     fetcher = Fetcher(FetchSettings.from_spec(spec))

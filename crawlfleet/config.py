@@ -136,8 +136,8 @@ class WorkerConfig:
     #: Finished pages held before the claim loop stops claiming (backpressure).
     max_buffered: int = 512
     #: The memory this worker may use, in bytes, from which its body budget is derived
-    #: (crawler/memory.py). None: the container's cgroup limit, or 1 GiB without one; set it
-    #: where several workers share one limit. 0: no budget (the benchmark's A/B comparison).
+    #: (crawler/fetching/memory.py). None: the container's cgroup limit, or 1 GiB without one; set
+    #: it where several workers share one limit. 0: no budget (the benchmark's A/B comparison).
     memory_limit_bytes: int | None = field(default=None, metadata=_env("MEMORY_LIMIT_BYTES"))
 
 

@@ -14,7 +14,7 @@ Two places, two paths, one admission rule:
   enqueues it through the same filter once (``SeedsAdded``: "N of M seeds new").
 
 Either way each URL is canonicalised and passed through the job's scope exactly as a link
-of a seed page would be (:class:`crawlfleet.crawler.scope.Scope`, depth 0); what it refuses is
+of a seed page would be (:class:`crawlfleet.crawler.links.scope.Scope`, depth 0); what it refuses is
 reported with its reason, never dropped in silence.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.crawljob import CrawlJob, CrawlJobSpec, parse_seed_list
 from crawlfleet.errors import ConfigError, InvalidURL, KubeError
 from crawlfleet.frontier import Admission, CanonicalURL, Frontier, Link, canonicalize

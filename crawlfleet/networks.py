@@ -1,7 +1,7 @@
 """Addresses that the crawler's guard and the operator's worker egress policy both name.
 
-The guard (``crawler/safety.py``) refuses them in the worker's process, after DNS and on every
-redirect; the egress NetworkPolicy (``operator/children.py``) refuses them again in the
+The guard (``crawler/fetching/safety.py``) refuses them in the worker's process, after DNS and on
+every redirect; the egress NetworkPolicy (``operator/children.py``) refuses them again in the
 network, for the day the process is wrong. One list, so the two never disagree.
 
 It imports nothing of crawlfleet's, so every layer can use it.

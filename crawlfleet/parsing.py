@@ -15,10 +15,10 @@ pass the job's scope, robots.txt, dedup and politeness, exactly as links found i
 Anything else, an exception, or a parser that runs past ``spec.parserTimeoutSeconds`` costs
 that page a ``parser_error`` failure with the reason in its dead letter; never the worker.
 
-The function runs in a process of its own beside the worker (``crawlfleet.crawler.parsers``), so
-CPU-heavy code does not hold up the worker's heartbeats, and a parser that never returns is
-stopped. This module imports only what a ``Page`` needs, so a parser package can depend on it
-without pulling in the worker.
+The function runs in a process of its own beside the worker
+(``crawlfleet.crawler.harvest.parsers``), so CPU-heavy code does not hold up the worker's
+heartbeats, and a parser that never returns is stopped. This module imports only what a ``Page``
+needs, so a parser package can depend on it without pulling in the worker.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ The patterns of one list are compiled into one ``RE2::Set``: each pattern is par
 (its flags, its group names stay its own, so two patterns that each name a group ``id`` still
 work), and a URL costs one linear scan, however many patterns there are. ``compile_patterns`` is
 the only way to build them: the model (``crawlfleet.crawljob``) calls it to validate a list
-exactly as the scope (``crawler/scope.py``) will compile it, so a list the model accepts cannot
-fail later.
+exactly as the scope (``crawler/links/scope.py``) will compile it, so a list the model accepts
+cannot fail later.
 
 It imports nothing of crawlfleet's, so the model can use it without an import cycle.
 """

@@ -4,18 +4,27 @@ output and metrics, steered by the frontier's leases.
 ``run_worker`` runs one worker in this process; the other names are the parts it is built
 from, each built from the CrawlJob spec with ``from_spec``. The crawler depends on the frontier
 and the model, never on the operator or the local runner.
+
+Its rooms, each importing only the ones listed before it (docs/architecture.md):
+
+* ``fetching``: one URL to one bounded response, safely; failure classes; the body budget;
+* ``links``: a page's encoding and links, the job's scope, admission, sitemaps;
+* ``politeness``: robots.txt and adaptive concurrency;
+* ``harvest``: a page's content and items (declarative rules, user parsers);
+* ``worker``: the loop, its process, its leases, the gate before a request, heartbeats,
+  output sinks and metrics.
 """
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.fetch import Fetcher, FetchResult, FetchSettings
-from crawlfleet.crawler.links import PageLinks, extract_links
-from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.process import run_worker
-from crawlfleet.crawler.robots import RobotsPolicy
-from crawlfleet.crawler.safety import AddressGuard
-from crawlfleet.crawler.scope import Scope, ScopeVerdict
-from crawlfleet.crawler.sinks import OutputSink, PageRecord
-from crawlfleet.crawler.worker import Worker, WorkerOptions
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, FetchSettings
+from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.links.links import PageLinks, extract_links
+from crawlfleet.crawler.links.scope import Scope, ScopeVerdict
+from crawlfleet.crawler.politeness.robots import RobotsPolicy
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.process import run_worker
+from crawlfleet.crawler.worker.sinks import OutputSink, PageRecord
+from crawlfleet.crawler.worker.worker import Worker, WorkerOptions
 
 __all__ = [
     "AddressGuard",

@@ -5,7 +5,7 @@ requeue it: a request that never ends, a page whose processing never returns, a 
 output never becomes durable would hold it -- and its URL -- for ever, with every heartbeat
 fresh. So every worker says in its heartbeat how many of its leases are in each stage and how
 long the oldest has been there (``leases_<stage>``, ``oldest_<stage>_seconds``:
-:meth:`crawlfleet.crawler.leases.LeaseBook.account`), and :func:`stalled` reads them: a lease
+:meth:`crawlfleet.crawler.worker.leases.LeaseBook.account`), and :func:`stalled` reads them: a lease
 in one stage for longer than the policy's ``stall_after_seconds``
 (:func:`~crawlfleet.fleet.policy.stall_after_seconds`: several lease TTLs past the longest
 legitimate wait) is stalled. The answer is the workers' own account: which workers, which
@@ -28,7 +28,7 @@ from crawlfleet.frontier.models import WorkerHeartbeat
 
 __all__ = ["STAGES", "STALL_REASONS", "Stall", "StallReason", "StalledStage", "stalled"]
 
-#: A worker's lease stages, in the order a lease goes through them (crawler/leases.py).
+#: A worker's lease stages, in the order a lease goes through them (crawler/worker/leases.py).
 STAGES: Final = ("fetching", "processing", "output")
 StallReason = Literal["StuckFetching", "StuckProcessing", "StuckOutput"]
 STALL_REASONS: Final[tuple[StallReason, ...]] = get_args(StallReason)

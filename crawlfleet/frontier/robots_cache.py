@@ -17,8 +17,8 @@ holder never stalls the fleet for long. Storing the answer and releasing the loc
 (``robots_store.lua``), so no worker can see the lock gone and the answer not yet there.
 
 What an answer *means* (RFC 9309's verdicts, how long each kind stays fresh) is the crawler's
-business (``crawler/robots.py``): this module stores, shares and coordinates, and asks its
-caller whether an entry is still fresh.
+business (``crawler/politeness/robots.py``): this module stores, shares and coordinates, and asks
+its caller whether an entry is still fresh.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Durable crawl output (DESIGN §8): the stores behind destinations, manifests, readers.
 
 A worker's files are made durable in the destination before the leases of their records are
-acked (``crawlfleet.crawler.sinks``); this package holds what every side shares: the store of
+acked (``crawlfleet.crawler.worker.sinks``); this package holds what every side shares: the store of
 each kind (a folder with fsync, an S3-compatible bucket), the manifest written at completion,
 and the readers behind ``crawlfleet output``. See docs/output.md. Parsing
 ``output.destination`` is the model's vocabulary, so it lives on the ground floor, in

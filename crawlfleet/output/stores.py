@@ -1,7 +1,7 @@
 """The stores behind destinations: a folder (fsync, rename) and an S3-compatible bucket (obstore).
 
 One small Protocol, one implementation per kind. A store knows nothing of pages, rotation or
-leases (the worker's sink decides what to write and when, ``crawlfleet.crawler.sinks``); it
+leases (the worker's sink decides what to write and when, ``crawlfleet.crawler.worker.sinks``); it
 makes a finished file durable under a key, writes the few whole files of completion, lists the
 layout and reads it back. What "durable" means is each store's promise:
 

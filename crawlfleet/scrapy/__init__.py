@@ -54,7 +54,7 @@ How the layers compose, engine outwards:
 * ``payload.py``: a Scrapy request as a frontier task (the mark in its parent).
 
 Output: each response gets a page record in ``pages/`` and its items a line each in
-``items/`` of the job's destination (crawlfleet's formats, ``crawler/sinks.py``; an item's
+``items/`` of the job's destination (crawlfleet's formats, ``crawler/worker/sinks.py``; an item's
 ``source`` is the spider's name, its ``fields`` the item as JSON), durable before the lease is
 acked; ``format: warc`` archives the responses too. A Scrapy FEEDS setting still works as in
 Scrapy, per process, outside that guarantee.

@@ -11,7 +11,7 @@ yields ``spec.seeds`` (to the spider's default callback) before the spider's own
 tells the runtime when the start is exhausted.
 
 ``LeaseDownloaderMiddleware`` (order 1, nearest the engine): before each download, the address
-guard and robots.txt as every worker asks them (``crawlfleet.crawler.gate``: a refusal is an
+guard and robots.txt as every worker asks them (``crawlfleet.crawler.worker.gate``: a refusal is an
 IgnoreRequest and fails the lease with its class -- ``forbidden_address``, ``robots_disallowed``,
 ``robots_unavailable`` -- and a host whose robots.txt cannot be read yet defers the lease);
 and the exceptions the retries gave up on (the lease fails with crawlfleet's failure class).

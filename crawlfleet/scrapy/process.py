@@ -1,6 +1,6 @@
 """A Scrapy worker process: the project loaded, Twisted's asyncio reactor, the crawl.
 
-``crawlfleet worker`` (``crawler/process.py``) hands a job with ``spec.crawler.scrapy`` here
+``crawlfleet worker`` (``crawler/worker/process.py``) hands a job with ``spec.crawler.scrapy`` here
 with the same resolved values it gives crawlfleet's own worker, so the argv, the worker id,
 the heartbeats, the exit codes and the termination message are the same (exit 2 and
 ``<Reason>: <sentence>`` for a bad start: a project that does not import, a spider it lacks, a
@@ -40,7 +40,7 @@ def run_scrapy_worker(
 ) -> int:
     """Crawl ``job``'s spider as one worker until the job is complete or stopped (exit code).
 
-    The arguments are :func:`crawlfleet.crawler.process.run_worker`'s; a bad start raises a
+    The arguments are :func:`crawlfleet.crawler.worker.process.run_worker`'s; a bad start raises a
     :class:`~crawlfleet.errors.CrawlfleetError` (the caller exits 2 with it).
     """
     from crawlfleet.scrapy.project import load_project
@@ -90,11 +90,11 @@ async def _crawl(
 ) -> int:
     from scrapy.crawler import AsyncCrawlerRunner
 
-    from crawlfleet.crawler.fetch import Fetcher, FetchSettings
-    from crawlfleet.crawler.metrics import WorkerMetrics
-    from crawlfleet.crawler.robots import RobotsPolicy, robots_fetch
-    from crawlfleet.crawler.safety import AddressGuard
-    from crawlfleet.crawler.worker import WorkerOptions
+    from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
+    from crawlfleet.crawler.fetching.safety import AddressGuard
+    from crawlfleet.crawler.politeness.robots import RobotsPolicy, robots_fetch
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.worker import WorkerOptions
     from crawlfleet.frontier import Frontier, FrontierSettings
     from crawlfleet.output.stores import checked_store
     from crawlfleet.scrapy.runtime import Runtime

@@ -10,7 +10,7 @@ last flush, then one ``write`` into the output sink of every lease whose output 
 **heartbeat** (the same worker id and counters as crawlfleet's own worker, one ``extend`` of
 every lease held, one ``requeue_expired``). What happens to each lease -- its slot freed once
 when its request phase ends, settled exactly once, extended meanwhile, released at shutdown,
-Redis outages waited out -- is the lease book's (``crawlfleet.crawler.leases``), the same
+Redis outages waited out -- is the lease book's (``crawlfleet.crawler.worker.leases``), the same
 object crawlfleet's own worker uses; this runtime keeps only what Scrapy adds (callback
 outputs, items, children).
 
@@ -78,9 +78,10 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import TYPE_CHECKING, Any, Final
 
-from crawlfleet.crawler.extract import Item
-from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
-from crawlfleet.crawler.flow import (
+from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, fate
+from crawlfleet.crawler.harvest.extract import Item
+from crawlfleet.crawler.links.scope import Scope
+from crawlfleet.crawler.worker.flow import (
     every,
     flush_at_shutdown,
     heartbeat_fields,
@@ -88,10 +89,9 @@ from crawlfleet.crawler.flow import (
     worker_counters,
     worker_output,
 )
-from crawlfleet.crawler.gate import Deferred, RequestGate
-from crawlfleet.crawler.leases import LeaseBook, Stage
-from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
+from crawlfleet.crawler.worker.gate import Deferred, RequestGate
+from crawlfleet.crawler.worker.leases import LeaseBook, Stage
+from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.errors import FetchError, FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import Admission, Failure, Frontier, Lease, Link, try_canonicalize
 from crawlfleet.output.manifest import finish_output_once
@@ -109,10 +109,10 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawlfleet.crawler.metrics import WorkerMetrics
-    from crawlfleet.crawler.robots import RobotsPolicy
-    from crawlfleet.crawler.safety import AddressGuard
-    from crawlfleet.crawler.worker import WorkerOptions
+    from crawlfleet.crawler.fetching.safety import AddressGuard
+    from crawlfleet.crawler.politeness.robots import RobotsPolicy
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.worker import WorkerOptions
     from crawlfleet.crawljob import CrawlJobSpec
     from crawlfleet.output.stores import OutputStore
 

@@ -5,7 +5,7 @@
 that no page links, so a sitemap is the only way to them, most with a ``<lastmod>``), a page
 of the out-of-scope host, a Disallowed ``/private/`` page (when the site is hostile) and host
 0's home page (found by links as well: dedup), and ``/sitemaps/oversized.xml.gz``, which
-inflates past the crawler's :data:`~crawlfleet.crawler.sitemaps.MAX_SITEMAP_BYTES` (a few
+inflates past the crawler's :data:`~crawlfleet.crawler.links.sitemaps.MAX_SITEMAP_BYTES` (a few
 hundred KiB on the wire) and lists pages that must never be fetched, and
 ``/sitemaps/nested/1.xml``, the first of an endless chain of indexes (``nested/<n>.xml`` lists
 ``nested/<n+1>.xml``) that only a bound on index depth ends. Host 0 has no ``/sitemap.xml``: a
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 from xml.sax.saxutils import escape
 
-from crawlfleet.crawler.sitemaps import MAX_SITEMAP_BYTES
+from crawlfleet.crawler.links.sitemaps import MAX_SITEMAP_BYTES
 
 __all__ = [
     "INDEX_PATH",

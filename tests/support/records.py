@@ -6,7 +6,7 @@ import dataclasses
 import hashlib
 import uuid
 
-from crawlfleet.crawler.sinks import PageRecord
+from crawlfleet.crawler.worker.sinks import PageRecord
 
 __all__ = ["page_record"]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.enqueue import EnqueueReport, admit, is_job_reference, stdin_urls
 from tests.support.specs import job_spec
 

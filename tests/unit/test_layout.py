@@ -35,10 +35,10 @@ OUTSIDE_THE_TREE = {
     ),
     "crawlfleet.operator.crd.SchemaError": "a bug in the model, found by the CRD's tests",
     "crawlfleet.selection.SelectorError": "a ValueError of a pure helper; the model translates it",
-    "crawlfleet.crawler.extract.ExtractionError": (
+    "crawlfleet.crawler.harvest.extract.ExtractionError": (
         "a page's extraction failed: the harvest turns it into the page's parser_error"
     ),
-    "crawlfleet.crawler.sitemaps.SitemapRefused": (
+    "crawlfleet.crawler.links.sitemaps.SitemapRefused": (
         "a sitemap could not be read: the worker turns it into the sitemap's failure class"
     ),
     "crawlfleet.scrapy.payload.Unserializable": (

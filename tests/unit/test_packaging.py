@@ -359,7 +359,7 @@ def test_grafana_dashboard_is_valid_and_plots_every_metric() -> None:
 
 
 def test_worker_metric_on_the_dashboard_is_one_the_worker_exports() -> None:
-    from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
 
     exported = {metric.name for metric in WorkerMetrics().registry.collect()}
     # prometheus_client reports counters without their _total suffix.

@@ -30,7 +30,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from crawlfleet.crawler.sitemaps import MAX_SITEMAP_BYTES
+from crawlfleet.crawler.links.sitemaps import MAX_SITEMAP_BYTES
 from crawlfleet.testsite import (
     SiteConfig,
     SiteGraph,

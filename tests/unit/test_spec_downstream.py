@@ -19,10 +19,10 @@ import httpx
 import pytest
 
 from crawlfleet.config import DrainConfig, OutputConfig, SteeringConfig
-from crawlfleet.crawler.fetch import FetchSettings
-from crawlfleet.crawler.robots import product_token
-from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import DurableFile, OutputSink
+from crawlfleet.crawler.fetching.fetch import FetchSettings
+from crawlfleet.crawler.links.scope import Scope
+from crawlfleet.crawler.politeness.robots import product_token
+from crawlfleet.crawler.worker.sinks import DurableFile, OutputSink
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.destinations import parse_destination
 from crawlfleet.fleet.policy import FleetPolicy

@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 import brotli
 import pytest
 
-from crawlfleet.crawler.bodies import ACCEPT_ENCODING, ERROR_BODY_MAX_BYTES
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.fetch import ACCEPT, Fetcher, FetchResult, FetchSettings
-from crawlfleet.crawler.safety import AddressGuard
+from crawlfleet.crawler.fetching.bodies import ACCEPT_ENCODING, ERROR_BODY_MAX_BYTES
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.fetch import ACCEPT, Fetcher, FetchResult, FetchSettings
+from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.crawljob import CrawlJobSpec, FetchSpec, RetrySpec
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.specs import job_spec, merged
@@ -558,7 +558,7 @@ async def test_error_bodies_are_read_only_a_little(fetcher: Fetcher, raw: RawSer
 
 _BOMB_PROBE = """
 import asyncio, json, sys
-from crawlfleet.crawler.fetch import Fetcher, FetchSettings
+from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawljob import CrawlJobSpec
 
 def high_water_kib() -> int:

@@ -23,7 +23,7 @@ from tests.support.crawls import Crawl, make_crawl, wait_with_peak_rss
 pytestmark = pytest.mark.slow
 
 _MIB = 1024 * 1024
-#: The memory each worker is told it has (its budget is derived from it, crawler/memory.py).
+#: The memory each worker is told it has (its budget derives from it, crawler/fetching/memory.py).
 MEMORY_LIMIT = 320 * _MIB
 
 

@@ -1,4 +1,4 @@
-"""The lease book (crawlfleet/crawler/leases.py) against a real redis-server, driven through
+"""The lease book (crawlfleet/crawler/worker/leases.py) against a real redis-server, driven through
 random sequences of what happens to leases in a worker: claims, responses, refusals before any
 request, deferrals, output written and made durable (or never), SIGTERM, leases lost to the
 fleet (requeued while held), heartbeats and a Redis restart (AOF on).
@@ -32,9 +32,9 @@ from hypothesis.stateful import (
 )
 from prometheus_client import CollectorRegistry
 
-from crawlfleet.crawler.flow import worker_counters
-from crawlfleet.crawler.leases import LeaseBook, Stage
-from crawlfleet.crawler.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.flow import worker_counters
+from crawlfleet.crawler.worker.leases import LeaseBook, Stage
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.frontier import Failure, Frontier, Link, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.slots import read_slots

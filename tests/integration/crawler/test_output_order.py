@@ -1,6 +1,6 @@
 """A page's record is durable before its lease is acknowledged (DESIGN §8).
 
-Output is at least once (crawlfleet/crawler/sinks.py): a SIGKILL may cut a file, and the
+Output is at least once (crawlfleet/crawler/worker/sinks.py): a SIGKILL may cut a file, and the
 frontier must then re-crawl its pages. That holds only if the worker makes the file holding a
 page's record durable (fsynced and renamed into ``pages/``) *before* it acks or fails the
 page's lease; acked first, a kill in between loses the record while the frontier counts the
@@ -20,7 +20,7 @@ from typing import ClassVar
 import pytest
 
 from crawlfleet.config import WorkerConfig
-from crawlfleet.crawler import process
+from crawlfleet.crawler.worker import process
 from crawlfleet.crawljob import parse_crawljob
 from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease, Outcomes
 from crawlfleet.local.redis_server import RedisServer

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.fetch import FetchResult
-from crawlfleet.crawler.robots import (
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.fetch import FetchResult
+from crawlfleet.crawler.politeness.robots import (
     MAX_ROBOTS_BYTES,
     RobotsAccess,
     RobotsAnswer,

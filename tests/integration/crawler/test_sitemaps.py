@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlfleet.crawler.sitemaps import MAX_SITEMAP_BYTES, MAX_SITEMAP_INDEX_DEPTH
+from crawlfleet.crawler.links.sitemaps import MAX_SITEMAP_BYTES, MAX_SITEMAP_INDEX_DEPTH
 from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite, sitemaps

@@ -21,7 +21,7 @@ import pytest
 import redis
 import yaml
 
-from crawlfleet.crawler.leases import Stage
+from crawlfleet.crawler.worker.leases import Stage
 from crawlfleet.crawljob import load_crawljob
 from crawlfleet.frontier import JobKeys, canonicalize
 from crawlfleet.local.redis_server import RedisServer

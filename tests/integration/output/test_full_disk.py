@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlfleet.crawler.extract import Item
-from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.sinks import DurableFile, OutputSink, PageOutput
+from crawlfleet.crawler.harvest.extract import Item
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.sinks import DurableFile, OutputSink, PageOutput
 from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import OutputWriteError
 from crawlfleet.output.stores import FolderStore

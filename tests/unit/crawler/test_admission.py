@@ -6,13 +6,13 @@ import random
 
 import pytest
 
-from crawlfleet.crawler.admission import (
+from crawlfleet.crawler.links.admission import (
     LinkAdmission,
     PageLinksToAdmit,
     PendingLinks,
     canonical_link,
 )
-from crawlfleet.crawler.scope import Scope
+from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.frontier import Admission, Link, try_canonicalize
 
 SCOPE = Scope(allowed_domains=("a.test",), max_depth=3, exclude=(r"/private/",))

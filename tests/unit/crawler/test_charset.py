@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crawlfleet.crawler.charset import decode_html
-from crawlfleet.crawler.links import extract_links
+from crawlfleet.crawler.links.charset import decode_html
+from crawlfleet.crawler.links.links import extract_links
 
 PAGE = (
     '<html><head>{meta}<title>日本語</title></head><body><a href="/検索?q=東京">x</a></body></html>'

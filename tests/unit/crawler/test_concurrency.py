@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlfleet.crawler.concurrency import AdaptiveLimit
+from crawlfleet.crawler.politeness.concurrency import AdaptiveLimit
 
 
 def test_starts_at_maximum_and_halves_after_five_failures() -> None:

@@ -1,4 +1,5 @@
-"""Declarative extraction (crawler/extract.py) on the test shop's pages: exactly their fields."""
+"""Declarative extraction (crawler/harvest/extract.py) on the test shop's pages: exactly their
+fields."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from crawlfleet.crawler.extract import ExtractionError, Extractor, Item
-from crawlfleet.crawler.harvest import decoded_html
+from crawlfleet.crawler.harvest.extract import ExtractionError, Extractor, Item
+from crawlfleet.crawler.harvest.harvest import decoded_html
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.testsite import shop
 

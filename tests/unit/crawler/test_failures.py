@@ -1,4 +1,5 @@
-"""Unit tests for crawlfleet.crawler.failures: classification, fates, backoff, Retry-After."""
+"""Unit tests for crawlfleet.crawler.fetching.failures: classification, fates, backoff,
+Retry-After."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from crawlfleet.crawler.failures import (
+from crawlfleet.crawler.fetching.failures import (
     JITTER_FRACTION,
     FailureClass,
     Fate,

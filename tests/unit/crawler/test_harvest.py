@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput, visible_text
+from crawlfleet.crawler.harvest.harvest import Harvest, Harvester, HarvestInput, visible_text
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.testsite import hostile, shop
 
@@ -125,8 +125,8 @@ def test_a_failing_page_fails_alone_in_its_batch() -> None:
 def test_the_link_reader_makes_the_same_text_from_its_own_parse() -> None:
     """The worker asks the link reader for the visible text (one lexbor parse for both): it
     must be the text the harvester would make, legacy charsets and link-less pages included."""
-    from crawlfleet.crawler.charset import decode_html
-    from crawlfleet.crawler.links import extract_links
+    from crawlfleet.crawler.links.charset import decode_html
+    from crawlfleet.crawler.links.links import extract_links
 
     nofollow = b'<head><meta name="robots" content="nofollow"></head><body>Hi <a href="/a">A'
     pages = [(shop.render_product(product), "text/html") for product in shop.PRODUCTS]

@@ -1,4 +1,5 @@
-"""Unit tests for crawlfleet.crawler.links: resolution, filtering, nofollow and hostile input."""
+"""Unit tests for crawlfleet.crawler.links.links: resolution, filtering, nofollow and hostile
+input."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-from crawlfleet.crawler.links import (
+from crawlfleet.crawler.links.links import (
     PARSER_NAME,
     PageLinks,
     _clean_base,

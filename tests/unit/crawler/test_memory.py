@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crawlfleet.crawler.memory import (
+from crawlfleet.crawler.fetching.memory import (
     DEFAULT_LIMIT_BYTES,
     MIN_BUDGET_BYTES,
     ByteBudget,

@@ -7,8 +7,8 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.metrics import WorkerMetrics, status_class
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.worker.metrics import WorkerMetrics, status_class
 from crawlfleet.local.redis_server import free_port
 
 P = "crawlfleet_worker_"

@@ -1,4 +1,5 @@
-"""What a user parser may return, and a parser that cannot be loaded (crawler/parsers.py)."""
+"""What a user parser may return, and a parser that cannot be loaded
+(crawler/harvest/parsers.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.cli import main
-from crawlfleet.crawler.parsers import ParseResult, _collect, load_parser
+from crawlfleet.crawler.harvest.parsers import ParseResult, _collect, load_parser
 from crawlfleet.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.cli import main as cli_main
-from crawlfleet.crawler.process import GC_YOUNG_THRESHOLD, _settle_garbage_collector, main
+from crawlfleet.crawler.worker.process import GC_YOUNG_THRESHOLD, _settle_garbage_collector, main
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "crawljob.yaml"
 

@@ -1,4 +1,5 @@
-"""When an unreachable robots.txt is asked again (crawler/robots.py: ``recheck_seconds``).
+"""When an unreachable robots.txt is asked again (``recheck_seconds``,
+crawler/politeness/robots.py).
 
 The header is parsed as the fetcher parses it (``parse_retry_after``, measured from the
 answer's arrival), then the wait is chosen: each Retry-After form a server may send, and what
@@ -11,8 +12,8 @@ import email.utils
 
 import pytest
 
-from crawlfleet.crawler.failures import parse_retry_after
-from crawlfleet.crawler.robots import (
+from crawlfleet.crawler.fetching.failures import parse_retry_after
+from crawlfleet.crawler.politeness.robots import (
     MAX_RECHECK_SECONDS,
     MIN_RECHECK_SECONDS,
     recheck_seconds,

@@ -1,4 +1,4 @@
-"""Unit tests for crawlfleet.crawler.safety (SSRF guard).
+"""Unit tests for crawlfleet.crawler.fetching.safety (SSRF guard).
 
 No test sends traffic anywhere: IP literals are checked without DNS (a resolver that fails the
 test if called proves it), "localhost" resolves from the hosts file, and everything else uses
@@ -13,7 +13,7 @@ import socket
 
 import pytest
 
-from crawlfleet.crawler.safety import (
+from crawlfleet.crawler.fetching.safety import (
     METADATA_ADDRESSES,
     AddressGuard,
     Resolver,

@@ -1,4 +1,5 @@
-"""Unit tests for crawlfleet.crawler.scope: domains, ports, depth, include/exclude, batches."""
+"""Unit tests for crawlfleet.crawler.links.scope: domains, ports, depth, include/exclude,
+batches."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import time
 
 import pytest
 
-from crawlfleet.crawler.links import extract_links
-from crawlfleet.crawler.scope import Scope, ScopeVerdict
+from crawlfleet.crawler.links.links import extract_links
+from crawlfleet.crawler.links.scope import Scope, ScopeVerdict
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError
 from crawlfleet.urls import canonicalize

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlfleet.crawler.extract import Item
-from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.sinks import (
+from crawlfleet.crawler.harvest.extract import Item
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.sinks import (
     DurableFile,
     OutputSink,
     PageOutput,

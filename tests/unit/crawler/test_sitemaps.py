@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from crawlfleet.crawler.sitemaps import (
+from crawlfleet.crawler.links.sitemaps import (
     MAX_SITEMAP_BYTES,
     SitemapLimits,
     SitemapRefused,
@@ -177,7 +177,7 @@ def test_external_entities_are_never_read() -> None:
 
 _PEAK_PROBE = """
 import re, sys
-from crawlfleet.crawler.sitemaps import read_sitemap
+from crawlfleet.crawler.links.sitemaps import read_sitemap
 
 def high_water_kib():
     with open("/proc/self/status") as status:

@@ -37,7 +37,7 @@ def test_the_project_then_the_job_then_the_spec_settings_then_the_runtimes() -> 
     assert settings["SCHEDULER"] == "crawlfleet.scrapy.scheduler.FrontierScheduler"
     assert settings["DUPEFILTER_CLASS"] == "crawlfleet.scrapy.scheduler.InertDupeFilter"
     assert settings.getfloat("DOWNLOAD_TIMEOUT") == 42  # fetch.totalTimeoutSeconds
-    # robots.obey is the runtime's to apply (crawlfleet.crawler.gate): Scrapy's own is off.
+    # robots.obey is the runtime's to apply (crawlfleet.crawler.worker.gate): Scrapy's own is off.
     assert settings.getbool("ROBOTSTXT_OBEY") is False
     assert settings.getint("CONCURRENT_REQUESTS") == 3  # over the project's 16
     assert settings.getint("RETRY_TIMES") == 1  # the project's own

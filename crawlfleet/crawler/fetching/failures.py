@@ -72,7 +72,7 @@ class FailureClass(StrEnum):
     SOFT_BLOCK = "soft_block"
     PARSER_ERROR = "parser_error"
     #: A sitemap over its size bound after decompression, or not a readable sitemap
-    #: (``crawler/sitemaps.py``): the site would send the same document again.
+    #: (``crawler/links/sitemaps.py``): the site would send the same document again.
     SITEMAP_TOO_LARGE = "sitemap_too_large"
     SITEMAP_INVALID = "sitemap_invalid"
 
@@ -110,14 +110,14 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.OUT_OF_SCOPE: _PERMANENT,
     FailureClass.ROBOTS_DISALLOWED: _PERMANENT,
     # robots.txt of the host (or of a redirect's target) cannot be read: the site pushes back.
-    # A host's own URLs wait without a failure (see crawler/robots.py) until it is given up,
-    # and then go to the dead letters at once.
+    # A host's own URLs wait without a failure (see crawler/politeness/robots.py) until it is given
+    # up, and then go to the dead letters at once.
     FailureClass.ROBOTS_UNAVAILABLE: _RETRY_SLOWLY,
     FailureClass.TOO_MANY_REDIRECTS: _PERMANENT,
     FailureClass.REDIRECT_LOOP: _PERMANENT,
     FailureClass.BODY_TOO_LARGE: _PERMANENT,
     FailureClass.DECOMPRESSION_BOMB: _PERMANENT,
-    FailureClass.HEADERS_TOO_LARGE: _PERMANENT,  # past crawler/transport.py's header limits
+    FailureClass.HEADERS_TOO_LARGE: _PERMANENT,  # past fetching/transport.py's header limits
     FailureClass.SOFT_BLOCK: _RETRY_SLOWLY,
     # extraction failed on the page as fetched: fetching it again would fail the same way
     FailureClass.PARSER_ERROR: _PERMANENT,

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from crawlfleet.crawler.scope import Scope, ScopeVerdict
+from crawlfleet.crawler.links.scope import Scope, ScopeVerdict
 from crawlfleet.frontier import Admission, CanonicalURL, Link, try_canonicalize
 
 __all__ = [

@@ -21,15 +21,15 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.politeness.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
 from crawlfleet.errors import FetchError
 from crawlfleet.frontier import Frontier, Lease, host_of, try_canonicalize
 
 if TYPE_CHECKING:
-    from crawlfleet.crawler.leases import LeaseBook
-    from crawlfleet.crawler.metrics import WorkerMetrics
-    from crawlfleet.crawler.safety import AddressGuard
+    from crawlfleet.crawler.fetching.safety import AddressGuard
+    from crawlfleet.crawler.worker.leases import LeaseBook
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
     from crawlfleet.crawljob import CrawlJobSpec
 
 __all__ = ["DEFERRED", "Deferred", "Refused", "RequestGate"]

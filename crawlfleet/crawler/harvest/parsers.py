@@ -3,7 +3,7 @@
 User code is untrusted in the ways that matter to a crawl: it can raise, loop, hold the CPU for
 seconds, or return what is no item. So the worker never calls it itself. A :class:`ParserHost`
 spawns one child process that imports the function once and answers one page at a time over a
-pipe; the harvest thread (``crawler/harvest.py``) waits on that pipe with the job's
+pipe; the harvest thread (``crawler/harvest/harvest.py``) waits on that pipe with the job's
 ``parserTimeoutSeconds``, which costs the worker's event loop nothing (the wait releases the
 GIL), so heartbeats and lease extensions go on however long the parser takes.
 

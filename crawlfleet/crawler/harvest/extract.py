@@ -13,7 +13,7 @@ an lxml XPath runs one evaluation at a time, and one overrunning in a thread the
 on must not hold up the next page's), not for every page as a string query would be; the page
 is parsed once, however many rules and fields apply. The EXSLT ``re:`` functions run on RE2
 (``crawlfleet/xpath_regexp.py``). The worker runs this for a whole batch of pages in a thread,
-page by page under a time bound (``crawler/harvest.py``).
+page by page under a time bound (``crawler/harvest/harvest.py``).
 
 The model refused every selector that parsel cannot run (``crawlfleet.selection``), so what can
 still fail here is the page: an evaluation error (an ``re:`` pattern taken from the page that

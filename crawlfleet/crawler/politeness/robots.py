@@ -47,14 +47,14 @@ from typing import TYPE_CHECKING, Final
 
 from protego import Protego
 
-from crawlfleet.crawler.failures import FailureClass
+from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FetchError
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 from crawlfleet.urls import origin_of
 
 if TYPE_CHECKING:
-    from crawlfleet.crawler.fetch import Fetcher, FetchResult
+    from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
 
 __all__ = [
     "LOCAL_CACHE_ORIGINS",
@@ -279,9 +279,10 @@ def robots_answer(result: FetchResult) -> RobotsAnswer:
 
 
 def robots_fetch(fetcher: Fetcher) -> RobotsFetch:
-    """The robots.txt fetcher over the worker's own :class:`~crawlfleet.crawler.fetch.Fetcher`:
-    its guard, timeouts and caps, :data:`ROBOTS_MAX_REDIRECTS` hops whatever
-    ``fetch.maxRedirects`` says, and no soft-block test (a tiny robots.txt is a real one)."""
+    """The robots.txt fetcher over the worker's own
+    :class:`~crawlfleet.crawler.fetching.fetch.Fetcher`: its guard, timeouts and caps,
+    :data:`ROBOTS_MAX_REDIRECTS` hops whatever ``fetch.maxRedirects`` says, and no soft-block
+    test (a tiny robots.txt is a real one)."""
 
     async def fetch(url: str) -> RobotsAnswer:
         result = await fetcher.fetch(url, max_redirects=ROBOTS_MAX_REDIRECTS, min_html_bytes=0)

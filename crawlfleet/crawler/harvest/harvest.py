@@ -2,17 +2,17 @@
 (``spec.extract``), made for a whole batch of pages at once.
 
 * ``html``: the body decoded with the page's charset, found as the link reader finds it (a BOM,
-  then ``Content-Type``, then ``<meta>``; ``crawler/charset.py``, w3lib's ``html_to_unicode``),
-  so a Shift_JIS or windows-1251 page reads right.
+  then ``Content-Type``, then ``<meta>``; ``crawler/links/charset.py``, w3lib's
+  ``html_to_unicode``), so a Shift_JIS or windows-1251 page reads right.
 * ``text``: the visible text, read with selectolax (lexbor): the body without scripts, styles,
   ``<noscript>`` and ``<template>``, whitespace collapsed. The worker has the link reader make
-  it from the parse that found the links (``crawler/links.py``), so a page is parsed by lexbor
+  it from the parse that found the links (``crawler/links/links.py``), so a page is parsed by lexbor
   once; a page handed in without it is parsed here.
 * content longer than ``maxContentBytes`` (as UTF-8) is cut at a character boundary and marked
   ``content_truncated``: never dropped or cut silently.
-* items: :class:`~crawlfleet.crawler.extract.Extractor`, then the user's parser
-  (``spec.parser``, :class:`~crawlfleet.crawler.parsers.ParserHost`), whose links are followed
-  too.
+* items: :class:`~crawlfleet.crawler.harvest.extract.Extractor`, then the user's parser
+  (``spec.parser``, :class:`~crawlfleet.crawler.harvest.parsers.ParserHost`), whose links are
+  followed too.
 
 A job with ``content: none`` and no rules has no :class:`Harvester` at all (``from_spec`` gives
 None), so its pages cost nothing here. Otherwise the worker hands each flushed batch to
@@ -49,10 +49,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from crawlfleet.crawler.charset import decode_html
-from crawlfleet.crawler.extract import ExtractionError, Extractor, Item
-from crawlfleet.crawler.links import visible_text
-from crawlfleet.crawler.parsers import ParseRequest, ParserHost
+from crawlfleet.crawler.harvest.extract import ExtractionError, Extractor, Item
+from crawlfleet.crawler.harvest.parsers import ParseRequest, ParserHost
+from crawlfleet.crawler.links.charset import decode_html
+from crawlfleet.crawler.links.links import visible_text
 
 if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec

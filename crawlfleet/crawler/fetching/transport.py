@@ -35,8 +35,8 @@ import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 from httpx_aiohttp import AiohttpTransport
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.safety import AddressGuard
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.errors import FetchError
 
 __all__ = [

@@ -21,9 +21,9 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.memory import ByteBudget
-from crawlfleet.crawler.scope import ScopeVerdict
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.memory import ByteBudget
+from crawlfleet.crawler.links.scope import ScopeVerdict
 
 __all__ = [
     "FETCH_SECONDS_BUCKETS",
@@ -61,7 +61,7 @@ LINK_DROP_REASONS: Final = frozenset(
         "nofollow",
         "max_pages",
         "memory_pressure",
-        # scope.sitemaps (crawler/sitemaps.py): entries past a sitemap's bound, sitemaps past
+        # scope.sitemaps (crawler/links/sitemaps.py): entries past a sitemap's bound, sitemaps past
         # an index's (or robots.txt's) bound, sitemaps of an index nested too deep
         "sitemap_url_cap",
         "sitemap_count",

@@ -12,10 +12,10 @@ RFC 9659's 8 MiB so a frame cannot make the decoder allocate more. Non-2xx bodie
 to :data:`ERROR_BODY_MAX_BYTES` (so a small error page keeps the connection reusable) and
 discarded.
 
-Each piece is charged to the caller's :class:`~crawlfleet.crawler.memory.Reservation` before
-the next one is decoded: a body that would overrun the worker's budget waits for room (see
-crawler/memory.py), holding no more than it was granted, and what a failed read had taken is
-given back.
+Each piece is charged to the caller's :class:`~crawlfleet.crawler.fetching.memory.Reservation`
+before the next one is decoded: a body that would overrun the worker's budget waits for room (see
+crawler/fetching/memory.py), holding no more than it was granted, and what a failed read had taken
+is given back.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Final, Protocol
 import brotli
 import httpx
 
-from crawlfleet.crawler.failures import FailureClass
-from crawlfleet.crawler.memory import Reservation
+from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.memory import Reservation
 from crawlfleet.errors import FetchError
 
 if sys.version_info >= (3, 14):

@@ -21,8 +21,8 @@ its host spelled by ``crawlfleet.hosts`` (IDNA 2008, as the scope spells ``allow
 so every URL handed to the frontier is ASCII.
 
 Bytes are parsed as UTF-8 (lexbor's rule); a page in another encoding is decoded first
-(``crawler/charset.py``) and comes as ``str`` with its ``encoding``, in which a non-ASCII query
-is percent-encoded, as browsers do (a path is always UTF-8).
+(``crawler/links/charset.py``) and comes as ``str`` with its ``encoding``, in which a non-ASCII
+query is percent-encoded, as browsers do (a path is always UTF-8).
 
 A page gives at most ``max_links`` links (the first ones, in document order); the anchors past
 the cap are not even resolved, only counted (``PageLinks.over_cap``), as are the links skipped

@@ -18,7 +18,7 @@ shares. The sink's backpressure (a failing destination, too many files waiting) 
 
 With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
 ``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
-and caps, and read by ``crawler/sitemaps.py`` in a thread; its entries are admitted with the
+and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are admitted with the
 batch's other links, so they pass scope, robots and dedup the same way.
 """
 
@@ -35,12 +35,24 @@ from hashlib import sha256
 from urllib.parse import urljoin
 
 from crawlfleet.config import WorkerConfig
-from crawlfleet.crawler.admission import LinkAdmission, PageLinksToAdmit
-from crawlfleet.crawler.charset import decode_html
-from crawlfleet.crawler.concurrency import AdaptiveLimit
-from crawlfleet.crawler.failures import FailureClass, backoff_seconds, fate
-from crawlfleet.crawler.fetch import Fetcher, FetchResult
-from crawlfleet.crawler.flow import (
+from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, fate
+from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
+from crawlfleet.crawler.fetching.memory import ByteBudget, Reservation
+from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.harvest.harvest import Harvest, Harvester, HarvestInput
+from crawlfleet.crawler.links.admission import LinkAdmission, PageLinksToAdmit
+from crawlfleet.crawler.links.charset import decode_html
+from crawlfleet.crawler.links.links import PageLinks, extract_links
+from crawlfleet.crawler.links.scope import Scope
+from crawlfleet.crawler.links.sitemaps import (
+    DEFAULT_SITEMAP_LIMITS,
+    Sitemap,
+    SitemapRefused,
+    read_sitemap,
+)
+from crawlfleet.crawler.politeness.concurrency import AdaptiveLimit
+from crawlfleet.crawler.politeness.robots import RobotsPolicy
+from crawlfleet.crawler.worker.flow import (
     every,
     flush_at_shutdown,
     heartbeat_fields,
@@ -48,22 +60,10 @@ from crawlfleet.crawler.flow import (
     worker_counters,
     worker_output,
 )
-from crawlfleet.crawler.gate import Deferred, RequestGate
-from crawlfleet.crawler.harvest import Harvest, Harvester, HarvestInput
-from crawlfleet.crawler.leases import LeaseBook, Stage
-from crawlfleet.crawler.links import PageLinks, extract_links
-from crawlfleet.crawler.memory import ByteBudget, Reservation
-from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.robots import RobotsPolicy
-from crawlfleet.crawler.safety import AddressGuard
-from crawlfleet.crawler.scope import Scope
-from crawlfleet.crawler.sinks import DurableFile, PageOutput, PageRecord
-from crawlfleet.crawler.sitemaps import (
-    DEFAULT_SITEMAP_LIMITS,
-    Sitemap,
-    SitemapRefused,
-    read_sitemap,
-)
+from crawlfleet.crawler.worker.gate import Deferred, RequestGate
+from crawlfleet.crawler.worker.leases import LeaseBook, Stage
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import (
@@ -158,7 +158,7 @@ class _Outcome:
     #: Links the page offered that extraction left out: past the cap, nofollow.
     over_cap: int = 0
     nofollow: int = 0
-    #: The page waits for its content or items (``crawler/harvest.py``), made at flush time.
+    #: The page waits for its content or items (``crawler/harvest/harvest.py``), made at flush time.
     wants_harvest: bool = False
     harvest: Harvest | None = None
     #: Its visible text, read with its links (``content: text``), until it is harvested.
@@ -208,7 +208,7 @@ class Worker:
         self.store = store
         self._output_finished = store is None or not options.finish_output
         self._finish_checked_at = 0.0
-        #: The bytes of bodies in flight and in the done buffer (crawler/memory.py).
+        #: The bytes of bodies in flight and in the done buffer (crawler/fetching/memory.py).
         self.memory = memory if memory is not None else ByteBudget(None)
         self.worker_id = options.worker_id
         self.scope = Scope.from_spec(spec.scope)
@@ -670,8 +670,8 @@ class Worker:
 
     async def _harvest(self, batch: list[_Outcome]) -> None:
         """Content and items of the batch's pages that want them, for the whole batch at once,
-        in the harvester's thread under its time bound (``crawler/harvest.py``); a page whose
-        extraction failed becomes a ``parser_error`` failure with the message. Done once: a
+        in the harvester's thread under its time bound (``crawler/harvest/harvest.py``); a page
+        whose extraction failed becomes a ``parser_error`` failure with the message. Done once: a
         retried flush keeps it."""
         waiting = [
             outcome

@@ -3,9 +3,9 @@
 ``Fetcher.fetch`` turns a URL into a ``FetchResult`` and never raises for anything the network
 or the site does: a hostile page costs one failed result, never a worker. This module holds
 the request layer's decisions — which redirects to follow, which failures to retry and when —
-over two parts with one idea each: :mod:`~crawlfleet.crawler.transport` (the pooled client,
+over two parts with one idea each: :mod:`~crawlfleet.crawler.fetching.transport` (the pooled client,
 whose connections go only to addresses the ``AddressGuard`` approved, and the translation of
-network errors into failure classes) and :mod:`~crawlfleet.crawler.bodies` (bodies streamed
+network errors into failure classes) and :mod:`~crawlfleet.crawler.fetching.bodies` (bodies streamed
 and capped on the wire and after decoding).
 
 * **SSRF** (DESIGN §6). Only http and https. Every host, the first URL's and every redirect
@@ -50,17 +50,17 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 
 import httpx
 
-from crawlfleet.crawler.bodies import ACCEPT_ENCODING, discard_body, read_body
-from crawlfleet.crawler.failures import (
+from crawlfleet.crawler.fetching.bodies import ACCEPT_ENCODING, discard_body, read_body
+from crawlfleet.crawler.fetching.failures import (
     DEFAULT_MIN_HTML_BYTES,
     FailureClass,
     backoff_seconds,
     classify_response,
     parse_retry_after,
 )
-from crawlfleet.crawler.memory import Reservation
-from crawlfleet.crawler.safety import AddressGuard
-from crawlfleet.crawler.transport import (
+from crawlfleet.crawler.fetching.memory import Reservation
+from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.fetching.transport import (
     NETWORK_ERRORS,
     build_transport,
     failure_from_exception,

@@ -14,14 +14,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
-from crawlfleet.crawler.leases import LeaseBook, Stage
-from crawlfleet.crawler.sinks import OnDurable, OutputSink
+from crawlfleet.crawler.worker.leases import LeaseBook, Stage
+from crawlfleet.crawler.worker.sinks import OnDurable, OutputSink
 from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import HeartbeatValue
 
 if TYPE_CHECKING:
-    from crawlfleet.crawler.metrics import WorkerMetrics
-    from crawlfleet.crawler.worker import WorkerOptions
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.worker import WorkerOptions
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 

@@ -48,8 +48,8 @@ from crawlfleet.errors import FrontierUnavailable
 from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease
 
 if TYPE_CHECKING:
-    from crawlfleet.crawler.metrics import WorkerMetrics
-    from crawlfleet.crawler.sinks import DurableFile
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.sinks import DurableFile
 
 __all__ = ["Backoff", "Entry", "LeaseBook", "Stage"]
 

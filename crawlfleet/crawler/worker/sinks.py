@@ -77,8 +77,8 @@ if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every w
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
-    from crawlfleet.crawler.extract import Item
-    from crawlfleet.crawler.metrics import WorkerMetrics
+    from crawlfleet.crawler.harvest.extract import Item
+    from crawlfleet.crawler.worker.metrics import WorkerMetrics
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 
@@ -112,8 +112,8 @@ class PageRecord:
     """One fetch attempt as a JSONL line; the field names are the file format.
 
     ``status`` is None when no response arrived; ``failure_class`` is a
-    :class:`~crawlfleet.crawler.failures.FailureClass` value or None on success; ``parent`` is
-    the page the URL was found on ("" for seeds); ``fetched_at`` is seconds since the epoch.
+    :class:`~crawlfleet.crawler.fetching.failures.FailureClass` value or None on success; ``parent``
+    is the page the URL was found on ("" for seeds); ``fetched_at`` is seconds since the epoch.
     """
 
     url: str

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Final
 
 from crawlfleet.config import Config, WorkerConfig
-from crawlfleet.crawler.fetch import Fetcher, FetchSettings
-from crawlfleet.crawler.memory import ByteBudget, budget_bytes, cgroup_memory_limit
-from crawlfleet.crawler.metrics import WorkerMetrics
-from crawlfleet.crawler.robots import RobotsPolicy, robots_fetch
-from crawlfleet.crawler.safety import AddressGuard
-from crawlfleet.crawler.worker import Worker, WorkerOptions
+from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
+from crawlfleet.crawler.fetching.memory import ByteBudget, budget_bytes, cgroup_memory_limit
+from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.politeness.robots import RobotsPolicy, robots_fetch
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.worker import Worker, WorkerOptions
 from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
 from crawlfleet.destinations import destination_flag
 from crawlfleet.errors import ConfigError, CrawlfleetError
@@ -133,7 +133,7 @@ async def run_worker(
 
 def _memory_budget(config: WorkerConfig, max_body_bytes: int) -> ByteBudget:
     """The body budget under this worker's memory limit: the configured one, else the cgroup's
-    (crawler/memory.py); a configured 0 turns it off."""
+    (crawler/fetching/memory.py); a configured 0 turns it off."""
     limit = config.memory_limit_bytes
     if limit == 0:
         return ByteBudget(None)
