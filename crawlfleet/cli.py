@@ -42,7 +42,7 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    # The worker's own entry parses its flags (crawler/worker/process.py:main): the zygote runs it
+    # The worker's own entry parses its flags (launch.py:main): the zygote runs it
     # in a forked child without this module, and `crawlfleet worker --help` shows them.
     commands.add_parser("worker", help="run one crawl worker against a job's Redis", add_help=False)
 
@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     if args.command == "worker":
         with without_gc():
-            from crawlfleet.crawler.worker.process import main as worker_main
+            from crawlfleet.launch import main as worker_main
         return worker_main(rest, log_level=args.log_level, config=config)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -1,7 +1,7 @@
 """What every crawlfleet process does first: log as JSON lines, and import without cyclic GC.
 
 Both entries use it: the ``crawlfleet`` command (``cli.py``) and the worker's own entry
-(``crawler/worker/process.py:main``), which the zygote calls in a forked child without the command
+(``launch.py:main``), which the zygote calls in a forked child without the command
 line. It imports only the standard library, so either may use it before anything heavy.
 """
 

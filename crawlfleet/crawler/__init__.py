@@ -2,8 +2,9 @@
 output and metrics, steered by the frontier's leases.
 
 ``run_worker`` runs one worker in this process; the other names are the parts it is built
-from, each built from the CrawlJob spec with ``from_spec``. The crawler depends on the frontier
-and the model, never on the operator or the local runner.
+from, each built from the CrawlJob spec with ``from_spec``. The crawler depends on the frontier,
+the output stores and the model; never on the fleet, on the Scrapy runtime built on it, on the
+operator or on the local runner.
 
 Its rooms, each importing only the ones listed before it (docs/architecture.md):
 

@@ -12,7 +12,7 @@ preloaded app).
 The zygote is a plain child of the runner, talking JSON lines over its stdin and stdout:
 
 * runner → zygote: ``{"argv": [...], "log": PATH, "title": TITLE}`` — fork a worker running
-  ``crawlfleet worker ARGV`` (the worker's own entry, ``crawler/worker/process.py:main``, never the
+  ``crawlfleet worker ARGV`` (the worker's own entry, ``launch.py:main``, never the
   command line) with stdout and stderr appended to PATH, titled TITLE in ``ps``;
 * zygote → runner: ``{"spawned": PID}`` per request, in order, and ``{"exited": PID,
   "code": CODE}`` when a worker exits (CODE as :attr:`subprocess.Popen.returncode`: minus
@@ -185,7 +185,7 @@ def serve() -> int:
     gc.disable()
     import setproctitle  # noqa: F401 - imported for the workers
 
-    import crawlfleet.crawler.worker.process  # noqa: F401 - the worker's entry and all it uses
+    import crawlfleet.launch  # noqa: F401 - the worker's entry and all it uses
 
     gc.enable()
     gc.freeze()  # shared with every worker copy-on-write; never scanned again
@@ -252,7 +252,7 @@ def _become_worker(request: dict[str, Any]) -> int:
     import setproctitle
 
     setproctitle.setproctitle(request["title"])
-    from crawlfleet.crawler.worker.process import main
+    from crawlfleet.launch import main
 
     return main(request["argv"])
 

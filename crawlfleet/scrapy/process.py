@@ -1,6 +1,6 @@
 """A Scrapy worker process: the project loaded, Twisted's asyncio reactor, the crawl.
 
-``crawlfleet worker`` (``crawler/worker/process.py``) hands a job with ``spec.crawler.scrapy`` here
+``crawlfleet worker`` (``crawlfleet/launch.py``) hands a job with ``spec.crawler.scrapy`` here
 with the same resolved values it gives crawlfleet's own worker, so the argv, the worker id,
 the heartbeats, the exit codes and the termination message are the same (exit 2 and
 ``<Reason>: <sentence>`` for a bad start: a project that does not import, a spider it lacks, a

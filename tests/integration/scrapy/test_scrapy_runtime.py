@@ -353,7 +353,7 @@ def test_without_scrapy_installed_the_job_is_refused_with_the_install_line(
     job = write_job(tmp_path, "shop", {})
     entry = (
         "import sys; sys.modules['scrapy'] = None;"
-        " from crawlfleet.crawler.worker.process import main; sys.exit(main(sys.argv[1:]))"
+        " from crawlfleet.launch import main; sys.exit(main(sys.argv[1:]))"
     )
     done = subprocess.run(
         [sys.executable, "-c", entry, str(job), "--redis-url", redis_server.url],

@@ -9,7 +9,7 @@ import sys
 
 def test_the_worker_entry_and_the_package_import_no_scrapy_and_no_twisted() -> None:
     probe = (
-        "import sys, crawlfleet.local.zygote, crawlfleet.crawler.worker.process, crawlfleet.scrapy;"
+        "import sys, crawlfleet.local.zygote, crawlfleet.launch, crawlfleet.scrapy;"
         " print(sorted(m for m in ('scrapy', 'twisted') if m in sys.modules))"
     )
     done = subprocess.run(
