@@ -22,10 +22,11 @@ from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.crawler.links.links import PageLinks, extract_links
 from crawlfleet.crawler.links.scope import Scope, ScopeVerdict
 from crawlfleet.crawler.politeness.robots import RobotsPolicy
+from crawlfleet.crawler.worker.flow import WorkerOptions
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.process import run_worker
 from crawlfleet.crawler.worker.sinks import OutputSink, PageRecord
-from crawlfleet.crawler.worker.worker import Worker, WorkerOptions
+from crawlfleet.crawler.worker.worker import Worker
 
 __all__ = [
     "AddressGuard",

@@ -93,8 +93,8 @@ async def _crawl(
     from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
     from crawlfleet.crawler.fetching.safety import AddressGuard
     from crawlfleet.crawler.politeness.robots import RobotsPolicy, robots_fetch
+    from crawlfleet.crawler.worker.flow import WorkerOptions
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
-    from crawlfleet.crawler.worker.worker import WorkerOptions
     from crawlfleet.frontier import Frontier, FrontierSettings
     from crawlfleet.output.stores import checked_store
     from crawlfleet.scrapy.runtime import Runtime

@@ -111,8 +111,8 @@ if TYPE_CHECKING:
 
     from crawlfleet.crawler.fetching.safety import AddressGuard
     from crawlfleet.crawler.politeness.robots import RobotsPolicy
+    from crawlfleet.crawler.worker.flow import WorkerOptions
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
-    from crawlfleet.crawler.worker.worker import WorkerOptions
     from crawlfleet.crawljob import CrawlJobSpec
     from crawlfleet.output.stores import OutputStore
 

@@ -1,5 +1,5 @@
-"""What every kind of worker process shares in its flow layer: the counters it heartbeats,
-its output sink, its periodic tasks and its wake-ups.
+"""What every kind of worker process shares in its flow layer: how the process runs (its
+options), the counters it heartbeats, its output sink, its periodic tasks and its wake-ups.
 
 crawlfleet's own worker (``worker.py``) and the Scrapy runtime (``crawlfleet/scrapy/``) are
 two loops over one frontier; the fleet brain reads both through the same heartbeat counters,
@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
@@ -20,14 +21,15 @@ from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import HeartbeatValue
 
 if TYPE_CHECKING:
+    from crawlfleet.config import WorkerConfig
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
-    from crawlfleet.crawler.worker.worker import WorkerOptions
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 
 __all__ = [
     "OUTPUT_BLOCKED_REASON_CHARS",
     "WORKER_COUNTERS",
+    "WorkerOptions",
     "every",
     "flush_at_shutdown",
     "heartbeat_fields",
@@ -37,6 +39,53 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How this process runs, as opposed to what the job asks (the spec).
+
+    Flat copies of the process knobs (:class:`crawlfleet.config.WorkerConfig`), read in the
+    claim loop; build it with :meth:`from_config`.
+    """
+
+    worker_id: str
+    exit_when_done: bool
+    grace_seconds: float
+    settle_seconds: float
+    flush_linger_seconds: float
+    idle_poll_seconds: float
+    claim_batch_wait_seconds: float
+    max_buffered: int
+    output_drain_seconds: float
+    max_records_per_file: int
+    max_pending_files: int
+    output_retry_max_seconds: float
+    #: Write the output's closing files (manifest.json, dead-letters.jsonl) when the job is
+    #: complete, if no other worker has: a worker that keeps running is in a fleet (a pod,
+    #: or a child of crawlfleet run), whose first idle or draining worker writes them.
+    finish_output: bool = False
+
+    @classmethod
+    def from_config(
+        cls, worker_id: str, config: WorkerConfig, *, exit_when_done: bool
+    ) -> WorkerOptions:
+        return cls(
+            worker_id=worker_id,
+            exit_when_done=exit_when_done,
+            grace_seconds=config.drain.grace_seconds,
+            settle_seconds=config.drain.settle_seconds,
+            flush_linger_seconds=config.flush_linger_seconds,
+            idle_poll_seconds=config.idle_poll_seconds,
+            claim_batch_wait_seconds=config.claim_batch_wait_seconds,
+            max_buffered=config.max_buffered,
+            output_drain_seconds=config.drain.output_seconds,
+            max_records_per_file=config.output.max_records_per_file,
+            max_pending_files=config.output.max_pending_files,
+            output_retry_max_seconds=config.output.retry_max_seconds,
+            finish_output=not exit_when_done,
+        )
+
 
 #: The counters a worker's heartbeat carries besides its gauges (in_flight, limit, output_*).
 WORKER_COUNTERS: Final = (

@@ -17,8 +17,9 @@ from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.fetching.memory import ByteBudget, budget_bytes, cgroup_memory_limit
 from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.crawler.politeness.robots import RobotsPolicy, robots_fetch
+from crawlfleet.crawler.worker.flow import WorkerOptions
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
-from crawlfleet.crawler.worker.worker import Worker, WorkerOptions
+from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJob, read_seed_file
 from crawlfleet.errors import ConfigError
 from crawlfleet.frontier import Frontier, FrontierSettings

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from urllib.parse import urljoin
 
-from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.fetching.memory import ByteBudget, Reservation
@@ -53,6 +52,7 @@ from crawlfleet.crawler.links.sitemaps import (
 from crawlfleet.crawler.politeness.concurrency import AdaptiveLimit
 from crawlfleet.crawler.politeness.robots import RobotsPolicy
 from crawlfleet.crawler.worker.flow import (
+    WorkerOptions,
     every,
     flush_at_shutdown,
     heartbeat_fields,
@@ -86,7 +86,7 @@ from crawlfleet.output.manifest import finish_output_once
 from crawlfleet.output.stores import OutputStore
 from crawlfleet.urls import origin_of
 
-__all__ = ["Worker", "WorkerOptions"]
+__all__ = ["Worker"]
 
 log = logging.getLogger(__name__)
 
@@ -96,52 +96,6 @@ _FINISH_CHECK_SECONDS = 1.0
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 #: What a page that is not HTML offers: nothing (never mutated).
 _NO_LINKS = PageLinks(title=None)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerOptions:
-    """How this process runs, as opposed to what the job asks (the spec).
-
-    Flat copies of the process knobs (:class:`crawlfleet.config.WorkerConfig`), read in the
-    claim loop; build it with :meth:`from_config`.
-    """
-
-    worker_id: str
-    exit_when_done: bool
-    grace_seconds: float
-    settle_seconds: float
-    flush_linger_seconds: float
-    idle_poll_seconds: float
-    claim_batch_wait_seconds: float
-    max_buffered: int
-    output_drain_seconds: float
-    max_records_per_file: int
-    max_pending_files: int
-    output_retry_max_seconds: float
-    #: Write the output's closing files (manifest.json, dead-letters.jsonl) when the job is
-    #: complete, if no other worker has: a worker that keeps running is in a fleet (a pod,
-    #: or a child of crawlfleet run), whose first idle or draining worker writes them.
-    finish_output: bool = False
-
-    @classmethod
-    def from_config(
-        cls, worker_id: str, config: WorkerConfig, *, exit_when_done: bool
-    ) -> WorkerOptions:
-        return cls(
-            worker_id=worker_id,
-            exit_when_done=exit_when_done,
-            grace_seconds=config.drain.grace_seconds,
-            settle_seconds=config.drain.settle_seconds,
-            flush_linger_seconds=config.flush_linger_seconds,
-            idle_poll_seconds=config.idle_poll_seconds,
-            claim_batch_wait_seconds=config.claim_batch_wait_seconds,
-            max_buffered=config.max_buffered,
-            output_drain_seconds=config.drain.output_seconds,
-            max_records_per_file=config.output.max_records_per_file,
-            max_pending_files=config.output.max_pending_files,
-            output_retry_max_seconds=config.output.retry_max_seconds,
-            finish_output=not exit_when_done,
-        )
 
 
 @dataclass(slots=True)
