@@ -50,14 +50,14 @@ from crawlfleet.crawljob.extract import ExtractField, ExtractRule, ExtractSelect
 from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec
 from crawlfleet.crawljob.fields import STRING_SHAPES
-from crawlfleet.crawljob.loading import load_crawljob, parse_crawljob
+from crawlfleet.crawljob.loading import load_crawljob, parse_crawljob, read_seed_file
 from crawlfleet.crawljob.output import CredentialsSecretRef, OutputSpec, S3Spec
 from crawlfleet.crawljob.redis import ManagedRedis, Persistence, RedisSpec, SecretRef
 from crawlfleet.crawljob.resource import API_VERSION, KIND, CrawlJob, ObjectMeta
 from crawlfleet.crawljob.robots import RobotsSpec
 from crawlfleet.crawljob.scope import ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
-from crawlfleet.crawljob.seeds import ConfigMapKeyRef, SeedsFrom, parse_seed_list, read_seed_file
+from crawlfleet.crawljob.seeds import ConfigMapKeyRef, SeedsFrom, parse_seed_list
 from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.status import Condition, CrawlJobStatus, FleetStatus, Phase
 

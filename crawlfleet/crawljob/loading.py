@@ -16,11 +16,12 @@ import yaml
 
 from crawlfleet.crawljob.fields import MIB
 from crawlfleet.crawljob.resource import CrawlJob
-from crawlfleet.crawljob.seeds import read_seed_file
+from crawlfleet.crawljob.seeds import MAX_SEED_LIST_BYTES, parse_seed_list
+from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.validation import MAX_DOCUMENT_DEPTH, validate
 from crawlfleet.errors import ConfigError
 
-__all__ = ["load_crawljob", "parse_crawljob"]
+__all__ = ["load_crawljob", "parse_crawljob", "read_seed_file"]
 
 
 def parse_crawljob(doc: Mapping[str, object]) -> CrawlJob:
@@ -137,3 +138,30 @@ def _construct_mapping(loader: _YamlLoader, node: yaml.MappingNode) -> dict[obje
 _YamlLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 _YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _YamlLoader.add_constructor("tag:yaml.org,2002:str", _construct_str)
+
+
+def read_seed_file(spec: CrawlJobSpec, job_file: str | Path) -> tuple[str, ...]:
+    """The seeds of ``spec.seedsFrom.file`` (relative to ``job_file``'s folder); () without one.
+
+    A ConfigMap is the operator's to read: outside a cluster it is a ConfigError that says so.
+    """
+    source = spec.seeds_from
+    if source is None:
+        return ()
+    if source.file is None:
+        raise ConfigError(
+            "spec.seedsFrom.configMapKeyRef: a ConfigMap is read by the operator in a cluster;"
+            " to run this job here, give the list as seedsFrom.file"
+        )
+    path = Path(job_file).parent / source.file
+    where = f"spec.seedsFrom.file ({path})"
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise ConfigError(f"{where}: is not a regular file")
+        with path.open("rb") as file:
+            data = file.read(MAX_SEED_LIST_BYTES + 1)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ConfigError(
+            f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}"
+        ) from exc
+    return parse_seed_list(data, where)

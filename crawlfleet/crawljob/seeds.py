@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-import stat
 import zlib
 from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ClassVar, Final
+from typing import Annotated, ClassVar, Final
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field
@@ -27,15 +25,12 @@ from crawlfleet.errors import ConfigError
 from crawlfleet.hosts import normalize_host
 from crawlfleet.urls import try_canonicalize
 
-if TYPE_CHECKING:
-    from crawlfleet.crawljob.spec import CrawlJobSpec
-
 __all__ = [
+    "MAX_SEED_LIST_BYTES",
     "ConfigMapKeyRef",
     "Seeds",
     "SeedsFrom",
     "parse_seed_list",
-    "read_seed_file",
     "seed_hosts",
 ]
 
@@ -49,7 +44,7 @@ _MAX_SEED_LENGTH: Final = 2048
 # is ~10 s of validation and a gzip ConfigMap of a few MB at most; its text is capped before
 # it is split, so a decompression bomb costs nothing.
 _MAX_LISTED_SEEDS: Final = 1_000_000
-_MAX_SEED_LIST_BYTES: Final = 256 * 1024 * 1024
+MAX_SEED_LIST_BYTES: Final = 256 * 1024 * 1024
 _MAX_PATH_LENGTH: Final = 4096
 _GZIP_MAGIC: Final = b"\x1f\x8b"
 
@@ -193,8 +188,8 @@ def parse_seed_list(data: bytes, where: str) -> tuple[str, ...]:
     """
     if data[:2] == _GZIP_MAGIC:
         data = _gunzip(data, where)
-    if len(data) > _MAX_SEED_LIST_BYTES:
-        raise ConfigError(f"{where}: is larger than {_MAX_SEED_LIST_BYTES // MIB} MiB")
+    if len(data) > MAX_SEED_LIST_BYTES:
+        raise ConfigError(f"{where}: is larger than {MAX_SEED_LIST_BYTES // MIB} MiB")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -225,38 +220,11 @@ def _gunzip(data: bytes, where: str) -> bytes:
     """Decompress with a bound: a small bomb must not become gigabytes in the operator."""
     decompressor = zlib.decompressobj(wbits=31)
     try:
-        plain = decompressor.decompress(data, _MAX_SEED_LIST_BYTES + 1)
+        plain = decompressor.decompress(data, MAX_SEED_LIST_BYTES + 1)
     except zlib.error as error:
         raise ConfigError(f"{where}: starts as gzip but does not decompress ({error})") from None
-    if len(plain) > _MAX_SEED_LIST_BYTES or decompressor.unconsumed_tail:
+    if len(plain) > MAX_SEED_LIST_BYTES or decompressor.unconsumed_tail:
         raise ConfigError(
-            f"{where}: is larger than {_MAX_SEED_LIST_BYTES // MIB} MiB once decompressed"
+            f"{where}: is larger than {MAX_SEED_LIST_BYTES // MIB} MiB once decompressed"
         )
     return plain
-
-
-def read_seed_file(spec: CrawlJobSpec, job_file: str | Path) -> tuple[str, ...]:
-    """The seeds of ``spec.seedsFrom.file`` (relative to ``job_file``'s folder); () without one.
-
-    A ConfigMap is the operator's to read: outside a cluster it is a ConfigError that says so.
-    """
-    source = spec.seeds_from
-    if source is None:
-        return ()
-    if source.file is None:
-        raise ConfigError(
-            "spec.seedsFrom.configMapKeyRef: a ConfigMap is read by the operator in a cluster;"
-            " to run this job here, give the list as seedsFrom.file"
-        )
-    path = Path(job_file).parent / source.file
-    where = f"spec.seedsFrom.file ({path})"
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise ConfigError(f"{where}: is not a regular file")
-        with path.open("rb") as file:
-            data = file.read(_MAX_SEED_LIST_BYTES + 1)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise ConfigError(
-            f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}"
-        ) from exc
-    return parse_seed_list(data, where)
