@@ -6,7 +6,8 @@ from, each built from the CrawlJob spec with ``from_spec``. The crawler depends 
 the output stores and the model; never on the fleet, on the Scrapy runtime built on it, on the
 operator or on the local runner.
 
-Its rooms, each importing only the ones listed before it (docs/architecture.md):
+Its rooms (docs/architecture.md): ``fetching`` and ``links`` import no other room; ``politeness``
+stands on ``fetching``, ``harvest`` on ``links``; the ``worker`` on them all.
 
 * ``fetching``: one URL to one bounded response, safely; failure classes; the body budget;
 * ``links``: a page's encoding and links, the job's scope, admission, sitemaps;
