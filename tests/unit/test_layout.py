@@ -1,10 +1,13 @@
-"""The package's shape: public faces, the one error tree, and who may speak Redis.
+"""The package's shape: public faces, the one error tree, who may speak Redis, and who may
+import whom.
 
 As httpx checks its exported members: a package's ``__all__`` must list exactly the public
 names its ``__init__`` binds (a name imported there and left out is a public name nobody
 chose; a name listed and missing breaks ``from package import *``). Errors raised on purpose
 belong to ``CrawlfleetError``'s tree, documented in ``crawlfleet/errors.py``. Redis is spoken
-by ``crawlfleet.frontier`` alone (DESIGN §3), which translates its errors once.
+by ``crawlfleet.frontier`` alone (DESIGN §3), which translates its errors once. Imports run
+down the floors of docs/architecture.md (:data:`FLOORS`, :data:`CRAWLER_ROOMS`), never up, and
+no package's parts import each other in a circle.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -46,21 +50,74 @@ OUTSIDE_THE_TREE = {
     ),
 }
 
-#: The ground floor: pure helpers that import nothing of crawlfleet's but each other, so that
-#: the CrawlJob model (``crawlfleet.crawljob``), which every layer reads, can stand on them.
-GROUND_FLOOR = (
-    "crawlfleet.destinations",
-    "crawlfleet.errors",
-    "crawlfleet.hosts",
-    "crawlfleet.patterns",
-    "crawlfleet.selection",
-    "crawlfleet.urls",
-    "crawlfleet.xpath_regexp",
+#: Who may import whom (docs/architecture.md draws it): every module of crawlfleet stands on
+#: one floor, and imports only modules on its own floor or below -- at the top of a file, inside
+#: a function, or under ``TYPE_CHECKING`` alike (a type named is a dependency on its meaning, and
+#: a circle through annotations is still a circle). Lowest first; a new module is placed here.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    # The ground floor: pure helpers that import nothing of crawlfleet's but each other, so
+    # that the model, which every layer reads, can stand on them.
+    (
+        "crawlfleet",  # the package's own __init__: its version, nothing else
+        "crawlfleet._exports",
+        "crawlfleet.destinations",
+        "crawlfleet.errors",
+        "crawlfleet.hosts",
+        "crawlfleet.networks",
+        "crawlfleet.parsing",
+        "crawlfleet.patterns",
+        "crawlfleet.selection",
+        "crawlfleet.startup",
+        "crawlfleet.urls",
+        "crawlfleet.xpath_regexp",
+    ),
+    # What a crawl does (the CrawlJob model) and how a process runs (its knobs).
+    ("crawlfleet.crawljob", "crawlfleet.config"),
+    # The one place Redis is spoken.
+    ("crawlfleet.frontier",),
+    # Where output goes: stores, the manifest, the reader.
+    ("crawlfleet.output",),
+    # The worker and the brain, side by side: they meet only in Redis.
+    ("crawlfleet.crawler", "crawlfleet.fleet"),
+    # The Scrapy kind of worker, built on the crawler's lease lifecycle.
+    ("crawlfleet.scrapy",),
+    # One worker process: picks the kind of worker a job needs.
+    ("crawlfleet.launch",),
+    # The two backends that run a fleet (processes here, pods in a cluster), and the operator's
+    # tenancy policy.
+    ("crawlfleet.local", "crawlfleet.operator", "crawlfleet.tenancy"),
+    # Commands and tools.
+    ("crawlfleet.__main__", "crawlfleet.cli", "crawlfleet.enqueue", "crawlfleet.testsite"),
 )
+#: The ground floor, which the model stands on alone.
+GROUND_FLOOR = FLOORS[0]
+#: The crawler's rooms (crawlfleet/crawler/__init__.py), on floors of their own, lowest first.
+CRAWLER_ROOMS: tuple[tuple[str, ...], ...] = (
+    ("crawlfleet.crawler.fetching", "crawlfleet.crawler.links"),
+    ("crawlfleet.crawler.politeness", "crawlfleet.crawler.harvest"),
+    ("crawlfleet.crawler.worker",),
+)
+#: Every package whose parts stand on floors: the package and its table.
+LAYERS = {"crawlfleet": FLOORS, "crawlfleet.crawler": CRAWLER_ROOMS}
+#: Packages that never import each other, either way, whatever their floors, and why.
+STRANGERS = {
+    ("crawlfleet.crawler", "crawlfleet.operator"): (
+        "STYLE: both stand on the frontier and the model, never on each other"
+    ),
+    ("crawlfleet.crawler", "crawlfleet.fleet"): "the worker and the brain meet only in Redis",
+    ("crawlfleet.local", "crawlfleet.operator"): (
+        "two backends of one Protocol (crawlfleet/fleet/backend.py)"
+    ),
+}
 #: Packages whose ``__init__`` imports its public face.
 PACKAGES = (
     "crawlfleet",
     "crawlfleet.crawler",
+    "crawlfleet.crawler.fetching",
+    "crawlfleet.crawler.harvest",
+    "crawlfleet.crawler.links",
+    "crawlfleet.crawler.politeness",
+    "crawlfleet.crawler.worker",
     "crawlfleet.crawljob",
     "crawlfleet.fleet",
     "crawlfleet.frontier",
@@ -166,19 +223,27 @@ def test_the_tree_is_drawn_where_it_is_defined() -> None:
     assert {name.rsplit(".", 1)[1] for name in defined} == drawn
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, at the top or inside a function, relative imports resolved;
-    ``from package import name`` counts ``package.name`` too, in case the name is a module."""
+def _import_statements(path: Path) -> Iterator[tuple[str, list[str]]]:
+    """Every import of a file, at the top or inside a function, as the module it names and the
+    names it takes from it (none for ``import module``); relative imports resolved."""
     package = ".".join(path.relative_to(PACKAGE_DIR.parent).parts[:-1])  # where "." starts
-    imported = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            imported.update(alias.name for alias in node.names)
+            for alias in node.names:
+                yield alias.name, []
         elif isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             module = ".".join(part for part in (base, node.module) if part)
-            imported.add(module)
-            imported.update(f"{module}.{alias.name}" for alias in node.names)
+            yield module, [alias.name for alias in node.names]
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module a file imports; ``from package import name`` counts ``package.name`` too,
+    in case the name is a module."""
+    imported = set()
+    for module, names in _import_statements(path):
+        imported.add(module)
+        imported.update(f"{module}.{name}" for name in names)
     return imported
 
 
@@ -192,33 +257,163 @@ def test_nothing_outside_the_frontier_speaks_redis() -> None:
     assert speakers == []
 
 
-def _within(module: str, places: tuple[str, ...]) -> bool:
-    return any(module == place or module.startswith(f"{place}.") for place in places)
+def _module_files() -> dict[str, Path]:
+    """Every module of crawlfleet by name (a package by its ``__init__``), from the files."""
+    files = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        parts = path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+MODULES = _module_files()
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules of crawlfleet a file's imports name, wherever they stand (the top, a
+    function, ``TYPE_CHECKING``): ``from package import name`` names ``package.name`` when that
+    is a module, else ``package`` itself (its face); ``from module import name``, the module."""
+    named = set()
+    for module, names in _import_statements(path):
+        for name in names or [None]:
+            taken = f"{module}.{name}"
+            named.add(taken if name is not None and taken in MODULES else module)
+    return named & MODULES.keys()
+
+
+def _within(module: str, place: str, package: str) -> bool:
+    """``place`` holds ``module``: it is the module, or a package above it -- except the table's
+    own package, which stands on its floor as its ``__init__`` alone."""
+    return module == place or (place != package and module.startswith(f"{place}."))
+
+
+def _floor(module: str, package: str) -> int | None:
+    """The floor of ``module`` in ``package``'s table; None when no floor holds it."""
+    for number, floor in enumerate(LAYERS[package]):
+        if any(_within(module, place, package) for place in floor):
+            return number
+    return None
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def _upward_imports(package: str) -> list[str]:
+    """Every import of a module of ``package`` that reaches a floor above its own (or a module
+    inside ``package`` that no floor holds, such as the package's own face from one of its
+    rooms), as ``importer -> imported``."""
+    found = []
+    for name, path in sorted(MODULES.items()):
+        if not _inside(name, package) or (name == package and _floor(name, package) is None):
+            continue  # a module outside, or the face, which imports its rooms to show them
+        own = _floor(name, package)
+        assert own is not None, f"{name} stands on no floor of {package}: place it in LAYERS"
+        for imported in sorted(_imports(path)):
+            if not _inside(imported, package):
+                continue  # the table above this one rules it
+            floor = _floor(imported, package)
+            if floor is None or floor > own:
+                found.append(f"{name} -> {imported}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_no_module_imports_a_floor_above_its_own(package: str) -> None:
+    """docs/architecture.md: imports run down the floors, never up, not even lazily or for a
+    type. A module that needs one above it belongs on a higher floor, or what it needs lower."""
+    upward = _upward_imports(package)
+    assert not upward, "\n".join(upward)
+
+
+def _parts(package: str) -> dict[str, set[str]]:
+    """The parts of ``package`` (its modules and sub-packages, and ``__init__``: its face) and,
+    for each, the parts it imports."""
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        if not name.startswith(f"{package}.") and name != package:
+            continue
+        part = "__init__" if name == package else name[len(package) + 1 :].split(".")[0]
+        targets = edges.setdefault(part, set())
+        for imported in _imports(path):
+            if imported == package:
+                targets.add("__init__")
+            elif imported.startswith(f"{package}."):
+                targets.add(imported[len(package) + 1 :].split(".")[0])
+        targets.discard(part)
+    return edges
+
+
+def _circle(edges: dict[str, set[str]]) -> list[str]:
+    """One circle of the graph (its parts in order, the first repeated last), or []."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" after
+    path: list[str] = []
+
+    def visit(part: str) -> list[str]:
+        state[part] = "open"
+        path.append(part)
+        for target in sorted(edges.get(part, ())):
+            if state.get(target) == "open":
+                return [*path[path.index(target) :], target]
+            if target not in state and (circle := visit(target)):
+                return circle
+        state[part] = "done"
+        path.pop()
+        return []
+
+    for part in sorted(edges):
+        if part not in state and (circle := visit(part)):
+            return circle
+    return []
+
+
+PACKAGE_NAMES = sorted(name for name, path in MODULES.items() if path.name == "__init__.py")
+
+
+@pytest.mark.parametrize("package", PACKAGE_NAMES)
+def test_no_package_has_an_import_circle_between_its_parts(package: str) -> None:
+    """Within every package, its modules and sub-packages (and its face, ``__init__``) import
+    each other in one direction only: a circle, even through ``TYPE_CHECKING``, means two parts
+    are one idea, or one holds what the other should. Together with the floors, this leaves no
+    circle anywhere in crawlfleet."""
+    circle = _circle(_parts(package))
+    assert not circle, " -> ".join(circle)
+
+
+def test_the_floors_hold_every_module_once() -> None:
+    placed = [place for floor in FLOORS for place in floor]
+    assert len(placed) == len(set(placed))
+    assert [name for name in MODULES if _floor(name, "crawlfleet") is None] == []
+    rooms = [place for floor in CRAWLER_ROOMS for place in floor]
+    inside = {
+        ".".join(name.split(".")[:3]) for name in MODULES if _inside(name, "crawlfleet.crawler")
+    }
+    children = inside - {"crawlfleet.crawler"}
+    assert sorted(rooms) == sorted(children), "every module of the crawler lives in a room"
 
 
 def test_the_model_stands_on_the_ground_floor_only() -> None:
     """The CrawlJob model is read by every layer, so it imports none of them (the frontier, the
-    output stores, the crawler, the fleet, the operator, the local runner, the Scrapy runtime):
-    only its own modules and the pure helpers of the ground floor, at the top or lazily."""
-    for path in (PACKAGE_DIR / "crawljob").rglob("*.py"):
-        ours = {m for m in _imported_modules(path) if _within(m, ("crawlfleet",))}
-        above = {m for m in ours if not _within(m, ("crawlfleet.crawljob", *GROUND_FLOOR))}
-        assert above == set(), path
+    output stores, the crawler, the fleet, the operator, the local runner, the Scrapy runtime),
+    nor the process knobs beside it: only its own modules and the ground floor's helpers."""
+    for name, path in MODULES.items():
+        if _inside(name, "crawlfleet.crawljob"):
+            above = {
+                imported
+                for imported in _imports(path)
+                if not _inside(imported, "crawlfleet.crawljob")
+                and _floor(imported, "crawlfleet") != 0
+            }
+            assert above == set(), name
 
 
-def test_the_ground_floor_imports_nothing_above_it() -> None:
-    for name in GROUND_FLOOR:
-        path = PACKAGE_DIR.parent.joinpath(*name.split(".")).with_suffix(".py")
-        ours = {m for m in _imported_modules(path) if _within(m, ("crawlfleet",))}
-        assert {m for m in ours if not _within(m, GROUND_FLOOR)} == set(), path
-
-
-def test_the_crawler_and_the_operator_never_import_each_other() -> None:
-    """STYLE: crawler and operator depend on frontier and fleet, never on each other."""
-    for side, other in (("crawler", "operator"), ("operator", "crawler")):
-        for path in (PACKAGE_DIR / side).rglob("*.py"):
-            imported = _imported_modules(path)
-            assert not any(m.startswith(f"crawlfleet.{other}") for m in imported), path
+@pytest.mark.parametrize("pair", sorted(STRANGERS), ids=" and ".join)
+def test_strangers_never_import_each_other(pair: tuple[str, str]) -> None:
+    why = STRANGERS[pair]
+    for side, other in (pair, pair[::-1]):
+        for name, path in MODULES.items():
+            if _inside(name, side):
+                assert not any(_inside(m, other) for m in _imports(path)), f"{name}: {why}"
 
 
 def test_only_the_command_line_imports_the_command_line() -> None:
