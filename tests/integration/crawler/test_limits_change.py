@@ -9,6 +9,7 @@ must give no more than the new cap once its extra requests are over.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -33,6 +34,19 @@ def _with_per_host(crawl: Crawl, per_host: int, tmp_path: Path) -> Crawl:
     return Crawl(crawl.name, edited, crawl.out, crawl.redis_url)
 
 
+async def _wait_for_per_host(crawl: Crawl, per_host: int) -> None:
+    """Until the job's limits in the frontier say ``per_host`` (a worker opened it with them)."""
+    frontier = await crawl.frontier()
+    try:
+        deadline = time.monotonic() + 60
+        meta = frontier.keys.key("meta")
+        while int(await frontier.client.hget(meta, "per_host") or 0) != per_host:
+            assert time.monotonic() < deadline, f"perHost {per_host} never reached the frontier"
+            await asyncio.sleep(0.02)
+    finally:
+        await frontier.aclose()
+
+
 def _wait_for_pages(site: TestSite, count: int) -> None:
     deadline = time.monotonic() + 60
     while sum(1 for r in site.all_requests() if r.path != "/robots.txt") < count:
@@ -43,7 +57,7 @@ def _wait_for_pages(site: TestSite, count: int) -> None:
 async def test_per_host_raised_then_lowered_on_a_running_job_completes(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    config = SiteConfig(hosts=1, pages_per_host=150, hostile=False, latency_seconds=0.03)
+    config = SiteConfig(hosts=1, pages_per_host=240, hostile=False, latency_seconds=0.03)
     with TestSite(config) as site:
         crawl = make_crawl(
             site,
@@ -55,9 +69,11 @@ async def test_per_host_raised_then_lowered_on_a_running_job_completes(
         first = crawl.start("w1")
         _wait_for_pages(site, 20)
         raised = _with_per_host(crawl, 4, tmp_path).start("w2")  # perHost 1 -> 4
-        _wait_for_pages(site, 60)
+        await _wait_for_per_host(crawl, 4)
+        _wait_for_pages(site, len(site.all_requests()) + 30)
         peak_after_raise = site.max_concurrency(0)
         lowered = _with_per_host(crawl, 2, tmp_path).start("w3")  # 4 -> 2
+        await _wait_for_per_host(crawl, 2)
         assert wait_all([first, raised, lowered], timeout=120) == [0, 0, 0]
         expected = {canonicalize(url) for url in site.expected_pages()}
         crawled = [canonicalize(page["url"]) for page in crawl.pages() if page["status"] == 200]
