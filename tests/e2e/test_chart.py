@@ -36,7 +36,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from crawlfleet.config import Config
+from crawlfleet.config import Config, OperatorConfig
 from crawlfleet.operator.children import ChildNames, selector_string
 from crawlfleet.operator.output import DefaultOutput
 from crawlfleet.tenancy import TenancyPolicy
@@ -288,6 +288,23 @@ def test_the_quickstart_store_is_the_default_destination_and_the_operator_accept
     ).stdout  # fmt: skip
     chosen = DefaultOutput.parse(_operator_env(own)["CRAWLFLEET_DEFAULT_OUTPUT"])
     assert chosen.output.destination == "s3://mine/crawls/"  # the user's wins over the store
+
+
+def test_only_the_operators_pods_carry_the_labels_each_jobs_redis_admits(helm: Helm) -> None:
+    """Each job's Redis NetworkPolicy admits pods with the operator's labels: the object store
+    shares the chart's name label and must not match them (it would reach every job's Redis)."""
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf", "--set", "objectStore.enabled=true"
+    ).stdout
+    admitted = dict(OperatorConfig().operator_labels)
+    matching = sorted(
+        obj["metadata"]["name"]
+        for obj in documents(rendered)
+        if obj["kind"] in WORKLOADS
+        and admitted.items()
+        <= obj["spec"]["template"].get("metadata", {}).get("labels", {}).items()
+    )
+    assert matching == [RELEASE]
 
 
 # -- the tenancy policy ------------------------------------------------------------------------

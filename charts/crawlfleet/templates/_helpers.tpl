@@ -29,8 +29,8 @@ Names. The full name is truncated to 63 characters: it becomes a label value and
 {{/*
 Labels. The selector labels are immutable on a Deployment, so they hold only what never
 changes for a release. The name is fixed, not nameOverride's: each CrawlJob's NetworkPolicy
-admits pods labelled app.kubernetes.io/name=crawlfleet-operator to the job's Redis (the
-operator's OperatorConfig.operator_labels), and the workers it starts are
+admits pods labelled app.kubernetes.io/name=crawlfleet-operator and component=operator (not
+the object store) to the job's Redis (the operator's OperatorConfig.operator_labels), and the workers it starts are
 app.kubernetes.io/name=crawlfleet.
 
 Each object has one component (operator, object-store): the component*Labels take
