@@ -10,6 +10,7 @@ garbage collector does not delete them with the job. The job says which objects 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,217 @@ BY_HAND = "the operator did not make it for this job"
 CONTROLLED = "another object is its controller"
 
 
+def test_deleting_the_object_in_the_way_lets_the_job_start(
+    cluster: Cluster, crd: None, namespace: str, tmp_path: Path, core: client.CoreV1Api
+) -> None:
+    apps = client.AppsV1Api(cluster.api)
+    core.create_namespaced_service(
+        namespace,
+        client.V1Service(
+            metadata=client.V1ObjectMeta(name="solo-metrics"),
+            spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=4242)]),
+        ),
+    )
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, job("solo"), namespace=namespace)
+        entry = held(cluster, namespace, "solo", operator)
+        assert entry["message"].startswith(not_owned("Service", namespace, "solo-metrics", BY_HAND))
+        assert labelled_children(cluster, namespace, "solo") == []
+        core.delete_namespaced_service("solo-metrics", namespace)
+
+        def started() -> dict[str, Any] | None:
+            found = condition(get_job(cluster, namespace, "solo"), "ChildConflict")
+            return found if found and found["status"] == "False" else None
+
+        try:  # one recheck after the delete, and the apply
+            cleared = wait_until(
+                started, timeout=RECHECK_SECONDS + 30, interval=0.5, what="solo to start"
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{operator.log()}") from None
+        uid = get_job(cluster, namespace, "solo")["metadata"]["uid"]
+        workers = apps.read_namespaced_deployment("solo-workers", namespace)
+        metrics = core.read_namespaced_service("solo-metrics", namespace)
+
+        # A child replaced behind the job's back is not taken over at the next apply either,
+        # and the job's workers (scaled up by hand here: no Redis runs) stop while it is held.
+        apps.patch_namespaced_deployment_scale("solo-workers", namespace, {"spec": {"replicas": 2}})
+        core.delete_namespaced_service("solo-metrics", namespace)
+        core.create_namespaced_service(
+            namespace,
+            client.V1Service(
+                metadata=client.V1ObjectMeta(name="solo-metrics"),
+                spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=4343)]),
+            ),
+        )
+        replaced = core.read_namespaced_service("solo-metrics", namespace).metadata
+        client.CustomObjectsApi(cluster.api).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "solo", {"spec": {"concurrency": {"perHost": 3}}}
+        )
+        wait_until(
+            lambda: apps.read_namespaced_deployment("solo-workers", namespace).spec.replicas == 0,
+            timeout=60,
+            what="the held job's workers scaled to 0",
+        )
+        again = held(cluster, namespace, "solo", operator)
+        job_now = get_job(cluster, namespace, "solo")
+        after = core.read_namespaced_service("solo-metrics", namespace).metadata
+
+    assert cleared["reason"] == "NoConflict"
+    for made in (workers, metrics):
+        (reference,) = made.metadata.owner_references
+        assert (reference.uid, reference.controller) == (uid, True)
+    assert metrics.spec.ports[0].port != 4242  # the job's own Service, not the one deleted
+    assert again["message"].startswith(not_owned("Service", namespace, "solo-metrics", BY_HAND))
+    assert job_now["status"]["phase"] == "Pending"
+    assert (after.resource_version, after.owner_references) == (replaced.resource_version, None)
+
+
+def test_the_default_output_credentials_are_never_written_into_an_object_of_that_name(
+    cluster: Cluster,
+    crd: None,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator copies its default output's keys into ``<job>-output``: into the job's own
+    Secret only, never into one someone else made (and may read) under that name."""
+    keys = {"AWS_ACCESS_KEY_ID": "operator-key-id", "AWS_SECRET_ACCESS_KEY": "operator-secret"}
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name="crawl-store"), string_data=keys),
+    )
+    default = {
+        "destination": "s3://crawls/jobs/",
+        "s3": {"endpoint": "http://127.0.0.1:9", "secretRef": {"name": "crawl-store"}},
+        "secretNamespace": namespace,
+    }
+    monkeypatch.setenv("CRAWLFLEET_DEFAULT_OUTPUT", json.dumps(default))
+    core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name="out-output"), data=SECRET_DATA),
+    )
+    before = core.read_namespaced_secret("out-output", namespace)
+    document = job("out")
+    document["spec"]["output"] = {}  # no destination: the operator's default, and its keys
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        apply(cluster, document, namespace=namespace)
+        entry = held(cluster, namespace, "out", operator)
+        made = labelled_children(cluster, namespace, "out")
+    after = core.read_namespaced_secret("out-output", namespace)
+
+    assert entry["message"].startswith(not_owned("Secret", namespace, "out-output", BY_HAND))
+    assert made == []
+    assert (after.metadata.resource_version, after.data) == (
+        before.metadata.resource_version,
+        SECRET_DATA,
+    )
+
+
+# -- the client's rule, without the operator ------------------------------------------------
+
+
+@pytest.fixture
+async def kube(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Kube]:
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    api = Kube(login)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+@pytest.fixture
+def owner(cluster: Cluster, crd: None, namespace: str) -> Callable[[str], str]:
+    """CrawlJobs to own things (no operator runs: nothing acts on them); their uids."""
+
+    def make(name: str) -> str:
+        apply(cluster, job(name), namespace=namespace)
+        found = client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+        return str(found["metadata"]["uid"])
+
+    return make
+
+
+def config_map(namespace: str, name: str, uid: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "CrawlJob",
+                    "name": "mine",
+                    "uid": uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "data": data,
+    }
+
+
+async def test_ensure_children_applies_the_owners_own_and_nothing_beside_a_foreign_one(
+    kube: Kube, owner: Callable[[str], str], core: client.CoreV1Api, namespace: str
+) -> None:
+    mine = owner("mine")
+    first = [Child(config_map(namespace, "a", mine, {"v": "1"}))]
+    first.append(Child(config_map(namespace, "b", mine, {"v": "1"}), once=True))
+    assert await kube.ensure_children(first, mine) == []
+    again = [Child(config_map(namespace, "a", mine, {"v": "2"}))]
+    again.append(Child(config_map(namespace, "b", mine, {"v": "2"}), once=True))
+    assert await kube.ensure_children(again, mine) == []
+    assert core.read_namespaced_config_map("a", namespace).data == {"v": "2"}
+    assert core.read_namespaced_config_map("b", namespace).data == {"v": "1"}  # made once
+
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c"), data={"v": "x"})
+    )
+    version = core.read_namespaced_config_map("c", namespace).metadata.resource_version
+    blocked = [
+        Child(config_map(namespace, "a", mine, {"v": "3"})),
+        Child(config_map(namespace, "c", mine, {"v": "3"})),
+        Child(config_map(namespace, "d", mine, {"v": "3"})),
+    ]
+    (conflict,) = await kube.ensure_children(blocked, mine)
+    assert (conflict.kind, conflict.name, conflict.controlled) == ("ConfigMap", "c", False)
+    assert core.read_namespaced_config_map("a", namespace).data == {"v": "2"}  # not applied
+    untouched = core.read_namespaced_config_map("c", namespace)
+    assert (untouched.metadata.resource_version, untouched.data) == (version, {"v": "x"})
+    assert not core.list_namespaced_config_map(namespace, field_selector="metadata.name=d").items
+
+
+async def test_an_apply_meant_for_a_child_since_replaced_changes_nothing(
+    kube: Kube, owner: Callable[[str], str], core: client.CoreV1Api, namespace: str
+) -> None:
+    """The uid read before an apply goes with it: an object put under the child's name since
+    (the child deleted, another made) is refused by the API server, not applied over."""
+    mine = owner("mine")
+    assert await kube.ensure_children([Child(config_map(namespace, "a", mine, {}))], mine) == []
+    read = await kube.metadata(config_map(namespace, "a", mine, {}))
+    assert read is not None
+    core.delete_namespaced_config_map("a", namespace)
+    core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a"), data={"v": "x"})
+    )
+    stale = config_map(namespace, "a", mine, {"v": "mine"})
+    stale["metadata"]["uid"] = read["uid"]
+    with pytest.raises(KubeError) as refused:
+        await kube.ensure(stale)
+    assert refused.value.status == 422
+    assert "metadata.uid" in str(refused.value)
+    newcomer = core.read_namespaced_config_map("a", namespace)
+    assert (newcomer.data, newcomer.metadata.owner_references) == ({"v": "x"}, None)
+
+
+# Last in the module: by then the garbage collector has long watched CrawlJobs (it finds a new
+# kind by discovery, every 30 s), so the witness below goes within seconds of its owner.
 def test_objects_with_a_jobs_child_names_are_left_untouched_reported_and_outlive_the_job(
     cluster: Cluster, crd: None, namespace: str, tmp_path: Path, core: client.CoreV1Api
 ) -> None:
@@ -239,143 +451,3 @@ def test_objects_with_a_jobs_child_names_are_left_untouched_reported_and_outlive
     # The other tenant's job got its own children, under its own names.
     assert "Deployment/other-workers" in labelled_children(cluster, namespace, "other")
     assert "Traceback" not in log
-
-
-def test_deleting_the_object_in_the_way_lets_the_job_start(
-    cluster: Cluster, crd: None, namespace: str, tmp_path: Path, core: client.CoreV1Api
-) -> None:
-    apps = client.AppsV1Api(cluster.api)
-    core.create_namespaced_service(
-        namespace,
-        client.V1Service(
-            metadata=client.V1ObjectMeta(name="solo-metrics"),
-            spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=4242)]),
-        ),
-    )
-    with running_operator(cluster, namespace, tmp_path) as operator:
-        apply(cluster, job("solo"), namespace=namespace)
-        entry = held(cluster, namespace, "solo", operator)
-        assert entry["message"].startswith(not_owned("Service", namespace, "solo-metrics", BY_HAND))
-        assert labelled_children(cluster, namespace, "solo") == []
-        core.delete_namespaced_service("solo-metrics", namespace)
-
-        def started() -> dict[str, Any] | None:
-            found = condition(get_job(cluster, namespace, "solo"), "ChildConflict")
-            return found if found and found["status"] == "False" else None
-
-        try:  # one recheck after the delete, and the apply
-            cleared = wait_until(
-                started, timeout=RECHECK_SECONDS + 30, interval=0.5, what="solo to start"
-            )
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{operator.log()}") from None
-        uid = get_job(cluster, namespace, "solo")["metadata"]["uid"]
-        workers = apps.read_namespaced_deployment("solo-workers", namespace)
-        metrics = core.read_namespaced_service("solo-metrics", namespace)
-
-    assert cleared["reason"] == "NoConflict"
-    for made in (workers, metrics):
-        (reference,) = made.metadata.owner_references
-        assert (reference.uid, reference.controller) == (uid, True)
-    assert metrics.spec.ports[0].port != 4242  # the job's own Service, not the one deleted
-
-
-# -- the client's rule, without the operator ------------------------------------------------
-
-
-@pytest.fixture
-async def kube(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Kube]:
-    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
-    api = Kube(login)
-    try:
-        yield api
-    finally:
-        await api.close()
-
-
-@pytest.fixture
-def owner(cluster: Cluster, crd: None, namespace: str) -> Callable[[str], str]:
-    """CrawlJobs to own things (no operator runs: nothing acts on them); their uids."""
-
-    def make(name: str) -> str:
-        apply(cluster, job(name), namespace=namespace)
-        found = client.CustomObjectsApi(cluster.api).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name
-        )
-        return str(found["metadata"]["uid"])
-
-    return make
-
-
-def config_map(namespace: str, name: str, uid: str, data: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "CrawlJob",
-                    "name": "mine",
-                    "uid": uid,
-                    "controller": True,
-                }
-            ],
-        },
-        "data": data,
-    }
-
-
-async def test_ensure_children_applies_the_owners_own_and_nothing_beside_a_foreign_one(
-    kube: Kube, owner: Callable[[str], str], core: client.CoreV1Api, namespace: str
-) -> None:
-    mine = owner("mine")
-    first = [Child(config_map(namespace, "a", mine, {"v": "1"}))]
-    first.append(Child(config_map(namespace, "b", mine, {"v": "1"}), once=True))
-    assert await kube.ensure_children(first, mine) == []
-    again = [Child(config_map(namespace, "a", mine, {"v": "2"}))]
-    again.append(Child(config_map(namespace, "b", mine, {"v": "2"}), once=True))
-    assert await kube.ensure_children(again, mine) == []
-    assert core.read_namespaced_config_map("a", namespace).data == {"v": "2"}
-    assert core.read_namespaced_config_map("b", namespace).data == {"v": "1"}  # made once
-
-    core.create_namespaced_config_map(
-        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c"), data={"v": "x"})
-    )
-    version = core.read_namespaced_config_map("c", namespace).metadata.resource_version
-    blocked = [
-        Child(config_map(namespace, "a", mine, {"v": "3"})),
-        Child(config_map(namespace, "c", mine, {"v": "3"})),
-        Child(config_map(namespace, "d", mine, {"v": "3"})),
-    ]
-    (conflict,) = await kube.ensure_children(blocked, mine)
-    assert (conflict.kind, conflict.name, conflict.controlled) == ("ConfigMap", "c", False)
-    assert core.read_namespaced_config_map("a", namespace).data == {"v": "2"}  # not applied
-    untouched = core.read_namespaced_config_map("c", namespace)
-    assert (untouched.metadata.resource_version, untouched.data) == (version, {"v": "x"})
-    assert not core.list_namespaced_config_map(namespace, field_selector="metadata.name=d").items
-
-
-async def test_an_apply_meant_for_a_child_since_replaced_changes_nothing(
-    kube: Kube, owner: Callable[[str], str], core: client.CoreV1Api, namespace: str
-) -> None:
-    """The uid read before an apply goes with it: an object put under the child's name since
-    (the child deleted, another made) is refused by the API server, not applied over."""
-    mine = owner("mine")
-    assert await kube.ensure_children([Child(config_map(namespace, "a", mine, {}))], mine) == []
-    read = await kube.metadata(config_map(namespace, "a", mine, {}))
-    assert read is not None
-    core.delete_namespaced_config_map("a", namespace)
-    core.create_namespaced_config_map(
-        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a"), data={"v": "x"})
-    )
-    stale = config_map(namespace, "a", mine, {"v": "mine"})
-    stale["metadata"]["uid"] = read["uid"]
-    with pytest.raises(KubeError) as refused:
-        await kube.ensure(stale)
-    assert refused.value.status == 422
-    assert "metadata.uid" in str(refused.value)
-    newcomer = core.read_namespaced_config_map("a", namespace)
-    assert (newcomer.data, newcomer.metadata.owner_references) == ({"v": "x"}, None)
