@@ -247,8 +247,12 @@ def test_the_default_output_credentials_are_never_written_into_an_object_of_that
 
 
 @pytest.fixture
-async def kube(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Kube]:
+def use_kubeconfig(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+
+
+@pytest.fixture
+async def kube(use_kubeconfig: None) -> AsyncIterator[Kube]:
     api = Kube(login)
     try:
         yield api
@@ -321,27 +325,64 @@ async def test_ensure_children_applies_the_owners_own_and_nothing_beside_a_forei
     assert not core.list_namespaced_config_map(namespace, field_selector="metadata.name=d").items
 
 
-async def test_an_apply_meant_for_a_child_since_replaced_changes_nothing(
-    kube: Kube, owner: Callable[[str], str], core: client.CoreV1Api, namespace: str
+class ReadTooEarly(Kube):
+    """A test double of timing, over the real client: the read of each name in ``stale``
+    answers what it was before (once), as if someone acted between the operator's read and
+    its write; everything else is the real call."""
+
+    def __init__(self, stale: dict[str, dict[str, Any] | None]) -> None:
+        super().__init__(login)
+        self.stale = stale
+
+    async def metadata(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        name = manifest["metadata"]["name"]
+        if name in self.stale:
+            return self.stale.pop(name)
+        return await super().metadata(manifest)
+
+
+def by_hand(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    """A ConfigMap someone made under a child's name; its resourceVersion."""
+    made = core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"v": "x"})
+    )
+    return str(made.metadata.resource_version)
+
+
+async def test_a_child_made_by_someone_else_after_the_read_is_never_written(
+    kube: Kube,
+    owner: Callable[[str], str],
+    core: client.CoreV1Api,
+    namespace: str,
+    use_kubeconfig: None,
 ) -> None:
-    """The uid read before an apply goes with it: an object put under the child's name since
-    (the child deleted, another made) is refused by the API server, not applied over."""
+    """Between the read and the write: a made-once child created by someone else meanwhile
+    answers the POST with 409 and is read again (a conflict, not taken over); an applied
+    child deleted and made anew by someone else is refused by the API server, because the
+    uid read before goes with the apply."""
     mine = owner("mine")
     assert await kube.ensure_children([Child(config_map(namespace, "a", mine, {}))], mine) == []
     read = await kube.metadata(config_map(namespace, "a", mine, {}))
-    assert read is not None
     core.delete_namespaced_config_map("a", namespace)
-    core.create_namespaced_config_map(
-        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="a"), data={"v": "x"})
-    )
-    stale = config_map(namespace, "a", mine, {"v": "mine"})
-    stale["metadata"]["uid"] = read["uid"]
-    with pytest.raises(KubeError) as refused:
-        await kube.ensure(stale)
+    versions = {name: by_hand(core, namespace, name) for name in ("a", "b")}
+    late = ReadTooEarly({"a": read, "b": None})
+    try:
+        once = [Child(config_map(namespace, "b", mine, {"v": "mine"}), once=True)]
+        (conflict,) = await late.ensure_children(once, mine)
+        with pytest.raises(KubeError) as refused:
+            await late.ensure_children(
+                [Child(config_map(namespace, "a", mine, {"v": "mine"}))], mine
+            )
+    finally:
+        await late.close()
+
+    assert (conflict.kind, conflict.name, conflict.controlled) == ("ConfigMap", "b", False)
     assert refused.value.status == 422
     assert "metadata.uid" in str(refused.value)
-    newcomer = core.read_namespaced_config_map("a", namespace)
-    assert (newcomer.data, newcomer.metadata.owner_references) == ({"v": "x"}, None)
+    for name, version in versions.items():
+        found = core.read_namespaced_config_map(name, namespace)
+        assert (found.metadata.resource_version, found.data) == (version, {"v": "x"})
+        assert found.metadata.owner_references is None
 
 
 # Last in the module: by then the garbage collector has long watched CrawlJobs (it finds a new
