@@ -35,7 +35,8 @@ class Condition(_Observed):
     type: str
     """What the condition is about: Ready, Progressing, Complete, Failed, Suspended,
     InvalidSpec, OutputNotDurable, OutputBlocked, FrontierLost, FrontierMemoryPressure,
-    BloomNearlyFull, WorkersFailing, Waiting or Stalled. At most one condition of each type."""
+    BloomNearlyFull, WorkersFailing, Waiting, Stalled or ChildConflict. At most one condition of
+    each type."""
     status: Literal["True", "False", "Unknown"] = "Unknown"
     """Whether the condition holds: True, False or Unknown."""
     reason: str = ""

@@ -7,7 +7,9 @@ names are shortened with a hash of the full name (``child_name``), the way State
 Job controllers shorten theirs.
 
 The operator adopts each object (ownerReference to the CrawlJob) before it creates it, so
-deleting the job deletes its children through the garbage collector.
+deleting the job deletes its children through the garbage collector. A fixed name is where a
+child is looked for, not proof that it is the job's: an object found there is changed only if
+its controller reference is the job (operator/ownership.py).
 """
 
 from __future__ import annotations

@@ -37,23 +37,26 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NoReturn
 
 import kopf
 
 from crawlfleet.config import Config
-from crawlfleet.crawljob import CrawlJobSpec, Phase, parse_seed_list
+from crawlfleet.crawljob import CrawlJobSpec, parse_seed_list
 from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
 from crawlfleet.fleet import FleetMemory, FleetPolicy, seed_list_hash, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.operator import children
 from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
 from crawlfleet.operator.children import JobRef
-from crawlfleet.operator.kube import Kube
+from crawlfleet.operator.kube import Child, Kube
 from crawlfleet.operator.metrics import OperatorMetrics
 from crawlfleet.operator.output import DefaultOutput, output_plan
+from crawlfleet.operator.ownership import RECHECK_SECONDS, ChildConflict, conflict_message
 from crawlfleet.operator.status import (
     Observed,
+    child_conflict_resolved,
+    child_conflict_status,
     invalid_spec_status,
     job_status,
     output_not_durable_status,
@@ -146,6 +149,9 @@ class JobState:
     #: Why the tenancy policy refuses the spec (InvalidSpec), as ensure() found it; None: it
     #: does not.
     policy_problem: str | None = None
+    #: Which of the job's child names other objects hold (ChildConflict), as ensure() found
+    #: it; None: none.
+    child_conflict: str | None = None
     #: The digest of the seed list of ``spec`` (a change queues the seeds again, once).
     seeds_hash: str | None = None
     _seeds_hash_key: tuple[int | None, str | None] | None = None
@@ -338,7 +344,7 @@ class CrawlJobOperator:
         if credentials is not None:
             manifests.append((children.output_secret(ref, credentials), False, ()))
         if parsed.redis.managed is not None:
-            manifests.append(await self._redis_secret(ref))
+            manifests.append(await self._redis_secret(ref, meta["uid"]))
             pvc = children.redis_pvc(ref, parsed)
             if pvc is not None:
                 manifests.append((pvc, True, ()))  # a claim's spec is immutable
@@ -365,22 +371,17 @@ class CrawlJobOperator:
         # Replicas belong to the tick (or to kubectl scale / an HPA): set only at creation.
         manifests.append((workers, False, ("spec.replicas",)))
         manifests.append((children.metrics_service(ref), False, ()))
-        for manifest, once, handed_over in manifests:
-            kopf.adopt(manifest, owner=body)
-            try:
-                if once:
-                    created = await self.kube.create(manifest)
-                else:
-                    created = await self.kube.ensure(manifest, handed_over=handed_over)
-            except KubeError as error:
-                raise _retry_later(error) from error
-            if created:
-                log.info(
-                    "created %s %s/%s",
-                    manifest["kind"],
-                    ref.namespace,
-                    manifest["metadata"]["name"],
-                )
+        owned = [Child(*entry) for entry in manifests]
+        for child in owned:
+            kopf.adopt(child.manifest, owner=body)
+        try:  # only what is this job's: a name taken by another object holds the job
+            conflicts = await self.kube.ensure_children(owned, meta["uid"])
+        except KubeError as error:
+            raise _retry_later(error) from error
+        state.child_conflict = conflict_message(conflicts) if conflicts else None
+        if conflicts:
+            await self._hold_for_conflicts(body, ref, status, meta, patch, conflicts)
+        patch.status.update(child_conflict_resolved(status, meta.get("generation"), _now()))
         selector = children.selector_string(children.worker_selector(ref))
         # A failed job starts again when its spec changes (an edit may be the fix: a valid
         # spec, redis.onLoss: Reseed), not when the operator merely restarts.
@@ -518,18 +519,24 @@ class CrawlJobOperator:
         message: str,
     ) -> None:
         """No durable place for the output: the job waits (Pending), nothing is created."""
-        self._mark(body, status, meta, patch, message, "OutputNotDurable", "Pending")
+        self._mark(body, status, meta, patch, message, "OutputNotDurable")
 
-    async def _redis_secret(self, ref: JobRef) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
+    async def _redis_secret(
+        self, ref: JobRef, owner_uid: str
+    ) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
         """The managed Redis's Secret: a new password (created once: should the read have
-        missed a Secret, the create leaves it alone), or the one it has, never rotated.
+        missed a Secret, the create leaves it alone), or the one it has, never rotated. Only
+        the job's own Secret's password is kept: one that is not the job's is a conflict.
 
         A Secret made by an earlier version may hold only the password: the keys derived from
         it (the config line Redis includes, the workers' URL) are applied beside it.
         """
         try:
             kept = await self.kube.secret_value(
-                ref.namespace, ref.names.redis_secret, children.SECRET_PASSWORD
+                ref.namespace,
+                ref.names.redis_secret,
+                children.SECRET_PASSWORD,
+                owner_uid=owner_uid,
             )
         except KubeError as error:
             raise _retry_later(error) from error
@@ -544,7 +551,30 @@ class CrawlJobOperator:
         patch: kopf.Patch,
         message: str,
     ) -> None:
-        self._mark(body, status, meta, patch, message, "InvalidSpec", "Failed")
+        self._mark(body, status, meta, patch, message, "InvalidSpec")
+
+    async def _hold_for_conflicts(
+        self,
+        body: kopf.Body,
+        ref: JobRef,
+        status: kopf.Status,
+        meta: kopf.Meta,
+        patch: kopf.Patch,
+        conflicts: list[ChildConflict],
+    ) -> NoReturn:
+        """Child names taken by objects that are not the job's: they are left alone, nothing of
+        the job is made or changed, and kopf runs ensure() again in ``RECHECK_SECONDS`` (the
+        job starts once they are gone). A job that ran stops its workers: nothing steers them
+        while it is held."""
+        taken = {(conflict.kind, conflict.name) for conflict in conflicts}
+        ran = status.get("selector") and status.get("phase") not in ("Succeeded", "Failed")
+        if ran and ("Deployment", ref.names.workers) not in taken:
+            await self._scale_workers_to_zero(ref)
+        self._mark(body, status, meta, patch, conflict_message(conflicts), "ChildConflict")
+        raise kopf.TemporaryError(
+            f"{len(conflicts)} of the job's child names held by other objects; looking again",
+            delay=RECHECK_SECONDS,
+        )
 
     def _mark(
         self,
@@ -553,19 +583,19 @@ class CrawlJobOperator:
         meta: kopf.Meta,
         patch: kopf.Patch,
         message: str,
-        reason: Literal["InvalidSpec", "OutputNotDurable"],
-        phase: Phase,
+        reason: Literal["InvalidSpec", "OutputNotDurable", "ChildConflict"],
     ) -> None:
         """A job that must not run: its condition and status, and a warning Event once."""
         already = any(
             c.get("type") == reason and c.get("status") == "True" and c.get("message") == message
             for c in status.get("conditions") or ()
         )
-        make = invalid_spec_status if reason == "InvalidSpec" else output_not_durable_status
-        patch.status.update(make(status, message, generation=meta.get("generation"), now=_now()))
+        make = _MARKS[reason]
+        made = make(status, message, generation=meta.get("generation"), now=_now())
+        patch.status.update(made)
         if not already:
             kopf.warn(body, reason=reason, message=message)
-        self.metrics.set_phase(_ref(body).namespace, _ref(body).name, phase)
+        self.metrics.set_phase(_ref(body).namespace, _ref(body).name, made["phase"])
 
     # -- the tick ----------------------------------------------------------------------
 
@@ -592,8 +622,9 @@ class CrawlJobOperator:
             or state.output_problem is not None
             or state.seeds_problem is not None
             or state.policy_problem is not None
+            or state.child_conflict is not None
         ):
-            return  # ensure() marked it InvalidSpec or OutputNotDurable; nothing to steer
+            return  # ensure() marked it InvalidSpec, OutputNotDurable or ChildConflict
         policy = FleetPolicy.from_spec(
             parsed,
             self.config.steering,
@@ -890,7 +921,7 @@ class CrawlJobOperator:
         """
         if state.frontier is not None:
             return state.frontier
-        url = await self._redis_url(ref, spec)
+        url = await self._redis_url(ref, spec, state.owner["metadata"]["uid"])
         if url is None:
             return None
         settings = FrontierSettings.from_spec(f"{ref.namespace}.{ref.name}", spec)
@@ -910,11 +941,12 @@ class CrawlJobOperator:
             return None
         return state.frontier
 
-    async def _redis_url(self, ref: JobRef, spec: CrawlJobSpec) -> str | None:
+    async def _redis_url(self, ref: JobRef, spec: CrawlJobSpec, owner_uid: str) -> str | None:
         """Where the operator reaches the job's Redis.
 
         A managed Redis by its Service's cluster IP: no dependence on cluster DNS, and the
-        address is stable for the Service's life. Workers use the Service's DNS name.
+        address is stable for the Service's life. Workers use the Service's DNS name. Both
+        from the job's own Secret and Service only (not an object put under their names).
         """
         redis = spec.redis
         if redis.url is not None:
@@ -929,8 +961,12 @@ class CrawlJobOperator:
                 ref.namespace, redis.secret_ref.name, redis.secret_ref.key
             )
         names = ref.names
-        password = await self.kube.secret_value(ref.namespace, names.redis_secret, "password")
-        address = await self.kube.service_cluster_ip(ref.namespace, names.redis)
+        password = await self.kube.secret_value(
+            ref.namespace, names.redis_secret, "password", owner_uid=owner_uid
+        )
+        address = await self.kube.service_cluster_ip(
+            ref.namespace, names.redis, owner_uid=owner_uid
+        )
         if password is None or address is None:
             return None
         return f"redis://:{password}@{address}:{children.REDIS_PORT}/0"
@@ -1034,6 +1070,14 @@ class CrawlJobOperator:
         await frontier.aclose()
         if state is not None:
             state.frontier = None
+
+
+#: The status of a job that must not run, by the condition that says why.
+_MARKS: Final = {
+    "InvalidSpec": invalid_spec_status,
+    "OutputNotDurable": output_not_durable_status,
+    "ChildConflict": child_conflict_status,
+}
 
 
 def _networks(texts: tuple[str, ...], source: str) -> tuple[str, ...]:

@@ -28,7 +28,17 @@ What rides out a busy API server, and why each retry is safe:
   fields) instead of strategic-merge patches of whole manifests: a field the operator no longer
   sets is removed, so a volume that changes type (emptyDir to a claim) is a clean rollout
   instead of a 422 for "more than one volume type". Fields of other managers (an HPA's
-  replicas, a user's annotation) are left alone.
+  replicas, a user's annotation) are left alone. (An object made by POST and applied after
+  is not such a rollout: its fields stay with the POST's manager, so re-applied children are
+  created by apply too.)
+- **Ownership before apply** (:meth:`Kube.ensure_children`): a forced apply takes over any
+  object of that name, so each child's metadata is read first and only the job's own
+  (operator/ownership.py) is applied, with its uid in the configuration: should it have been
+  replaced since the read, the API server refuses the apply ("metadata.uid: field is
+  immutable") instead of changing the newcomer. A child that is absent is created by apply,
+  or by POST when it is made once (a 409 there is read again, never taken over); the one
+  round trip between a read that found nothing and an apply that creates is the window in
+  which an object made by someone else at that very moment would be applied over.
 """
 
 from __future__ import annotations
@@ -42,18 +52,19 @@ import os
 import random
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import aiohttp
 import kopf
 import yaml
 
 from crawlfleet.errors import KubeError
+from crawlfleet.operator.ownership import ChildConflict, ownership
 
-__all__ = ["FIELD_MANAGER", "HANDOVER_MANAGER", "Kube", "KubeError", "login"]
+__all__ = ["FIELD_MANAGER", "HANDOVER_MANAGER", "Child", "Kube", "KubeError", "login"]
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +193,16 @@ def _current_kubeconfig_user() -> dict[str, Any]:
     user_name = contexts.get(current or "", {}).get("user")
     found: dict[str, Any] = users.get(user_name or "", {})
     return found
+
+
+class Child(NamedTuple):
+    """A child of a job as :meth:`Kube.ensure_children` makes it."""
+
+    manifest: Manifest
+    #: Made once and never rewritten (a generated password, a claim's immutable spec).
+    once: bool = False
+    #: Dotted paths set only when the object is created (:meth:`Kube.ensure`).
+    handed_over: tuple[str, ...] = ()
 
 
 @dataclass(eq=False)
@@ -371,26 +392,97 @@ class Kube:
         )
         return answer is not None and answer[0] == 201
 
-    async def ensure(self, manifest: Manifest, *, handed_over: Iterable[str] = ()) -> bool:
+    async def ensure(
+        self, manifest: Manifest, *, handed_over: Iterable[str] = (), exists: bool | None = None
+    ) -> bool:
         """The object exists and its operator-owned fields are ``manifest``'s; True when made.
 
         ``handed_over``: dotted paths (``spec.replicas``) the operator sets only when it
         creates the object. They are applied once with the new object and kept by
         :data:`HANDOVER_MANAGER`, so the later applies, which leave them out, do not reset
-        them; whoever changes them after (the tick's scale, an HPA) owns them.
+        them; whoever changes them after (the tick's scale, an HPA) owns them. ``exists``:
+        whether the object is there, when the caller has just read it (None: read it here,
+        if ``handed_over`` needs to know).
         """
         paths = [path.split(".") for path in handed_over]
         if not paths:
             return await self.apply(manifest)
-        if await self.request("GET", self._object_path(manifest), missing_ok=True) is not None:
+        if exists is None:
+            exists = await self.metadata(manifest) is not None
+        if exists:
             return await self.apply(_without(manifest, paths))
         created = await self.apply(manifest)
         await self.apply(_only(manifest, paths), field_manager=HANDOVER_MANAGER)
         return created
 
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+    async def metadata(self, manifest: Manifest) -> Manifest | None:
+        """The metadata of the object ``manifest`` names (None: there is none), read without
+        its content: a Secret's data or a seed list of megabytes is not sent for it."""
+        return await self._metadata(self._object_path(manifest))
+
+    async def _metadata(self, path: str) -> Manifest | None:
+        answer = await self._call(
+            "GET", path, None, None, True, None, decode=True, accept=_METADATA_ONLY
+        )
+        found: Manifest | None = None if answer is None else answer[1].get("metadata") or {}
+        return found
+
+    async def ensure_children(
+        self, children: Sequence[Child], owner_uid: str
+    ) -> list[ChildConflict]:
+        """Make or update the children that are the owner's; change nothing if one is not.
+
+        Every child's metadata is read first (one GET each): when any name is taken by an
+        object the owner does not control, the conflicts are returned and nothing is created
+        or applied, so a job never runs half made. Otherwise each child is applied (a made-once
+        child that exists is left as it is) and the answer is empty, unless a made-once child
+        appeared since its read and is not the owner's.
+        """
+        found = [await self.metadata(child.manifest) for child in children]
+        conflicts = [
+            ChildConflict.of(child.manifest, meta)
+            for child, meta in zip(children, found, strict=True)
+            if meta is not None and ownership(meta, owner_uid) == "foreign"
+        ]
+        if conflicts:
+            return conflicts
+        for child, meta in zip(children, found, strict=True):
+            manifest = child.manifest
+            if child.once:
+                if meta is not None:
+                    continue  # the owner's already, and never rewritten
+                created = await self.create(manifest)
+                if not created:  # made since the read: by an earlier try of ours, or not
+                    again = await self.metadata(manifest)
+                    if again is not None and ownership(again, owner_uid) == "foreign":
+                        return [ChildConflict.of(manifest, again)]
+            else:
+                if meta is not None:  # the apply is refused if it was replaced meanwhile
+                    manifest = {
+                        **manifest,
+                        "metadata": {**manifest["metadata"], "uid": meta["uid"]},
+                    }
+                created = await self.ensure(
+                    manifest, handed_over=child.handed_over, exists=meta is not None
+                )
+            if created:
+                log.info(
+                    "created %s %s/%s",
+                    manifest["kind"],
+                    manifest["metadata"]["namespace"],
+                    manifest["metadata"]["name"],
+                )
+        return []
+
+    async def secret_value(
+        self, namespace: str, name: str, key: str, *, owner_uid: str | None = None
+    ) -> str | None:
+        """A Secret's value; None when it is missing, and with ``owner_uid`` also when the
+        Secret is not that owner's child (a Secret someone put under a child's name)."""
         path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
         secret = await self.request("GET", path, missing_ok=True)
+        if secret is not None and not _owned(secret, owner_uid):
+            return None
         value = ((secret or {}).get("data") or {}).get(key)
         return None if value is None else base64.b64decode(value).decode()
 
@@ -409,12 +501,7 @@ class Kube:
         """A ConfigMap's resourceVersion, from its metadata alone (a seed list of megabytes
         is not sent for it); None when it is missing."""
         path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
-        answer = await self._call(
-            "GET", path, None, None, True, None, decode=True, accept=_METADATA_ONLY
-        )
-        version = (
-            None if answer is None else (answer[1].get("metadata") or {}).get("resourceVersion")
-        )
+        version = (await self._metadata(path) or {}).get("resourceVersion")
         return str(version) if version else None
 
     async def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
@@ -425,9 +512,14 @@ class Kube:
             return None
         return dict((secret.get("metadata") or {}).get("labels") or {})
 
-    async def service_cluster_ip(self, namespace: str, name: str) -> str | None:
+    async def service_cluster_ip(
+        self, namespace: str, name: str, *, owner_uid: str | None = None
+    ) -> str | None:
+        """A Service's cluster IP; None as :meth:`secret_value` answers None."""
         path = f"/api/v1/namespaces/{namespace}/services/{name}"
         service = await self.request("GET", path, missing_ok=True)
+        if service is not None and not _owned(service, owner_uid):
+            return None
         ip = ((service or {}).get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" else None
 
@@ -446,6 +538,11 @@ class Kube:
     async def delete_crawljob(self, namespace: str, name: str) -> None:
         path = f"/apis/crawlfleet.io/v1alpha1/namespaces/{namespace}/crawljobs/{name}"
         await self.request("DELETE", path, missing_ok=True)
+
+
+def _owned(found: Manifest, owner_uid: str | None) -> bool:
+    """Whether ``found`` may be used: no owner asked for, or that owner's child."""
+    return owner_uid is None or ownership(found.get("metadata") or {}, owner_uid) == "owned"
 
 
 def _attempts() -> Iterable[int]:

@@ -3,7 +3,7 @@
 Conditions follow ``metav1.Condition``: one entry per type, ``lastTransitionTime`` moves only
 when the status of that type flips (so ``kubectl wait --for=condition=Complete`` and alerts on
 "Ready false for 10 minutes" both work), and each carries the generation it was computed for.
-All fourteen types are present from the first reconcile on, so a client never has to tell
+All fifteen types are present from the first reconcile on, so a client never has to tell
 "not yet reported" from "false". ``OutputNotDurable`` and ``OutputBlocked`` are about the output
 (DESIGN §8): the job's files would go nowhere durable (no worker is created), or the workers
 claim nothing because their destination is failing. ``FrontierLost``,
@@ -18,7 +18,10 @@ read from the pods' termination messages); the kubelet keeps restarting them mea
 the main cause -- ``RobotsTxt``, ``NoLiveWorker``, ``OutputBlocked``... -- its message every
 cause with its count and next change, crawlfleet.fleet.waiting), and ``status.waiting`` says
 the reason in one word for ``kubectl get``. ``Stalled`` says which leases stopped moving in a
-live worker, in which stage, for how long (crawlfleet.fleet.watchdog).
+live worker, in which stage, for how long (crawlfleet.fleet.watchdog). ``ChildConflict`` says
+which of the job's child names are held by objects that are not the job's (operator/ownership.py):
+the job is held (Pending; a finished job keeps its phase) with nothing made or changed, and
+starts once they are gone.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 __all__ = [
     "CONDITION_TYPES",
     "Observed",
+    "child_conflict_resolved",
+    "child_conflict_status",
     "conditions_for",
     "invalid_spec_status",
     "job_status",
@@ -61,6 +66,7 @@ CONDITION_TYPES: Final = (
     "WorkersFailing",
     "Waiting",
     "Stalled",
+    "ChildConflict",
 )
 #: The status of the three frontier conditions when nothing is wrong with it.
 _FRONTIER_FINE: Final = (
@@ -180,6 +186,10 @@ def _frontier_conditions(seen: Observed) -> list[Wanted]:
     return [lost, pressure, bloom]
 
 
+#: ChildConflict when every child name is the job's (or free).
+_NO_CONFLICT: Final = Wanted("ChildConflict", "False", "NoConflict", "")
+
+
 #: The Waiting and Stalled conditions while the crawl moves (or before it could be judged).
 _MOVING: Final = (
     Wanted("Waiting", "False", "Moving", ""),
@@ -275,6 +285,7 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         *_frontier_conditions(seen),
         workers,
         *_motion_conditions(seen),
+        _NO_CONFLICT,
     ]
 
 
@@ -343,31 +354,57 @@ def _waiting_word(seen: Observed) -> str:
     return seen.stall.reason if seen.stall is not None else ""
 
 
-def invalid_spec_status(
-    previous: Mapping[str, Any], message: str, *, generation: int | None, now: datetime
+def _held(
+    previous: Mapping[str, Any],
+    message: str,
+    phase: Phase,
+    held_by: Sequence[Wanted],
+    *,
+    generation: int | None,
+    now: datetime,
 ) -> dict[str, Any]:
-    """A spec that slipped past admission: say exactly why, once; nothing is retried."""
+    """The status of a job that must not run: ``phase``, the message, and every condition
+    (nothing runs; ``held_by`` says what holds it, by type, the first one's type the reason
+    that Ready and Progressing give)."""
+    reason = held_by[0].type
+    given = {want.type: want for want in held_by}
     wanted = [
-        Wanted("Ready", "False", "InvalidSpec", message),
-        Wanted("Progressing", "False", "InvalidSpec", ""),
+        Wanted("Ready", "False", reason, message),
+        Wanted("Progressing", "False", reason, ""),
         Wanted("Complete", "False", "NotDone", ""),
-        Wanted("Failed", "True", "InvalidSpec", message),
+        Wanted("Failed", "False", "NoFailure", ""),
         Wanted("Suspended", "False", "NotSuspended", ""),
-        Wanted("InvalidSpec", "True", "InvalidSpec", message),
-        Wanted("OutputNotDurable", "Unknown", "InvalidSpec", ""),
+        Wanted("InvalidSpec", "False", "Valid", ""),
+        Wanted("OutputNotDurable", "False", "Durable", ""),
         Wanted("OutputBlocked", "False", "Writing", ""),
         *_frontier_unknown(),
         Wanted("WorkersFailing", "False", "NotFailing", ""),
         *_MOVING,
+        Wanted("ChildConflict", "Unknown", reason, ""),  # the children were not looked at
     ]
     return {
-        "phase": "Failed",
+        "phase": phase,
         "observedGeneration": generation,
         "message": message,
         "conditions": merge_conditions(
-            previous.get("conditions") or (), wanted, generation=generation, now=now
+            previous.get("conditions") or (),
+            [given.get(want.type, want) for want in wanted],
+            generation=generation,
+            now=now,
         ),
     }
+
+
+def invalid_spec_status(
+    previous: Mapping[str, Any], message: str, *, generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """A spec that slipped past admission: say exactly why, once; nothing is retried."""
+    held_by = (
+        Wanted("InvalidSpec", "True", "InvalidSpec", message),
+        Wanted("Failed", "True", "InvalidSpec", message),
+        Wanted("OutputNotDurable", "Unknown", "InvalidSpec", ""),
+    )
+    return _held(previous, message, "Failed", held_by, generation=generation, now=now)
 
 
 def output_not_durable_status(
@@ -375,24 +412,47 @@ def output_not_durable_status(
 ) -> dict[str, Any]:
     """A job whose files would go nowhere durable: it waits, with the fix in its message, and
     no worker is created until the spec (or the operator's default) gives it a destination."""
-    wanted = [
-        Wanted("Ready", "False", "OutputNotDurable", message),
-        Wanted("Progressing", "False", "OutputNotDurable", ""),
-        Wanted("Complete", "False", "NotDone", ""),
-        Wanted("Failed", "False", "NoFailure", ""),
-        Wanted("Suspended", "False", "NotSuspended", ""),
-        Wanted("InvalidSpec", "False", "Valid", ""),
-        Wanted("OutputNotDurable", "True", "OutputNotDurable", message),
-        Wanted("OutputBlocked", "False", "Writing", ""),
-        *_frontier_unknown(),
-        Wanted("WorkersFailing", "False", "NotFailing", ""),
-        *_MOVING,
-    ]
-    return {
-        "phase": "Pending",
-        "observedGeneration": generation,
-        "message": message,
-        "conditions": merge_conditions(
-            previous.get("conditions") or (), wanted, generation=generation, now=now
-        ),
-    }
+    held_by = (Wanted("OutputNotDurable", "True", "OutputNotDurable", message),)
+    return _held(previous, message, "Pending", held_by, generation=generation, now=now)
+
+
+def child_conflict_status(
+    previous: Mapping[str, Any], message: str, *, generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """A job held because objects that are not its own have its children's names: it waits
+    (Pending) with the objects in its message until they are gone. A finished job keeps its
+    phase and conditions; only ChildConflict is set."""
+    conflict = Wanted("ChildConflict", "True", "NotOwned", message)
+    phase = previous.get("phase")
+    if phase in ("Succeeded", "Failed"):
+        return {
+            "phase": phase,
+            "conditions": _with_condition(previous, conflict, generation=generation, now=now),
+        }
+    return _held(previous, message, "Pending", (conflict,), generation=generation, now=now)
+
+
+def child_conflict_resolved(
+    previous: Mapping[str, Any], generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """The status patch once every child is the job's: ChildConflict False if it was True
+    (the tick writes the rest; a finished job has no tick to do it), else nothing."""
+    held = any(
+        c.get("type") == "ChildConflict" and c.get("status") == "True"
+        for c in previous.get("conditions") or ()
+    )
+    if not held:
+        return {}
+    return {"conditions": _with_condition(previous, _NO_CONFLICT, generation=generation, now=now)}
+
+
+def _with_condition(
+    previous: Mapping[str, Any], want: Wanted, *, generation: int | None, now: datetime
+) -> list[dict[str, Any]]:
+    """The stored conditions with ``want`` merged in, the others as they are."""
+    conditions = [dict(c) for c in previous.get("conditions") or ()]
+    old = [c for c in conditions if c.get("type") == want.type]
+    (merged,) = merge_conditions(old, [want], generation=generation, now=now)
+    if not old:
+        return [*conditions, merged]
+    return [merged if c.get("type") == want.type else c for c in conditions]
