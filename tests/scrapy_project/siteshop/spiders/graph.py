@@ -2,7 +2,9 @@
 
 ``-a start=<url>,<url>`` are the hosts' roots (the test site's seeds); ``-a follow=all`` follows
 every link of a page, not only the normal pages', with no ``allowed_domains`` of its own (a
-user's spider that meets what the job's robots.txt handling and address guard refuse).
+user's spider that meets what the job's robots.txt handling and address guard refuse);
+``-a files=1`` gives each item the page's ``<a class="file">`` links as ``file_urls``, for
+Scrapy's FilesPipeline (downloads of no lease, asked of the guard all the same).
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ class GraphSpider(CrawlSpider):
     name = "graph"
     rules = (Rule(LinkExtractor(allow=(r"/d\d+/p\d+\.html",)), callback="parse_page", follow=True),)
 
-    def __init__(self, start: str = "", follow: str = "pages", **kwargs: Any) -> None:
+    def __init__(
+        self, start: str = "", follow: str = "pages", files: str = "", **kwargs: Any
+    ) -> None:
+        self.files = bool(files)
         if follow == "all":
             self.rules = (Rule(LinkExtractor(), callback="parse_page", follow=True),)
         self.start_urls = [url for url in start.split(",") if url]
@@ -32,4 +37,9 @@ class GraphSpider(CrawlSpider):
         return self.parse_page(response)
 
     def parse_page(self, response: Response) -> Iterator[dict[str, Any]]:
-        yield {"url": response.url, "title": response.css("title::text").get()}
+        item: dict[str, Any] = {"url": response.url, "title": response.css("title::text").get()}
+        if self.files:
+            item["file_urls"] = [
+                response.urljoin(href) for href in response.css("a.file::attr(href)").getall()
+            ]
+        yield item
