@@ -6,6 +6,7 @@ a real redis-server, real HTTP to a loopback server that logs every request it g
   8,192 characters is refused before any look-up (``invalid_url``): the guard cannot judge it,
   so it fails closed. One of the URLs is the watched server's own: let through, it would be
   seen there.
+* A request through a proxy (``meta["proxy"]``) is refused: the proxy would resolve the name.
 * A name that answers "public" to the guard's check and the watched server's address to the
   connect (DNS rebinding, the guard's resolver scripted by the test) is never connected to: the
   reactor resolves through the guard, which refuses the second answer (``forbidden_address``,
@@ -94,6 +95,27 @@ async def test_a_download_of_no_lease_past_8192_characters_is_refused_and_counte
     assert sorted(server.paths) == ["/files/here", "/files/metadata"]
     # Each refusal counted (invalid_url) and said: the pipeline's item records no file.
     assert err.count("not requested: URL longer than 8192 characters") == 2, err[-3000:]
+
+
+async def test_a_request_through_a_proxy_is_refused(
+    server: WatchedServer, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The proxy (the watched server) would resolve the name: the guard could not pin it.
+    target = server.url("/via-proxy")
+    job = write_job(
+        tmp_path,
+        "graph",
+        {"start": target, "proxy": server.url("")},
+        {"RETRY_TIMES": 0},
+        scope={"allowPrivateNetworks": True},
+    )
+    code, err = finish(start_worker(job, redis_server, "w1", tmp_path / "out"))
+    assert code == 0, err[-3000:]
+    assert server.paths == []
+    dead = await dead_letters(job, redis_server)
+    assert list(dead) == [target]
+    failure, message = dead[target]
+    assert (failure, message.startswith("through a proxy")) == ("forbidden_address", True)
 
 
 async def test_a_name_rebound_between_check_and_connect_is_never_connected_to(
