@@ -7,13 +7,15 @@ Scrapy process's reactor resolves every name through :class:`GuardNameResolver` 
 ``process.py`` before the crawl starts), which asks the same :class:`AddressGuard` as the
 check: within the guard's cache lifetime the connect gets the very addresses the check approved
 from one lookup, and past it a new answer is checked again, never trusted. IP literals pass
-through it too (Twisted's ``HostnameEndpoint`` resolves every host), and so does a proxy's
-name. This is what crawlfleet's own worker does with aiohttp's resolver
-(``crawler/fetching/transport.py``).
+through it too (Twisted's ``HostnameEndpoint`` resolves every host, and ``connectTCP``'s simple
+resolver is a view of this one). This is what crawlfleet's own worker does with aiohttp's
+resolver (``crawler/fetching/transport.py``). A proxy would resolve the name itself, so the
+runtime sends nothing through one (``runtime.py``).
 
-A refused name completes with no address, which Twisted reports as a ``DNSLookupError``: the
-refusal itself is kept for a short while (:meth:`GuardNameResolver.refusal`), so that the lease
-fails with the guard's class (``forbidden_address``) rather than ``dns_error``.
+A refused name completes with no address, which Scrapy reports as a failed host lookup
+(``CannotResolveHostError``, Twisted's ``DNSLookupError`` before 2.19): the refusal itself is
+kept (a bounded number, :meth:`GuardNameResolver.refusal`), so that the lease fails with the
+guard's class (``forbidden_address``) rather than ``dns_error``.
 """
 
 from __future__ import annotations

@@ -463,11 +463,8 @@ class Runtime:
     def on_download_error(self, lease_id: object, exc: BaseException, url: str = "") -> None:
         """What the retries gave up on, or a request a downloader middleware refused. A name
         the guard refused at connect time reaches here as Twisted's DNS error: the lease fails
-        with the guard's class (``names`` kept the refusal of ``url``'s host)."""
-        held = self.held(lease_id)
-        if held is None:
-            return
-        self._mark_fetched(held)
+        with the guard's class (``names`` kept the refusal of ``url``'s host); for a download
+        of no lease, that refusal is counted, as the check before it counts its own."""
         if isinstance(exc, FetchError):
             failure_class = FailureClass(exc.failure_class)
         else:
@@ -478,6 +475,12 @@ class Runtime:
             if refusal is not None:
                 failure_class = FailureClass(refusal.failure_class)
                 message = f"at connect time: {refusal.message}"
+        held = self.held(lease_id)
+        if held is None:
+            if failure_class is FailureClass.FORBIDDEN_ADDRESS:  # a download of no lease
+                self.metrics.observe_failure(failure_class, retried=False)
+            return
+        self._mark_fetched(held)
         self.fail(held, str(failure_class), message)
 
     def on_http_error(self, lease_id: object, status: int) -> None:
