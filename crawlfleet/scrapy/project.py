@@ -9,13 +9,13 @@ import, a spider name it lacks (the ones it has are listed), and settings that w
 frontier out of the loop (a ``SCHEDULER`` or ``DUPEFILTER_CLASS`` of the project's own, such as
 scrapy-redis' left in settings.py: requests would be popped without a lease, or taken for seen
 before they are queued), and a download handler for http(s) that would connect past the
-address guard (``DOWNLOAD_HANDLERS``: only Twisted's HTTP/1.1 and HTTP/2 handlers resolve names
-through the reactor, whose resolver is the guard's; an httpx, aiohttp or browser handler would
-resolve again by itself, and DNS rebinding would get through). Proxies from the environment are
-ignored (``HTTPPROXY_ENABLED``), as crawlfleet's own worker ignores them: a proxy resolves the
-name itself. Precedence: the project's settings, then ``crawler.scrapy.settings``
-(priority ``cmdline``, as ``scrapy crawl -s``), then the runtime's (priority ``cmdline``,
-written last, so nothing overrides them).
+address guard (``DOWNLOAD_HANDLERS``, the spider's ``custom_settings`` included: only Twisted's
+HTTP/1.1 and HTTP/2 handlers resolve names through the reactor, whose resolver is the guard's;
+an httpx, aiohttp or browser handler would resolve again by itself, and DNS rebinding would get
+through). Proxies from the environment are ignored (``HTTPPROXY_ENABLED``), as crawlfleet's own
+worker ignores them: a proxy resolves the name itself. Precedence: the project's settings,
+then ``crawler.scrapy.settings`` (priority ``cmdline``, as ``scrapy crawl -s``), then the
+runtime's (priority ``cmdline``, written last, so nothing overrides them).
 """
 
 from __future__ import annotations
@@ -120,10 +120,14 @@ def load_project(spec: CrawlJobSpec) -> tuple[Settings, type[Spider]]:
         )
     _refuse_conflicts(settings)
     settings.setdict(_spec_settings(scrapy_spec, spec), priority="cmdline")
-    _refuse_unguarded_handlers(settings)
+    spider = loader.load(scrapy_spec.spider)
+    # As the crawler will see them: the spider's custom_settings too (priority "spider").
+    with_spider = settings.copy()
+    spider.update_settings(with_spider)
+    _refuse_unguarded_handlers(with_spider)
     settings.setdict(dict(RUNTIME_SETTINGS), priority="cmdline")
     _install_components(settings)
-    return settings, loader.load(scrapy_spec.spider)
+    return settings, spider
 
 
 def _refuse_conflicts(settings: Settings) -> None:

@@ -89,3 +89,14 @@ def test_twisteds_handler_a_subclass_and_a_switched_off_scheme_are_accepted() ->
 def test_a_download_handler_that_does_not_import_is_refused_in_one_sentence() -> None:
     with pytest.raises(ConfigError, match=r"DOWNLOAD_HANDLERS\['http'\] = 'nowhere.Handler' does"):
         load_project(spec(settings={"DOWNLOAD_HANDLERS": {"http": "nowhere.Handler"}}))
+
+
+def test_a_spiders_custom_settings_cannot_bring_an_unguarded_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from siteshop.spiders.graph import GraphSpider  # the project is importable (fixture)
+
+    handler = "scrapy.core.downloader.handlers._httpx.HttpxDownloadHandler"
+    monkeypatch.setattr(GraphSpider, "custom_settings", {"DOWNLOAD_HANDLERS": {"http": handler}})
+    with pytest.raises(ConfigError, match=r"DOWNLOAD_HANDLERS\['http'\] = .*HttpxDownloadHandler"):
+        load_project(spec(spider="graph"))
