@@ -43,14 +43,17 @@ claimed batch (``runtime.py`` says what holds).
 
 How the layers compose, engine outwards:
 
-* ``project.py`` loads the project as ``scrapy crawl`` does, refuses what conflicts, and lays
-  the settings as above;
+* ``project.py`` loads the project as ``scrapy crawl`` does, refuses what conflicts (a
+  scheduler of its own, an http(s) download handler that would resolve names past the
+  guard), and lays the settings as above;
 * ``scheduler.py``: Scrapy's scheduler contract over the frontier, and an inert dupefilter
   (dedup is the frontier's Bloom filter, atomic with queueing);
 * ``middlewares.py``: a spider middleware and a downloader middleware that report each
   lease's response, outputs, items and failures;
 * ``runtime.py``: the leases of one process, claim to ack, and why no path acks early (its
   docstring: the two retry layers, politeness, priority, scope, completion, SIGTERM);
+* ``resolver.py``: the reactor's name resolution, answered by the address guard, so a
+  connection goes only to the addresses the guard approved before the download;
 * ``payload.py``: a Scrapy request as a frontier task (the mark in its parent).
 
 Output: each response gets a page record in ``pages/`` and its items a line each in

@@ -12,9 +12,12 @@ tells the runtime when the start is exhausted.
 
 ``LeaseDownloaderMiddleware`` (order 1, nearest the engine): before each download, the address
 guard and robots.txt as every worker asks them (``crawlfleet.crawler.worker.gate``: a refusal is an
-IgnoreRequest and fails the lease with its class -- ``forbidden_address``, ``robots_disallowed``,
-``robots_unavailable`` -- and a host whose robots.txt cannot be read yet defers the lease);
-and the exceptions the retries gave up on (the lease fails with crawlfleet's failure class).
+IgnoreRequest and fails the lease with its class -- ``forbidden_address``, ``bad_scheme``,
+``invalid_url`` for a URL the guard cannot judge, ``robots_disallowed``, ``robots_unavailable``
+-- and a host whose robots.txt cannot be read yet defers the lease); every request is asked,
+a lease's or not (a pipeline's download), and the connection then goes only to addresses the
+guard approved (``resolver.py``); and the exceptions the retries gave up on (the lease fails
+with crawlfleet's failure class).
 
 Signals: ``item_scraped``/``item_dropped``/``item_error`` settle one item each (Scrapy sends
 them after the last pipeline, awaiting the handlers), ``request_scheduled`` one request each
@@ -136,4 +139,4 @@ class LeaseDownloaderMiddleware:
             raise IgnoreRequest(refused)
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        self.runtime.on_download_error(request.meta.get(LEASE_KEY), exception)
+        self.runtime.on_download_error(request.meta.get(LEASE_KEY), exception, request.url)

@@ -6,7 +6,9 @@ the heartbeats, the exit codes and the termination message are the same (exit 2 
 ``<Reason>: <sentence>`` for a bad start: a project that does not import, a spider it lacks, a
 conflicting setting, Scrapy not installed). Scrapy and Twisted are imported only here, after
 any fork (the local runner's zygote forks workers with neither imported), and the reactor is
-installed by this process, over a new asyncio loop, before anything else of Scrapy runs.
+installed by this process, over a new asyncio loop, before anything else of Scrapy runs. Its
+name resolution is the address guard's (``resolver.py``) before the crawl starts, so every
+connection of the process goes to addresses the guard approved.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from scrapy.spiders import Spider
 
     from crawlfleet.config import WorkerConfig
+    from crawlfleet.crawler.fetching.safety import AddressGuard
     from crawlfleet.crawljob import CrawlJob
 
 __all__ = ["run_scrapy_worker"]
@@ -37,10 +40,12 @@ def run_scrapy_worker(
     config: WorkerConfig,
     exit_when_done: bool = True,
     install_signal_handlers: bool = False,
+    guard: AddressGuard | None = None,
 ) -> int:
     """Crawl ``job``'s spider as one worker until the job is complete or stopped (exit code).
 
-    The arguments are :func:`crawlfleet.crawler.worker.process.run_worker`'s; a bad start raises a
+    The arguments are :func:`crawlfleet.crawler.worker.process.run_worker`'s (``guard``
+    included: the spec's unless an embedder or a test gives its own); a bad start raises a
     :class:`~crawlfleet.errors.CrawlfleetError` (the caller exits 2 with it).
     """
     from crawlfleet.scrapy.project import load_project
@@ -67,6 +72,7 @@ def run_scrapy_worker(
                 config=config,
                 exit_when_done=exit_when_done,
                 install_signal_handlers=install_signal_handlers,
+                guard=guard,
             )
         )
         finished.append(task)
@@ -87,8 +93,10 @@ async def _crawl(
     config: WorkerConfig,
     exit_when_done: bool,
     install_signal_handlers: bool,
+    guard: AddressGuard | None,
 ) -> int:
     from scrapy.crawler import AsyncCrawlerRunner
+    from twisted.internet import reactor
 
     from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
     from crawlfleet.crawler.fetching.safety import AddressGuard
@@ -97,6 +105,7 @@ async def _crawl(
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
     from crawlfleet.frontier import Frontier, FrontierSettings
     from crawlfleet.output.stores import checked_store
+    from crawlfleet.scrapy.resolver import GuardNameResolver
     from crawlfleet.scrapy.runtime import Runtime
 
     spec = job.spec
@@ -105,7 +114,11 @@ async def _crawl(
     store = await checked_store(spec, destination, config.output)
     metrics = WorkerMetrics()
     frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
-    guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
+    if guard is None:
+        guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
+    # Before any request: Twisted then connects only where the guard's check allowed.
+    names = GuardNameResolver(guard, asyncio.get_running_loop())
+    names.install_on_reactor(reactor)
     # robots.txt is fetched by crawlfleet's fetcher into the job's shared cache, as by
     # crawlfleet's own worker: one fetch per origin serves the whole fleet.
     robots_fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
@@ -117,6 +130,7 @@ async def _crawl(
             metrics=metrics,
             options=WorkerOptions.from_config(worker_id, config, exit_when_done=exit_when_done),
             guard=guard,
+            names=names,
             robots=RobotsPolicy.from_spec(frontier.robots, robots_fetch(robots_fetcher), spec),
         )
         runner = AsyncCrawlerRunner(settings)

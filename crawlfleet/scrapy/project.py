@@ -8,9 +8,14 @@ could be is found here, before Redis is touched, and said in one sentence (a
 import, a spider name it lacks (the ones it has are listed), and settings that would take the
 frontier out of the loop (a ``SCHEDULER`` or ``DUPEFILTER_CLASS`` of the project's own, such as
 scrapy-redis' left in settings.py: requests would be popped without a lease, or taken for seen
-before they are queued). Precedence: the project's settings, then ``crawler.scrapy.settings``
-(priority ``cmdline``, as ``scrapy crawl -s``), then the runtime's (priority ``cmdline``,
-written last, so nothing overrides them).
+before they are queued), and a download handler for http(s) that would connect past the
+address guard (``DOWNLOAD_HANDLERS``, the spider's ``custom_settings`` included: only Twisted's
+HTTP/1.1 and HTTP/2 handlers resolve names through the reactor, whose resolver is the guard's;
+an httpx, aiohttp or browser handler would resolve again by itself, and DNS rebinding would get
+through). Proxies from the environment are ignored (``HTTPPROXY_ENABLED``), as crawlfleet's own
+worker ignores them: a proxy resolves the name itself. Precedence: the project's settings,
+then ``crawler.scrapy.settings`` (priority ``cmdline``, as ``scrapy crawl -s``), then the
+runtime's (priority ``cmdline``, written last, so nothing overrides them).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
 
     from crawlfleet.crawljob import CrawlJobSpec, ScrapySpec
 
-__all__ = ["RUNTIME_SETTINGS", "load_project", "require_scrapy"]
+__all__ = ["GUARDED_DOWNLOAD_HANDLERS", "RUNTIME_SETTINGS", "load_project", "require_scrapy"]
 
 _WHERE: Final = "spec.crawler.scrapy"
 _SCHEDULER: Final = "crawlfleet.scrapy.scheduler.FrontierScheduler"
@@ -60,7 +65,17 @@ RUNTIME_SETTINGS: Final[Mapping[str, object]] = {
     # fleet): Scrapy's RobotsTxtMiddleware would be a second robots.txt client, per process,
     # allowing everything while a robots.txt answers 5xx.
     "ROBOTSTXT_OBEY": False,
+    # A proxy resolves the names it is asked for itself, past the address guard.
+    "HTTPPROXY_ENABLED": False,
 }
+#: The http(s) download handlers that connect through the reactor's name resolution (the
+#: guard's, ``resolver.py``), and their subclasses; any other is refused.
+GUARDED_DOWNLOAD_HANDLERS: Final = frozenset(
+    {
+        "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler",
+        "scrapy.core.downloader.handlers.http2.H2DownloadHandler",
+    }
+)
 # Scrapy's defaults for the two settings the runtime owns: a project that left them alone.
 _DEFAULTS: Final = {
     "SCHEDULER": "scrapy.core.scheduler.Scheduler",
@@ -105,9 +120,14 @@ def load_project(spec: CrawlJobSpec) -> tuple[Settings, type[Spider]]:
         )
     _refuse_conflicts(settings)
     settings.setdict(_spec_settings(scrapy_spec, spec), priority="cmdline")
+    spider = loader.load(scrapy_spec.spider)
+    # As the crawler will see them: the spider's custom_settings too (priority "spider").
+    with_spider = settings.copy()
+    spider.update_settings(with_spider)
+    _refuse_unguarded_handlers(with_spider)
     settings.setdict(dict(RUNTIME_SETTINGS), priority="cmdline")
     _install_components(settings)
-    return settings, loader.load(scrapy_spec.spider)
+    return settings, spider
 
 
 def _refuse_conflicts(settings: Settings) -> None:
@@ -121,6 +141,33 @@ def _refuse_conflicts(settings: Settings) -> None:
                 " deduplicated through the job's Bloom filter, acked once the items are"
                 f" durable): remove {name} from the project's settings (docs/scrapy.md maps"
                 " scrapy-redis' settings)"
+            )
+
+
+def _refuse_unguarded_handlers(settings: Settings) -> None:
+    """ConfigError when http or https is downloaded by a handler that resolves names itself."""
+    from scrapy.utils.misc import load_object
+
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    for scheme in ("http", "https"):
+        value = handlers.get(scheme)
+        if value is None:  # switched off: nothing is downloaded for it
+            continue
+        try:
+            handler = load_object(value) if isinstance(value, str) else value
+        except Exception as exc:  # a user's module: any exception is it not importing
+            raise ConfigError(
+                f"{_WHERE}: DOWNLOAD_HANDLERS[{scheme!r}] = {value!r} does not import:"
+                f" {type(exc).__name__}: {exc}"
+            ) from exc
+        lineage = {_object_path(cls) for cls in getattr(handler, "__mro__", ())}
+        if lineage.isdisjoint(GUARDED_DOWNLOAD_HANDLERS):
+            raise ConfigError(
+                f"{_WHERE}: DOWNLOAD_HANDLERS[{scheme!r}] = {_object_path(handler)} would"
+                " connect without the address guard (it resolves host names itself, so a page"
+                " could reach internal addresses by DNS rebinding); crawlfleet downloads http"
+                " and https with Scrapy's Twisted handlers (HTTP11DownloadHandler,"
+                " H2DownloadHandler or a subclass): remove the setting"
             )
 
 

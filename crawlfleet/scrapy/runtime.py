@@ -45,7 +45,9 @@ Scope (``scope.*``): ``allowedDomains`` (when set, or defaulted from seeds), ``m
 ``include``/``exclude`` and the trap rules filter every yielded request before it is queued,
 each refusal counted by reason in the ``dropped links`` metric; ``maxPages`` is the frontier's
 (counted ``max_pages``); the address guard refuses private addresses before the download
-(``forbidden_address``, a dead letter) unless ``allowPrivateNetworks``. The spider's own
+(``forbidden_address``, a dead letter) unless ``allowPrivateNetworks``, refuses a URL it cannot
+judge (``bad_scheme``, ``invalid_url``: failing closed), and is the reactor's name resolution,
+so the connection goes to the addresses it approved (``resolver.py``). The spider's own
 ``allowed_domains`` and Scrapy's DepthMiddleware work as they do in Scrapy, before these.
 
 Completion: a process's start requests (``spec.seeds`` as requests to the spider's default
@@ -77,6 +79,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import urlsplit
 
 from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.harvest.extract import Item
@@ -89,7 +92,7 @@ from crawlfleet.crawler.worker.flow import (
     worker_counters,
     worker_output,
 )
-from crawlfleet.crawler.worker.gate import Deferred, RequestGate
+from crawlfleet.crawler.worker.gate import Deferred, Refused, RequestGate
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.errors import FetchError, FrontierUnavailable, OutputWriteError
@@ -115,6 +118,7 @@ if TYPE_CHECKING:
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
     from crawlfleet.crawljob import CrawlJobSpec
     from crawlfleet.output.stores import OutputStore
+    from crawlfleet.scrapy.resolver import GuardNameResolver
 
 __all__ = ["Runtime"]
 
@@ -178,6 +182,7 @@ class Runtime:
         options: WorkerOptions,
         guard: AddressGuard | None,
         robots: RobotsPolicy,
+        names: GuardNameResolver | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.spec = spec
@@ -187,6 +192,8 @@ class Runtime:
         self.options = options
         self.worker_id = options.worker_id
         self.guard = guard
+        #: The reactor's name resolution (``resolver.py``), for the refusals it kept.
+        self.names = names
         self.scope = Scope.from_spec(spec.scope)
         self._rng = rng or random.Random()
         self._spider: Spider | None = None
@@ -405,18 +412,24 @@ class Runtime:
         """A request is about to be downloaded: None to send it, else why it is not (the
         lease failed, or was deferred and given back). A lease's own URL passes the gate's
         check before its request; any other URL of the lease (a redirect's target) the
-        hop check; a request of no lease of this process (one it lost) only the guard."""
+        hop check; a request of no lease of this process (one it lost, or one a pipeline or
+        a callback downloads itself, as Scrapy's FilesPipeline does) the guard's check,
+        counted as a failure of its class when refused. Every one fails closed: a URL the
+        guard cannot judge (another scheme, past 8,192 characters, malformed) is not sent."""
         lease_id = request.meta.get(LEASE_KEY)
         held = self.held(lease_id)
+        unguarded = self._unguarded(request)
         if held is None:
-            if self.guard is not None and (url := try_canonicalize(request.url)) is not None:
-                try:
-                    await self.guard.check_url(url)
-                except FetchError as exc:
-                    return exc.message
-            return None
-        url = try_canonicalize(request.url)
-        if url == held.lease.url:
+            checked = unguarded or await self.gate.check_address(request.url)
+            if not isinstance(checked, Refused):
+                return None
+            self.metrics.observe_failure(checked.failure_class, retried=False)
+            log.info("not requested: %s", checked.message, extra={"layer": "task"})
+            return checked.message
+        decision: Refused | Deferred | None
+        if unguarded is not None:
+            decision = unguarded
+        elif try_canonicalize(request.url) == held.lease.url:
             decision = await self.gate.before_request(held.lease)
         else:
             decision = await self.gate.before_hop(request.url)
@@ -428,17 +441,47 @@ class Runtime:
         self.fail(held, str(decision.failure_class), decision.message, retryable=decision.retryable)
         return decision.message
 
-    def on_download_error(self, lease_id: object, exc: BaseException) -> None:
-        """What the retries gave up on, or a request a downloader middleware refused."""
-        held = self.held(lease_id)
-        if held is None:
-            return
-        self._mark_fetched(held)
+    def _unguarded(self, request: Request) -> Refused | None:
+        """A request whose connection the guard could not pin: one through a proxy (the proxy
+        resolves the name; ``meta["proxy"]``, Scrapy's way to ask for one), or any request once
+        the reactor resolves names by another resolver than the guard's (an extension of the
+        project installed its own)."""
+        if request.meta.get("proxy"):
+            return Refused(
+                FailureClass.FORBIDDEN_ADDRESS,
+                "through a proxy (meta['proxy']): the proxy would resolve the name, unchecked",
+                retryable=False,
+            )
+        if self.names is not None and not self.names.is_installed():
+            return Refused(
+                FailureClass.FORBIDDEN_ADDRESS,
+                "the reactor no longer resolves names through the address guard",
+                retryable=False,
+            )
+        return None
+
+    def on_download_error(self, lease_id: object, exc: BaseException, url: str = "") -> None:
+        """What the retries gave up on, or a request a downloader middleware refused. A name
+        the guard refused at connect time reaches here as Twisted's DNS error: the lease fails
+        with the guard's class (``names`` kept the refusal of ``url``'s host); for a download
+        of no lease, that refusal is counted, as the check before it counts its own."""
         if isinstance(exc, FetchError):
             failure_class = FailureClass(exc.failure_class)
         else:
             failure_class = _download_failure_class(exc)
-        self.fail(held, str(failure_class), f"{type(exc).__name__}: {exc}")
+        message = f"{type(exc).__name__}: {exc}"
+        if failure_class is FailureClass.DNS_ERROR and self.names is not None:
+            refusal = self.names.refusal(urlsplit(url).hostname or "")
+            if refusal is not None:
+                failure_class = FailureClass(refusal.failure_class)
+                message = f"at connect time: {refusal.message}"
+        held = self.held(lease_id)
+        if held is None:
+            if failure_class is FailureClass.FORBIDDEN_ADDRESS:  # a download of no lease
+                self.metrics.observe_failure(failure_class, retried=False)
+            return
+        self._mark_fetched(held)
+        self.fail(held, str(failure_class), message)
 
     def on_http_error(self, lease_id: object, status: int) -> None:
         """Scrapy's HttpErrorMiddleware filtered the response (a status the spider does not
@@ -842,7 +885,7 @@ def _download_failure_class(exc: BaseException) -> FailureClass:
     name = type(exc).__name__
     if "Timeout" in name or "TimedOut" in name:
         return FailureClass.TIMEOUT
-    if "DNS" in name:
+    if "DNS" in name or "Resolve" in name:  # Scrapy 2.19: CannotResolveHostError
         return FailureClass.DNS_ERROR
     if "Refused" in name or ("Connect" in name and "Lost" not in name):
         return FailureClass.CONNECT_ERROR

@@ -2,7 +2,8 @@
 
 Every kind of worker asks here, so a refusal is decided alike for crawlfleet's worker and for
 the Scrapy runtime (DESIGN §6): a forbidden address (``forbidden_address``, from the guard,
-which refuses cloud metadata addresses even with ``allowPrivateNetworks``), a Disallow
+which refuses cloud metadata addresses even with ``allowPrivateNetworks``), a URL the guard
+cannot judge (``bad_scheme``, ``invalid_url``: it fails closed), a Disallow
 (``robots_disallowed``), a robots.txt given up after ``robots.giveUpAfterSeconds``
 (``robots_unavailable``, not retried), or a robots.txt that cannot be read yet: the lease is
 **deferred** -- given back without an attempt, its host held in the frontier until robots.txt is
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING, Final
 
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.politeness.robots import RobotsAccess, RobotsPolicy, RobotsVerdict
-from crawlfleet.errors import FetchError
-from crawlfleet.frontier import Frontier, Lease, host_of, try_canonicalize
+from crawlfleet.errors import FetchError, InvalidURL, UnsupportedScheme
+from crawlfleet.frontier import CanonicalURL, Frontier, Lease, canonicalize, host_of
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.fetching.safety import AddressGuard
@@ -127,18 +128,33 @@ class RequestGate:
             return Refused(FailureClass.ROBOTS_UNAVAILABLE, verdict.detail, retryable=False)
         return None
 
-    async def before_hop(self, url: str) -> Refused | None:
-        """A redirect's target (or any further request of a lease to another URL), asked
-        before it is requested: the guard, then robots.txt. A target whose robots.txt cannot
-        be read fails the lease (retryable): the lease is not the hop's host's to defer."""
-        canonical = try_canonicalize(url)
-        if canonical is None:
-            return Refused(FailureClass.INVALID_URL, f"redirect to unusable {url!r}")
+    async def check_address(self, url: str) -> CanonicalURL | Refused:
+        """Any URL about to be requested, failing closed: one that is not an http(s) URL the
+        crawl can canonicalise (another scheme, no host, over 8,192 characters, malformed) is
+        refused before any look-up (``bad_scheme``, ``invalid_url``), the rest is the guard's
+        to judge (``forbidden_address``, ``dns_error``). Its canonical form when it may go."""
+        try:
+            canonical = canonicalize(url)
+        except UnsupportedScheme as exc:
+            return Refused(FailureClass.BAD_SCHEME, str(exc))
+        except InvalidURL as exc:
+            return Refused(FailureClass.INVALID_URL, str(exc))
         if self.guard is not None:
             try:
                 await self.guard.check_url(canonical)
             except FetchError as exc:
-                return Refused(FailureClass(exc.failure_class), f"redirect to {url}: {exc.message}")
+                return Refused(FailureClass(exc.failure_class), exc.message)
+        return canonical
+
+    async def before_hop(self, url: str) -> Refused | None:
+        """A redirect's target (or any further request of a lease to another URL), asked
+        before it is requested: the guard (:meth:`check_address`), then robots.txt. A target
+        whose robots.txt cannot be read fails the lease (retryable): the lease is not the
+        hop's host's to defer."""
+        checked = await self.check_address(url)
+        if isinstance(checked, Refused):
+            return Refused(checked.failure_class, f"redirect to {url[:200]}: {checked.message}")
+        canonical = checked
         if not self.obey:
             return None
         verdict = await self.robots.check(canonical)

@@ -55,6 +55,7 @@ async def run_worker(
     config: WorkerConfig,
     exit_when_done: bool = True,
     install_signal_handlers: bool = False,
+    guard: AddressGuard | None = None,
 ) -> int:
     """Crawl ``job`` as one worker until it is complete or stopped; returns the exit code.
 
@@ -67,6 +68,8 @@ async def run_worker(
     The output goes to ``config.destination`` (``--output``), else the spec's
     ``output.destination``, else the folder ``config.output_dir``; a destination it cannot
     write to is an :class:`~crawlfleet.errors.OutputError` before anything is claimed.
+    ``guard`` is the address guard, the spec's (``allowPrivateNetworks``, the system's DNS)
+    unless an embedder or a test gives its own.
     """
     spec = job.spec
     if spec.scope_unresolved:  # seedsFrom names a ConfigMap, and nobody read it for us
@@ -77,7 +80,8 @@ async def run_worker(
     destination = config.destination or spec.output.destination or str(config.output_dir)
     store = await checked_store(spec, destination, config.output)
     memory = _memory_budget(config, spec.fetch.max_decompressed_bytes)
-    guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
+    if guard is None:
+        guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
     fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
     metrics = WorkerMetrics()
     frontier: Frontier | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError
@@ -60,3 +61,42 @@ def test_a_named_settings_module_is_used_and_one_that_bypasses_the_frontier_is_r
 def test_a_spider_it_lacks_is_refused_with_the_ones_it_has() -> None:
     with pytest.raises(ConfigError, match=r"no spider 'books'; its spiders: graph, listing, shop$"):
         load_project(spec(spider="books"))
+
+
+def test_a_download_handler_that_would_resolve_names_past_the_guard_is_refused() -> None:
+    # Scrapy 2.19's own httpx handler resolves names itself: DNS rebinding would get through.
+    handler = "scrapy.core.downloader.handlers._httpx.HttpxDownloadHandler"
+    with pytest.raises(ConfigError) as refused:
+        load_project(spec(settings={"DOWNLOAD_HANDLERS": {"https": handler}}))
+    message = str(refused.value)
+    assert message.startswith("spec.crawler.scrapy: DOWNLOAD_HANDLERS['https'] = ")
+    assert "would connect without the address guard" in message
+    assert "\n" not in message
+
+
+class TimedHandler(HTTP11DownloadHandler):
+    """A project's own handler over Twisted's: it connects through the reactor all the same."""
+
+
+def test_twisteds_handler_a_subclass_and_a_switched_off_scheme_are_accepted() -> None:
+    own = f"{__name__}.TimedHandler"
+    settings, _ = load_project(spec(settings={"DOWNLOAD_HANDLERS": {"https": own, "http": None}}))
+    assert settings.getwithbase("DOWNLOAD_HANDLERS")["https"] == own
+    # Environment proxies are off: a proxy resolves names past the guard.
+    assert settings.getbool("HTTPPROXY_ENABLED") is False
+
+
+def test_a_download_handler_that_does_not_import_is_refused_in_one_sentence() -> None:
+    with pytest.raises(ConfigError, match=r"DOWNLOAD_HANDLERS\['http'\] = 'nowhere.Handler' does"):
+        load_project(spec(settings={"DOWNLOAD_HANDLERS": {"http": "nowhere.Handler"}}))
+
+
+def test_a_spiders_custom_settings_cannot_bring_an_unguarded_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from siteshop.spiders.graph import GraphSpider  # the project is importable (fixture)
+
+    handler = "scrapy.core.downloader.handlers._httpx.HttpxDownloadHandler"
+    monkeypatch.setattr(GraphSpider, "custom_settings", {"DOWNLOAD_HANDLERS": {"http": handler}})
+    with pytest.raises(ConfigError, match=r"DOWNLOAD_HANDLERS\['http'\] = .*HttpxDownloadHandler"):
+        load_project(spec(spider="graph"))
