@@ -4,8 +4,9 @@
 few seconds when nothing changed); this runs it at most once per pytest session, however many
 pytest-xdist processes ask: the first takes a file lock and builds, the others wait on the lock
 and read its answer, which is kept under the session's id. ``./scripts/test`` builds before
-pytest starts, so inside the suite the run here only confirms. A failed build fails the test
-that asked, with the script's output: images are part of what the suite proves, never a skip.
+pytest starts and passes the names on (``CRAWLFLEET_BUILT_IMAGES``, "worker operator"), so
+inside the suite nothing runs again. A failed build fails the test that asked, with the
+script's output: images are part of what the suite proves, never a skip.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ __all__ = ["BUILD_SCRIPT", "BuiltImages", "ImageBuildError", "built_images", "po
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-images"
 BUILD_TIMEOUT_SECONDS = 1200.0  # a cold machine: packages, the stand-in base, both images
+#: Set by scripts/test, which has just built them: "<worker> <operator>".
+BUILT_ENV = "CRAWLFLEET_BUILT_IMAGES"
 
 
 class ImageBuildError(RuntimeError):
@@ -59,6 +62,9 @@ def _session_id() -> str:
 @functools.cache
 def built_images() -> BuiltImages:
     """Both images, built (or found current) by scripts/build-images once this session."""
+    built = os.environ.get(BUILT_ENV, "").split()
+    if len(built) == 2:
+        return BuiltImages(worker=built[0], operator=built[1])
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     answer = directory / "last-session"
