@@ -13,7 +13,8 @@ that ship: the operator's worker Deployment, the chart's operator Deployment.
   the e2e suite runs them (the kubelet double).
 
 Each image is built once per session (tests/support/images.py); ``./scripts/test`` builds them
-before pytest. A real node running these images as pods is tests/e2e/cluster's real kubelet.
+before pytest. Containers run by podman here stand for the pods; running the images as pods on
+a real kubelet is the real node's part of the suite, not this file's.
 """
 
 from __future__ import annotations
@@ -83,6 +84,22 @@ def exit_code(name: str) -> int:
     state = inspect(name)["State"]
     assert state["Status"] == "exited", state
     return int(state["ExitCode"])
+
+
+def assert_restricted(name: str) -> None:
+    """The container's process runs as the restricted pod spec says, by the kernel's own account
+    inside the container: uid and gid 65532, no capability at all, no privilege escalation, a
+    seccomp filter, and a root filesystem it cannot write."""
+    status = dict(
+        line.split(":\t", 1) for line in podman("exec", name, "cat", "/proc/1/status").splitlines()
+    )
+    assert status["Uid"].split() == ["65532"] * 4
+    assert status["Gid"].split() == ["65532"] * 4
+    assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0" * 16
+    assert status["NoNewPrivs"] == "1"
+    assert status["Seccomp"] == "2"  # a filter: the runtime's default profile
+    with pytest.raises(PodmanError, match="Read-only file system"):
+        podman("exec", name, "touch", "/opt/venv/tampered")
 
 
 # -- the worker image ---------------------------------------------------------------------------
@@ -184,18 +201,7 @@ def test_the_worker_image_crawls_under_the_operators_pod_spec_and_drains_on_sigt
             )
         except AssertionError as error:
             raise AssertionError(f"{error}\n{logs(first)}") from None
-        # The process runs as the pod spec says, read from the kernel inside the container.
-        status = dict(
-            line.split(":\t", 1)
-            for line in podman("exec", first, "cat", "/proc/1/status").splitlines()
-        )
-        assert status["Uid"].split() == ["65532"] * 4
-        assert status["Gid"].split() == ["65532"] * 4
-        assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0" * 16
-        assert status["NoNewPrivs"] == "1"
-        assert status["Seccomp"] == "2"  # a filter: the runtime's default profile
-        with pytest.raises(PodmanError, match="Read-only file system"):
-            podman("exec", first, "touch", "/opt/venv/tampered")
+        assert_restricted(first)
         # SIGTERM, then SIGKILL after the pod's grace (podman's stop timeout): exit 0 says the
         # worker drained within it; 137 would be the kill.
         held = leases_held(leases, job.namespace, job.name, "books-workers-first")
@@ -339,6 +345,7 @@ def test_the_operator_image_reconciles_a_job_under_the_charts_deployment_and_rba
         with TestSite(SiteConfig(hosts=2, pages_per_host=20, hostile=False)) as site:
             try:
                 wait_until(healthy, timeout=60, what="the operator container healthy")
+                assert_restricted(name)
                 apply(
                     cluster,
                     crawljob("books", site, workers={"image": images.worker}),
