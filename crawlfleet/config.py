@@ -246,10 +246,15 @@ class OperatorConfig:
     #: out of, beyond the private ranges (a cluster on public addresses needs them).
     worker_egress: bool = field(default=True, metadata=_env("WORKER_EGRESS"))
     cluster_cidrs: tuple[str, ...] = field(default=(), metadata=_env("CLUSTER_CIDRS"))
-    #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy.
+    #: Labels of the operator's own pods, admitted to each managed Redis by NetworkPolicy. The
+    #: component is part of it: the chart's object store shares the name label, and must not
+    #: reach any job's Redis.
     operator_labels: Mapping[str, str] = field(
         default_factory=lambda: types.MappingProxyType(
-            {"app.kubernetes.io/name": "crawlfleet-operator"}
+            {
+                "app.kubernetes.io/name": "crawlfleet-operator",
+                "app.kubernetes.io/component": "operator",
+            }
         )
     )
 

@@ -11,7 +11,8 @@ Settings that matter in production, and why:
 - peering (``KopfPeering`` objects) lets two replicas run while only one acts; the other
   takes over when the first stops refreshing its peering record;
 - a liveness endpoint (``/healthz``) and a Prometheus endpoint (``/metrics``) on their own
-  ports.
+  ports; ``/healthz`` fails (500) until the operator has logged in to the API server, and
+  whenever its latest login failed (:mod:`crawlfleet.operator.health`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import kopf
 
 from crawlfleet.config import Config, OperatorConfig
 from crawlfleet.operator.handlers import CrawlJobOperator
+from crawlfleet.operator.health import LOGIN_RETRY_SECONDS, LoginHealth
 from crawlfleet.operator.kube import Kube, login
 from crawlfleet.operator.metrics import OperatorMetrics
 
@@ -134,8 +136,12 @@ _KOPF_REQUEST_CONNECTIONS = 8
 _WATCHES_PER_NAMESPACE = 5
 
 
-def _kopf_login(watched_namespaces: int) -> Callable[..., Awaitable[kopf.AiohttpSession]]:
-    """kopf's login: our credentials, on a session whose connections are bounded.
+def _kopf_login(
+    watched_namespaces: int, health: LoginHealth
+) -> Callable[..., Awaitable[kopf.AiohttpSession]]:
+    """kopf's login: our credentials, accepted by the API server before kopf gets them
+    (``health`` records the outcome for the probes; a failure is tried again after
+    ``LOGIN_RETRY_SECONDS``), on a session whose connections are bounded.
 
     kopf's own session has no connection limit: a hundred jobs' status patches at once open
     a hundred TLS connections, each with asyncio's 256 KiB read buffer and OpenSSL's, kept
@@ -147,12 +153,20 @@ def _kopf_login(watched_namespaces: int) -> Callable[..., Awaitable[kopf.Aiohttp
     limit = _KOPF_REQUEST_CONNECTIONS + _WATCHES_PER_NAMESPACE * max(1, watched_namespaces)
 
     async def kopf_login(**_: Any) -> kopf.AiohttpSession:
-        info = await asyncio.to_thread(login)
+        try:
+            info, refusal = await asyncio.to_thread(health.log_in, login)
+            tls = info.as_ssl_context()
+        except Exception as error:  # no credentials, a CA that cannot be read: retried too
+            raise kopf.TemporaryError(
+                f"login failed: {error}", delay=LOGIN_RETRY_SECONDS
+            ) from error
+        if refusal is not None:
+            raise kopf.TemporaryError(f"login failed: {refusal}", delay=LOGIN_RETRY_SECONDS)
         with warnings.catch_warnings():  # aiohttp's BasicAuth warns; None for token users
             warnings.simplefilter("ignore", DeprecationWarning)
             auth = info.as_aiohttp_basic_auth()
         session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=limit, ssl=info.as_ssl_context()),
+            connector=aiohttp.TCPConnector(limit=limit, ssl=tls),
             headers=info.as_http_headers(),
             auth=auth,
         )
@@ -165,6 +179,21 @@ def _kopf_login(watched_namespaces: int) -> Callable[..., Awaitable[kopf.Aiohttp
         )
 
     return kopf_login
+
+
+def _recorded_login(health: LoginHealth) -> Callable[[], kopf.ConnectionInfo]:
+    """The operator's own client's login (at its first call, and after a 401), recorded for
+    the probes like kopf's. A refusal is the call's :class:`KubeError`, which its handler
+    already takes for "later"; the client keeps no session, so its next call logs in again
+    (and records an API server that answers again)."""
+
+    def recorded() -> kopf.ConnectionInfo:
+        info, refusal = health.log_in(login)
+        if refusal is not None:
+            raise refusal
+        return info
+
+    return recorded
 
 
 def _closer(kube: Kube) -> Callable[..., Awaitable[None]]:
@@ -188,7 +217,8 @@ def run_operator(config: Config, *, all_namespaces: bool = False, standalone: bo
     _limit_malloc_arenas()
     registry = kopf.OperatorRegistry()
     metrics = OperatorMetrics()
-    kube = Kube(login, retry_budget_seconds=knobs.api_retry_seconds)
+    health = LoginHealth()
+    kube = Kube(_recorded_login(health), retry_budget_seconds=knobs.api_retry_seconds)
     operator = CrawlJobOperator(kube, config, metrics)
     operator.register(registry)
     kopf.on.startup(registry=registry)(
@@ -196,7 +226,8 @@ def run_operator(config: Config, *, all_namespaces: bool = False, standalone: bo
     )
     # A registry of our own starts without kopf's default login handlers: ours, the same
     # credentials the children are made with (service account in a pod, else the kubeconfig).
-    kopf.on.login(registry=registry)(_kopf_login(len(knobs.namespaces)))
+    kopf.on.login(registry=registry)(_kopf_login(len(knobs.namespaces), health))
+    kopf.on.probe(registry=registry, id="login")(health.probe)
     kopf.on.cleanup(registry=registry)(_closer(kube))
     kopf.on.startup(registry=registry)(_start_trimmer)
     metrics.serve(knobs.metrics_port, knobs.bind_host)

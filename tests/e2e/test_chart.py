@@ -9,7 +9,12 @@
   checked by SubjectAccessReviews that the API server's RBAC authorizer answers;
 - `crawlfleet operator`, authenticated by a token of the chart's ServiceAccount, goes through
   every path that calls the API and is refused nothing; the API server's audit log of its calls
-  is then exactly what the chart's Role grants (a verb granted and never called fails).
+  is then exactly what the chart's Role grants (a verb granted and never called fails);
+- every rendered object loads with a strict YAML loader (no key twice in a mapping);
+- the operator's /healthz (all three probes) fails until the API server accepts its login and
+  again once it refuses it;
+- every pod the chart makes, and every pod the operator makes, passes the `restricted` Pod
+  Security Standard in a namespace that enforces it.
 """
 
 from __future__ import annotations
@@ -20,15 +25,19 @@ import os
 import shutil
 import signal
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
-from crawlfleet.config import Config
+from crawlfleet.config import Config, OperatorConfig
+from crawlfleet.operator.children import ChildNames, selector_string
 from crawlfleet.operator.output import DefaultOutput
 from crawlfleet.tenancy import TenancyPolicy
 from crawlfleet.testsite import SiteConfig, TestSite
@@ -99,8 +108,47 @@ def set_args(mode: str, **names: str) -> list[str]:
     return arguments
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key repeated in any mapping.
+
+    YAML says the keys of a mapping are unique, and strict tools (kubectl's and the API
+    server's strict decoding, yq, ruamel) refuse a repeated one; PyYAML keeps the last and says
+    nothing, which is how a label repeated in a template passed this test before.
+    """
+
+
+def _unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode) -> dict[object, object]:
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found the key {key!r} again",
+                key_node.start_mark,
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def documents(manifest: str) -> list[dict[str, Any]]:
+    """The objects of a rendered manifest, loaded strictly; a repeated key names its template
+    (the ``# Source:`` comment helm writes above each object)."""
+    try:
+        return [doc for doc in yaml.load_all(manifest, Loader=UniqueKeyLoader) if doc]
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        before = manifest.splitlines()[: mark.line if mark else 0]
+        source = next((line for line in reversed(before) if line.startswith("# Source:")), "")
+        raise AssertionError(f"{source}\n{error}") from None
+
+
 def kinds(manifest: str) -> list[str]:
-    return [doc["kind"] for doc in yaml.safe_load_all(manifest) if doc]
+    return [str(doc["kind"]) for doc in documents(manifest)]
 
 
 @pytest.fixture(scope="session")
@@ -163,12 +211,45 @@ def test_helm_lint_refuses_a_bad_value_with_the_schema_message(
     assert message in result.stdout, result.stdout
 
 
+# -- unique keys -----------------------------------------------------------------------------
+
+
+def test_the_strict_loader_refuses_a_key_repeated_in_a_mapping() -> None:
+    """What objectstore.yaml rendered before: the component label after the shared ones."""
+    repeated = (
+        "# Source: crawlfleet/templates/objectstore.yaml\n"
+        "kind: Service\nspec:\n  selector:\n"
+        "    app.kubernetes.io/component: operator\n"
+        "    app.kubernetes.io/component: object-store\n"
+    )
+    with pytest.raises(AssertionError) as refused:
+        documents(repeated)
+    assert "found the key 'app.kubernetes.io/component' again" in str(refused.value)
+    assert "# Source: crawlfleet/templates/objectstore.yaml" in str(refused.value)
+    assert yaml.safe_load(repeated)["spec"]["selector"] == {  # what PyYAML alone lets through
+        "app.kubernetes.io/component": "object-store"
+    }
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_every_rendered_mapping_has_unique_keys(helm: Helm, mode: str) -> None:
+    """Every object the chart renders in each mode (the monitors too) loads strictly."""
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf",
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--set", "metrics.workerPodMonitor.enabled=true",
+        "--api-versions", PROMETHEUS_OPERATOR_API,
+        *set_args(mode, namespace="cf", other="cf-b"),
+    ).stdout  # fmt: skip
+    assert len(documents(rendered)) == rendered.count("\n# Source: ")
+
+
 # -- the output's default destination --------------------------------------------------------
 
 
 def _operator_env(rendered: str) -> dict[str, str]:
-    for doc in yaml.safe_load_all(rendered):
-        if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == RELEASE:
+    for doc in documents(rendered):
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == RELEASE:
             (container,) = doc["spec"]["template"]["spec"]["containers"]
             return {var["name"]: var.get("value", "") for var in container["env"]}
     raise AssertionError("no operator Deployment")
@@ -181,7 +262,7 @@ def test_the_quickstart_store_is_the_default_destination_and_the_operator_accept
         "template", RELEASE, str(CHART), "--namespace", "cf", "--set", "objectStore.enabled=true"
     ).stdout
     store = f"{RELEASE}-store"
-    found = {(doc["kind"], doc["metadata"]["name"]) for doc in yaml.safe_load_all(rendered) if doc}
+    found = {(doc["kind"], doc["metadata"]["name"]) for doc in documents(rendered)}
     assert {
         ("Secret", store),
         ("PersistentVolumeClaim", store),
@@ -207,6 +288,23 @@ def test_the_quickstart_store_is_the_default_destination_and_the_operator_accept
     ).stdout  # fmt: skip
     chosen = DefaultOutput.parse(_operator_env(own)["CRAWLFLEET_DEFAULT_OUTPUT"])
     assert chosen.output.destination == "s3://mine/crawls/"  # the user's wins over the store
+
+
+def test_only_the_operators_pods_carry_the_labels_each_jobs_redis_admits(helm: Helm) -> None:
+    """Each job's Redis NetworkPolicy admits pods with the operator's labels: the object store
+    shares the chart's name label and must not match them (it would reach every job's Redis)."""
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf", "--set", "objectStore.enabled=true"
+    ).stdout
+    admitted = dict(OperatorConfig().operator_labels)
+    matching = sorted(
+        obj["metadata"]["name"]
+        for obj in documents(rendered)
+        if obj["kind"] in WORKLOADS
+        and admitted.items()
+        <= obj["spec"]["template"].get("metadata", {}).get("labels", {}).items()
+    )
+    assert matching == [RELEASE]
 
 
 # -- the tenancy policy ------------------------------------------------------------------------
@@ -264,8 +362,8 @@ def test_helm_refuses_a_bad_policy_value(helm: Helm, assignment: str, message: s
 
 def test_the_operator_binds_where_the_chart_says(helm: Helm) -> None:
     rendered = helm("template", RELEASE, str(CHART), "--set", "bindAddress=10.1.2.3").stdout
-    for doc in yaml.safe_load_all(rendered):
-        if doc and doc["kind"] == "Deployment" and doc["metadata"]["name"] == RELEASE:
+    for doc in documents(rendered):
+        if doc["kind"] == "Deployment" and doc["metadata"]["name"] == RELEASE:
             (container,) = doc["spec"]["template"]["spec"]["containers"]
             assert "--bind-host=10.1.2.3" in container["args"]
             return
@@ -462,12 +560,15 @@ def test_helm_install_cluster_wide_grants_the_operators_calls_everywhere(
 # -- the operator itself, with nothing but the chart's RBAC ----------------------------------
 
 
-def service_account_kubeconfig(cluster: Cluster, namespace: str, path: Path) -> Path:
+def service_account_kubeconfig(
+    cluster: Cluster, namespace: str, path: Path, token: str | None = None
+) -> Path:
     """A kubeconfig that authenticates as the release's ServiceAccount, by a real token from
-    the TokenRequest API: what the operator's pod would get mounted."""
-    token = cluster.kubectl(
-        "create", "token", SERVICE_ACCOUNT, "--namespace", namespace, "--duration=1h"
-    ).stdout.strip()
+    the TokenRequest API: what the operator's pod would get mounted (or by ``token``)."""
+    if token is None:
+        token = cluster.kubectl(
+            "create", "token", SERVICE_ACCOUNT, "--namespace", namespace, "--duration=1h"
+        ).stdout.strip()
     admin = yaml.safe_load(cluster.kubeconfig.read_text())
     (entry,) = admin["clusters"]
     path.write_text(
@@ -520,8 +621,8 @@ def granted_calls(rendered: str, kind: str) -> set[Call]:
     """Every (verb, group, resource, subresource) the chart's Role or ClusterRole grants."""
     (role,) = [
         doc
-        for doc in yaml.safe_load_all(rendered)
-        if doc and doc["kind"] == kind and doc["metadata"]["name"] == RELEASE
+        for doc in documents(rendered)
+        if doc["kind"] == kind and doc["metadata"]["name"] == RELEASE
     ]
     calls: set[Call] = set()
     for rule in role["rules"]:
@@ -652,3 +753,241 @@ def test_the_charts_rbac_is_exactly_what_the_operator_calls(
         ("list", "", "namespaces", ""),
         ("watch", "", "namespaces", ""),
     }
+
+
+# -- the operator's probes --------------------------------------------------------------------
+
+
+def health(operator: OperatorProcess) -> tuple[int, str] | None:
+    """What the operator's /healthz (every probe of the chart's Deployment) answers; None while
+    nothing listens yet."""
+    if operator.process is not None and operator.process.poll() is not None:
+        raise AssertionError(
+            f"the operator exited ({operator.process.returncode}):\n{operator.log()}"
+        )
+    url = f"http://127.0.0.1:{operator.health_port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except (urllib.error.URLError, ConnectionError):
+        return None
+
+
+def test_the_probes_fail_until_the_api_server_accepts_the_operators_login_and_while_it_refuses(
+    helm: Helm, install: list[str], cluster: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """Started with a token the API server refuses, the operator answers /healthz 500 and keeps
+    trying; the ServiceAccount's real token in the same kubeconfig turns it 200 at the next
+    try; that ServiceAccount deleted (its tokens refused), the next call kopf makes gets a
+    401, kopf logs in again, and /healthz answers 500 again."""
+    helm(*install)
+    kubeconfig = service_account_kubeconfig(
+        cluster, namespace, tmp_path / "sa.yaml", token="not-a-token"
+    )
+    identity = dataclasses.replace(cluster, kubeconfig=kubeconfig)
+    operator = OperatorProcess(identity, namespace, tmp_path).start()
+    try:
+        refused = wait_until(lambda: health(operator), timeout=60, what="/healthz to answer")
+        assert refused[0] == 500, refused
+        # Not a first answer that happens to be early: it stays 500 over failed logins.
+        wait_until(
+            lambda: operator.log_file.read_text().count("login failed: GET") >= 2,
+            timeout=30,
+            what="two logins refused",
+        )
+        assert (health(operator) or (0, ""))[0] == 500
+        assert "/version: 401 Unauthorized" in operator.log_file.read_text()
+
+        service_account_kubeconfig(cluster, namespace, kubeconfig)  # a real token
+        accepted = wait_until(
+            lambda: (answer := health(operator)) and answer[0] == 200 and answer,
+            timeout=30,
+            what="/healthz to answer 200",
+        )
+        assert json.loads(accepted[1])["login"]["server"] == cluster.api.configuration.host
+
+        cluster.kubectl("delete", "serviceaccount", SERVICE_ACCOUNT, "--namespace", namespace)
+        with TestSite(SiteConfig(hosts=1, pages_per_host=1, hostile=False)) as site:
+            apply(cluster, crawljob("after-revocation", site), namespace=namespace)
+        wait_until(
+            lambda: (answer := health(operator)) and answer[0] == 500,
+            timeout=60,
+            what="/healthz to answer 500 once the token is refused",
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{operator.log()}") from None
+    finally:
+        operator.stop()
+
+
+# -- the restricted Pod Security Standard ----------------------------------------------------
+
+#: A namespace that refuses pods below the restricted standard, and warns of workload objects
+#: (Deployments, Jobs) whose pods would be refused.
+RESTRICTED = {
+    f"pod-security.kubernetes.io/{mode}{suffix}": value
+    for mode in ("enforce", "warn")
+    for suffix, value in (("", "restricted"), ("-version", "latest"))
+}
+WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"}
+
+
+@pytest.fixture
+def restricted_namespace(core: client.CoreV1Api, namespace: str) -> str:
+    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
+    return namespace
+
+
+def pods_of(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A Pod for each workload's pod template, named after the workload."""
+    pods = {}
+    for obj in objects:
+        if obj["kind"] in WORKLOADS:
+            name = f"{obj['kind'].lower()}-{obj['metadata']['name']}"
+            template = obj["spec"]["template"]
+            pods[name] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": template.get("metadata", {}).get("labels", {}),
+                },
+                "spec": template["spec"],
+            }
+    return pods
+
+
+def pod_security_refusals(
+    cluster: Cluster, namespace: str, pods: dict[str, dict[str, Any]], tmp_path: Path
+) -> dict[str, str]:
+    """What the API server says of each pod, created with a server-side dry run in
+    ``namespace``: PodSecurity admission runs on a dry run, so a pod below the namespace's
+    standard is refused (and only admitted pods are left out)."""
+    said = {}
+    for name, pod in pods.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(pod))
+        created = cluster.kubectl(
+            "create", "--dry-run=server", "--namespace", namespace, "-f", str(path), check=False
+        )
+        if created.returncode != 0 or created.stderr:
+            said[name] = created.stderr.strip()
+    return said
+
+
+def test_the_restricted_namespace_refuses_a_pod_without_a_security_context(
+    cluster: Cluster, restricted_namespace: str, tmp_path: Path
+) -> None:
+    """The check below can fail: the same dry run refuses a pod that does not meet the
+    standard (the object store's pod as it was)."""
+    bare = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "bare"},
+        "spec": {"containers": [{"name": "c", "image": "versity/versitygw:v1.8.0"}]},
+    }
+    said = pod_security_refusals(cluster, restricted_namespace, {"bare": bare}, tmp_path)
+    assert 'violates PodSecurity "restricted:latest"' in said["bare"], said
+
+
+def test_every_pod_of_the_chart_passes_the_restricted_pod_security_standard(
+    helm: Helm,
+    install: list[str],
+    cluster: Cluster,
+    core: client.CoreV1Api,
+    restricted_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The README's quickstart (the object store on) in a namespace enforcing the restricted
+    standard: `helm install` gets no PodSecurity warning, the store's ReplicaSet gets its pod
+    admitted for real, and a pod of every pod template the chart renders (the operator's at
+    any replica count, the bucket Job's, which no controller here runs) passes the dry run."""
+    namespace = restricted_namespace
+    # --no-hooks: the bucket Job would wait for a job controller the test bed does not run.
+    installed = helm(*install, "--set", "objectStore.enabled=true", "--no-hooks")
+    assert "PodSecurity" not in installed.stderr, installed.stderr
+
+    selector = "app.kubernetes.io/component=object-store"
+    try:
+        wait_until(
+            lambda: core.list_namespaced_pod(namespace, label_selector=selector).items,
+            timeout=30,
+            what="the object store's pod admitted",
+        )
+    except AssertionError as error:
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        raise AssertionError(f"{error}\n{events}") from None
+
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", namespace,
+        "--set", "objectStore.enabled=true", "--set", f"peering.name={namespace}",
+    ).stdout  # fmt: skip
+    objects = documents(rendered)
+    pods = pods_of(objects)
+    assert set(pods) == {
+        f"deployment-{RELEASE}",
+        f"deployment-{RELEASE}-store",
+        f"job-{RELEASE}-store-bucket",
+    }
+    assert pod_security_refusals(cluster, namespace, pods, tmp_path) == {}
+    # The workload objects themselves (copies, under names of their own): a namespace warns
+    # of a template it would refuse, and helm would have shown it.
+    copies = [
+        {**obj, "metadata": {**obj["metadata"], "name": f"{obj['metadata']['name']}-copy"}}
+        for obj in objects
+        if obj["kind"] in WORKLOADS
+    ]
+    manifest = tmp_path / "workloads.yaml"
+    manifest.write_text(yaml.safe_dump_all(copies))
+    created = cluster.kubectl(
+        "create", "--dry-run=server", "--namespace", namespace, "-f", str(manifest)
+    )
+    assert created.stdout.count("(server dry run)") == len(copies) == 3, created.stdout
+    assert created.stderr == ""
+
+
+def test_every_pod_the_operator_makes_passes_the_restricted_pod_security_standard(
+    cluster: Cluster,
+    chart_crds: list[str],
+    core: client.CoreV1Api,
+    apps: client.AppsV1Api,
+    restricted_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """A CrawlJob (managed Redis, the workers) in a namespace enforcing the restricted
+    standard: the Redis Deployment's ReplicaSet gets its pod admitted for real, and a pod of
+    the workers' template (at 0 replicas until Redis answers) passes the dry run."""
+    namespace = restricted_namespace
+    names = ChildNames.of("restricted")
+    operator = OperatorProcess(cluster, namespace, tmp_path).start()
+    try:
+        with TestSite(SiteConfig(hosts=1, pages_per_host=1, hostile=False)) as site:
+            apply(cluster, crawljob("restricted", site), namespace=namespace)
+
+            def deployments() -> list[client.V1Deployment] | None:
+                found = apps.list_namespaced_deployment(namespace).items
+                named = {deployment.metadata.name for deployment in found}
+                return found if named >= {names.redis, names.workers} else None
+
+            made = wait_until(deployments, timeout=60, what="the job's Deployments")
+        redis = apps.read_namespaced_deployment(names.redis, namespace)
+        wait_until(
+            lambda: (
+                core.list_namespaced_pod(
+                    namespace, label_selector=selector_string(redis.spec.selector.match_labels)
+                ).items
+            ),
+            timeout=30,
+            what="the Redis pod admitted",
+        )
+    except AssertionError as error:
+        events = cluster.kubectl("get", "events", "-n", namespace, check=False).stdout
+        raise AssertionError(f"{error}\n{events}\n{operator.log()}") from None
+    finally:
+        operator.stop()
+    objects = [{**cluster.api.sanitize_for_serialization(d), "kind": "Deployment"} for d in made]
+    pods = pods_of(objects)
+    assert set(pods) == {f"deployment-{names.redis}", f"deployment-{names.workers}"}
+    assert pod_security_refusals(cluster, namespace, pods, tmp_path) == {}

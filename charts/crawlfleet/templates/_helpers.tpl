@@ -29,22 +29,62 @@ Names. The full name is truncated to 63 characters: it becomes a label value and
 {{/*
 Labels. The selector labels are immutable on a Deployment, so they hold only what never
 changes for a release. The name is fixed, not nameOverride's: each CrawlJob's NetworkPolicy
-admits pods labelled app.kubernetes.io/name=crawlfleet-operator to the job's Redis (the
-operator's OperatorConfig.operator_labels), and the workers it starts are
+admits pods labelled app.kubernetes.io/name=crawlfleet-operator and component=operator (not
+the object store) to the job's Redis (the operator's OperatorConfig.operator_labels), and the workers it starts are
 app.kubernetes.io/name=crawlfleet.
+
+Each object has one component (operator, object-store): the component*Labels take
+(list $root "component"), and the plain ones are the operator's. A key may appear once in a
+mapping (YAML says so, and strict tools refuse a repeated one), so a template that wants another
+component asks for it here instead of adding the key after these.
 */}}
-{{- define "crawlfleet.selectorLabels" -}}
+{{- define "crawlfleet.componentSelectorLabels" -}}
+{{- $root := index . 0 -}}
 app.kubernetes.io/name: crawlfleet-operator
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: operator
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "crawlfleet.componentLabels" -}}
+{{- $root := index . 0 -}}
+helm.sh/chart: {{ include "crawlfleet.chart" $root }}
+{{ include "crawlfleet.componentSelectorLabels" . }}
+app.kubernetes.io/part-of: crawlfleet
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+{{- end }}
+
+{{- define "crawlfleet.selectorLabels" -}}
+{{ include "crawlfleet.componentSelectorLabels" (list . "operator") }}
 {{- end }}
 
 {{- define "crawlfleet.labels" -}}
-helm.sh/chart: {{ include "crawlfleet.chart" . }}
-{{ include "crawlfleet.selectorLabels" . }}
-app.kubernetes.io/part-of: crawlfleet
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{ include "crawlfleet.componentLabels" (list . "operator") }}
+{{- end }}
+
+{{/*
+The restricted Pod Security Standard for the chart's other pods (the object store and its
+bucket Job, whose image runs as root unless told otherwise): a numeric user that is not root,
+no privilege escalation, no capabilities, the runtime's seccomp profile, and a read-only root
+filesystem (the store writes only under its volume and /tmp, each mounted). fsGroup makes the
+store's claim writable by that user; OnRootMismatch changes its files' group once, not at every
+start.
+*/}}
+{{- define "crawlfleet.restrictedPodSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "crawlfleet.restrictedSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
 {{- end }}
 
 {{/*

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from crawlfleet.config import DrainConfig
+from crawlfleet.config import DrainConfig, OperatorConfig
 from crawlfleet.crawljob import CrawlJobSpec, parse_crawljob
 from crawlfleet.operator import children
 from crawlfleet.operator.children import JobRef, child_name
@@ -236,7 +236,7 @@ def test_redis_reads_its_password_from_the_mounted_secret_never_from_argv() -> N
 
 
 def test_network_policy_admits_only_the_jobs_workers_and_the_operator() -> None:
-    operator = {"app.kubernetes.io/name": "crawlfleet-operator"}
+    operator = dict(OperatorConfig().operator_labels)
     policy = children.network_policy(JOB, operator, "crawlfleet-system")
     assert policy["spec"]["podSelector"]["matchLabels"] == {
         "crawlfleet.io/job": "books",
