@@ -69,14 +69,20 @@ def parse_dockerfile(text: str) -> list[Stage]:
     assert not pending, "a continuation line runs off the end of the file"
 
     stages: list[Stage] = []
+    global_args: dict[str, str] = {}  # ARGs before the first FROM, with their defaults
     for line in logical:
         keyword, _, arguments = line.partition(" ")
         keyword = keyword.upper()
+        if keyword == "ARG" and not stages:
+            name, _, default = arguments.strip().partition("=")
+            global_args[name] = default
+            continue
         if keyword == "FROM":
             words = arguments.split()
             words = [w for w in words if not w.startswith("--platform")]
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
-            stages.append(Stage(words[0], name, ()))
+            image = re.sub(r"\$\{(\w+)\}", lambda m: global_args[m.group(1)], words[0])
+            stages.append(Stage(image, name, ()))
             continue
         assert stages, f"{keyword} before the first FROM"
         last = stages[-1]
@@ -151,10 +157,33 @@ def test_entrypoint_is_crawlfleet_and_cmd_the_subcommand(image: str, stages: lis
 
 
 def test_only_the_operator_image_gets_the_operator_extra(image: str, stages: list[Stage]) -> None:
-    installs = [run for run in stages[0].all("RUN") if "install" in run]
-    assert installs
-    with_extra = any(".[operator]" in run for run in installs)
+    selections = [run for run in stages[0].all("RUN") if "lock_select.py" in run]
+    assert selections, "the builder installs nothing from requirements.lock"
+    with_extra = any("--extra operator" in run for run in selections)
     assert with_extra == (image == "operator")
+
+
+def test_the_builder_installs_only_locked_hashed_versions(stages: list[Stage]) -> None:
+    """Dependencies from the lock with their hashes and no resolver; the package itself with
+    --no-deps, so nothing the lock does not pin can come in; pip check proves nothing is missing."""
+    installs = [run for run in stages[0].all("RUN") if "install" in run]
+    locked = [run for run in installs if "-r image.lock" in run]
+    assert locked
+    assert all("--require-hashes" in run and "--no-deps" in run for run in locked)
+    package = [run for run in installs if "install --no-deps --no-build-isolation ." in run]
+    assert package
+    assert all("pip --python /opt/venv/bin/python check" in run for run in package)
+    for run in installs:
+        for command in re.split(r"&&", run):
+            if " install " in command:
+                assert "--no-deps" in command, f"may resolve beyond the lock: {command}"
+
+
+def test_the_base_is_a_build_argument_defaulting_to_the_official_image() -> None:
+    for dockerfile in DOCKERFILES.values():
+        text = dockerfile.read_text()
+        assert re.search(r"^ARG BASE=python:3\.11\.\d+-slim-bookworm$", text, re.M)
+        assert re.findall(r"^FROM (\S+)", text, re.M) == ["${BASE}", "${BASE}"]
 
 
 # -- .dockerignore --------------------------------------------------------------------------
@@ -232,13 +261,19 @@ def test_dockerignore_lets_in_what_the_dockerfiles_copy() -> None:
                 words = copy.split()
                 if not any(w.startswith("--from") for w in words):
                     sources.update(w.rstrip("/") for w in words[:-1] if not w.startswith("--"))
-    assert sources == {"pyproject.toml", "README.md", "crawlfleet"}
+    assert sources == {
+        "pyproject.toml",
+        "README.md",
+        "crawlfleet",
+        "requirements.lock",
+        "scripts/lock_select.py",
+    }
     package_files = [
         str(p.relative_to(REPO))
         for p in (REPO / "crawlfleet").rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     ]
-    for path in ["pyproject.toml", "README.md", *package_files]:
+    for path in sorted(sources - {"crawlfleet"}) + package_files:
         assert not dockerignored(path), path
     # setuptools reads the readme that pyproject.toml names while it builds the wheel.
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
