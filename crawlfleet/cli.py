@@ -231,7 +231,8 @@ def _validate(args: argparse.Namespace, config: Config) -> int:
     from crawlfleet.errors import ConfigError
     from crawlfleet.tenancy import TenancyPolicy
 
-    job = load_crawljob(args.job)  # a seedsFrom.file list is read and checked with it
+    # A seedsFrom.file list is read and checked with it, within the operator's bounds.
+    job = load_crawljob(args.job, config.seed_list.bounds())
     if job.spec.parser is not None:
         # Here, not in the model: the operator never imports user code (nor has it); the
         # workers that will run it do, and refuse to start without it.
@@ -462,7 +463,7 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         from crawlfleet.errors import ConfigError
         from crawlfleet.local.runner import RunOptions, run_local
 
-        job = load_crawljob(job_file)
+        job = load_crawljob(job_file, config.seed_list.bounds())
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
     config = dataclasses.replace(

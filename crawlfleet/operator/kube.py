@@ -405,16 +405,18 @@ class Kube:
         binary = (found.get("binaryData") or {}).get(key)
         return None if binary is None else base64.b64decode(binary)
 
-    async def config_map_version(self, namespace: str, name: str) -> str | None:
-        """A ConfigMap's resourceVersion, from its metadata alone (a seed list of megabytes
-        is not sent for it); None when it is missing."""
+    async def config_map_metadata(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap's metadata alone (a seed list of megabytes is not sent for it, nor read
+        before its labels allow); None when it is missing."""
         path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
         answer = await self._call(
             "GET", path, None, None, True, None, decode=True, accept=_METADATA_ONLY
         )
-        version = (
-            None if answer is None else (answer[1].get("metadata") or {}).get("resourceVersion")
-        )
+        return None if answer is None else dict(answer[1].get("metadata") or {})
+
+    async def config_map_version(self, namespace: str, name: str) -> str | None:
+        """A ConfigMap's resourceVersion (its metadata alone); None when it is missing."""
+        version = ((await self.config_map_metadata(namespace, name)) or {}).get("resourceVersion")
         return str(version) if version else None
 
     async def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
