@@ -575,7 +575,10 @@ def test_the_charts_rbac_is_exactly_what_the_operator_calls(
         core.create_namespaced_config_map(
             namespace,
             client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name="seeds"),
+                # The label that lets a CrawlJob read it (the tenancy policy's default).
+                metadata=client.V1ObjectMeta(
+                    name="seeds", labels={"crawlfleet.io/crawljob-seeds": "true"}
+                ),
                 data={"seeds.txt": "\n".join(site.seeds)},
             ),
         )
