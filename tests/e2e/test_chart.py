@@ -268,7 +268,7 @@ def test_the_seed_list_policy_reaches_the_operator(helm: Helm) -> None:
     ("assignment", "message"),
     [
         ("policy.seedsLabel=seeds", "at '/policy/seedsLabel'"),
-        ("policy.seedList.maxLines=0", "at '/policy/seedList/maxLines'"),
+        ("policy.seedList.maxLines=-1", "at '/policy/seedList/maxLines'"),
         ("policy.secretLabel=crawl", "at '/policy/secretLabel'"),
         ("policy.volumeTypes={host-path}", "at '/policy/volumeTypes/0'"),
         ("workerEgress.clusterCIDRs={10.0.0.0}", "at '/workerEgress/clusterCIDRs/0'"),
