@@ -43,7 +43,8 @@ class DedupSpec(Section):
     capacity: Annotated[int, Range(ge=1, le=MAX_CAPACITY)] = 1_000_000
     """How many distinct URLs the Bloom filter (which remembers every URL seen, so each is
     crawled once) is sized for. Past it, more new URLs are wrongly taken for seen and skipped.
-    Memory: about 1.2 MB per million at errorRate 0.01. Fixed once the job exists."""
+    Memory: about 1.2 MB per million at errorRate 0.01, at most three quarters of the job's
+    Redis memory (checked before the job starts). Fixed once the job exists."""
     error_rate: Annotated[float, Range(ge=_MIN_ERROR_RATE, lt=0.5)] = 0.01
     """The Bloom filter's false-positive rate at capacity: the share of new URLs wrongly taken
     for seen and never crawled. Each halving costs about 0.18 bytes per URL of capacity.

@@ -133,7 +133,8 @@ class ConfigMapKeyRef(Section):
     """A key of a ConfigMap in the job's namespace."""
 
     name: Annotated[str, OBJECT_NAME]
-    """Name of the ConfigMap, in the CrawlJob's namespace."""
+    """Name of the ConfigMap, in the CrawlJob's namespace. The operator reads only a ConfigMap
+    labelled for seed lists (crawlfleet.io/crawljob-seeds=true by default; docs/security.md)."""
     key: Annotated[str, SECRET_KEY]
     """Key in the ConfigMap: a text entry (data), or a gzip-compressed one (binaryData: what
     kubectl create configmap --from-file makes of a .gz file), for lists past the 1 MiB a
