@@ -249,9 +249,11 @@ def _validate(args: argparse.Namespace, config: Config) -> int:
     source = job.spec.seeds_from
     if source is not None and source.config_map_key_ref is not None:
         ref = source.config_map_key_ref
+        label = TenancyPolicy.from_config(config.operator).seeds_label
+        needs = f", which reads it only labelled {label[0]}={label[1]}" if label else ""
         print(
             f"  its seedsFrom list (ConfigMap {ref.name}, key {ref.key}) is checked by the"
-            " operator when the job starts"
+            f" operator when the job starts{needs}"
         )
     return 0
 

@@ -227,3 +227,18 @@ def test_a_spec_of_listed_seeds_only_round_trips_as_the_workers_read_it() -> Non
     again = CrawlJobSpec.from_mapping(spec.to_mapping())
     assert again == spec
     assert not again.scope_unresolved
+
+
+def test_validate_says_a_config_map_list_is_the_operators_and_needs_its_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: big}\n"
+        "spec:\n  seedsFrom: {configMapKeyRef: {name: seeds, key: seeds.txt.gz}}\n"
+    )
+    assert main(["validate", str(job_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "  its seedsFrom list (ConfigMap seeds, key seeds.txt.gz) is checked by the operator"
+        " when the job starts, which reads it only labelled crawlfleet.io/crawljob-seeds=true"
+    )
