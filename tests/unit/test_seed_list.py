@@ -27,6 +27,16 @@ MIB = 1024 * 1024
 WHERE = "spec.seedsFrom.file (seeds.txt)"
 
 
+def _job_file(folder: Path, seeds_from: str) -> Path:
+    """A CrawlJob file in ``folder`` whose spec is ``seeds_from`` alone (a YAML line)."""
+    job_file = folder / "job.yaml"
+    job_file.write_text(
+        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: big}\n"
+        f"spec:\n  {seeds_from}\n"
+    )
+    return job_file
+
+
 def test_one_url_a_line_with_blanks_comments_and_repeats_skipped() -> None:
     data = b"# the shop\nhttps://a.example/\n\n  https://b.example/x  \nhttps://a.example/\n"
     assert parse_seed_list(data, WHERE) == ("https://a.example/", "https://b.example/x")
@@ -147,11 +157,7 @@ def test_validate_reads_a_file_with_the_same_reader_bounds_and_sentences(
 ) -> None:
     listed = b"https://a.example/\nDB_PASSWORD=hunter2\n" + b"https://b.example/\n" * 3
     (tmp_path / "seeds.txt.gz").write_bytes(gzip.compress(listed))
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(
-        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: big}\n"
-        "spec:\n  seedsFrom: {file: seeds.txt.gz}\n"
-    )
+    job_file = _job_file(tmp_path, "seedsFrom: {file: seeds.txt.gz}")
     assert main(["validate", str(job_file)]) == 2
     err = capsys.readouterr().err
     where = f"spec.seedsFrom.file ({tmp_path / 'seeds.txt.gz'})"
@@ -191,22 +197,14 @@ def test_seeds_over_too_many_hosts_need_allowed_domains_given() -> None:
 
 def test_a_job_file_reads_its_list_beside_it(tmp_path: Path) -> None:
     (tmp_path / "seeds.txt").write_text("https://a.example/\nhttps://b.example/\n")
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(
-        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: big}\n"
-        "spec:\n  seedsFrom: {file: seeds.txt}\n"
-    )
+    job_file = _job_file(tmp_path, "seedsFrom: {file: seeds.txt}")
     job = load_crawljob(job_file)
     assert job.spec.scope.allowed_domains == ("a.example", "b.example")
     assert read_seed_file(job.spec, job_file) == ("https://a.example/", "https://b.example/")
 
 
 def test_a_bad_list_makes_the_job_file_invalid_and_a_missing_one_says_so(tmp_path: Path) -> None:
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(
-        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: big}\n"
-        "spec:\n  seedsFrom: {file: seeds.txt}\n"
-    )
+    job_file = _job_file(tmp_path, "seedsFrom: {file: seeds.txt}")
     with pytest.raises(ConfigError, match=r"spec\.seedsFrom\.file \(.*seeds\.txt\): cannot read"):
         load_crawljob(job_file)
     (tmp_path / "seeds.txt").write_text("https://a.example/\nnot a url\n")
@@ -232,11 +230,7 @@ def test_a_spec_of_listed_seeds_only_round_trips_as_the_workers_read_it() -> Non
 def test_validate_says_a_config_map_list_is_the_operators_and_needs_its_label(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job_file = tmp_path / "job.yaml"
-    job_file.write_text(
-        "apiVersion: crawlfleet.io/v1alpha1\nkind: CrawlJob\nmetadata: {name: big}\n"
-        "spec:\n  seedsFrom: {configMapKeyRef: {name: seeds, key: seeds.txt.gz}}\n"
-    )
+    job_file = _job_file(tmp_path, "seedsFrom: {configMapKeyRef: {name: seeds, key: seeds.txt.gz}}")
     assert main(["validate", str(job_file)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == (
         "  its seedsFrom list (ConfigMap seeds, key seeds.txt.gz) is checked by the operator"
