@@ -231,7 +231,8 @@ def _validate(args: argparse.Namespace, config: Config) -> int:
     from crawlfleet.errors import ConfigError
     from crawlfleet.tenancy import TenancyPolicy
 
-    job = load_crawljob(args.job)  # a seedsFrom.file list is read and checked with it
+    # A seedsFrom.file list is read and checked with it, within the operator's bounds.
+    job = load_crawljob(args.job, config.seed_list.bounds())
     if job.spec.parser is not None:
         # Here, not in the model: the operator never imports user code (nor has it); the
         # workers that will run it do, and refuse to start without it.
@@ -248,9 +249,11 @@ def _validate(args: argparse.Namespace, config: Config) -> int:
     source = job.spec.seeds_from
     if source is not None and source.config_map_key_ref is not None:
         ref = source.config_map_key_ref
+        label = TenancyPolicy.from_config(config.operator).seeds_label
+        needs = f", which reads it only labelled {label[0]}={label[1]}" if label else ""
         print(
             f"  its seedsFrom list (ConfigMap {ref.name}, key {ref.key}) is checked by the"
-            " operator when the job starts"
+            f" operator when the job starts{needs}"
         )
     return 0
 
@@ -462,7 +465,7 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         from crawlfleet.errors import ConfigError
         from crawlfleet.local.runner import RunOptions, run_local
 
-        job = load_crawljob(job_file)
+        job = load_crawljob(job_file, config.seed_list.bounds())
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
     config = dataclasses.replace(

@@ -27,10 +27,13 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from crawlfleet import __version__
 from crawlfleet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from crawlfleet.crawljob.seed_list import SeedListBounds
 
 __all__ = [
     "ENV_PREFIX",
@@ -39,6 +42,7 @@ __all__ = [
     "OperatorConfig",
     "OutputConfig",
     "RunConfig",
+    "SeedListConfig",
     "SteeringConfig",
     "WorkerConfig",
     "environment_variables",
@@ -179,6 +183,24 @@ class RunConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SeedListConfig:
+    """The bounds of a seedsFrom list (crawljob/seed_list.py holds the defaults and the why),
+    as the administrator moves them: the operator's (the chart's ``policy.seedList``), and those
+    of ``crawlfleet validate`` and ``crawlfleet run``. None: the default."""
+
+    #: Bytes a list may hold once decompressed.
+    max_bytes: int | None = field(default=None, metadata=_env("SEED_LIST_MAX_BYTES"))
+    #: Lines a list may have, blank and comment lines included.
+    max_lines: int | None = field(default=None, metadata=_env("SEED_LIST_MAX_LINES"))
+
+    def bounds(self) -> SeedListBounds:
+        """As the reader takes them (a bound below 1 is a ConfigError naming its variable)."""
+        from crawlfleet.crawljob.seed_list import SeedListBounds  # the model, when it is read
+
+        return SeedListBounds.of(self.max_bytes, self.max_lines)
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorConfig:
     """``crawlfleet operator``: the kopf controller of CrawlJobs."""
 
@@ -257,6 +279,9 @@ class OperatorConfig:
             }
         )
     )
+    #: ``key=value`` that a ConfigMap named by spec.seedsFrom must carry; empty: any ConfigMap
+    #: of the job's namespace. None: crawlfleet.tenancy.SEED_LIST_LABEL.
+    seeds_label: str | None = field(default=None, metadata=_env("SEEDS_LABEL"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +293,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
     operator: OperatorConfig = field(default_factory=OperatorConfig)
+    seed_list: SeedListConfig = field(default_factory=SeedListConfig)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

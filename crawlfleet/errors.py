@@ -12,6 +12,7 @@
     │   ├── FrontierLost       the job's frontier is gone from Redis, or was re-created
     │   ├── FrontierLayoutMismatch  the frontier was written by another layout version
     │   └── UnsafeRedis        Redis is configured so it could drop frontier keys
+    │       └── RedisTooSmall  the job's Bloom filter would not fit its free memory
     ├── FetchError             a URL could not be fetched (carries a failure class)
     ├── KubeError              the Kubernetes API answered with an error status
     ├── OutputError            the output destination cannot be used (found at start)
@@ -49,6 +50,7 @@ __all__ = [
     "OutputError",
     "OutputUnavailable",
     "OutputWriteError",
+    "RedisTooSmall",
     "UnsafeRedis",
     "UnsupportedScheme",
     "ZygoteError",
@@ -116,6 +118,14 @@ class UnsafeRedis(FrontierError):
     ``maxmemory-policy``); the message names the setting and the fix."""
 
     reason = "UnsafeRedis"
+
+
+class RedisTooSmall(UnsafeRedis):
+    """The job's Bloom filter would not fit the Redis's free memory (its ``maxmemory``): the
+    frontier is not created there, rather than its first writes pushing Redis past its
+    memory; the message gives both figures."""
+
+    reason = "RedisTooSmall"
 
 
 class FetchError(CrawlfleetError):

@@ -13,7 +13,10 @@ it creates any child:
 - ``spec.output.volume`` must be of an allowed volume type (``persistentVolumeClaim``,
   ``ephemeral`` and ``emptyDir`` by default);
 - every Secret a spec names (``spec.redis.secretRef``, ``spec.output.s3.secretRef``) must carry
-  the label that says it is meant for CrawlJobs (``crawlfleet.io/crawljob-secret=true``).
+  the label that says it is meant for CrawlJobs (``crawlfleet.io/crawljob-secret=true``);
+- the ConfigMap a spec reads its seeds from (``spec.seedsFrom.configMapKeyRef``) must carry
+  :data:`SEED_LIST_LABEL` (``crawlfleet.io/crawljob-seeds=true``): the operator reads any
+  ConfigMap of the namespace, its tenant may not, and a seed list is read in full.
 
 Everything here is pure: the first two checks need the spec alone (``crawlfleet validate
 --policy`` runs them too), the third the Secret's labels, which the operator reads.
@@ -33,6 +36,7 @@ from crawlfleet.errors import ConfigError
 __all__ = [
     "ANY_IMAGE",
     "REDIS_SECRET_FIELD",
+    "SEED_LIST_LABEL",
     "SecretUse",
     "TenancyPolicy",
     "image_allowed",
@@ -43,6 +47,10 @@ __all__ = [
 REDIS_SECRET_FIELD: Final = "spec.redis.secretRef.name"
 #: An allowed-image entry that admits every image: the administrator's explicit opt-out.
 ANY_IMAGE: Final = "*"
+#: The label a ConfigMap must carry for a job to read it as its seed list: a label of its own,
+#: not the Secrets' one, since labelling says what the object is meant for (its whole content
+#: read, by a job of the namespace).
+SEED_LIST_LABEL: Final = ("crawlfleet.io/crawljob-seeds", "true")
 
 
 def repository_of(image: str) -> str:
@@ -89,6 +97,8 @@ class TenancyPolicy:
     volume_types: frozenset[str]
     #: (key, value) a Secret must carry; None: any Secret of the namespace will do.
     secret_label: tuple[str, str] | None
+    #: (key, value) a seedsFrom ConfigMap must carry; None: any ConfigMap of the namespace.
+    seeds_label: tuple[str, str] | None = SEED_LIST_LABEL
 
     @classmethod
     def from_config(cls, knobs: OperatorConfig) -> TenancyPolicy:
@@ -99,6 +109,11 @@ class TenancyPolicy:
             redis_images=knobs.allowed_redis_images,
             volume_types=frozenset(knobs.allowed_volume_types),
             secret_label=_label(knobs.secret_label, "CRAWLFLEET_SECRET_LABEL"),
+            seeds_label=(
+                SEED_LIST_LABEL
+                if knobs.seeds_label is None
+                else _label(knobs.seeds_label, "CRAWLFLEET_SEEDS_LABEL")
+            ),
         )
 
     def spec_problems(self, spec: CrawlJobSpec) -> list[str]:
@@ -139,15 +154,46 @@ class TenancyPolicy:
         """Why the job may not use the Secret (None: it may); ``labels`` None: no such Secret."""
         if labels is None:
             return f"{use.field}: Secret {use.name} does not exist in the job's namespace"
-        if self.secret_label is None:
+        subject = f"{use.field}: Secret {use.name}"
+        return _missing_label(subject, "Secret", "use a Secret", self.secret_label, labels)
+
+    def seed_list_problem(
+        self, where: str, name: str, labels: Mapping[str, str] | None
+    ) -> str | None:
+        """Why the job may not read ConfigMap ``name`` as its seed list (None: it may);
+        ``labels`` None: no such ConfigMap (the caller waits for it).
+
+        Judged on the ConfigMap's metadata alone, and the sentence names the ConfigMap and the
+        label, nothing of its content: it goes to the job's status and Events, which whoever
+        wrote the job reads.
+        """
+        if labels is None:
             return None
-        key, value = self.secret_label
-        if labels.get(key) == value:
-            return None
-        return (
-            f"{use.field}: Secret {use.name} is not labelled {key}={value}, the label that"
-            " lets CrawlJobs use a Secret (add it if this Secret is meant for crawlfleet)"
+        lets = "read a ConfigMap as their seed list"
+        found = _missing_label(
+            f"{where}: ConfigMap {name}", "ConfigMap", lets, self.seeds_label, labels
         )
+        return None if found is None else f"{found}; its content was not read"
+
+
+def _missing_label(
+    subject: str,
+    kind: str,
+    lets: str,
+    label: tuple[str, str] | None,
+    labels: Mapping[str, str],
+) -> str | None:
+    """Why ``subject`` may not be used for want of ``label`` (None: it carries it, or the
+    policy asks for none)."""
+    if label is None:
+        return None
+    key, value = label
+    if labels.get(key) == value:
+        return None
+    return (
+        f"{subject} is not labelled {key}={value}, the label that lets CrawlJobs {lets}"
+        f" (add it if this {kind} is meant for crawlfleet)"
+    )
 
 
 def _image_problem(field: str, allowed: tuple[str, ...], value: str) -> str:

@@ -57,7 +57,8 @@ from crawlfleet.crawljob.resource import API_VERSION, KIND, CrawlJob, ObjectMeta
 from crawlfleet.crawljob.robots import RobotsSpec
 from crawlfleet.crawljob.scope import ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
-from crawlfleet.crawljob.seeds import ConfigMapKeyRef, SeedsFrom, parse_seed_list
+from crawlfleet.crawljob.seed_list import SeedListBounds, parse_seed_list
+from crawlfleet.crawljob.seeds import ConfigMapKeyRef, SeedsFrom
 from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.status import Condition, CrawlJobStatus, FleetStatus, Phase
 
@@ -94,6 +95,7 @@ __all__ = [
     "ScopeSpec",
     "ScrapySpec",
     "SecretRef",
+    "SeedListBounds",
     "SeedsFrom",
     "WorkersSpec",
     "load_crawljob",

@@ -16,7 +16,11 @@ import yaml
 
 from crawlfleet.crawljob.fields import MIB
 from crawlfleet.crawljob.resource import CrawlJob
-from crawlfleet.crawljob.seeds import MAX_SEED_LIST_BYTES, parse_seed_list
+from crawlfleet.crawljob.seed_list import (
+    DEFAULT_SEED_LIST_BOUNDS,
+    SeedListBounds,
+    parse_seed_list,
+)
 from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.validation import MAX_DOCUMENT_DEPTH, validate
 from crawlfleet.errors import ConfigError
@@ -34,12 +38,14 @@ def parse_crawljob(doc: Mapping[str, object]) -> CrawlJob:
 _MAX_FILE_BYTES: Final = 8 * MIB
 
 
-def load_crawljob(path: str | Path) -> CrawlJob:
+def load_crawljob(
+    path: str | Path, seed_list: SeedListBounds = DEFAULT_SEED_LIST_BOUNDS
+) -> CrawlJob:
     """Read one CrawlJob from a YAML file; every problem is a ConfigError naming the file.
 
     A ``seedsFrom.file`` list is read too (relative to the file), and checked: the job comes
     back with its scope resolved (:meth:`CrawlJobSpec.with_listed_seeds`), the list itself is
-    :func:`read_seed_file`'s to give whoever seeds.
+    :func:`read_seed_file`'s to give whoever seeds. ``seed_list`` bounds it.
 
     Whatever the file holds (not YAML, not UTF-8, nested thousands deep, numbers of thousands of
     digits, a directory, a FIFO), the answer is a ConfigError with a sentence, never another
@@ -91,7 +97,7 @@ def load_crawljob(path: str | Path) -> CrawlJob:
     if job.spec.seeds_from is not None and job.spec.seeds_from.file is not None:
         # Read here, beside the file that names it: validate checks every listed URL, and the
         # scope's default (every seed host) is whole before anyone crawls.
-        spec = job.spec.with_listed_seeds(read_seed_file(job.spec, path))
+        spec = job.spec.with_listed_seeds(read_seed_file(job.spec, path, seed_list))
         job = job.model_copy(update={"spec": spec})
     return job
 
@@ -140,10 +146,14 @@ _YamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 _YamlLoader.add_constructor("tag:yaml.org,2002:str", _construct_str)
 
 
-def read_seed_file(spec: CrawlJobSpec, job_file: str | Path) -> tuple[str, ...]:
+def read_seed_file(
+    spec: CrawlJobSpec, job_file: str | Path, bounds: SeedListBounds = DEFAULT_SEED_LIST_BOUNDS
+) -> tuple[str, ...]:
     """The seeds of ``spec.seedsFrom.file`` (relative to ``job_file``'s folder); () without one.
 
-    A ConfigMap is the operator's to read: outside a cluster it is a ConfigError that says so.
+    Read as the operator reads a ConfigMap (:func:`parse_seed_list`: streamed, within
+    ``bounds``, the same sentences). A ConfigMap is the operator's to read: outside a cluster it
+    is a ConfigError that says so.
     """
     source = spec.seeds_from
     if source is None:
@@ -158,10 +168,10 @@ def read_seed_file(spec: CrawlJobSpec, job_file: str | Path) -> tuple[str, ...]:
     try:
         if not stat.S_ISREG(path.stat().st_mode):
             raise ConfigError(f"{where}: is not a regular file")
-        with path.open("rb") as file:
-            data = file.read(MAX_SEED_LIST_BYTES + 1)
+        file = path.open("rb")
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
         raise ConfigError(
             f"{where}: cannot read it: {getattr(exc, 'strerror', None) or exc}"
         ) from exc
-    return parse_seed_list(data, where)
+    with file:
+        return parse_seed_list(file, where, bounds)

@@ -2,36 +2,32 @@
 
 A seed is refused here for whatever the frontier would refuse later (it is canonicalised as the
 frontier canonicalises it), while the user still has the file open. A seedsFrom list is read once
-(a file for ``crawlfleet run``, a ConfigMap for the operator), bounded before it is split, and
-each line is checked as an entry of ``spec.seeds`` is.
+(a file for ``crawlfleet run``, a ConfigMap for the operator) by ``seed_list.py``, streamed and
+bounded, and each line is checked as an entry of ``spec.seeds`` is.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import zlib
 from collections.abc import Iterable
 from typing import Annotated, ClassVar, Final
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field
-from pydantic_core import PydanticCustomError
 
 from crawlfleet.crawljob.base import Cel, MaxLength, Rule, Section
-from crawlfleet.crawljob.fields import LIST_FROM_YAML, MIB, OBJECT_NAME, SECRET_KEY, unique
+from crawlfleet.crawljob.fields import LIST_FROM_YAML, OBJECT_NAME, SECRET_KEY, unique
 from crawlfleet.crawljob.validation import problem, show, without_userinfo
-from crawlfleet.errors import ConfigError
 from crawlfleet.hosts import normalize_host
 from crawlfleet.urls import try_canonicalize
 
 __all__ = [
-    "MAX_SEED_LIST_BYTES",
     "ConfigMapKeyRef",
     "Seeds",
     "SeedsFrom",
-    "parse_seed_list",
     "seed_hosts",
+    "seed_problem",
 ]
 
 # Seed limits. The API server accepts CEL rules over every seed only when their estimated cost
@@ -40,13 +36,7 @@ __all__ = [
 # Kubernetes object may hold, and 2,048 characters is the sitemaps protocol's URL limit.
 _MAX_SEEDS: Final = 10_000
 _MAX_SEED_LENGTH: Final = 2048
-# A seed list (seedsFrom) is read by crawlfleet, not stored by the API server: a million seeds
-# is ~10 s of validation and a gzip ConfigMap of a few MB at most; its text is capped before
-# it is split, so a decompression bomb costs nothing.
-_MAX_LISTED_SEEDS: Final = 1_000_000
-MAX_SEED_LIST_BYTES: Final = 256 * 1024 * 1024
 _MAX_PATH_LENGTH: Final = 4096
-_GZIP_MAGIC: Final = b"\x1f\x8b"
 
 _SEED_MEANING: Final = f"an absolute http(s) URL with a host, at most {_MAX_SEED_LENGTH} characters"
 _SEED_CREDENTIALS: Final = (
@@ -61,8 +51,10 @@ _strict_host: Final = functools.lru_cache(maxsize=4096)(
 _SPACE_OR_CONTROL: Final = re.compile(r"[\s\x00-\x1f\x7f]")
 
 
-def _seed_url(url: str) -> str:
-    """Refuse what the frontier would refuse later, while the user still has the file open.
+def seed_problem(url: str) -> str | None:
+    """Why the frontier would refuse ``url`` later (None: it would not), in words that quote
+    nothing of it: a seed list's reader says this beside a line number, where the line may come
+    from a ConfigMap the job's author cannot read (seed_list.py).
 
     ``_SEED_CEL`` says the same for the API server, as far as CEL's URL library can. The seed is
     canonicalised here as the frontier will canonicalise it, so a seed that passes cannot fail
@@ -82,12 +74,22 @@ def _seed_url(url: str) -> str:
     except ValueError:
         valid = False
     if not valid:
-        raise problem(f"must be {_SEED_MEANING} (got {show(without_userinfo(url))})")
+        return f"must be {_SEED_MEANING}"
     if parts.username is not None or parts.password is not None:
-        # Never echo the URL back: it holds a password.
-        raise problem(_SEED_CREDENTIALS)
+        return _SEED_CREDENTIALS
     if try_canonicalize(url) is None:
-        raise problem(f"must be {_SEED_MEANING} (got {show(without_userinfo(url))})")
+        return f"must be {_SEED_MEANING}"
+    return None
+
+
+def _seed_url(url: str) -> str:
+    """An entry of spec.seeds: refused as :func:`seed_problem` refuses it, and shown (the
+    user's own spec), but for a password."""
+    reason = seed_problem(url)
+    if reason == _SEED_CREDENTIALS:
+        raise problem(reason)  # never echo the URL back: it holds a password
+    if reason is not None:
+        raise problem(f"{reason} (got {show(without_userinfo(url))})")
     return url
 
 
@@ -131,7 +133,8 @@ class ConfigMapKeyRef(Section):
     """A key of a ConfigMap in the job's namespace."""
 
     name: Annotated[str, OBJECT_NAME]
-    """Name of the ConfigMap, in the CrawlJob's namespace."""
+    """Name of the ConfigMap, in the CrawlJob's namespace. The operator reads only a ConfigMap
+    labelled for seed lists (crawlfleet.io/crawljob-seeds=true by default; docs/security.md)."""
     key: Annotated[str, SECRET_KEY]
     """Key in the ConfigMap: a text entry (data), or a gzip-compressed one (binaryData: what
     kubectl create configmap --from-file makes of a .gz file), for lists past the 1 MiB a
@@ -177,54 +180,3 @@ def seed_hosts(seeds: Iterable[str]) -> tuple[str, ...]:
     """The seeds' hosts, each once, spelled as allowedDomains entries are: the default scope."""
     hosts = dict.fromkeys(urlsplit(seed).hostname for seed in seeds)  # in order, each once
     return unique(tuple(normalize_host(host) for host in hosts if host))
-
-
-def parse_seed_list(data: bytes, where: str) -> tuple[str, ...]:
-    """The seeds of a seedsFrom list, each refused or kept as an entry of spec.seeds is.
-
-    ``data`` is the list as stored (gzip-compressed when it starts with gzip's magic bytes);
-    ``where`` names it in every problem ("spec.seedsFrom.file (seeds.txt)"), which gives the
-    line. The first ten bad lines are reported together; repeats are dropped.
-    """
-    if data[:2] == _GZIP_MAGIC:
-        data = _gunzip(data, where)
-    if len(data) > MAX_SEED_LIST_BYTES:
-        raise ConfigError(f"{where}: is larger than {MAX_SEED_LIST_BYTES // MIB} MiB")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: is not UTF-8 text, nor gzip-compressed UTF-8") from None
-    seeds: list[str] = []
-    problems: list[str] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        url = line.strip()
-        if not url or url.startswith("#"):
-            continue
-        try:
-            seeds.append(_seed_url(url))
-        except PydanticCustomError as error:
-            problems.append(f"{where}: line {number}: {error.message()}")
-            if len(problems) == 10:
-                break
-        if len(seeds) > _MAX_LISTED_SEEDS:
-            raise ConfigError(f"{where}: holds more than {_MAX_LISTED_SEEDS} seeds")
-    if problems:
-        count = f"{len(problems)} problem" + ("" if len(problems) == 1 else "s")
-        raise ConfigError("\n  ".join([f"invalid seed list ({count}):", *problems]))
-    if not seeds:
-        raise ConfigError(f"{where}: holds no seed URL (one absolute http(s) URL per line)")
-    return tuple(dict.fromkeys(seeds))
-
-
-def _gunzip(data: bytes, where: str) -> bytes:
-    """Decompress with a bound: a small bomb must not become gigabytes in the operator."""
-    decompressor = zlib.decompressobj(wbits=31)
-    try:
-        plain = decompressor.decompress(data, MAX_SEED_LIST_BYTES + 1)
-    except zlib.error as error:
-        raise ConfigError(f"{where}: starts as gzip but does not decompress ({error})") from None
-    if len(plain) > MAX_SEED_LIST_BYTES or decompressor.unconsumed_tail:
-        raise ConfigError(
-            f"{where}: is larger than {MAX_SEED_LIST_BYTES // MIB} MiB once decompressed"
-        )
-    return plain

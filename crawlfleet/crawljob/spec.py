@@ -9,6 +9,7 @@ so the whole spec must fit the ConfigMap that carries it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Annotated, ClassVar, Final, Self
 
@@ -16,18 +17,23 @@ from pydantic import JsonValue, model_validator
 
 from crawlfleet.crawljob.base import Range, Rule, Section
 from crawlfleet.crawljob.concurrency import ConcurrencySpec, WorkersSpec
-from crawlfleet.crawljob.dedup import DedupSpec
+from crawlfleet.crawljob.dedup import (
+    BLOOM_MEMORY_SHARE,
+    DedupSpec,
+    first_layer_bytes,
+    memory_problem,
+)
 from crawlfleet.crawljob.extract import ExtractRules, extract_characters
 from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec, UserAgent
-from crawlfleet.crawljob.fields import DAY_SECONDS, PARSER_REFERENCE
+from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
 from crawlfleet.crawljob.output import OutputSpec
-from crawlfleet.crawljob.redis import RedisSpec
+from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
 from crawlfleet.crawljob.robots import RobotsSpec
 from crawlfleet.crawljob.scope import MAX_DOMAINS, ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seeds import Seeds, SeedsFrom, seed_hosts
-from crawlfleet.crawljob.validation import problem, validate
+from crawlfleet.crawljob.validation import problem, problems, validate
 from crawlfleet.errors import ConfigError
 
 __all__ = ["CrawlJobSpec"]
@@ -179,6 +185,30 @@ class CrawlJobSpec(Section):
             )
         scope = self.scope.model_copy(update={"allowed_domains": hosts})
         return self.model_copy(update={"scope": scope})
+
+    @model_validator(mode="after")
+    def _bloom_fits_the_managed_redis(self) -> Self:
+        # Refused here, before any child exists: the filter's first layer is written whole
+        # within the first few hundred URLs, and one past the container's limit gets the Redis
+        # killed, again after each restart. An external Redis is measured when the frontier
+        # opens (frontier.py), where its maxmemory and use can be read.
+        managed = self.redis.managed
+        if managed is None:
+            return self
+        found = memory_problem(
+            self.dedup.capacity,
+            self.dedup.error_rate,
+            managed.max_memory_bytes,
+            0,
+            f"the managed Redis of memoryLimit {managed.memory_limit}",
+        )
+        if found is None:
+            return self
+        need = first_layer_bytes(self.dedup.capacity, self.dedup.error_rate)
+        limit = math.ceil(need / BLOOM_MEMORY_SHARE / REDIS_MAXMEMORY_SHARE / MIB)
+        raise problems(
+            [("dedup.capacity", f"{found} (redis.managed.memoryLimit: {limit}Mi or more)")]
+        )
 
     @model_validator(mode="after")
     def _fits_the_workers_config_map(self) -> Self:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Final, Literal
 
+from crawlfleet.crawljob.dedup import FIRST_LAYER_SHARE, bloom_shape
 from crawlfleet.errors import ConfigError
 
 __all__ = [
@@ -65,9 +66,6 @@ MAX_SEGMENT_BITS = 2**32 - 2**20
 MAX_CAPACITY = 10_000_000_000
 MIN_ERROR_RATE = 1e-9
 MAX_ERROR_RATE = 0.5
-#: Share of ``errorRate`` the first layer gets; the layers a too-small capacity needs share
-#: the rest.
-FIRST_LAYER_SHARE: Final = 15 / 16
 #: Each new layer holds this many times the URLs of the one before (RedisBloom's default).
 GROWTH: Final = 2
 #: ... at this fraction of its error rate (RedisBloom's tightening ratio).
@@ -94,11 +92,7 @@ class BloomLayer:
         k is the optimum rounded to an integer; the bits are then raised, where rounding
         needs it, until the rate at capacity is the target or better.
         """
-        ln2 = math.log(2)
-        ideal = -capacity * math.log(error_rate) / (ln2 * ln2)
-        hashes = max(1, round(ideal / capacity * ln2))
-        needed = -hashes * capacity / math.log1p(-(error_rate ** (1 / hashes)))
-        bits = max(64, math.ceil(max(ideal, needed)))
+        bits, hashes = bloom_shape(capacity, error_rate)  # the model's figures: one formula
         data_bytes = math.ceil(bits / 8)
         while True:
             segments, segment_bytes = _fit_segments(data_bytes)

@@ -25,12 +25,14 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError, ResponseError
 
+from crawlfleet.crawljob.dedup import memory_problem
 from crawlfleet.errors import (
     FrontierFull,
     FrontierLayoutMismatch,
     FrontierLost,
     FrontierUnavailable,
     InvalidURL,
+    RedisTooSmall,
     UnsafeRedis,
 )
 from crawlfleet.frontier.bloom import (
@@ -259,6 +261,7 @@ class Frontier:
         """
         keys = JobKeys(settings.job_id)
         flagged = await _inspect_server(client)
+        await _check_room(client, keys, settings)
         wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
         backend = settings.bloom_backend or await cls._detect_backend(client, keys)
         meta_args: dict[str, str] = {
@@ -917,6 +920,31 @@ def _memory_state(info: Mapping[str, Any]) -> MemoryState:
         max_bytes=int(info.get("maxmemory", 0)),
         policy=str(info.get("maxmemory_policy", "")),
     )
+
+
+async def _check_room(client: aioredis.Redis, keys: JobKeys, settings: FrontierSettings) -> None:
+    """Refuse to create a frontier whose Bloom filter would not fit the Redis's free memory.
+
+    The filter's first layer is written whole within the first few hundred URLs: past
+    ``maxmemory`` Redis would refuse every write after it (and past a container's limit be
+    killed), so the job is refused here with both figures (:class:`RedisTooSmall`) instead.
+    Only a frontier about to be created is measured (the meta key absent), against its data
+    (``used_memory_dataset``: Redis's own overhead is in the margin); a Redis without
+    ``maxmemory`` says nothing to check against.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.exists(keys.key("meta"))
+    pipe.info("memory")
+    exists, info = await call(pipe.execute(raise_on_error=False))
+    if exists == 1 or isinstance(info, Exception):
+        return
+    max_memory = int(info.get("maxmemory", 0))
+    used = int(info.get("used_memory_dataset", info.get("used_memory", 0)))
+    if max_memory <= 0:
+        return
+    found = memory_problem(settings.capacity, settings.error_rate, max_memory, used, "this Redis")
+    if found is not None:
+        raise RedisTooSmall(f"job {settings.job_id}: {found}")
 
 
 #: A script with a Redis 7 shebang: runs on Redis 7+, fails to compile on Redis 6.

@@ -37,6 +37,7 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "held",
     "robots-waits",
     "robots-wait-status",
+    "robots-used",
 )
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")

@@ -16,6 +16,15 @@ when they compete for it again; after a few rounds a worker fetches without the 
 holder never stalls the fleet for long. Storing the answer and releasing the lock is one script
 (``robots_store.lua``), so no worker can see the lock gone and the answer not yet there.
 
+The hash is bounded, in origins and in bytes (:data:`ROBOTS_CACHE_MAX_ORIGINS`,
+:data:`ROBOTS_CACHE_MAX_BYTES`): a crawl of wildcard subdomains meets origins without end, each
+with a robots.txt of up to 500 KiB, and a cache that kept every one would grow Redis until the
+frontier stopped. Each origin's last use (its store, and every read that found it) is its score
+in a sorted set (``robots-used``); the store script drops the least recently used origins past
+either bound in the same step, so the bound holds whatever the workers do at once. A dropped
+origin is fetched again when next needed. :meth:`RobotsCache.state` says what it holds and how
+many it dropped, for the worker's metrics.
+
 What an answer *means* (RFC 9309's verdicts, how long each kind stays fresh) is the crawler's
 business (``crawler/politeness/robots.py``): this module stores, shares and coordinates, and asks
 its caller whether an entry is still fresh.
@@ -26,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -34,11 +44,19 @@ from uuid import uuid4
 import redis.asyncio as aioredis
 
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier.connection import call, check_epoch
+from crawlfleet.frontier.connection import call, check_epoch, translate
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.scripts import Scripts
 
-__all__ = ["FetchEntry", "IsFresh", "RobotsCache", "RobotsEntry"]
+__all__ = [
+    "ROBOTS_CACHE_MAX_BYTES",
+    "ROBOTS_CACHE_MAX_ORIGINS",
+    "FetchEntry",
+    "IsFresh",
+    "RobotsCache",
+    "RobotsCacheState",
+    "RobotsEntry",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +64,22 @@ log = logging.getLogger(__name__)
 _POLL_SECONDS: Final = (0.05, 0.1, 0.2, 0.25)
 # Times a worker competes for the fetch lock before it fetches without one.
 _LOCK_ROUNDS: Final = 3
+#: The most origins a job's shared robots.txt cache keeps: the hosts of a large crawl's recent
+#: work. Past it the least recently used are dropped (and fetched again if met again).
+ROBOTS_CACHE_MAX_ORIGINS: Final = 100_000
+#: The most bytes of entries it keeps: a small share of a managed Redis (1 Gi by default),
+#: and room for a hundred of the largest robots.txt files read (500 KiB) beside the small ones.
+ROBOTS_CACHE_MAX_BYTES: Final = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsCacheState:
+    """The shared cache as a worker last saw it: origins and bytes held fleet-wide, and the
+    origins this worker's stores dropped (a counter)."""
+
+    origins: int = 0
+    bytes: int = 0
+    evictions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +186,31 @@ class RobotsCache:
     """One job's shared robots.txt answers; built by :class:`~crawlfleet.frontier.Frontier`."""
 
     def __init__(
-        self, client: aioredis.Redis, keys: JobKeys, scripts: Scripts, *, epoch: str
+        self,
+        client: aioredis.Redis,
+        keys: JobKeys,
+        scripts: Scripts,
+        *,
+        epoch: str,
+        max_origins: int = ROBOTS_CACHE_MAX_ORIGINS,
+        max_bytes: int = ROBOTS_CACHE_MAX_BYTES,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock`` (seconds since the epoch) scores an origin's last use: the workers' wall
+        clock, as the entries' own times are."""
         self._client = client
         self._keys = keys
         self._scripts = scripts
         self._script_keys = keys.script_keys()
         self._epoch = epoch
+        self._max_origins = max_origins
+        self._max_bytes = max_bytes
+        self._clock = clock
+        self._state = RobotsCacheState()
+
+    def state(self) -> RobotsCacheState:
+        """What the cache held at this worker's last store, and what its stores dropped."""
+        return self._state
 
     async def read(self, origins: Sequence[str]) -> list[RobotsEntry | None]:
         """The stored entries of ``origins`` in one HMGET; None where missing or unreadable.
@@ -171,7 +223,14 @@ class RobotsCache:
         pipe = self._client.pipeline(transaction=False)
         pipe.hmget(self._keys.robots, list(origins))
         pipe.hget(self._keys.key("meta"), "epoch")
-        values, epoch = await call(pipe.execute())
+        # A use: the origins found move to the recent end of the LRU (XX: never adds one). A
+        # Redis past maxmemory refuses it; the read stands, the order is only a little older.
+        now_ms = round(self._clock() * 1000)
+        pipe.zadd(self._keys.key("robots-used"), dict.fromkeys(origins, now_ms), xx=True)
+        values, epoch, _ = await call(pipe.execute(raise_on_error=False))
+        for reply in (values, epoch):
+            if isinstance(reply, Exception):
+                raise translate(reply) from reply
         await check_epoch(self._client, self._keys.job_id, self._epoch, epoch)
         return [
             None if value is None else RobotsEntry.from_json(origin, value)
@@ -226,9 +285,25 @@ class RobotsCache:
         return None if value is None else RobotsEntry.from_json(origin, value)
 
     async def _run_store(self, origin: str, token: str, value: str) -> bool:
-        """robots_store.lua: store ``value`` (unless '') and release this worker's lock."""
-        args = [self._keys.prefix, self._epoch, origin, token, value]
-        return bool(await call(self._scripts.robots_store(keys=self._script_keys, args=args)))
+        """robots_store.lua: store ``value`` (unless '') within the bounds, and release this
+        worker's lock; whether it held it."""
+        args: list[str | int] = [
+            self._keys.prefix,
+            self._epoch,
+            origin,
+            token,
+            value,
+            round(self._clock() * 1000),
+            self._max_origins,
+            self._max_bytes,
+        ]
+        released, evicted, origins, held = await call(
+            self._scripts.robots_store(keys=self._script_keys, args=args)
+        )
+        self._state = RobotsCacheState(
+            int(origins), int(held), self._state.evictions + int(evicted)
+        )
+        return bool(released)
 
     async def _store(self, origin: str, token: str, entry: RobotsEntry) -> None:
         released = await self._run_store(origin, token, entry.to_json())

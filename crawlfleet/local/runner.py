@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlfleet.config import Config
-from crawlfleet.crawljob import CrawlJob, load_crawljob, read_seed_file
+from crawlfleet.crawljob import CrawlJob, SeedListBounds, load_crawljob, read_seed_file
 from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
 from crawlfleet.fleet import (
@@ -143,9 +143,10 @@ class _State:
 class _JobFile:
     """The job file, re-read when it changes: its steering fields apply to a running run."""
 
-    def __init__(self, path: Path, job: CrawlJob) -> None:
+    def __init__(self, path: Path, job: CrawlJob, seed_list: SeedListBounds) -> None:
         self.path = path
         self.job = job
+        self.seed_list = seed_list
         self._mtime = self._stat()
 
     def _stat(self) -> int | None:
@@ -161,7 +162,7 @@ class _JobFile:
             return self.job
         self._mtime = mtime
         try:
-            job = load_crawljob(self.path)
+            job = load_crawljob(self.path, self.seed_list)
         except ConfigError as error:
             _print(f"crawlfleet: {self.path} changed but is invalid, keeping the last: {error}")
             return self.job
@@ -177,13 +178,13 @@ class _JobFile:
         return job
 
 
-def _seeds_of(job: CrawlJob, job_file: Path) -> steer.Seeds:
+def _seeds_of(job: CrawlJob, job_file: Path, seed_list: SeedListBounds) -> steer.Seeds:
     """The job's seeds for the tick: a seedsFrom list is read only if the tick seeds."""
     if job.spec.seeds_from is None:
         return job.spec.seeds
 
     async def read() -> tuple[str, ...]:
-        listed = await asyncio.to_thread(read_seed_file, job.spec, job_file)
+        listed = await asyncio.to_thread(read_seed_file, job.spec, job_file, seed_list)
         return (*job.spec.seeds, *listed)
 
     return read
@@ -251,7 +252,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_signal.received, sig)
     started = time.monotonic()
-    job_file = _JobFile(options.job_file, job)
+    job_file = _JobFile(options.job_file, job, options.config.seed_list.bounds())
     max_workers = 0
     frontier: Frontier | None = None
     settings = FrontierSettings.from_spec(job.job_id, job.spec)
@@ -295,7 +296,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
                     memory,
                     now=time.time(),
                     suspended=suspended,
-                    seeds=_seeds_of(job, options.job_file),
+                    seeds=_seeds_of(job, options.job_file, options.config.seed_list.bounds()),
                     seeds_hash=_seeds_hash(job, options.job_file),
                     pages_per_second=progress.rate(),
                 )

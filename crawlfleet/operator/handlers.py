@@ -226,6 +226,7 @@ class CrawlJobOperator:
         )
         self._ensuring = asyncio.Semaphore(_CONCURRENT_ENSURES)
         self.policy = TenancyPolicy.from_config(self.knobs)
+        self.seed_list = config.seed_list.bounds()
         self.cluster_cidrs = _networks(self.knobs.cluster_cidrs, "CRAWLFLEET_CLUSTER_CIDRS")
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
@@ -425,13 +426,20 @@ class CrawlJobOperator:
         found = source.config_map_key_ref
         where = f"spec.seedsFrom.configMapKeyRef (ConfigMap {found.name}, key {found.key})"
         try:
+            # Its labels first: a ConfigMap the policy does not let the job read is not read.
+            meta = await self.kube.config_map_metadata(ref.namespace, found.name)
+            refused = self.policy.seed_list_problem(
+                where, found.name, None if meta is None else dict(meta.get("labels") or {})
+            )
+            if refused is not None:
+                raise ConfigError(refused)
             data = await self.kube.config_map_value(ref.namespace, found.name, found.key)
         except KubeError as error:
             raise _retry_later(error) from error
         if data is None:
             raise kopf.TemporaryError(f"{where}: not there yet; waiting for it", delay=10)
         # Thread: a million URLs are seconds of checking, which the loop must not wait out.
-        return await asyncio.to_thread(parse_seed_list, data, where)
+        return await asyncio.to_thread(parse_seed_list, data, where, self.seed_list)
 
     async def _seeds_hash(self, ref: JobRef, spec: CrawlJobSpec, state: JobState) -> str:
         """The seed list's digest, its seedsFrom ConfigMap's version looked at when due.

@@ -497,11 +497,16 @@ class Kube:
         binary = (found.get("binaryData") or {}).get(key)
         return None if binary is None else base64.b64decode(binary)
 
-    async def config_map_version(self, namespace: str, name: str) -> str | None:
-        """A ConfigMap's resourceVersion, from its metadata alone (a seed list of megabytes
-        is not sent for it); None when it is missing."""
+    async def config_map_metadata(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap's metadata alone (a seed list of megabytes is not sent for it, nor read
+        before its labels allow); None when it is missing."""
         path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
-        version = (await self._metadata(path) or {}).get("resourceVersion")
+        found = await self._metadata(path)
+        return None if found is None else dict(found)
+
+    async def config_map_version(self, namespace: str, name: str) -> str | None:
+        """A ConfigMap's resourceVersion (its metadata alone); None when it is missing."""
+        version = ((await self.config_map_metadata(namespace, name)) or {}).get("resourceVersion")
         return str(version) if version else None
 
     async def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:

@@ -37,9 +37,10 @@ import yaml
 from kubernetes import client
 
 from crawlfleet.config import Config, OperatorConfig
+from crawlfleet.crawljob import SeedListBounds
 from crawlfleet.operator.children import ChildNames, selector_string
 from crawlfleet.operator.output import DefaultOutput
-from crawlfleet.tenancy import TenancyPolicy
+from crawlfleet.tenancy import SEED_LIST_LABEL, TenancyPolicy
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.controlplane import ControlPlane, binary_dir
@@ -345,9 +346,27 @@ def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
     assert chosen.operator.cluster_cidrs == ("203.0.113.0/24",)
 
 
+def test_the_seed_list_policy_reaches_the_operator(helm: Helm) -> None:
+    plain = _operator_config(helm("template", RELEASE, str(CHART), "--namespace", "cf").stdout)
+    assert TenancyPolicy.from_config(plain.operator).seeds_label == SEED_LIST_LABEL
+    assert plain.seed_list.bounds() == SeedListBounds()  # crawlfleet's own, not restated
+    chosen = _operator_config(
+        helm(
+            "template", RELEASE, str(CHART), "--namespace", "cf",
+            "--set", "policy.seedsLabel=",
+            "--set", "policy.seedList.maxBytes=1048576",
+            "--set", "policy.seedList.maxLines=5000",
+        ).stdout
+    )  # fmt: skip
+    assert TenancyPolicy.from_config(chosen.operator).seeds_label is None
+    assert chosen.seed_list.bounds() == SeedListBounds(max_bytes=1048576, max_lines=5000)
+
+
 @pytest.mark.parametrize(
     ("assignment", "message"),
     [
+        ("policy.seedsLabel=seeds", "at '/policy/seedsLabel'"),
+        ("policy.seedList.maxLines=-1", "at '/policy/seedList/maxLines'"),
         ("policy.secretLabel=crawl", "at '/policy/secretLabel'"),
         ("policy.volumeTypes={host-path}", "at '/policy/volumeTypes/0'"),
         ("workerEgress.clusterCIDRs={10.0.0.0}", "at '/workerEgress/clusterCIDRs/0'"),
@@ -676,7 +695,10 @@ def test_the_charts_rbac_is_exactly_what_the_operator_calls(
         core.create_namespaced_config_map(
             namespace,
             client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name="seeds"),
+                # The label that lets a CrawlJob read it (the tenancy policy's default).
+                metadata=client.V1ObjectMeta(
+                    name="seeds", labels={"crawlfleet.io/crawljob-seeds": "true"}
+                ),
                 data={"seeds.txt": "\n".join(site.seeds)},
             ),
         )

@@ -143,7 +143,11 @@ def test_a_seed_list_edited_in_its_configmap_is_queued_again_once(
         core.create_namespaced_config_map(
             namespace,
             client.V1ConfigMap(
-                metadata=client.V1ObjectMeta(name="seeds"), data={"seeds.txt": listed}
+                # The label that lets a CrawlJob read it (the tenancy policy's default).
+                metadata=client.V1ObjectMeta(
+                    name="seeds", labels={"crawlfleet.io/crawljob-seeds": "true"}
+                ),
+                data={"seeds.txt": listed},
             ),
         )
         job = crawljob(

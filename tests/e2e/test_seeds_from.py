@@ -4,6 +4,10 @@ A CrawlJob holds at most 10,000 seeds (and about 1.5 MB); 100,000 URLs live in a
 instead, gzip-compressed in binaryData (3.5 MB of text fits in a few hundred kB). The job's
 own object stays small, and so does what kopf keeps on it: the last-handled configuration is a
 digest of the spec (operator/main.py), whatever the list holds.
+
+The list is hostile input to the operator every tenant shares: a gzip bomb is refused at the
+bound with the operator's memory flat, and a ConfigMap the tenancy policy does not let the job
+read is refused unread, nothing of any list quoted in status or Events.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import base64
 import gzip
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 from kubernetes import client
@@ -31,16 +36,30 @@ from tests.e2e.operator_support import (
 )
 
 SEEDS = 100_000
+MIB = 1024 * 1024
+#: The label the tenancy policy asks of a seed list's ConfigMap (crawlfleet.tenancy).
+SEEDS_LABEL = {"crawlfleet.io/crawljob-seeds": "true"}
 
 
-def _config_map(core: client.CoreV1Api, namespace: str, name: str, **entries: bytes) -> None:
-    """A ConfigMap of ``entries``: text as data, gzip as binaryData (as kubectl makes them)."""
+def _config_map(
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    labels: dict[str, str] | None = None,
+    **entries: bytes,
+) -> None:
+    """A ConfigMap of ``entries``: text as data, gzip as binaryData (as kubectl makes them);
+    labelled for seed lists unless ``labels`` says otherwise."""
     data = {k: v.decode() for k, v in entries.items() if not v.startswith(b"\x1f\x8b")}
     binary = {k: base64.b64encode(v).decode() for k, v in entries.items() if k not in data}
     core.create_namespaced_config_map(
         namespace,
         client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=name), data=data or None, binary_data=binary or None
+            metadata=client.V1ObjectMeta(
+                name=name, labels=SEEDS_LABEL if labels is None else labels
+            ),
+            data=data or None,
+            binary_data=binary or None,
         ),
     )
 
@@ -144,4 +163,98 @@ def test_a_bad_seed_list_is_refused_by_the_operator_as_crawlfleet_validate_refus
         assert invalid is not None
         where = "spec.seedsFrom.configMapKeyRef (ConfigMap bad-seeds, key seeds.txt)"
         assert f"{where}: line 3: {local}" in invalid["message"]
+        assert "Traceback" not in operator.log()
+
+
+def _seed_list_job(name: str, config_map: str, key: str) -> dict[str, object]:
+    return {
+        "apiVersion": "crawlfleet.io/v1alpha1",
+        "kind": "CrawlJob",
+        "metadata": {"name": name},
+        "spec": {"seedsFrom": {"configMapKeyRef": {"name": config_map, "key": key}}},
+    }
+
+
+def _bomb_member(line: bytes, decompressed_bytes: int) -> bytes:
+    """One gzip member of ``line`` repeated, compressed a MiB at a time (never held whole)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = line * (MIB // len(line))
+    parts = [packer.compress(chunk) for _ in range(decompressed_bytes // len(chunk))]
+    return b"".join([*parts, packer.flush()])
+
+
+def _peak_rss_kib(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def _said_about(core: client.CoreV1Api, namespace: str, job: dict[str, object]) -> str:
+    """Everything a job's author reads about it: its status and its Events."""
+    events = core.list_namespaced_event(namespace).items
+    return f"{job.get('status')}\n" + "\n".join(str(e.message) for e in events)
+
+
+def test_a_gzip_bomb_and_a_list_outside_the_policy_are_refused_with_nothing_quoted(
+    cluster: Cluster, core: client.CoreV1Api, namespace: str, tmp_path: Path
+) -> None:
+    install_crd(cluster)
+    secret_looking = b"DB_PASSWORD=hunter2\n"
+    # Another application's ConfigMap, not labelled for seed lists: the job names it anyway.
+    _config_map(core, namespace, "app-env", labels={}, env=secret_looking + b"https://a.example/\n")
+    # A labelled list with the same line in it: refused by line number and reason alone.
+    _config_map(core, namespace, "mixed", list=b"https://a.example/\n" + secret_looking)
+    # Five gzip members of 128 MiB of 4 KiB lines each: 0.8 MiB stored, 640 MiB decompressed.
+    member = _bomb_member(b"#" + b"x" * 4094 + b"\n", 128 * MIB)
+    bomb = member * 5
+    assert len(bomb) < MIB  # what a ConfigMap holds
+    _config_map(core, namespace, "bomb", **{"seeds.txt.gz": bomb})
+    with running_operator(cluster, namespace, tmp_path) as operator:
+        assert operator.process is not None
+        apply(cluster, _seed_list_job("outside", "app-env", "env"), namespace=namespace)
+        found = wait_for_phase(
+            cluster, namespace, "outside", "Failed", timeout=60, operator=operator
+        )
+        invalid = condition(found, "InvalidSpec")
+        assert invalid is not None
+        assert invalid["message"] == (
+            "spec.seedsFrom.configMapKeyRef (ConfigMap app-env, key env): ConfigMap app-env is"
+            " not labelled crawlfleet.io/crawljob-seeds=true, the label that lets CrawlJobs read"
+            " a ConfigMap as their seed list (add it if this ConfigMap is meant for crawlfleet);"
+            " its content was not read"
+        )
+        apply(cluster, _seed_list_job("mixed", "mixed", "list"), namespace=namespace)
+        found = wait_for_phase(cluster, namespace, "mixed", "Failed", timeout=60, operator=operator)
+        invalid = condition(found, "InvalidSpec")
+        assert invalid is not None
+        assert invalid["message"].endswith(
+            "spec.seedsFrom.configMapKeyRef (ConfigMap mixed, key list): line 2: must be an"
+            " absolute http(s) URL with a host, at most 2048 characters"
+        )
+        # The operator has handled two jobs: what it holds from here on is its steady state.
+        before_kib = _peak_rss_kib(operator.process.pid)
+        apply(cluster, _seed_list_job("bomb", "bomb", "seeds.txt.gz"), namespace=namespace)
+        found = wait_for_phase(cluster, namespace, "bomb", "Failed", timeout=120, operator=operator)
+        after_kib = _peak_rss_kib(operator.process.pid)
+        invalid = condition(found, "InvalidSpec")
+        assert invalid is not None
+        assert invalid["message"] == (
+            "spec.seedsFrom.configMapKeyRef (ConfigMap bomb, key seeds.txt.gz): is larger than"
+            " 64 MiB once decompressed, the most a seed list may hold (its administrator sets the"
+            " bound: CRAWLFLEET_SEED_LIST_MAX_BYTES, chart value policy.seedList.maxBytes)"
+        )
+        # Flat: the ConfigMap's megabyte and the reader's buffers, not the 64 MiB it read
+        # before the bound, nor the 640 MiB the bomb expands to.
+        grown_mib = (after_kib - before_kib) / 1024
+        print(f"operator peak RSS {before_kib} KiB -> {after_kib} KiB (+{grown_mib:.1f} MiB)")
+        assert grown_mib < 16, (before_kib, after_kib)
+        said = "\n".join(
+            _said_about(core, namespace, get_job(cluster, namespace, name))
+            for name in ("outside", "mixed", "bomb")
+        )
+        for quoted in ("hunter2", "DB_PASSWORD", "https://a.example"):
+            assert quoted not in said
+            assert quoted not in operator.log()
         assert "Traceback" not in operator.log()

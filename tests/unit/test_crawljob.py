@@ -428,6 +428,8 @@ def test_the_boundaries_themselves_are_accepted() -> None:
         {
             "seeds": [SEED],
             "dedup": {"capacity": 10_000_000_000, "errorRate": 0.49},
+            # A filter of ten billion URLs fits only the largest managed Redis.
+            "redis": {"managed": {"memoryLimit": "1Ti"}},
             "concurrency": {"perWorker": 1024, "perHost": 256, "hostDelaySeconds": 0},
             "workers": {"minReplicas": 0, "maxReplicas": 1000},
             "lease": {"ttlSeconds": 6, "heartbeatSeconds": 5, "deadAfterSeconds": 5.5},

@@ -10,6 +10,7 @@ every tick.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,8 @@ from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.crawler.politeness.robots import product_token
 from crawlfleet.crawler.worker.sinks import DurableFile, OutputSink
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob.dedup import BLOOM_MEMORY_SHARE, first_layer_bytes
+from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE
 from crawlfleet.destinations import parse_destination
 from crawlfleet.fleet.policy import FleetPolicy
 from crawlfleet.frontier import BloomParams, FrontierSettings
@@ -98,6 +101,10 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
     retry["backoffMaxSeconds"] = max(retry["backoffMaxSeconds"], retry["backoffBaseSeconds"])
     robots = spec["robots"]
     robots["giveUpAfterSeconds"] = max(robots["giveUpAfterSeconds"], robots["errorTtlSeconds"])
+    # The Bloom filter fits the managed Redis (test_dedup_memory.py): its limit raised to fit.
+    need = first_layer_bytes(spec["dedup"]["capacity"], spec["dedup"]["errorRate"])
+    limit_mib = math.ceil(need / BLOOM_MEMORY_SHARE / REDIS_MAXMEMORY_SHARE / (1 << 20)) + 1
+    spec["redis"]["managed"]["memoryLimit"] = f"{max(limit_mib, 1024)}Mi"
     return spec
 
 

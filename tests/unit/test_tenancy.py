@@ -10,7 +10,13 @@ import pytest
 from crawlfleet.config import Config, OperatorConfig
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError
-from crawlfleet.tenancy import SecretUse, TenancyPolicy, image_allowed, repository_of
+from crawlfleet.tenancy import (
+    SEED_LIST_LABEL,
+    SecretUse,
+    TenancyPolicy,
+    image_allowed,
+    repository_of,
+)
 
 DEFAULT = TenancyPolicy.from_config(OperatorConfig(worker_image="crawlfleet/worker:1.4.0"))
 
@@ -172,3 +178,23 @@ def test_a_secret_is_usable_only_with_the_label() -> None:
     anything = dataclasses.replace(DEFAULT, secret_label=None)
     assert anything.secret_problem(use, {}) is None
     assert anything.secret_problem(use, None) is not None
+
+
+def test_a_seed_list_config_map_needs_the_seeds_label_and_its_refusal_quotes_nothing() -> None:
+    policy = TenancyPolicy.from_config(OperatorConfig())
+    assert policy.seeds_label == SEED_LIST_LABEL == ("crawlfleet.io/crawljob-seeds", "true")
+    where = "spec.seedsFrom.configMapKeyRef (ConfigMap app-env, key env)"
+    assert policy.seed_list_problem(where, "seeds", {SEED_LIST_LABEL[0]: "true"}) is None
+    assert policy.seed_list_problem(where, "seeds", None) is None  # missing: waited for
+    refused = policy.seed_list_problem(where, "app-env", {"crawlfleet.io/crawljob-secret": "true"})
+    assert refused == (
+        f"{where}: ConfigMap app-env is not labelled crawlfleet.io/crawljob-seeds=true, the label"
+        " that lets CrawlJobs read a ConfigMap as their seed list (add it if this ConfigMap is"
+        " meant for crawlfleet); its content was not read"
+    )
+    chosen = TenancyPolicy.from_config(OperatorConfig(seeds_label="team.example/seeds=yes"))
+    assert chosen.seed_list_problem(where, "s", {"team.example/seeds": "yes"}) is None
+    anything = TenancyPolicy.from_config(OperatorConfig(seeds_label=""))
+    assert anything.seed_list_problem(where, "app-env", {}) is None
+    with pytest.raises(ConfigError, match=r"CRAWLFLEET_SEEDS_LABEL=.*must be key=value"):
+        TenancyPolicy.from_config(Config.from_env({"CRAWLFLEET_SEEDS_LABEL": "seeds"}).operator)

@@ -50,13 +50,14 @@ from protego import Protego
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError, FetchError
-from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
+from crawlfleet.frontier.robots_cache import RobotsCache, RobotsCacheState, RobotsEntry
 from crawlfleet.urls import origin_of
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
 
 __all__ = [
+    "LOCAL_CACHE_BYTES",
     "LOCAL_CACHE_ORIGINS",
     "MAX_RECHECK_SECONDS",
     "MAX_ROBOTS_BYTES",
@@ -106,6 +107,9 @@ MIN_RECHECK_SECONDS: Final = 1.0
 RETRY_AFTER_STATUSES: Final = frozenset({429, 503})
 #: Origins whose parsed rules one worker keeps (an LRU): the hosts of its recent claims.
 LOCAL_CACHE_ORIGINS: Final = 4096
+#: ... and the most characters of robots.txt bodies behind them: 4,096 files of 500 KiB would be
+#: gigabytes of parsed rules in a worker whose memory is budgeted for pages.
+LOCAL_CACHE_BYTES: Final = 16 * 1024 * 1024
 
 # Bodies above this are parsed in a thread so a huge robots.txt does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 64 * 1024
@@ -190,6 +194,8 @@ class _Rules:
     recovered: bool = False
     stale: bool = False
     status: int | None = None
+    #: Characters of the body parsed: what the rules cost this worker's memory, about.
+    size: int = 0
 
     def allows(self, url: str, agent: str) -> bool:
         if self.verdict is _Verdict.RULES and self.parser is not None:
@@ -313,6 +319,7 @@ class RobotsPolicy:
         fetch_timeout_seconds: float,
         local_cache_size: int,
         clock: Callable[[], float],
+        local_cache_bytes: int = LOCAL_CACHE_BYTES,
     ) -> None:
         self._cache = cache
         self._fetch_robots = fetch_robots
@@ -326,8 +333,11 @@ class RobotsPolicy:
         # The lock outlives a fetch that hits its timeout, plus the Redis writes after it.
         self._lock_seconds = fetch_timeout_seconds + 10.0
         self._cache_size = local_cache_size
+        self._cache_bytes = local_cache_bytes
         self._clock = clock
         self._local: OrderedDict[str, _Rules] = OrderedDict()
+        self._local_bytes = 0
+        self._local_evictions = 0
         self._inflight: dict[str, asyncio.Task[_Rules]] = {}
 
     @classmethod
@@ -339,11 +349,12 @@ class RobotsPolicy:
         *,
         clock: Callable[[], float] = time.time,
         local_cache_size: int = LOCAL_CACHE_ORIGINS,
+        local_cache_bytes: int = LOCAL_CACHE_BYTES,
     ) -> RobotsPolicy:
         """The policy a CrawlJob asks for (``robots``, ``userAgent``).
 
         A robots.txt fetch gets the deadline of any fetch (``fetch.totalTimeoutSeconds``);
-        ``clock`` and ``local_cache_size`` are not the job's to choose (tests change them).
+        ``clock`` and the local cache's bounds are not the job's to choose (tests change them).
         """
         return cls(
             cache,
@@ -357,6 +368,7 @@ class RobotsPolicy:
             fetch_timeout_seconds=spec.fetch.total_timeout_seconds,
             local_cache_size=local_cache_size,
             clock=clock,
+            local_cache_bytes=local_cache_bytes,
         )
 
     @property
@@ -450,21 +462,35 @@ class RobotsPolicy:
 
     # -- cache layers ---------------------------------------------------------------------
 
+    def cache_states(self) -> tuple[RobotsCacheState, RobotsCacheState]:
+        """The fleet's shared cache (as this worker last saw it) and this worker's own: what
+        each holds and how many origins it dropped, for the worker's metrics."""
+        local = RobotsCacheState(len(self._local), self._local_bytes, self._local_evictions)
+        return self._cache.state(), local
+
     def _local_get(self, origin: str, now: float) -> _Rules | None:
         rules = self._local.get(origin)
         if rules is None:
             return None
         if rules.expires_at <= now:
             del self._local[origin]
+            self._local_bytes -= rules.size
             return None
         self._local.move_to_end(origin)
         return rules
 
     def _local_put(self, origin: str, rules: _Rules) -> None:
+        """Keep ``rules``, least recently used out past the count or the bytes (never the
+        rules just put: a file past the bytes alone is kept until the next one)."""
+        replaced = self._local.pop(origin, None)
+        self._local_bytes += rules.size - (replaced.size if replaced is not None else 0)
         self._local[origin] = rules
-        self._local.move_to_end(origin)
-        while len(self._local) > self._cache_size:
-            self._local.popitem(last=False)
+        while len(self._local) > 1 and (
+            len(self._local) > self._cache_size or self._local_bytes > self._cache_bytes
+        ):
+            _, dropped = self._local.popitem(last=False)
+            self._local_bytes -= dropped.size
+            self._local_evictions += 1
 
     async def _known_rules(self, origins: Iterable[str], now: float) -> _Rules | None:
         """The first origin with fresh rules, locally or in Redis; never fetches."""
@@ -563,6 +589,7 @@ class RobotsPolicy:
             recovered=entry.recovered,
             stale=source is not entry,
             status=source.status,
+            size=len(source.body) if parser is not None else 0,
         )
 
     # -- fetching -------------------------------------------------------------------------

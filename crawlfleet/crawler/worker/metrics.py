@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.memory import ByteBudget
 from crawlfleet.crawler.links.scope import ScopeVerdict
+from crawlfleet.frontier.robots_cache import RobotsCacheState
 
 __all__ = [
     "FETCH_SECONDS_BUCKETS",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 _PREFIX: Final = "crawlfleet_worker_"
+#: The two robots.txt caches, as the ``cache`` label names them.
+_ROBOTS_CACHES: Final = ("shared", "local")
 
 #: Fetch latency buckets: 10 ms (a cached page on a LAN) up to 60 s (the total timeout).
 FETCH_SECONDS_BUCKETS: Final = (
@@ -183,6 +186,34 @@ class WorkerMetrics:
             " robots.txt could not be read yet (RFC 9309: the host waits).",
             registry=reg,
         )
+        # The shared cache's size is the fleet's, as this worker last saw it: take the max
+        # over workers. Evictions are this worker's (of the shared cache: by its stores).
+        self.robots_cache_origins = Gauge(
+            _PREFIX + "robots_cache_origins",
+            "Origins whose robots.txt answer is cached: fleet-wide in Redis (cache=shared) or"
+            " parsed in this worker (cache=local); each bounded, least recently used out first.",
+            ["cache"],
+            registry=reg,
+        )
+        self.robots_cache_bytes = Gauge(
+            _PREFIX + "robots_cache_bytes",
+            "Bytes of robots.txt answers cached (cache=shared: the entries in Redis;"
+            " cache=local: the bodies behind this worker's parsed rules).",
+            ["cache"],
+            registry=reg,
+        )
+        self.robots_cache_evictions = Counter(
+            _PREFIX + "robots_cache_evictions_total",
+            "Origins dropped from a robots.txt cache past its bounds (fetched again if met"
+            " again): from the shared cache by this worker's stores, or from its own.",
+            ["cache"],
+            registry=reg,
+        )
+        self._robots_evictions_seen = {cache: 0 for cache in _ROBOTS_CACHES}
+        for cache in _ROBOTS_CACHES:
+            self.robots_cache_origins.labels(cache=cache)
+            self.robots_cache_bytes.labels(cache=cache)
+            self.robots_cache_evictions.labels(cache=cache)
         self.claims = Counter(
             _PREFIX + "claims_total",
             "URLs leased from the frontier.",
@@ -307,6 +338,16 @@ class WorkerMetrics:
         if budget.waits > self._memory_waits_seen:
             self.memory_waits.inc(budget.waits - self._memory_waits_seen)
             self._memory_waits_seen = budget.waits
+
+    def set_robots_cache(self, shared: RobotsCacheState, local: RobotsCacheState) -> None:
+        """The robots.txt caches' state, once per flush."""
+        for cache, state in zip(_ROBOTS_CACHES, (shared, local), strict=True):
+            self.robots_cache_origins.labels(cache=cache).set(state.origins)
+            self.robots_cache_bytes.labels(cache=cache).set(state.bytes)
+            if state.evictions > self._robots_evictions_seen[cache]:
+                dropped = state.evictions - self._robots_evictions_seen[cache]
+                self.robots_cache_evictions.labels(cache=cache).inc(dropped)
+                self._robots_evictions_seen[cache] = state.evictions
 
     def observe_robots_deferral(self) -> None:
         self.robots_deferrals.inc()

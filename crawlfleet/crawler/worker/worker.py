@@ -712,6 +712,7 @@ class Worker:
         self.metrics.set_concurrency_limit(self.limit.limit)
         self.metrics.set_in_flight(len(self._inflight))
         self.metrics.set_memory(self.memory)
+        self.metrics.set_robots_cache(*self.robots.cache_states())
         for outcome in batch:
             if outcome.failure is not None:
                 self.leases.fail_later(outcome.lease.lease_id, outcome.failure)

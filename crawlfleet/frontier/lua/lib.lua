@@ -1,6 +1,6 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..13] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
+-- KEYS[1..14] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
 -- prefix, from which the keys named by data are derived: the queues ("q:<depth>:<host>"),
 -- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
 -- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
@@ -36,6 +36,7 @@ local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
   held = KEYS[11], robots_waits = KEYS[12], robots_wait_status = KEYS[13],
+  robots_used = KEYS[14],
 }
 local PREFIX = ARGV[1]
 -- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>/<received ids>" for a script run

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import FetchResult
 from crawlfleet.crawler.politeness.robots import (
+    LOCAL_CACHE_BYTES,
     MAX_ROBOTS_BYTES,
     RobotsAccess,
     RobotsAnswer,
@@ -29,6 +30,7 @@ from crawlfleet.crawler.politeness.robots import (
 from crawlfleet.errors import ConfigError, InvalidURL
 from crawlfleet.frontier import Frontier, JobKeys
 from crawlfleet.frontier.connection import connect
+from crawlfleet.frontier.robots_cache import RobotsCacheState
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.specs import frontier_settings, job_spec, merged
 
@@ -100,11 +102,20 @@ def make_policy(frontier: Frontier, clock: Clock) -> PolicyFactory:
     """A new policy (one "worker") on the test's job; every call shares Redis and the clock."""
 
     def _make(
-        robots_txt: FakeRobots, /, local_cache_size: int = 4096, **changes: Any
+        robots_txt: FakeRobots,
+        /,
+        local_cache_size: int = 4096,
+        local_cache_bytes: int = LOCAL_CACHE_BYTES,
+        **changes: Any,
     ) -> RobotsPolicy:
         spec = job_spec(merged({"userAgent": UA}, changes))
         return RobotsPolicy.from_spec(
-            frontier.robots, robots_txt, spec, clock=clock, local_cache_size=local_cache_size
+            frontier.robots,
+            robots_txt,
+            spec,
+            clock=clock,
+            local_cache_size=local_cache_size,
+            local_cache_bytes=local_cache_bytes,
         )
 
     return _make
@@ -366,6 +377,25 @@ async def test_local_cache_is_bounded(make_policy: PolicyFactory) -> None:
         assert await policy.allowed(origin + "/") is True
     assert await policy.allowed(A + "/") is True  # evicted locally, read back from Redis
     assert len(fetch.calls) == 3
+    shared, local = policy.cache_states()
+    assert (local.origins, local.evictions) == (2, 2)
+    assert (shared.origins, shared.evictions) == (3, 0)
+
+
+async def test_local_cache_is_bounded_in_bytes_and_says_what_it_holds(
+    make_policy: PolicyFactory,
+) -> None:
+    body = "User-agent: *\n" + "Disallow: /private\n" * 50  # 964 characters
+    fetch = FakeRobots({o + "/robots.txt": robots(body) for o in (A, B, C)})
+    policy = make_policy(fetch, local_cache_bytes=2 * len(body))
+    for origin in (A, B, C):
+        assert await policy.allowed(origin + "/private") is False
+    shared, local = policy.cache_states()
+    assert local == RobotsCacheState(origins=2, bytes=2 * len(body), evictions=1)
+    assert (shared.origins, shared.evictions) == (3, 0)
+    assert await policy.allowed(A + "/private") is False  # read back from Redis, not fetched
+    assert len(fetch.calls) == 3
+    assert policy.cache_states()[1] == RobotsCacheState(2, 2 * len(body), 2)
 
 
 # -- RFC 9309: an unreachable robots.txt defers the host ------------------------------------

@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from crawlfleet.frontier import Frontier, RobotsEntry
-from crawlfleet.frontier.robots_cache import FetchEntry
+from crawlfleet.frontier.robots_cache import FetchEntry, RobotsCache, RobotsCacheState
 from tests.support.specs import frontier_settings
 
 ORIGIN = "http://a.test"
@@ -126,3 +126,62 @@ def _returning(entry: RobotsEntry) -> FetchEntry:
         return entry
 
     return fetch
+
+
+def _bounded_cache(frontier: Frontier, now: list[float], **bounds: int) -> RobotsCache:
+    """Another worker's handle on the job's cache, with small bounds and a clock of its own."""
+    return RobotsCache(
+        frontier.client,
+        frontier.keys,
+        frontier._scripts,
+        epoch=frontier.epoch,
+        clock=lambda: now[0],
+        **bounds,
+    )
+
+
+async def _store(cache: RobotsCache, origin: str, entry: RobotsEntry = ENTRY) -> None:
+    async def fetch(stored: RobotsEntry | None) -> RobotsEntry:
+        return entry
+
+    await cache.fetch_once(origin, fetch, fresh=lambda entry: False, lock_seconds=5.0)
+
+
+async def test_the_cache_keeps_its_origin_bound_least_recently_used_out_first(
+    frontier: Frontier, redis_client: aioredis.Redis
+) -> None:
+    now = [1000.0]
+    cache = _bounded_cache(frontier, now, max_origins=3)
+    for name in "abc":
+        now[0] += 1
+        await _store(cache, f"http://{name}.test")
+    now[0] += 1
+    assert await cache.read(["http://a.test"]) == [ENTRY]  # a use: a is now the most recent
+    now[0] += 1
+    await _store(cache, "http://d.test")
+    origins = ["http://a.test", "http://b.test", "http://c.test", "http://d.test"]
+    assert await cache.read(origins) == [ENTRY, None, ENTRY, ENTRY]  # b, least recently used
+    assert cache.state() == RobotsCacheState(3, 3 * len(ENTRY.to_json()), 1)
+    assert await redis_client.zcard(frontier.keys.key("robots-used")) == 3
+    assert await redis_client.hlen(frontier.keys.robots) == 3
+
+
+async def test_the_cache_keeps_its_byte_bound_and_counts_what_it_holds(
+    frontier: Frontier, redis_client: aioredis.Redis
+) -> None:
+    now = [1000.0]
+    entry_bytes = len(ENTRY.to_json())
+    large = RobotsEntry(200, "User-agent: *\n" + "Disallow: /x\n" * 100, 1_700_000_000.0)
+    cache = _bounded_cache(frontier, now, max_bytes=3 * entry_bytes)
+    for number in range(3):
+        now[0] += 1
+        await _store(cache, f"http://{number}.test")
+    assert cache.state() == RobotsCacheState(3, 3 * entry_bytes, 0)
+    now[0] += 1
+    await _store(cache, "http://large.test", large)  # alone past the bound: kept, all else out
+    assert cache.state() == RobotsCacheState(1, len(large.to_json()), 3)
+    now[0] += 1
+    await _store(cache, "http://large.test", ENTRY)  # replaced: the bytes follow
+    assert cache.state() == RobotsCacheState(1, entry_bytes, 3)
+    stats = await redis_client.hmget(frontier.keys.key("stats"), "robots_bytes", "robots_evictions")
+    assert [int(v) for v in stats] == [entry_bytes, 3]

@@ -9,6 +9,7 @@ from prometheus_client import REGISTRY
 
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.worker.metrics import WorkerMetrics, status_class
+from crawlfleet.frontier.robots_cache import RobotsCacheState
 from crawlfleet.local.redis_server import free_port
 
 P = "crawlfleet_worker_"
@@ -151,3 +152,15 @@ def test_output_write_errors_are_counted_by_errno_name_a_closed_set() -> None:
     assert value(metrics, "output_write_errors_total", errno="ENOSPC") == 2
     assert value(metrics, "output_write_errors_total", errno="EMFILE") == 1
     assert value(metrics, "output_write_errors_total", errno="unknown") == 1
+
+
+def test_the_robots_caches_say_what_they_hold_and_count_what_they_drop() -> None:
+    metrics = WorkerMetrics()
+    assert value(metrics, "robots_cache_evictions_total", cache="shared") == 0  # at zero
+    metrics.set_robots_cache(RobotsCacheState(100, 5000, 2), RobotsCacheState(4, 800, 1))
+    metrics.set_robots_cache(RobotsCacheState(90, 4000, 7), RobotsCacheState(4, 900, 1))
+    assert value(metrics, "robots_cache_origins", cache="shared") == 90
+    assert value(metrics, "robots_cache_bytes", cache="shared") == 4000
+    assert value(metrics, "robots_cache_bytes", cache="local") == 900
+    assert value(metrics, "robots_cache_evictions_total", cache="shared") == 7  # 2, then 5 more
+    assert value(metrics, "robots_cache_evictions_total", cache="local") == 1
