@@ -25,14 +25,14 @@ from typing import Final
 from pydantic import ValidationError
 
 from crawlfleet.crawljob import CrawlJobSpec, CredentialsSecretRef, OutputSpec, S3Spec
-from crawlfleet.destinations import parse_destination
+from crawlfleet.destinations import VOLUME_MOUNT_PATH, parse_destination
 from crawlfleet.errors import ConfigError
 from crawlfleet.operator.children import JobRef
 
 __all__ = ["DATA_DIR", "DefaultOutput", "OutputPlan", "output_plan"]
 
 #: Where the output volume (or, for an ephemeral job, the emptyDir) is mounted in a worker.
-DATA_DIR: Final = "/data"
+DATA_DIR: Final = VOLUME_MOUNT_PATH
 
 NOT_DURABLE: Final = (
     "spec.output: the workers' files would live only in their pods' emptyDir, which is deleted"

@@ -54,9 +54,9 @@ def test_none_ephemeral_volume_and_s3_may_start() -> None:
     on_volume = plan(volume=volume, destination="crawls/books")
     assert (on_volume.problem, on_volume.folder) == (None, "/data/crawls/books")
     assert on_volume.spec.output.destination is None  # the folder travels as --out
-    outside = plan(volume=volume, destination="/srv/books")
+    outside = plan(ephemeral=True, destination="/srv/books")  # the model refuses it on a volume
     assert outside.problem is not None
-    assert "is not on output.volume, which is mounted at /data" in outside.problem
+    assert "is not on the emptyDir, which is mounted at /data" in outside.problem
     own = plan(destination="s3://mine/books/", s3={"secretRef": {"name": "mine"}})
     assert (own.problem, own.copy_secret) == (None, None)
     assert own.spec.output.destination == "s3://mine/books/"
