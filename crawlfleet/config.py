@@ -238,6 +238,11 @@ class OperatorConfig:
     secret_label: str = field(
         default="crawlfleet.io/crawljob-secret=true", metadata=_env("SECRET_LABEL")
     )
+    #: Hosts an external Redis of a job (redis.url, or the URL in redis.secretRef's Secret)
+    #: may be on, which the operator and the workers then connect to: names (``redis.shared``),
+    #: name suffixes (``.redis.example``), networks of IP literals (``10.20.0.0/16``), or ``*``.
+    #: Empty: none, every job gets a managed Redis (crawlfleet/tenancy.py says why).
+    allowed_redis_hosts: tuple[str, ...] = field(default=(), metadata=_env("ALLOWED_REDIS_HOSTS"))
     #: The namespace of the operator's pod (the chart passes it), so that each managed Redis's
     #: NetworkPolicy admits the operator by namespace as well as labels. None: outside a pod.
     pod_namespace: str | None = field(default=None, metadata=_env("POD_NAMESPACE"))

@@ -236,6 +236,7 @@ def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
             "--set", "policy.workerImages={registry.example/crawl/,crawlfleet/worker}",
             "--set", "policy.volumeTypes={persistentVolumeClaim,nfs}",
             "--set", "policy.secretLabel=",
+            "--set", "policy.redisUrls={redis.shared.svc,10.20.0.0/16}",
             "--set", "workerEgress.clusterCIDRs={203.0.113.0/24}",
             "--set", "bindAddress=127.0.0.1",
         ).stdout
@@ -244,6 +245,7 @@ def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
     assert policy.worker_images == ("registry.example/crawl/", "crawlfleet/worker")
     assert policy.volume_types == {"persistentVolumeClaim", "nfs"}
     assert policy.secret_label is None
+    assert policy.redis_hosts == ("redis.shared.svc", "10.20.0.0/16")
     assert chosen.operator.cluster_cidrs == ("203.0.113.0/24",)
 
 
@@ -254,6 +256,7 @@ def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
         ("policy.volumeTypes={host-path}", "at '/policy/volumeTypes/0'"),
         ("workerEgress.clusterCIDRs={10.0.0.0}", "at '/workerEgress/clusterCIDRs/0'"),
         ("policy.workerImage={x}", "additional properties 'workerImage' not allowed"),
+        ("policy.redisUrls={a b}", "at '/policy/redisUrls/0'"),
     ],
 )
 def test_helm_refuses_a_bad_policy_value(helm: Helm, assignment: str, message: str) -> None:
