@@ -195,7 +195,8 @@ class OperatorConfig:
     tick_seconds: float = field(default=5.0, metadata=_env("TICK_SECONDS"))
     #: The destination of jobs that name none (the chart's ``defaultOutput``), as JSON:
     #: ``{"destination": "s3://bucket/prefix/", "s3": {"endpoint", "region", "pathStyle",
-    #: "secretRef": {"name"}}, "secretNamespace": "..."}``; parsed by operator/output.py.
+    #: "secretRef": {"name"}}, "secretNamespace": "...", "namespaces": {NAME: {"destination",
+    #: "s3"}}}`` (each namespace its own; the shared part optional); parsed by operator/output.py.
     #: None: such jobs get OutputNotDurable unless they say output.ephemeral.
     default_output: str | None = field(default=None, metadata=_env("DEFAULT_OUTPUT"))
     #: In between, a one-read check of the frontier's counters: a backlog that needs more

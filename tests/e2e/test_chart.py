@@ -209,6 +209,49 @@ def test_the_quickstart_store_is_the_default_destination_and_the_operator_accept
     assert chosen.output.destination == "s3://mine/crawls/"  # the user's wins over the store
 
 
+def test_each_namespace_gets_its_own_default_and_the_operator_may_read_only_those_secrets(
+    helm: Helm,
+) -> None:
+    entries = {
+        "team-a": {"destination": "s3://team-a/", "secretName": "team-a-keys"},
+        "team-b": {
+            "destination": "s3://team-b/crawls/",
+            "secretName": "team-b-keys",
+            "s3": {"endpoint": "http://store-b:9000"},
+        },
+    }
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf",
+        "--set", "watchNamespaces={team-a,team-b}",
+        "--set", "defaultOutput.s3.endpoint=http://store:7070",
+        "--set-json", f"defaultOutput.namespaces={json.dumps(entries)}",
+    ).stdout  # fmt: skip
+    default = DefaultOutput.parse(_operator_env(rendered)["CRAWLFLEET_DEFAULT_OUTPUT"])
+    assert default.output is None  # no shared default: an unlisted namespace gets none
+    own_a, own_b = default.namespaces["team-a"], default.namespaces["team-b"]
+    assert (own_a.destination, own_b.destination) == ("s3://team-a/", "s3://team-b/crawls/")
+    assert own_a.s3 is not None
+    assert own_b.s3 is not None
+    assert (own_a.s3.endpoint, own_b.s3.endpoint) == ("http://store:7070", "http://store-b:9000")
+    assert own_a.s3.secret_ref is not None
+    assert own_a.s3.secret_ref.name == "team-a-keys"
+    (role,) = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] == "Role" and doc["metadata"]["name"].endswith("-default-output")
+    ]
+    (rule,) = role["rules"]
+    assert rule["resourceNames"] == ["team-a-keys", "team-b-keys"]
+    assert rule["verbs"] == ["get"]
+    # One shared key pair across namespaces: refused, unless the administrator says so.
+    shared = ["--set", "watchAllNamespaces=true", "--set", "objectStore.enabled=true"]
+    refused = helm("template", RELEASE, str(CHART), "--namespace", "cf", *shared, check=False)
+    assert refused.returncode != 0
+    assert "each tenant could read and overwrite the others' output" in refused.stderr
+    allowed = [*shared, "--set", "defaultOutput.shareCredentials=true"]
+    assert helm("template", RELEASE, str(CHART), "--namespace", "cf", *allowed).returncode == 0
+
+
 # -- the tenancy policy ------------------------------------------------------------------------
 
 

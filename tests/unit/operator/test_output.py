@@ -106,3 +106,60 @@ def test_a_bad_default_is_refused_at_start(text: str, message: str) -> None:
         DefaultOutput.parse(text)
     assert message in str(refused.value)
     assert "SK@" not in str(refused.value)
+
+
+PER_NAMESPACE = DefaultOutput.parse(
+    json.dumps(
+        {
+            "destination": "s3://crawls/jobs",
+            "s3": {"endpoint": "http://store.crawlfleet:7070", "secretRef": {"name": "creds"}},
+            "secretNamespace": "crawlfleet",
+            "namespaces": {
+                "crawl": {
+                    "destination": "s3://crawls-crawl/",
+                    "s3": {
+                        "endpoint": "http://store.crawlfleet:7070",
+                        "secretRef": {"name": "crawl-keys"},
+                    },
+                },
+            },
+        }
+    )
+)
+
+
+def test_a_namespace_with_its_own_default_gets_its_own_destination_and_keys_only() -> None:
+    chosen = plan(PER_NAMESPACE)
+    assert chosen.problem is None
+    assert chosen.spec.output.destination == "s3://crawls-crawl/books/"
+    assert chosen.copy_secret == ("crawlfleet", "crawl-keys")  # never the shared "creds"
+    assert "for namespace crawl" in chosen.description
+    other = output_plan(
+        JobRef(namespace="elsewhere", name="books"),
+        job_spec({}),
+        PER_NAMESPACE,
+        output_secret=SECRET,
+    )
+    assert other.spec.output.destination == "s3://crawls/jobs/elsewhere/books/"
+    assert other.copy_secret == ("crawlfleet", "creds")
+
+
+def test_without_a_shared_default_an_unlisted_namespace_gets_none() -> None:
+    only = DefaultOutput.parse(
+        json.dumps(
+            {
+                "secretNamespace": "crawlfleet",
+                "namespaces": {"team-a": {"destination": "s3://team-a/"}},
+            }
+        )
+    )
+    assert only.output is None
+    assert plan(only).problem == NOT_DURABLE  # the job's namespace is "crawl"
+    assert only.for_namespace("team-a") is not None
+
+
+def test_a_bad_namespace_default_is_refused_at_start_with_its_path() -> None:
+    with pytest.raises(ConfigError, match=r"namespaces\.team-a\.destination must be an s3://"):
+        DefaultOutput.parse(
+            json.dumps({"namespaces": {"team-a": {"destination": "/srv"}}, "secretNamespace": "x"})
+        )
