@@ -471,12 +471,13 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
     config = dataclasses.replace(
         config, run=dataclasses.replace(config.run, redis_url=args.redis_url)
     )
-    if args.output is not None:
-        destination_flag(args.output, "--output")
+    # Checked before anything starts, and resolved: a folder that climbs (../crawls) is made
+    # absolute here, as the shell would, so nothing downstream meets a '..'.
+    destination = None if args.output is None else destination_flag(args.output, "--output").url
     options = RunOptions(
         job_file=job_file,
         output_dir=args.out or Path("crawl-output") / job.metadata.name,
-        destination=args.output,
+        destination=destination,
         config=config,
         workers=args.workers,
         resume=args.resume,

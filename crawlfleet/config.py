@@ -217,7 +217,8 @@ class OperatorConfig:
     tick_seconds: float = field(default=5.0, metadata=_env("TICK_SECONDS"))
     #: The destination of jobs that name none (the chart's ``defaultOutput``), as JSON:
     #: ``{"destination": "s3://bucket/prefix/", "s3": {"endpoint", "region", "pathStyle",
-    #: "secretRef": {"name"}}, "secretNamespace": "..."}``; parsed by operator/output.py.
+    #: "secretRef": {"name"}}, "secretNamespace": "...", "namespaces": {NAME: {"destination",
+    #: "s3"}}}`` (each namespace its own; the shared part optional); parsed by operator/output.py.
     #: None: such jobs get OutputNotDurable unless they say output.ephemeral.
     default_output: str | None = field(default=None, metadata=_env("DEFAULT_OUTPUT"))
     #: In between, a one-read check of the frontier's counters: a backlog that needs more
@@ -260,6 +261,11 @@ class OperatorConfig:
     secret_label: str = field(
         default="crawlfleet.io/crawljob-secret=true", metadata=_env("SECRET_LABEL")
     )
+    #: Hosts an external Redis of a job (redis.url, or the URL in redis.secretRef's Secret)
+    #: may be on, which the operator and the workers then connect to: names (``redis.shared``),
+    #: name suffixes (``.redis.example``), networks of IP literals (``10.20.0.0/16``), or ``*``.
+    #: Empty: none, every job gets a managed Redis (crawlfleet/tenancy.py says why).
+    allowed_redis_hosts: tuple[str, ...] = field(default=(), metadata=_env("ALLOWED_REDIS_HOSTS"))
     #: The namespace of the operator's pod (the chart passes it), so that each managed Redis's
     #: NetworkPolicy admits the operator by namespace as well as labels. None: outside a pod.
     pod_namespace: str | None = field(default=None, metadata=_env("POD_NAMESPACE"))

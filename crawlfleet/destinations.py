@@ -11,6 +11,16 @@ Anything else that looks like a URL (``gs://``, ``https://``, ``ftp:``) is refus
 taken for a folder of that name, and so is a URL that carries credentials: the spec is
 readable by everyone who can read the CrawlJob, so keys belong in a Secret.
 
+A folder is normalised here, once, before anything checks where it is: ``.`` segments and
+repeated slashes go (``crawls/./books//`` is ``crawls/books``), and a ``..`` segment, spelled
+plainly or percent-encoded in a ``file://`` URL, is refused; so is a key prefix segment of an
+``s3://`` destination that is, or decodes to, ``.`` or ``..``, or holds an encoded ``/``.
+Whoever checks that a folder lies on a volume (the model with ``output.volume``, the operator
+with an emptyDir) then compares plain names: ``/data/../tmp/x`` can never pass as "under
+/data" and land somewhere else. A path a user gives on the command line is one of their own
+machine and may climb (``--output ../crawls``): :func:`destination_flag` makes it absolute
+first, resolving ``..`` against the working directory, as the shell would.
+
 The messages here are the model's own (``crawlfleet.crawljob`` raises them with the field's
 path). The module is on the ground floor, beside ``hosts`` and ``urls``: it imports nothing of
 crawlfleet's but ``crawlfleet.errors``, so the model, the sinks and the CLI can all use it.
@@ -19,6 +29,7 @@ crawlfleet's but ``crawlfleet.errors``, so the model, the sinks and the CLI can 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -33,6 +44,9 @@ __all__ = [
     "LAYOUT_FILES",
     "LAYOUT_FOLDERS",
     "MAX_DESTINATION_LENGTH",
+    "PARENT_SEGMENT",
+    "PARENT_SEGMENT_PATTERN",
+    "VOLUME_MOUNT_PATH",
     "Destination",
     "InvalidDestination",
     "destination_flag",
@@ -53,6 +67,17 @@ DESTINATION_CREDENTIALS: Final = (
 # lower-case letters, digits, dots and hyphens, starting and ending with a letter or digit.
 _BUCKET: Final = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+#: Where a cluster job's folder lives: its ``output.volume`` (or the emptyDir of an ephemeral
+#: job) is mounted here in every worker, and a folder destination must lie inside it.
+VOLUME_MOUNT_PATH: Final = "/data"
+#: A ``..`` segment of a folder destination, as RE2 (the CRD's CEL says the same): plain, or
+#: with its dots or the slashes around it percent-encoded, which a ``file://`` URL decodes.
+PARENT_SEGMENT_PATTERN: Final = r"(?i)(^|/|%2f)(\.|%2e)(\.|%2e)(/|%2f|$)"
+_PARENT_SEGMENT: Final = re.compile(PARENT_SEGMENT_PATTERN)
+PARENT_SEGMENT: Final = (
+    "must not climb out of its folder with '..': name the folder itself (a path inside the"
+    " output volume in a cluster)"
+)
 
 
 class InvalidDestination(ValueError):
@@ -94,7 +119,7 @@ def parse_destination(text: str) -> Destination:
     if not text.strip() or any(ord(char) < 32 or ord(char) == 127 for char in text):
         raise InvalidDestination(f"{DESTINATION_MEANING}, without control characters")
     if not _SCHEME.match(text):
-        return Destination("folder", path=text)
+        return Destination("folder", path=_folder(text, shown=text))
     parts = urlsplit(text)
     if "@" in parts.netloc:
         raise InvalidDestination(DESTINATION_CREDENTIALS)  # never echo it: it holds a secret
@@ -105,7 +130,8 @@ def parse_destination(text: str) -> Destination:
             raise InvalidDestination(
                 f"must be a file:///absolute/path URL on this machine (got {_quoted(text)})"
             )
-        return Destination("folder", path=unquote(parts.path))
+        path = _folder(parts.path, shown=text, decoded=unquote(parts.path))
+        return Destination("folder", path=path)
     bucket = parts.netloc
     if not _BUCKET.fullmatch(bucket) or ".." in bucket:
         raise InvalidDestination(
@@ -114,20 +140,49 @@ def parse_destination(text: str) -> Destination:
         )
     prefix = parts.path[1:]  # after the "/" that ends the bucket
     segments = prefix.rstrip("/").split("/") if prefix else []
-    if any(segment in ("", ".", "..") for segment in segments):
+    # S3 keeps a key's characters as they are, but tools that show, copy or mirror the keys
+    # (a posix-backed gateway, `aws s3 sync` to a folder) decode them: a segment that decodes
+    # to '.', '..' or holds an encoded '/' is refused as its plain spelling is.
+    if any(_odd_segment(segment) for segment in segments):
         raise InvalidDestination(
             "must have a key prefix of plain names separated by single '/', without '.' or"
-            f" '..' (got {_quoted(text)})"
+            f" '..', plain or percent-encoded (got {_quoted(text)})"
         )
     return Destination("s3", bucket=bucket, prefix="".join(f"{s}/" for s in segments))
 
 
 def destination_flag(text: str, flag: str) -> Destination:
-    """A destination given on a command line (``--output``): refused in the model's words."""
+    """A destination given on a command line (``--output``): refused in the model's words.
+
+    A folder there is one of the user's own machine, which may climb: one with ``..`` is made
+    absolute against the working directory first (``../crawls`` is the folder beside it).
+    """
+    if not _SCHEME.match(text) and _PARENT_SEGMENT.search(text):
+        text = os.path.abspath(text)
     try:
         return parse_destination(text)
     except InvalidDestination as error:
         raise ConfigError(f"{flag}: {error}") from None
+
+
+def _folder(path: str, *, shown: str, decoded: str | None = None) -> str:
+    """``path`` without ``.`` segments and repeated slashes; InvalidDestination for ``..``.
+
+    ``decoded`` is the path a ``file://`` URL stands for (percent-escapes decoded); the raw
+    text is checked too, so the rule is the CRD's regular expression, word for word.
+    """
+    if _PARENT_SEGMENT.search(path) or ".." in (decoded or path).split("/"):
+        raise InvalidDestination(f"{PARENT_SEGMENT} (got {_quoted(shown)})")
+    plain = decoded if decoded is not None else path
+    names = [name for name in plain.split("/") if name not in ("", ".")]
+    root = "/" if plain.startswith("/") else ""
+    return root + "/".join(names) if names or root else "."
+
+
+def _odd_segment(segment: str) -> bool:
+    """A key-prefix segment that is empty, ``.`` or ``..``, or that decodes to one or to a path."""
+    decoded = unquote(segment)
+    return segment in ("", ".", "..") or decoded in (".", "..") or "/" in decoded
 
 
 def _quoted(text: str) -> str:

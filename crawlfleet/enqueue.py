@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, urlsplit
 
 from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.crawljob import CrawlJob, CrawlJobSpec, parse_seed_list
@@ -181,6 +182,14 @@ def find_local_run(job: CrawlJob, job_file: Path, output_dir: Path, state_file: 
             " starting, or it runs on an external Redis whose URL holds a password, which is"
             " never written to disk): try again in a moment, or pass --redis-url"
         )
+    password_file = state.get("redisPasswordFile")
+    if isinstance(password_file, str):  # the run's private Redis: its password, kept 0600
+        try:
+            password = Path(password_file).read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise ConfigError(f"the crawl's Redis password: {error}") from None
+        parts = urlsplit(redis_url)
+        redis_url = parts._replace(netloc=f":{quote(password, safe='')}@{parts.netloc}").geturl()
     epoch = state.get("frontierEpoch")
     return LocalRun(output_dir, redis_url, epoch if isinstance(epoch, str) else None, pid)
 

@@ -164,14 +164,13 @@ def _resolve(args: argparse.Namespace, knobs: WorkerConfig) -> tuple[CrawlJob, W
     if not args.redis_url:
         raise ConfigError("no Redis given: pass --redis-url or set CRAWLFLEET_REDIS_URL")
     job = load_crawljob(args.job)
-    if args.output is not None:
-        destination_flag(args.output, "--output")
+    output = None if args.output is None else destination_flag(args.output, "--output").url
     return job, dataclasses.replace(
         knobs,
         job_file=args.job,
         redis_url=args.redis_url,
         output_dir=args.out,
-        destination=args.output,
+        destination=output,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         termination_log=args.termination_log,

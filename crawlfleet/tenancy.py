@@ -16,18 +16,28 @@ it creates any child:
   the label that says it is meant for CrawlJobs (``crawlfleet.io/crawljob-secret=true``);
 - the ConfigMap a spec reads its seeds from (``spec.seedsFrom.configMapKeyRef``) must carry
   :data:`SEED_LIST_LABEL` (``crawlfleet.io/crawljob-seeds=true``): the operator reads any
-  ConfigMap of the namespace, its tenant may not, and a seed list is read in full.
+  ConfigMap of the namespace, its tenant may not, and a seed list is read in full;
+- an external Redis (``spec.redis.url``, or the URL in ``redis.secretRef``'s Secret) must be on a
+  host the administrator allows (chart value ``policy.redisUrls``; none by default, so every job
+  gets a managed Redis). The operator connects to a job's Redis from its own pod, with its own
+  network position: a URL a tenant writes would otherwise make it knock on any address of the
+  cluster (another job's Redis, a database on port 6379, a node's service), a confused deputy
+  of the network. The check is on the URL's host as written, before any connection; a name
+  resolves later, so list names whose DNS you trust.
 
-Everything here is pure: the first two checks need the spec alone (``crawlfleet validate
---policy`` runs them too), the third the Secret's labels, which the operator reads.
+Everything here is pure: the image, volume and ``redis.url`` checks need the spec alone
+(``crawlfleet validate --policy`` runs them too), the Secret checks its labels and URL, which
+the operator reads.
 docs/security.md is the user-facing account.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 from crawlfleet.config import OperatorConfig
 from crawlfleet.crawljob import CrawlJobSpec
@@ -35,22 +45,30 @@ from crawlfleet.errors import ConfigError
 
 __all__ = [
     "ANY_IMAGE",
+    "ANY_REDIS_HOST",
     "REDIS_SECRET_FIELD",
+    "REDIS_URL_FIELD",
     "SEED_LIST_LABEL",
     "SecretUse",
     "TenancyPolicy",
     "image_allowed",
+    "redis_host_allowed",
     "repository_of",
 ]
 
 #: Where a spec names its Redis's Secret: the field path of a refusal.
 REDIS_SECRET_FIELD: Final = "spec.redis.secretRef.name"
+#: Where a spec names an external Redis by its URL: the field path of a refusal.
+REDIS_URL_FIELD: Final = "spec.redis.url"
 #: An allowed-image entry that admits every image: the administrator's explicit opt-out.
 ANY_IMAGE: Final = "*"
 #: The label a ConfigMap must carry for a job to read it as its seed list: a label of its own,
 #: not the Secrets' one, since labelling says what the object is meant for (its whole content
 #: read, by a job of the namespace).
 SEED_LIST_LABEL: Final = ("crawlfleet.io/crawljob-seeds", "true")
+#: An allowed-Redis-host entry that admits every host, a unix socket of the operator's own
+#: machine included: the administrator's explicit opt-out.
+ANY_REDIS_HOST: Final = "*"
 
 
 def repository_of(image: str) -> str:
@@ -80,6 +98,46 @@ def image_allowed(image: str, prefixes: Iterable[str]) -> bool:
     return False
 
 
+def redis_host_allowed(url: str, hosts: Iterable[str]) -> bool:
+    """Whether the Redis at ``url`` is on one of ``hosts`` (entries as ``policy.redisUrls``).
+
+    An entry is a host name (``redis.shared``, exact, any case), a name suffix starting with
+    ``.`` (``.redis.example`` admits ``a.redis.example``), an IP address or network
+    (``10.20.0.5``, ``10.20.0.0/16``: IP literals in the URL only, never a name that resolves
+    into it), or ``*``. A ``unix://`` socket is a file of the operator's own machine: ``*`` only.
+    Whatever cannot be read is refused.
+    """
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").rstrip(".").lower()
+    except ValueError:
+        return False
+    entries = tuple(hosts)
+    if ANY_REDIS_HOST in entries:
+        return True
+    if parts.scheme not in ("redis", "rediss") or not host:
+        return False
+    address = _ip(host)
+    for entry in (entry.lower() for entry in entries):
+        if entry.startswith("."):
+            if host.endswith(entry) and address is None:
+                return True
+        elif "/" in entry or _ip(entry) is not None:
+            network = ipaddress.ip_network(entry, strict=False)
+            if address is not None and address in network:
+                return True
+        elif host == entry.rstrip("."):
+            return True
+    return False
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class SecretUse:
     """A Secret a spec names, and where it names it (the field path of the refusal)."""
@@ -99,6 +157,8 @@ class TenancyPolicy:
     secret_label: tuple[str, str] | None
     #: (key, value) a seedsFrom ConfigMap must carry; None: any ConfigMap of the namespace.
     seeds_label: tuple[str, str] | None = SEED_LIST_LABEL
+    #: Hosts an external Redis may be on (:func:`redis_host_allowed`); empty: none.
+    redis_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, knobs: OperatorConfig) -> TenancyPolicy:
@@ -114,6 +174,7 @@ class TenancyPolicy:
                 if knobs.seeds_label is None
                 else _label(knobs.seeds_label, "CRAWLFLEET_SEEDS_LABEL")
             ),
+            redis_hosts=_redis_hosts(knobs.allowed_redis_hosts),
         )
 
     def spec_problems(self, spec: CrawlJobSpec) -> list[str]:
@@ -137,7 +198,27 @@ class TenancyPolicy:
                     f" (allowed: {allowed}); its administrator chooses them"
                     " (chart value policy.volumeTypes)"
                 )
+        if spec.redis.url is not None:
+            problem = self.redis_url_problem(REDIS_URL_FIELD, spec.redis.url)
+            if problem is not None:
+                found.append(problem)
         return found
+
+    def redis_url_problem(self, field: str, url: str) -> str | None:
+        """Why the operator must not connect to ``url`` (None: it may). Names the host only:
+        the URL may carry a password."""
+        if redis_host_allowed(url, self.redis_hosts):
+            return None
+        try:
+            host = urlsplit(url).hostname or "a unix socket"
+        except ValueError:
+            host = "an unreadable host"
+        allowed = ", ".join(self.redis_hosts) or "none: every job gets a managed Redis"
+        return (
+            f"{field}: names a Redis on {host}, which this operator does not connect to"
+            f" (allowed: {allowed}); leave redis unset for a managed one, or ask its"
+            " administrator (chart value policy.redisUrls)"
+        )
 
     @staticmethod
     def secret_uses(spec: CrawlJobSpec) -> list[SecretUse]:
@@ -201,6 +282,20 @@ def _image_problem(field: str, allowed: tuple[str, ...], value: str) -> str:
         f"{field}: is not an image this operator allows (allowed: {', '.join(allowed)});"
         f" its administrator chooses them (chart value policy.{value})"
     )
+
+
+def _redis_hosts(entries: tuple[str, ...]) -> tuple[str, ...]:
+    """The allowed Redis hosts, each checked once at startup (a network must parse)."""
+    for entry in entries:
+        if "/" in entry:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ConfigError(
+                    f"CRAWLFLEET_ALLOWED_REDIS_HOSTS: {entry!r} is not an IP network such as"
+                    " 10.20.0.0/16"
+                ) from None
+    return tuple(entry.strip() for entry in entries if entry.strip())
 
 
 def _label(text: str, source: str) -> tuple[str, str] | None:

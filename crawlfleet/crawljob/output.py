@@ -7,6 +7,7 @@ checked as the S3 client and the API server would check them.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, ClassVar, Final, Literal
 from urllib.parse import urlsplit
 
@@ -25,6 +26,9 @@ from crawlfleet.destinations import (
     DESTINATION_CREDENTIALS,
     DESTINATION_MEANING,
     MAX_DESTINATION_LENGTH,
+    PARENT_SEGMENT,
+    PARENT_SEGMENT_PATTERN,
+    VOLUME_MOUNT_PATH,
     InvalidDestination,
     parse_destination,
 )
@@ -43,8 +47,9 @@ def _destination(text: str) -> str:
     return text
 
 
-# The API server refuses the two mistakes CEL can see (credentials, a scheme we do not speak);
-# the bucket's name and the prefix's shape are the operator's InvalidSpec.
+# The API server refuses the mistakes CEL can see (credentials, a scheme we do not speak, a
+# folder that climbs with '..'); the bucket's name and the prefix's shape are the operator's
+# InvalidSpec.
 _DESTINATION_CEL: Final = (
     Cel(r"!self.matches(r'^[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*@')", DESTINATION_CREDENTIALS),
     Cel(
@@ -52,7 +57,25 @@ _DESTINATION_CEL: Final = (
         r" || self.startsWith('file://')",
         DESTINATION_MEANING,
     ),
+    Cel(f"self.startsWith('s3://') || !self.matches(r'{PARENT_SEGMENT_PATTERN}')", PARENT_SEGMENT),
 )
+# An absolute folder (a path, or a file:// URL) inside the volume's mount: '/', then any run of
+# '/' and './' (which the parser drops), then the mount's name and nothing or a '/'. With '..'
+# refused, that is exactly "normalises to a path under it".
+_ON_VOLUME: Final = rf"^(file://(localhost)?)?/(\.?/)*{VOLUME_MOUNT_PATH.strip('/')}(/.*)?$"
+_ON_VOLUME_PATTERN: Final = re.compile(_ON_VOLUME)
+
+
+def _on_volume(output: OutputSpec) -> bool:
+    """A folder destination with ``volume`` lies on it: relative, or under its mount."""
+    destination = output.destination
+    if output.volume is None or destination is None or destination.startswith("s3://"):
+        return True
+    if not destination.startswith(("/", "file:")):
+        return True
+    return _ON_VOLUME_PATTERN.match(destination) is not None
+
+
 _ENDPOINT_MEANING: Final = (
     "must be an http(s)://host[:port] URL of an S3-compatible store, without a path, query"
     " or credentials"
@@ -208,5 +231,16 @@ class OutputSpec(Section):
             holds=lambda output: (
                 output.volume is None or not (output.destination or "").startswith("s3://")
             ),
+        ),
+        Rule(
+            field="destination",
+            message=f"must be a folder on output.volume, which is mounted at {VOLUME_MOUNT_PATH}:"
+            f" a relative path (inside it), or an absolute one under {VOLUME_MOUNT_PATH}/",
+            cel="!has(self.volume) || !has(self.destination)"
+            " || self.destination.startsWith('s3://')"
+            " || !(self.destination.startsWith('/') || self.destination.startsWith('file:'))"
+            f" || self.destination.matches(r'{_ON_VOLUME}')",
+            holds=_on_volume,
+            shows=("destination",),
         ),
     )

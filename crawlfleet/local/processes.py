@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from crawlfleet.config import DrainConfig, SteeringConfig
+from crawlfleet.config import ENV_PREFIX, DrainConfig, SteeringConfig
 from crawlfleet.fleet.backend import FleetEvent, FleetView, Unit
 from crawlfleet.fleet.exits import UnitExit, log_tail, parse_exit
 from crawlfleet.local.lifetime import die_with_parent
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 #: Local worker ids are ``local-<n>``, numbered on across resumed runs (see ``first_number``).
 WORKER_PREFIX = "local-"
+#: Where a worker finds its Redis URL (WorkerConfig.redis_url's variable).
+REDIS_URL_VARIABLE = f"{ENV_PREFIX}REDIS_URL"
 #: How often :meth:`LocalProcessBackend.drain_all` looks for exited workers (a waitpid each).
 _DRAIN_POLL_SECONDS = 0.05
 
@@ -194,9 +197,12 @@ class LocalProcessBackend:
         self._started += 1
         logs = self.output_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        # The Redis URL (a private Redis's password in it) goes in the environment, which only
+        # the same user can read; an argv is in /proc/<pid>/cmdline and `ps` for everyone.
+        env = {REDIS_URL_VARIABLE: self.redis_url}
         args = [
             str(self.job_file),
-            "--redis-url", self.redis_url, "--worker-id", worker_id,
+            "--worker-id", worker_id,
             "--out", str(self.output_dir), "--keep-running",
             "--grace-seconds", str(self.drain.grace_seconds),
             "--termination-log", str(logs / f"{worker_id}.exit"),
@@ -204,12 +210,11 @@ class LocalProcessBackend:
         ]  # fmt: skip
         process: _Process | None = None
         if self.zygote is not None:
-            # The title is the command line it stands for, minus the password: `ps` and
-            # `pkill -f` find a forked worker as they find a started one.
+            # The title is the command line it stands for: `ps` and `pkill -f` find a forked
+            # worker as they find a started one.
             title = " ".join(["crawlfleet", "worker", *args])
-            title = title.replace(self.redis_url, _redacted(self.redis_url))
             try:
-                process = self.zygote.spawn(args, logs / f"{worker_id}.log", title)
+                process = self.zygote.spawn(args, logs / f"{worker_id}.log", title, env)
             except ZygoteError as error:  # killed with the runner's process group, say
                 logger.warning("%s; starting workers as interpreters from now on", error)
                 self.zygote = None
@@ -217,6 +222,7 @@ class LocalProcessBackend:
             with open(logs / f"{worker_id}.log", "ab") as log:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "crawlfleet", "worker", *args],
+                    env={**os.environ, **env},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
@@ -290,12 +296,3 @@ def _append_line(path: Path, entry: Mapping[str, object]) -> None:
     """One JSON line, appended: a few hundred bytes, so not worth a thread."""
     with open(path, "a") as f:
         f.write(json.dumps({"ts": round(time.time(), 3), **entry}) + "\n")
-
-
-def _redacted(url: str) -> str:
-    """``url`` without its password, as the runner prints it."""
-    scheme, _, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at or ":" not in credentials:
-        return url
-    return f"{scheme}://{credentials.split(':')[0]}:***@{host}"

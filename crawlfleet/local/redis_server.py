@@ -2,16 +2,22 @@
 
 It listens on loopback only, on a free port, with its data in a directory of ours, so it
 never touches a system Redis. With ``appendonly`` an interrupted crawl resumes from disk.
+
+Its password (``crawlfleet run`` generates one: loopback is shared by every user and process of
+the machine) reaches it as configuration on its stdin (``redis-server -``), never in argv:
+``/proc/<pid>/cmdline`` and ``ps`` show every process's arguments to every user.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 from crawlfleet.errors import ConfigError, FrontierUnavailable
 from crawlfleet.local.lifetime import die_with_parent
@@ -69,8 +75,23 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        auth = f":{self.password}@" if self.password else ""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
         return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def address(self) -> str:
+        """The URL without the password: what may be written down or shown."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def write_password(self, path: Path) -> None:
+        """The password in a file only this user can read (0600), for ``crawlfleet enqueue``
+        (a process of the same user) to find; nothing if there is none."""
+        if not self.password:
+            return
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            os.fchmod(descriptor, 0o600)  # one left by an earlier run keeps its old mode
+            file.write(self.password + "\n")
 
     def __repr__(self) -> str:
         return f"RedisServer(port={self.port}, data_dir={str(self.data_dir)!r})"
@@ -87,10 +108,10 @@ class RedisServer:
             "--appendfsync", "everysec",
             "--logfile", str(self.data_dir / "redis.log"),
         ]  # fmt: skip
-        if self.password:
-            args += ["--requirepass", self.password]
         for module in self.modules:
             args += ["--loadmodule", str(module)]
+        if self.password:
+            args.append("-")  # the rest of the configuration (the password) from stdin: last
         return args
 
     def start(self, timeout_seconds: float = 10.0) -> RedisServer:
@@ -102,11 +123,16 @@ class RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             self.command(),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if self.password else subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             preexec_fn=die_with_parent() if self.die_with_parent else None,
             start_new_session=self.own_session,
         )
+        if self.password and self.process.stdin is not None:
+            # A quoted config value: redis' own escapes, so any generated text survives.
+            quoted = self.password.replace("\\", "\\\\").replace('"', '\\"')
+            with self.process.stdin:
+                self.process.stdin.write(f'requirepass "{quoted}"\n'.encode())
 
     def wait_ready(self, timeout_seconds: float = 10.0) -> RedisServer:
         """Wait until the launched server answers PING (its AOF loaded); FrontierUnavailable

@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -58,6 +59,8 @@ log = logging.getLogger(__name__)
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 #: The run's durable steering state, under the output folder.
 STATE_FILE = "state.json"
+#: In the private Redis's folder (``<out>/redis``): its password, readable by this user only.
+PASSWORD_FILE = "password"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,8 @@ class _State:
     phase: str = "Pending"
     #: The run's Redis, for ``crawlfleet enqueue`` (never one whose URL holds a password).
     redis_url: str | None = None
+    #: The 0600 file with the private Redis's password (RedisServer.write_password).
+    redis_password_file: Path | None = None
 
     @classmethod
     def load(cls, path: Path) -> _State:
@@ -118,9 +123,11 @@ class _State:
         self.memory, self.next_worker, self.phase = memory, next_worker, phase
         self._write()
 
-    def running_on(self, redis_url: str) -> None:
-        """Record the run's Redis (a private one's port changes with each start)."""
+    def running_on(self, redis_url: str, password_file: Path | None = None) -> None:
+        """Record the run's Redis (a private one's port changes with each start): its URL
+        without a password, and where a private one's password is kept."""
         self.redis_url = None if urlsplit(redis_url).password else redis_url
+        self.redis_password_file = password_file
         self._write()
 
     def _write(self) -> None:
@@ -134,6 +141,8 @@ class _State:
             document["frontierEpoch"] = memory.frontier_epoch
         if self.redis_url is not None:
             document["redisUrl"] = self.redis_url
+        if self.redis_password_file is not None:
+            document["redisPasswordFile"] = str(self.redis_password_file)
         text = json.dumps(document, indent=2)
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(text + "\n")
@@ -231,11 +240,19 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
     server: RedisServer | None = None
     if external_redis is None:
+        # A password even on loopback: every user and process of the machine reaches it.
         server = RedisServer(
-            data_dir, appendonly=True, die_with_parent=True, own_session=True
+            data_dir,
+            appendonly=True,
+            die_with_parent=True,
+            own_session=True,
+            password=secrets.token_urlsafe(24),
         ).start()
+        server.write_password(data_dir / PASSWORD_FILE)
+        state.running_on(server.address, data_dir / PASSWORD_FILE)
+    else:
+        state.running_on(external_redis)
     redis_url = external_redis or (server.url if server else "")
-    state.running_on(redis_url)
     backend = LocalProcessBackend(
         options.job_file.resolve(),
         redis_url,

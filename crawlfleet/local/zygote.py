@@ -11,9 +11,11 @@ preloaded app).
 
 The zygote is a plain child of the runner, talking JSON lines over its stdin and stdout:
 
-* runner → zygote: ``{"argv": [...], "log": PATH, "title": TITLE}`` — fork a worker running
-  ``crawlfleet worker ARGV`` (the worker's own entry, ``launch.py:main``, never the
-  command line) with stdout and stderr appended to PATH, titled TITLE in ``ps``;
+* runner → zygote: ``{"argv": [...], "env": {...}, "log": PATH, "title": TITLE}`` — fork a
+  worker running ``crawlfleet worker ARGV`` (the worker's own entry, ``launch.py:main``, never
+  the command line) with ENV added to its environment (where secrets travel: a pipe, then the
+  process's own environment, never an argv that ``ps`` shows every user), stdout and stderr
+  appended to PATH, titled TITLE in ``ps``;
 * zygote → runner: ``{"spawned": PID}`` per request, in order, and ``{"exited": PID,
   "code": CODE}`` when a worker exits (CODE as :attr:`subprocess.Popen.returncode`: minus
   the signal for a killed worker).
@@ -38,6 +40,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +77,16 @@ class Zygote:
         )
         return cls(process)
 
-    def spawn(self, argv: list[str], log: Path, title: str) -> ForkedProcess:
-        """Fork a worker running ``crawlfleet worker ARGV``; its handle, as soon as it exists."""
-        request = json.dumps({"argv": argv, "log": str(log), "title": title}) + "\n"
+    def spawn(
+        self, argv: list[str], log: Path, title: str, env: Mapping[str, str] | None = None
+    ) -> ForkedProcess:
+        """Fork a worker running ``crawlfleet worker ARGV`` with ``env`` added to its
+        environment; its handle, as soon as it exists."""
+        request = {"argv": argv, "env": dict(env or {}), "log": str(log), "title": title}
+        line = json.dumps(request) + "\n"
         assert self.process.stdin is not None
         try:
-            self.process.stdin.write(request.encode())
+            self.process.stdin.write(line.encode())
             self.process.stdin.flush()
         except OSError as error:
             raise ZygoteError(f"the worker zygote is gone: {error}") from error
@@ -252,6 +259,7 @@ def _become_worker(request: dict[str, Any]) -> int:
     import setproctitle
 
     setproctitle.setproctitle(request["title"])
+    os.environ.update(request.get("env") or {})  # before main() reads the environment
     from crawlfleet.launch import main
 
     return main(request["argv"])

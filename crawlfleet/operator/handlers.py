@@ -61,7 +61,7 @@ from crawlfleet.operator.status import (
     job_status,
     output_not_durable_status,
 )
-from crawlfleet.tenancy import REDIS_SECRET_FIELD, SecretUse, TenancyPolicy
+from crawlfleet.tenancy import REDIS_SECRET_FIELD, REDIS_URL_FIELD, SecretUse, TenancyPolicy
 
 __all__ = [
     "GROUP",
@@ -484,7 +484,7 @@ class CrawlJobOperator:
             raise _retry_later(error) from error
 
     async def _policy_problems(self, ref: JobRef, spec: CrawlJobSpec) -> tuple[list[str], bool]:
-        """What the tenancy policy refuses in the spec, and whether a named Secret is missing.
+        """What the tenancy policy refuses in the spec, and whether a Secret may yet fix it.
 
         Checked before any child exists: a refused job gets no pod, no claim, no copy.
         """
@@ -493,10 +493,25 @@ class CrawlJobOperator:
         for use in self.policy.secret_uses(spec):
             labels = await self._secret_labels(ref, use)
             problem = self.policy.secret_problem(use, labels)
+            fixed_in_secret = problem is None and use.field == REDIS_SECRET_FIELD
+            if fixed_in_secret:
+                problem = await self._secret_redis_problem(ref, spec)
             if problem is not None:
                 problems.append(problem)
-                missing = missing or labels is None
+                # Fixed outside the spec (a Secret created, or its URL changed): look again.
+                missing = missing or labels is None or fixed_in_secret
         return problems, missing
+
+    async def _secret_redis_problem(self, ref: JobRef, spec: CrawlJobSpec) -> str | None:
+        """Why the Redis URL in the job's Secret is outside the policy (None: it is inside, or
+        the key is not there yet: the frontier then waits for it)."""
+        secret_ref = spec.redis.secret_ref
+        assert secret_ref is not None
+        try:
+            url = await self.kube.secret_value(ref.namespace, secret_ref.name, secret_ref.key)
+        except KubeError as error:
+            raise _retry_later(error) from error
+        return None if url is None else self.policy.redis_url_problem(REDIS_SECRET_FIELD, url)
 
     async def _secret_labels(self, ref: JobRef, use: SecretUse) -> dict[str, str] | None:
         try:
@@ -958,16 +973,21 @@ class CrawlJobOperator:
         """
         redis = spec.redis
         if redis.url is not None:
-            return redis.url
+            # Never a host outside the policy, here too: cleanup connects whatever ensure() said.
+            allowed = self.policy.redis_url_problem(REDIS_URL_FIELD, redis.url) is None
+            return redis.url if allowed else None
         if redis.secret_ref is not None:
             # Only a Secret the policy lets the job use, here too: cleanup reads it to remove
             # the job's keys, whatever ensure() decided.
             use = SecretUse(REDIS_SECRET_FIELD, redis.secret_ref.name)
             if self.policy.secret_problem(use, await self._secret_labels(ref, use)) is not None:
                 return None
-            return await self.kube.secret_value(
+            url = await self.kube.secret_value(
                 ref.namespace, redis.secret_ref.name, redis.secret_ref.key
             )
+            if url is None or self.policy.redis_url_problem(REDIS_SECRET_FIELD, url) is not None:
+                return None
+            return url
         names = ref.names
         password = await self.kube.secret_value(
             ref.namespace, names.redis_secret, "password", owner_uid=owner_uid

@@ -208,6 +208,8 @@ class OperatorProcess:
 
     def start(self) -> OperatorProcess:
         env = {
+            # The suite's own Redis servers listen on loopback; a test may narrow this.
+            "CRAWLFLEET_ALLOWED_REDIS_HOSTS": "127.0.0.1,::1",
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
             "PYTHONPATH": str(REPO),

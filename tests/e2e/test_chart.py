@@ -308,6 +308,49 @@ def test_only_the_operators_pods_carry_the_labels_each_jobs_redis_admits(helm: H
     assert matching == [RELEASE]
 
 
+def test_each_namespace_gets_its_own_default_and_the_operator_may_read_only_those_secrets(
+    helm: Helm,
+) -> None:
+    entries = {
+        "team-a": {"destination": "s3://team-a/", "secretName": "team-a-keys"},
+        "team-b": {
+            "destination": "s3://team-b/crawls/",
+            "secretName": "team-b-keys",
+            "s3": {"endpoint": "http://store-b:9000"},
+        },
+    }
+    rendered = helm(
+        "template", RELEASE, str(CHART), "--namespace", "cf",
+        "--set", "watchNamespaces={team-a,team-b}",
+        "--set", "defaultOutput.s3.endpoint=http://store:7070",
+        "--set-json", f"defaultOutput.namespaces={json.dumps(entries)}",
+    ).stdout  # fmt: skip
+    default = DefaultOutput.parse(_operator_env(rendered)["CRAWLFLEET_DEFAULT_OUTPUT"])
+    assert default.output is None  # no shared default: an unlisted namespace gets none
+    own_a, own_b = default.namespaces["team-a"], default.namespaces["team-b"]
+    assert (own_a.destination, own_b.destination) == ("s3://team-a/", "s3://team-b/crawls/")
+    assert own_a.s3 is not None
+    assert own_b.s3 is not None
+    assert (own_a.s3.endpoint, own_b.s3.endpoint) == ("http://store:7070", "http://store-b:9000")
+    assert own_a.s3.secret_ref is not None
+    assert own_a.s3.secret_ref.name == "team-a-keys"
+    (role,) = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] == "Role" and doc["metadata"]["name"].endswith("-default-output")
+    ]
+    (rule,) = role["rules"]
+    assert rule["resourceNames"] == ["team-a-keys", "team-b-keys"]
+    assert rule["verbs"] == ["get"]
+    # One shared key pair across namespaces: refused, unless the administrator says so.
+    shared = ["--set", "watchAllNamespaces=true", "--set", "objectStore.enabled=true"]
+    refused = helm("template", RELEASE, str(CHART), "--namespace", "cf", *shared, check=False)
+    assert refused.returncode != 0
+    assert "each tenant could read and overwrite the others' output" in refused.stderr
+    allowed = [*shared, "--set", "defaultOutput.shareCredentials=true"]
+    assert helm("template", RELEASE, str(CHART), "--namespace", "cf", *allowed).returncode == 0
+
+
 # -- the tenancy policy ------------------------------------------------------------------------
 
 
@@ -335,6 +378,7 @@ def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
             "--set", "policy.workerImages={registry.example/crawl/,crawlfleet/worker}",
             "--set", "policy.volumeTypes={persistentVolumeClaim,nfs}",
             "--set", "policy.secretLabel=",
+            "--set", "policy.redisUrls={redis.shared.svc,10.20.0.0/16}",
             "--set", "workerEgress.clusterCIDRs={203.0.113.0/24}",
             "--set", "bindAddress=127.0.0.1",
         ).stdout
@@ -343,6 +387,7 @@ def test_the_policy_values_reach_the_operator_as_its_policy(helm: Helm) -> None:
     assert policy.worker_images == ("registry.example/crawl/", "crawlfleet/worker")
     assert policy.volume_types == {"persistentVolumeClaim", "nfs"}
     assert policy.secret_label is None
+    assert policy.redis_hosts == ("redis.shared.svc", "10.20.0.0/16")
     assert chosen.operator.cluster_cidrs == ("203.0.113.0/24",)
 
 
@@ -371,6 +416,7 @@ def test_the_seed_list_policy_reaches_the_operator(helm: Helm) -> None:
         ("policy.volumeTypes={host-path}", "at '/policy/volumeTypes/0'"),
         ("workerEgress.clusterCIDRs={10.0.0.0}", "at '/workerEgress/clusterCIDRs/0'"),
         ("policy.workerImage={x}", "additional properties 'workerImage' not allowed"),
+        ("policy.redisUrls={a b}", "at '/policy/redisUrls/0'"),
     ],
 )
 def test_helm_refuses_a_bad_policy_value(helm: Helm, assignment: str, message: str) -> None:

@@ -10,6 +10,8 @@ egress NetworkPolicy included (the API server validates every manifest).
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +39,47 @@ def crd(cluster: Cluster) -> None:
     install_crd(cluster)
 
 
-def secret(core: client.CoreV1Api, namespace: str, name: str, labels: dict[str, str]) -> None:
+def secret(
+    core: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    labels: dict[str, str],
+    url: str = "redis://:hunter2@redis.elsewhere.svc:6379/0",
+) -> None:
     core.create_namespaced_secret(
         namespace,
         client.V1Secret(
-            metadata=client.V1ObjectMeta(name=name, labels=labels),
-            string_data={"url": "redis://:hunter2@redis.elsewhere.svc:6379/0"},
+            metadata=client.V1ObjectMeta(name=name, labels=labels), string_data={"url": url}
         ),
     )
+
+
+class WatchedPort:
+    """A TCP port on a loopback address that counts who connects (and hangs up on them): where
+    a Redis URL points when the test must know whether the operator knocked."""
+
+    def __init__(self, host: str) -> None:
+        self.socket = socket.create_server((host, 0))
+        self.host, self.port = self.socket.getsockname()[:2]
+        self.connections = 0
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> WatchedPort:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.socket.close()  # accept() then fails, and the thread ends
+        self._thread.join(5)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.connections += 1
+            connection.close()
 
 
 def invalid(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -73,8 +108,14 @@ def children_of(core: client.CoreV1Api, namespace: str, job: str) -> list[str]:
 
 
 def test_jobs_that_ask_for_more_than_the_policy_gives_are_refused_and_get_no_children(
-    cluster: Cluster, crd: None, namespace: str, tmp_path: Path, core: client.CoreV1Api
+    cluster: Cluster,
+    crd: None,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("CRAWLFLEET_ALLOWED_REDIS_HOSTS", "redis.elsewhere.svc")
     secret(core, namespace, "someone-elses", {})
     secret(core, namespace, "meant-for-crawls", LABEL)
     with TestSite(SiteConfig(hosts=1, pages_per_host=5, hostile=False)) as site:
@@ -161,3 +202,54 @@ def test_a_running_job_edited_past_the_policy_is_refused_and_its_workers_stop(
         (container,) = after.spec.template.spec.containers
         assert container.image == before.spec.template.spec.containers[0].image
         assert get_job(cluster, namespace, "edited")["status"]["phase"] == "Failed"
+
+
+def test_a_redis_outside_the_policy_is_refused_without_a_connection(
+    cluster: Cluster,
+    crd: None,
+    namespace: str,
+    tmp_path: Path,
+    core: client.CoreV1Api,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator connects to a job's Redis from its own network position: a URL outside the
+    administrator's hosts is refused at the field, and the port it names never sees the
+    operator; the same operator does connect where the policy allows (the control)."""
+    monkeypatch.setenv("CRAWLFLEET_ALLOWED_REDIS_HOSTS", "127.0.0.1")
+    with (
+        WatchedPort("127.0.0.2") as outside,
+        WatchedPort("127.0.0.1") as inside,
+        TestSite(SiteConfig(hosts=1, pages_per_host=5, hostile=False)) as site,
+    ):
+        hidden = f"redis://:hunter2@{outside.host}:{outside.port}/0"
+        secret(core, namespace, "outside-url", LABEL, url=hidden)
+        direct = crawljob("direct", site, redis={"url": hidden})
+        in_secret = crawljob("in-secret", site, redis={"secretRef": {"name": "outside-url"}})
+        allowed = crawljob(
+            "inside",
+            site,
+            redis={"url": f"redis://{inside.host}:{inside.port}/0"},
+            output={"ephemeral": True},
+        )
+        with running_operator(cluster, namespace, tmp_path) as operator:
+            apply(cluster, direct, in_secret, allowed, namespace=namespace)
+            refusals = {name: invalid(cluster, namespace, name) for name in ("direct", "in-secret")}
+            wait_until(lambda: inside.connections > 0, timeout=60, what="the allowed Redis dialled")
+            log = operator.log()
+        knocked = outside.connections
+
+    assert knocked == 0, log
+    allowed_hosts = "(allowed: 127.0.0.1); leave redis unset for a managed one, or ask its"
+    assert refusals["direct"]["message"] == (
+        "spec.redis.url: names a Redis on 127.0.0.2, which this operator does not connect to"
+        f" {allowed_hosts} administrator (chart value policy.redisUrls)"
+    )
+    assert refusals["in-secret"]["message"] == (
+        "spec.redis.secretRef.name: names a Redis on 127.0.0.2, which this operator does not"
+        f" connect to {allowed_hosts} administrator (chart value policy.redisUrls)"
+    )
+    for name in refusals:
+        assert children_of(core, namespace, name) == [], name
+    events = core.list_namespaced_event(namespace).items
+    assert not any("hunter2" in (event.message or "") for event in events)
+    assert "hunter2" not in log

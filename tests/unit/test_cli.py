@@ -33,6 +33,7 @@ def test_validate_with_the_policy_refuses_what_the_operator_would(
         "spec:\n  seeds: ['https://books.example/']\n"
         "  workers: {image: 'evil.example/miner:1'}\n"
         "  output: {volume: {hostPath: {path: /}}}\n"
+        "  redis: {url: 'redis://:pw@db.internal:6379/0'}\n"
     )
     assert main(["validate", str(job)]) == 0  # not a cluster's concern unless asked
     capsys.readouterr()
@@ -40,9 +41,12 @@ def test_validate_with_the_policy_refuses_what_the_operator_would(
     err = capsys.readouterr().err
     assert "\n  spec.workers.image: is not an image this operator allows" in err
     assert "\n  spec.output.volume.hostPath: is not a volume type this operator allows" in err
+    assert "\n  spec.redis.url: names a Redis on db.internal, which this operator does not" in err
+    assert "pw" not in err
     # The administrator's policy, as the operator reads it.
     monkeypatch.setenv("CRAWLFLEET_ALLOWED_WORKER_IMAGES", "evil.example/")
     monkeypatch.setenv("CRAWLFLEET_ALLOWED_VOLUME_TYPES", "hostPath")
+    monkeypatch.setenv("CRAWLFLEET_ALLOWED_REDIS_HOSTS", "db.internal")
     assert main(["validate", "--policy", str(job)]) == 0
 
 

@@ -15,6 +15,7 @@ from crawlfleet.tenancy import (
     SecretUse,
     TenancyPolicy,
     image_allowed,
+    redis_host_allowed,
     repository_of,
 )
 
@@ -198,3 +199,52 @@ def test_a_seed_list_config_map_needs_the_seeds_label_and_its_refusal_quotes_not
     assert anything.seed_list_problem(where, "app-env", {}) is None
     with pytest.raises(ConfigError, match=r"CRAWLFLEET_SEEDS_LABEL=.*must be key=value"):
         TenancyPolicy.from_config(Config.from_env({"CRAWLFLEET_SEEDS_LABEL": "seeds"}).operator)
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts", "allowed"),
+    [
+        ("redis://redis.shared:6379/0", ["redis.shared"], True),
+        ("redis://:pw@REDIS.Shared.:6379/0", ["redis.shared"], True),
+        ("rediss://a.redis.example:6380", [".redis.example"], True),
+        ("redis://redis.example", [".redis.example"], False),  # a suffix admits names below it
+        ("redis://evilredis.example", [".redis.example"], False),
+        ("redis://10.20.3.4:6379", ["10.20.0.0/16"], True),
+        ("redis://10.21.3.4:6379", ["10.20.0.0/16"], False),
+        ("redis://[fd00::5]:6379", ["fd00::/64"], True),
+        ("redis://10.20.3.4", ["10.20.3.4"], True),
+        # A network admits IP literals only: never a name that may resolve into it.
+        ("redis://ten.example", ["10.0.0.0/8"], False),
+        ("redis://167772161", ["10.0.0.0/8"], False),  # 10.0.0.1 to getaddrinfo
+        ("unix:///var/run/redis.sock", ["redis.shared", "10.0.0.0/8"], False),
+        ("unix:///var/run/redis.sock", ["*"], True),
+        ("redis://anything.example", ["*"], True),
+        ("redis://redis.shared", [], False),
+    ],
+)
+def test_a_redis_url_is_allowed_by_its_host_only(url: str, hosts: list[str], allowed: bool) -> None:
+    assert redis_host_allowed(url, hosts) is allowed
+
+
+def test_an_external_redis_is_refused_by_default_without_echoing_its_password() -> None:
+    url = "redis://:hunter2@10.96.0.12:6379/0"
+    assert DEFAULT.spec_problems(spec(redis={"url": url})) == [
+        "spec.redis.url: names a Redis on 10.96.0.12, which this operator does not connect to"
+        " (allowed: none: every job gets a managed Redis); leave redis unset for a managed one,"
+        " or ask its administrator (chart value policy.redisUrls)"
+    ]
+    shared = TenancyPolicy.from_config(OperatorConfig(allowed_redis_hosts=("10.96.0.0/12",)))
+    assert shared.spec_problems(spec(redis={"url": url})) == []
+    assert shared.redis_url_problem("spec.redis.secretRef.name", "redis://db.internal") == (
+        "spec.redis.secretRef.name: names a Redis on db.internal, which this operator does not"
+        " connect to (allowed: 10.96.0.0/12); leave redis unset for a managed one, or ask its"
+        " administrator (chart value policy.redisUrls)"
+    )
+
+
+def test_the_allowed_redis_hosts_are_read_from_the_environment_and_checked() -> None:
+    config = Config.from_env({"CRAWLFLEET_ALLOWED_REDIS_HOSTS": "redis.shared, 10.20.0.0/16"})
+    policy = TenancyPolicy.from_config(config.operator)
+    assert policy.redis_hosts == ("redis.shared", "10.20.0.0/16")
+    with pytest.raises(ConfigError, match=r"'10\.20\.0\.0/33' is not an IP network"):
+        TenancyPolicy.from_config(OperatorConfig(allowed_redis_hosts=("10.20.0.0/33",)))

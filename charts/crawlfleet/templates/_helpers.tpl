@@ -145,15 +145,41 @@ it is on and defaultOutput names no destination; empty when there is none.
 */}}
 {{- define "crawlfleet.defaultOutput" -}}
 {{- $out := .Values.defaultOutput -}}
+{{- $config := dict "secretNamespace" .Release.Namespace -}}
 {{- if $out.destination -}}
-{{- $s3 := dict "pathStyle" $out.s3.pathStyle -}}
-{{- with $out.s3.endpoint }}{{ $_ := set $s3 "endpoint" . }}{{ end -}}
-{{- with $out.s3.region }}{{ $_ := set $s3 "region" . }}{{ end -}}
-{{- with $out.secretName }}{{ $_ := set $s3 "secretRef" (dict "name" .) }}{{ end -}}
-{{- dict "destination" $out.destination "s3" $s3 "secretNamespace" .Release.Namespace | toJson -}}
+{{- $_ := set $config "destination" $out.destination -}}
+{{- $_ := set $config "s3" (include "crawlfleet.defaultOutputS3" (list $out.s3 $out.secretName) | fromJson) -}}
 {{- else if .Values.objectStore.enabled -}}
 {{- $name := printf "%s-store" (include "crawlfleet.fullname" .) -}}
-{{- $s3 := dict "endpoint" (printf "http://%s.%s.svc:7070" $name .Release.Namespace) "region" "us-east-1" "pathStyle" true "secretRef" (dict "name" $name) -}}
-{{- dict "destination" (printf "s3://%s/" .Values.objectStore.bucket) "s3" $s3 "secretNamespace" .Release.Namespace | toJson -}}
+{{- $_ := set $config "destination" (printf "s3://%s/" .Values.objectStore.bucket) -}}
+{{- $_ := set $config "s3" (dict "endpoint" (printf "http://%s.%s.svc:7070" $name .Release.Namespace) "region" "us-east-1" "pathStyle" true "secretRef" (dict "name" $name)) -}}
 {{- end -}}
+{{- $shared := and (hasKey $config "destination") (hasKey (get $config "s3") "secretRef") -}}
+{{- $served := .Values.watchNamespaces | default (list .Release.Namespace) -}}
+{{- if and $shared (or .Values.watchAllNamespaces (gt (len $served) 1)) (not $out.shareCredentials) -}}
+{{- fail "defaultOutput: one shared set of credentials (defaultOutput.secretName, or objectStore's keys) would reach the worker pods of every namespace the operator serves, and each tenant could read and overwrite the others' output: give each namespace its own (defaultOutput.namespaces), or set defaultOutput.shareCredentials=true if these namespaces are one tenant (docs/security.md)" -}}
+{{- end -}}
+{{- if $out.namespaces -}}
+{{- $each := dict -}}
+{{- range $namespace, $entry := $out.namespaces -}}
+{{- $s3 := mergeOverwrite (deepCopy $out.s3) ($entry.s3 | default dict) -}}
+{{- $_ := set $each $namespace (dict "destination" $entry.destination "s3" (include "crawlfleet.defaultOutputS3" (list $s3 ($entry.secretName | default "")) | fromJson)) -}}
+{{- end -}}
+{{- $_ := set $config "namespaces" $each -}}
+{{- end -}}
+{{- if or (hasKey $config "destination") (hasKey $config "namespaces") -}}
+{{- $config | toJson -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The s3 section of one default destination as the operator reads it: (list s3Values secretName).
+*/}}
+{{- define "crawlfleet.defaultOutputS3" -}}
+{{- $values := index . 0 -}}
+{{- $s3 := dict "pathStyle" $values.pathStyle -}}
+{{- with $values.endpoint }}{{ $_ := set $s3 "endpoint" . }}{{ end -}}
+{{- with $values.region }}{{ $_ := set $s3 "region" . }}{{ end -}}
+{{- with index . 1 }}{{ $_ := set $s3 "secretRef" (dict "name" .) }}{{ end -}}
+{{- $s3 | toJson -}}
 {{- end }}

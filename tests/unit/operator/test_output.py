@@ -54,9 +54,9 @@ def test_none_ephemeral_volume_and_s3_may_start() -> None:
     on_volume = plan(volume=volume, destination="crawls/books")
     assert (on_volume.problem, on_volume.folder) == (None, "/data/crawls/books")
     assert on_volume.spec.output.destination is None  # the folder travels as --out
-    outside = plan(volume=volume, destination="/srv/books")
+    outside = plan(ephemeral=True, destination="/srv/books")  # the model refuses it on a volume
     assert outside.problem is not None
-    assert "is not on output.volume, which is mounted at /data" in outside.problem
+    assert "is not on the emptyDir, which is mounted at /data" in outside.problem
     own = plan(destination="s3://mine/books/", s3={"secretRef": {"name": "mine"}})
     assert (own.problem, own.copy_secret) == (None, None)
     assert own.spec.output.destination == "s3://mine/books/"
@@ -106,3 +106,60 @@ def test_a_bad_default_is_refused_at_start(text: str, message: str) -> None:
         DefaultOutput.parse(text)
     assert message in str(refused.value)
     assert "SK@" not in str(refused.value)
+
+
+PER_NAMESPACE = DefaultOutput.parse(
+    json.dumps(
+        {
+            "destination": "s3://crawls/jobs",
+            "s3": {"endpoint": "http://store.crawlfleet:7070", "secretRef": {"name": "creds"}},
+            "secretNamespace": "crawlfleet",
+            "namespaces": {
+                "crawl": {
+                    "destination": "s3://crawls-crawl/",
+                    "s3": {
+                        "endpoint": "http://store.crawlfleet:7070",
+                        "secretRef": {"name": "crawl-keys"},
+                    },
+                },
+            },
+        }
+    )
+)
+
+
+def test_a_namespace_with_its_own_default_gets_its_own_destination_and_keys_only() -> None:
+    chosen = plan(PER_NAMESPACE)
+    assert chosen.problem is None
+    assert chosen.spec.output.destination == "s3://crawls-crawl/books/"
+    assert chosen.copy_secret == ("crawlfleet", "crawl-keys")  # never the shared "creds"
+    assert "for namespace crawl" in chosen.description
+    other = output_plan(
+        JobRef(namespace="elsewhere", name="books"),
+        job_spec({}),
+        PER_NAMESPACE,
+        output_secret=SECRET,
+    )
+    assert other.spec.output.destination == "s3://crawls/jobs/elsewhere/books/"
+    assert other.copy_secret == ("crawlfleet", "creds")
+
+
+def test_without_a_shared_default_an_unlisted_namespace_gets_none() -> None:
+    only = DefaultOutput.parse(
+        json.dumps(
+            {
+                "secretNamespace": "crawlfleet",
+                "namespaces": {"team-a": {"destination": "s3://team-a/"}},
+            }
+        )
+    )
+    assert only.output is None
+    assert plan(only).problem == NOT_DURABLE  # the job's namespace is "crawl"
+    assert only.for_namespace("team-a") is not None
+
+
+def test_a_bad_namespace_default_is_refused_at_start_with_its_path() -> None:
+    with pytest.raises(ConfigError, match=r"namespaces\.team-a\.destination must be an s3://"):
+        DefaultOutput.parse(
+            json.dumps({"namespaces": {"team-a": {"destination": "/srv"}}, "secretNamespace": "x"})
+        )
