@@ -64,30 +64,38 @@ def controller_of(uid: str, name: str) -> client.V1OwnerReference:
     )
 
 
+def identity(metadata: client.V1ObjectMeta) -> tuple[str, list[str]]:
+    """The uid and the writers of an object, the cluster's controllers left out."""
+    writers = {entry.manager for entry in metadata.managed_fields or ()}
+    return metadata.uid, sorted(writers - {"kube-controller-manager"})
+
+
 def snapshot(core: client.CoreV1Api, namespace: str) -> dict[str, tuple[Any, ...]]:
-    """What a test can see change: resourceVersion, ownerReferences, content."""
+    """What a test can see change: the object's uid (a delete and make again), who wrote it
+    (every field manager but the cluster's own controllers, which keep writing to a claim), its
+    ownerReferences and content. Not the resourceVersion: the claim controllers move it."""
     seen: dict[str, tuple[Any, ...]] = {}
     for item in core.list_namespaced_secret(namespace).items:
         seen[f"Secret/{item.metadata.name}"] = (
-            item.metadata.resource_version,
+            *identity(item.metadata),
             item.metadata.owner_references,
             item.data,
         )
     for item in core.list_namespaced_config_map(namespace).items:
         seen[f"ConfigMap/{item.metadata.name}"] = (
-            item.metadata.resource_version,
+            *identity(item.metadata),
             item.metadata.owner_references,
             item.data,
         )
     for item in core.list_namespaced_service(namespace).items:
         seen[f"Service/{item.metadata.name}"] = (
-            item.metadata.resource_version,
+            *identity(item.metadata),
             item.metadata.owner_references,
             item.spec.ports[0].port,
         )
     for item in core.list_namespaced_persistent_volume_claim(namespace).items:
         seen[f"PersistentVolumeClaim/{item.metadata.name}"] = (
-            item.metadata.resource_version,
+            *identity(item.metadata),
             item.metadata.owner_references,
             item.spec.resources.requests,
         )
