@@ -42,6 +42,7 @@ from tests.e2e.operator_support import (
     crawljob,
     install_crd,
     leases_held,
+    wait_crawled,
     wait_for_phase,
 )
 from tests.support.s3 import REGION, S3Server
@@ -124,7 +125,10 @@ class NodeCrawl:
         ]
 
     def busy_worker(self, job: str) -> Any:
-        """A running worker pod of ``job`` that holds leases (waited for)."""
+        """A running worker pod of ``job`` that holds leases, once pages were crawled (so the
+        site's robots.txt was read: a worker stopped while it holds the robots.txt lock would
+        hold every worker off the host until the lock's ttl, a minute)."""
+        wait_crawled(self.cluster, self.namespace, job, 5, timeout=90)
         r = self.frontier()
 
         def busy() -> Any:

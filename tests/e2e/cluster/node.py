@@ -75,7 +75,8 @@ DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 #: The chains the kubelet adds (filter, nat and mangle tables).
 IPTABLES_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
 START_TIMEOUT_SECONDS = 60.0
-CGROUP_MOUNT = Path("/sys/fs/cgroup")
+#: How long a dead node's containers may take to leave their cgroups once SIGKILLed.
+CGROUP_EMPTY_SECONDS = 5.0
 
 
 class NodeError(RuntimeError):
@@ -171,31 +172,47 @@ def cgroup_root() -> str:
     return f"{memory.rstrip('/')}/{CGROUP_LEAF}"
 
 
-def _make_cgroups(root: str) -> None:
+def _make_cgroups(root: str) -> list[str]:
+    """``root`` in every hierarchy; returns the directories it made (parents included: in the
+    hierarchies this session does not use, even ``root``'s parent is new)."""
+    made = []
     for mount in _own_cgroups():
         path = mount
         for part in Path(root).parts[1:]:
             parent, path = path, path / part
             if not path.exists():
                 path.mkdir()
+                made.append(str(path))
+            elif path.name == CGROUP_LEAF:  # ours by name, left by a node that died
+                made.append(str(path))
                 for name in ("cpuset.cpus", "cpuset.mems"):  # empty: no task may join
                     if (parent / name).exists():
                         (path / name).write_text((parent / name).read_text())
+    return made
 
 
-def _remove_cgroups(root: str) -> None:
-    """Depth-first: a cgroup with children or tasks cannot be removed."""
-    for mount in _own_cgroups():
-        top = mount / root.lstrip("/")
-        if not top.exists():
-            continue
-        for directory in sorted(
-            (p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-        ):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+def _remove_cgroups(made: list[str]) -> None:
+    """What :func:`_make_cgroups` made and the kubelet made inside, depth-first (a cgroup with
+    children or tasks cannot be removed; one that still has them stays)."""
+    trees = [Path(path) for path in made]
+    inside = [p for top in trees if top.exists() for p in top.rglob("*") if p.is_dir()]
+    for directory in sorted({*inside, *trees}, key=lambda p: len(p.parts), reverse=True):
+        # Only a dead session's containers can still be here: their shims are gone.
+        deadline = time.monotonic() + CGROUP_EMPTY_SECONDS
+        while (pids := _cgroup_pids(directory)) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.05)
         with contextlib.suppress(OSError):
-            top.rmdir()
+            directory.rmdir()
+
+
+def _cgroup_pids(directory: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (directory / "cgroup.procs").read_text().split()]
+    except OSError:
+        return []
 
 
 def _mounts_under(directory: Path) -> list[str]:
@@ -269,6 +286,7 @@ class RealNode:
         self.directory = self.directory.resolve()
         self.socket = self.directory / "containerd" / "containerd.sock"
         self.cgroup_root = cgroup_root()
+        self.cgroups_made: list[str] = []
         self.kubelet_port = 0
         self.pause_image = ""
         self.api = config.new_client_from_config(config_file=str(self.plane.kubeconfig))
@@ -295,9 +313,9 @@ class RealNode:
         self.lock.acquire()
         try:
             self._timed("clean", self.clean_stale)
-            NODE_STATE.write_text(json.dumps({"directory": str(self.directory)}))
+            self._record_state()
             self._timed("network", self._network)
-            self._timed("cgroups", lambda: _make_cgroups(self.cgroup_root))
+            self._timed("cgroups", self._make_cgroups)
             self._timed("pause image", self._pause_image)
             self._timed("containerd", self._start_containerd)
             self._timed("pause import", lambda: self.import_image(self.pause_image))
@@ -311,6 +329,15 @@ class RealNode:
         started = time.monotonic()
         action()
         self.timings[step] = time.monotonic() - started
+
+    def _make_cgroups(self) -> None:
+        self.cgroups_made = _make_cgroups(self.cgroup_root)
+        self._record_state()
+
+    def _record_state(self) -> None:
+        """What the next start must undo should this session die without its teardown."""
+        state = {"directory": str(self.directory), "cgroups": self.cgroups_made}
+        NODE_STATE.write_text(json.dumps(state))
 
     def log(self, name: str) -> Path:
         return self.directory / "logs" / f"{name}.log"
@@ -601,7 +628,7 @@ state = "{root / "state"}"
             if "containerd" in self.processes:
                 terminate(self.processes.pop("containerd"))
             _kill_shims(self.socket)
-            self._clean_host(self.directory)
+            self._clean_host(self.directory, self.cgroups_made)
             with contextlib.suppress(ApiException):
                 client.CoreV1Api(self.api).delete_node(NODE_NAME)
             self.api.close()
@@ -637,12 +664,12 @@ state = "{root / "state"}"
             _run(*self.ctr("tasks", "delete", "--force", container), check=False)
             _run(*self.ctr("containers", "delete", container), check=False)
 
-    def _clean_host(self, directory: Path) -> None:
+    def _clean_host(self, directory: Path, cgroups: list[str]) -> None:
         _unmount_under(directory)
         for netns in Path("/run/netns").glob("cni-*"):  # containerd's sandboxes' (podman's
             _run("umount", "-l", str(netns), check=False)  # are netns-*: left alone)
             netns.unlink(missing_ok=True)
-        _remove_cgroups(self.cgroup_root)
+        _remove_cgroups(cgroups)
         _delete_link(NODE_BRIDGE)
         _delete_link(POD_BRIDGE)
         _delete_iptables_chains()
@@ -652,8 +679,9 @@ state = "{root / "state"}"
 
     def clean_stale(self) -> None:
         """Undo what a node of a session that died hard left (the lock is ours: it is dead)."""
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            stale = Path(json.loads(NODE_STATE.read_text())["directory"])
-            _kill_shims(stale / "containerd" / "containerd.sock")
-            self._clean_host(stale)
-        self._clean_host(self.directory)
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            stale = json.loads(NODE_STATE.read_text())
+            directory = Path(stale["directory"])
+            _kill_shims(directory / "containerd" / "containerd.sock")
+            self._clean_host(directory, list(stale["cgroups"]))
+        self._clean_host(self.directory, [])
