@@ -1,9 +1,9 @@
 /* The pod sandbox's process for the real node's containerd (its sandbox_image): it holds the
  * pod's namespaces open and does nothing else. Kubernetes' own pause image is this, but there is
- * no registry to pull it from here, so tests/e2e/cluster/images.py builds it statically
- * (gcc -static) into an image FROM scratch. As PID 1 of the pod it must exit on SIGTERM and
- * SIGINT itself (the kernel ignores signals PID 1 has no handler for) and reap the zombies that
- * containers sharing its PID namespace leave behind. */
+ * no registry to pull it from here, so node.py builds it statically (gcc -static) into an image
+ * FROM scratch. As PID 1 of the pod it must exit on SIGTERM and SIGINT itself (the kernel
+ * ignores signals PID 1 has no handler for) and reap the zombies that containers sharing its
+ * PID namespace leave behind. */
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
