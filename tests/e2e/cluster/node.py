@@ -83,8 +83,8 @@ class NodeError(RuntimeError):
     """The real node could not be set up, started or reached."""
 
 
-def _run(*argv: str, check: bool = True, stdin: bytes | None = None) -> str:
-    done = subprocess.run(argv, input=stdin, capture_output=True, timeout=120, check=False)
+def _run(*argv: str, check: bool = True) -> str:
+    done = subprocess.run(argv, capture_output=True, timeout=120, check=False)
     if check and done.returncode != 0:
         raise NodeError(
             f"{' '.join(argv)} failed ({done.returncode}): "
@@ -397,8 +397,8 @@ class RealNode:
         )
         cri = 'plugins."io.containerd.grpc.v1.cri"'
         root.mkdir(parents=True, exist_ok=True)
-        config = root / "config.toml"
-        config.write_text(
+        path = root / "config.toml"
+        path.write_text(
             f"""version = 2
 root = "{root / "root"}"
 state = "{root / "state"}"
@@ -428,27 +428,26 @@ state = "{root / "state"}"
   conf_dir = "{cni / "net.d"}"
 """
         )
-        return config
+        return path
 
     def _start_containerd(self) -> None:
-        config = self._containerd_config()
-        process = self._spawn("containerd", ["containerd", "--config", str(config)])
+        settings = self._containerd_config()
+        process = self._spawn("containerd", ["containerd", "--config", str(settings)])
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise NodeError(
                     f"containerd exited with {process.returncode}:\n{tail(self.log('containerd'))}"
                 )
-            if (
-                self.socket.exists()
-                and subprocess.run(self.ctr("version"), capture_output=True, check=False).returncode
-                == 0
-            ):
+            if self.socket.exists() and self._containerd_answers():
                 return
             time.sleep(0.1)
         raise NodeError(
             f"containerd did not answer on {self.socket}:\n{tail(self.log('containerd'))}"
         )
+
+    def _containerd_answers(self) -> bool:
+        return subprocess.run(self.ctr("version"), capture_output=True).returncode == 0
 
     def ctr(self, *args: str) -> list[str]:
         """A ``ctr`` command line for this node's containerd, in the kubelet's namespace."""
@@ -494,7 +493,7 @@ state = "{root / "state"}"
     def _kubelet_config(self) -> Path:
         self.kubelet_port = free_port(NODE_ADDRESS)
         pki = self.plane.pki
-        config = {
+        settings = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
             "address": NODE_ADDRESS,
@@ -527,19 +526,20 @@ state = "{root / "state"}"
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "maxPods": 30,
+            # No DNS for pods at all (no cluster DNS either): the tests give them addresses.
             "resolvConf": "",
         }
         path = self.directory / "kubelet.json"
-        path.write_text(json.dumps(config, indent=2))
+        path.write_text(json.dumps(settings, indent=2))
         return path
 
     def _start_kubelet(self) -> None:
-        config = self._kubelet_config()
+        settings = self._kubelet_config()
         process = self._spawn(
             "kubelet",
             [
                 str(self.binaries["kubelet"]),
-                f"--config={config}",
+                f"--config={settings}",
                 f"--kubeconfig={self.plane.kubeconfig}",
                 f"--root-dir={self.directory / 'kubelet'}",
                 f"--cert-dir={self.directory / 'kubelet-pki'}",
@@ -618,6 +618,7 @@ state = "{root / "state"}"
 
     def stop(self) -> None:
         """Everything down in the notes' order; each step runs whatever the others did."""
+        started = time.monotonic()
         try:
             self._delete_pods()
         finally:
@@ -634,6 +635,7 @@ state = "{root / "state"}"
             self.api.close()
             NODE_STATE.unlink(missing_ok=True)
             self.lock.release()
+            self.timings["stop"] = time.monotonic() - started
             with contextlib.suppress(OSError):
                 (self.directory / "timings.json").write_text(json.dumps(self.timings, indent=1))
 
