@@ -72,6 +72,7 @@ CONTAINERD_NAMESPACE = "k8s.io"
 #: Shared by every containerd on the machine whatever its root (the notes' teardown list).
 FIXED_RUNTIME_PATHS = ("/run/containerd/fifo", "/run/containerd/runc", "/run/containerd/s")
 DEVICE_PLUGIN_SOCKET = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
+CONTAINER_LOG_LINKS = Path("/var/log/containers")
 #: The chains the kubelet adds (filter, nat and mangle tables).
 IPTABLES_CHAINS = ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT")
 START_TIMEOUT_SECONDS = 60.0
@@ -676,6 +677,10 @@ state = "{root / "state"}"
         _delete_link(POD_BRIDGE)
         _delete_iptables_chains()
         DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
+        for link in CONTAINER_LOG_LINKS.glob("*.log"):  # the kubelet's links to its pod logs
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(link)).is_relative_to(directory):
+                    link.unlink()
         for path in FIXED_RUNTIME_PATHS:
             shutil.rmtree(path, ignore_errors=True)
 
