@@ -631,6 +631,8 @@ state = "{root / "state"}"
                 terminate(self.processes.pop("containerd"))
             _kill_shims(self.socket)
             self._clean_host(self.directory, self.cgroups_made)
+            # The images' layers (hundreds of MB): pytest keeps its last three temp dirs.
+            shutil.rmtree(self.directory / "containerd" / "root", ignore_errors=True)
             with contextlib.suppress(ApiException):
                 client.CoreV1Api(self.api).delete_node(NODE_NAME)
             self.api.close()
