@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -349,6 +350,19 @@ class RealNode:
         return process
 
     def _network(self) -> None:
+        ours = [
+            ipaddress.ip_network(f"{NODE_ADDRESS}/24", strict=False),
+            ipaddress.ip_network(POD_SUBNET),
+        ]
+        for route in _run("ip", "-4", "route", "show").splitlines():
+            destination = route.split()[0]
+            if destination != "default" and any(
+                net.overlaps(ipaddress.ip_network(destination, strict=False)) for net in ours
+            ):
+                raise NodeError(
+                    f"this machine already routes {destination}, which the real node's "
+                    f"addresses ({NODE_ADDRESS}, {POD_SUBNET}) overlap: {route}"
+                )
         _run("ip", "link", "add", NODE_BRIDGE, "type", "bridge")
         for address in (NODE_ADDRESS, *SERVICE_ADDRESSES):
             _run("ip", "addr", "add", f"{address}/32", "dev", NODE_BRIDGE)
