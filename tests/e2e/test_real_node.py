@@ -16,13 +16,10 @@ the worker inside its grace; a liveness failure killing a hung container.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import secrets
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -47,36 +44,17 @@ from tests.e2e.operator_support import (
     wait_crawled,
     wait_for_phase,
 )
+from tests.support.images import built_images
 from tests.support.s3 import REGION, S3Server
 
-#: The image the pods run (the CrawlJob's ``workers.image``), as scripts/build-images names it
-#: (built on a Debian stand-in base; docs/development.md).
-WORKER_IMAGE = "crawlfleet/worker:dev"
 S3_ADDRESS, REDIS_ADDRESS, SITE_ADDRESS = SERVICE_ADDRESSES[:3]
 NONROOT_UID = 65532
-
-
-def worker_image() -> str:
-    """The worker image's name in podman's store.
-
-    Built this session by ``tests.support.images.built_images()`` (scripts/build-images) where
-    that module exists; until it does on this branch, the name scripts/build-images gives it,
-    built beforehand. (Transitional: once both are merged, call ``built_images()`` directly.)
-    """
-    if importlib.util.find_spec("tests.support.images") is None:
-        return WORKER_IMAGE
-    return str(importlib.import_module("tests.support.images").built_images().worker)
 
 
 @pytest.fixture(scope="module")
 def worker_on_node(real_node: RealNode) -> str:
     """The worker image, copied into the node's containerd: the name pods give it."""
-    image = worker_image().removeprefix("localhost/")
-    if subprocess.run(["podman", "image", "exists", image], check=False).returncode:
-        pytest.fail(
-            f"{image} is not in podman's store: build it with scripts/build-images",
-            pytrace=False,
-        )
+    image = built_images().worker.removeprefix("localhost/")
     started = time.monotonic()
     real_node.import_image(f"localhost/{image}")
     real_node.timings["worker image import"] = time.monotonic() - started
@@ -190,9 +168,12 @@ def crawl(
     core: client.CoreV1Api,
     store: S3Server,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[NodeCrawl]:
     """A namespace whose pods go to the real node, the operator watching it, a Redis on the
     node's bridge (with a password: any pod could reach it), and a bucket with its keys."""
+    # The administrator's word that jobs may use that Redis (tenancy policy).
+    monkeypatch.setenv("CRAWLFLEET_ALLOWED_REDIS_HOSTS", REDIS_ADDRESS)
     namespace = node.create_namespace(f"real-node-{secrets.token_hex(3)}")
     keys = store.root_credentials
     core.create_namespaced_secret(
