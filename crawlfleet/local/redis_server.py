@@ -44,7 +44,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class RedisServer:
-    """Start, wait for and stop one redis-server bound to 127.0.0.1."""
+    """Start, wait for and stop one redis-server bound to ``host`` (127.0.0.1)."""
 
     def __init__(
         self,
@@ -57,9 +57,10 @@ class RedisServer:
         executable: str | None = None,
         die_with_parent: bool = False,
         own_session: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
-        self.port = port or free_port()
+        self.port = port or free_port(host)
         self.appendonly = appendonly
         self.modules = modules
         self.password = password
@@ -71,17 +72,19 @@ class RedisServer:
         #: foreground process group, does not reach it, so the run that owns it stops it
         #: last, after its workers, with a SHUTDOWN that completes the AOF.
         self.own_session = own_session
+        #: The address it binds (the e2e real node's pods need one that is not loopback).
+        self.host = host
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
-        return f"redis://{auth}127.0.0.1:{self.port}/0"
+        return f"redis://{auth}{self.host}:{self.port}/0"
 
     @property
     def address(self) -> str:
         """The URL without the password: what may be written down or shown."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def write_password(self, path: Path) -> None:
         """The password in a file only this user can read (0600), for ``crawlfleet enqueue``
@@ -99,7 +102,7 @@ class RedisServer:
     def command(self) -> list[str]:
         args = [
             self.executable,
-            "--bind", "127.0.0.1",
+            "--bind", self.host,
             "--port", str(self.port),
             "--dir", str(self.data_dir),
             "--daemonize", "no",
@@ -167,7 +170,7 @@ class RedisServer:
         Plain sockets, not redis-py: start and stop are synchronous and must work before
         (and after) anything async exists.
         """
-        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+        with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
             auth = b""
             if self.password:
                 pw = self.password.encode()

@@ -237,6 +237,19 @@ def _redis_args(managed: ManagedRedis) -> list[str]:
 #: Ready once Redis answers an authenticated PING: not while it loads its append-only file
 #: (it answers LOADING), not with a wrong password (NOAUTH). redis-cli reads the password from
 #: REDISCLI_AUTH, so it is not on the probe's command line either.
+#: A worker whose /metrics (served by a thread of its own) does not answer at all is hung:
+#: stopped, or wedged with the interpreter's lock held. The kubelet restarts its container
+#: without a drain (a hung process cannot drain; 2 s, not the pod's whole drain budget), and
+#: the new incarnation's heartbeat tells the operator to requeue the old one's leases. A loop
+#: that hangs while the thread still answers is the operator's to find: its heartbeat stops.
+_WORKER_LIVENESS: Final[Manifest] = {
+    "httpGet": {"path": "/metrics", "port": "metrics"},
+    "periodSeconds": 5,
+    "timeoutSeconds": 3,
+    "failureThreshold": 3,
+    "terminationGracePeriodSeconds": 2,
+}
+
 _REDIS_READINESS: Final[Manifest] = {
     "exec": {
         "command": [
@@ -630,6 +643,7 @@ def worker_deployment(
                                 "httpGet": {"path": "/metrics", "port": "metrics"},
                                 "periodSeconds": 5,
                             },
+                            "livenessProbe": _WORKER_LIVENESS,
                             "securityContext": _RESTRICTED_CONTAINER,
                             "resources": resources,
                             "volumeMounts": [

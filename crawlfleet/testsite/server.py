@@ -370,6 +370,14 @@ def build_gzip_bomb(inflated_bytes: int = 1 << 30) -> bytes:
 # ---------------------------------------------------------------------------- server
 
 
+#: Where a site may listen: loopback, or a private network (the e2e real node's bridge, since a
+#: pod's own loopback is not the machine's), never a public address.
+_SITE_NETWORKS: Final = tuple(
+    ipaddress.IPv4Network(net)
+    for net in ("127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+)
+
+
 class SiteServer:
     """The asyncio core: binds all hosts, routes requests, records them.
 
@@ -390,10 +398,12 @@ class SiteServer:
         self.config = config or SiteConfig()
         self.log = RequestLog(keep_records)
         self._base = ipaddress.IPv4Address(base_address)
-        loopback = ipaddress.IPv4Network("127.0.0.0/8")
         last = self._base + self.config.hosts
-        if self._base not in loopback or last not in loopback:
-            raise ValueError("all host addresses must be inside 127.0.0.0/8")
+        if not any(self._base in net and last in net for net in _SITE_NETWORKS):
+            raise ValueError(
+                "all host addresses must be inside one of "
+                + ", ".join(str(net) for net in _SITE_NETWORKS)
+            )
         self._shutdown_timeout = shutdown_timeout
         self._backlog = backlog
         self._graph: SiteGraph | None = None

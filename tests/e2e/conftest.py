@@ -22,6 +22,7 @@ from kubernetes import client, config
 from tests.e2e.cluster.client import Cluster
 from tests.e2e.cluster.controlplane import ControlPlane, ControlPlaneError, binary_dir
 from tests.e2e.cluster.kubelet import KubeletDouble
+from tests.e2e.cluster.node import NodeError, RealNode
 
 EXTERNAL_KUBECONFIG = "CRAWLFLEET_E2E_KUBECONFIG"
 _E2E_DIR = Path(__file__).resolve().parent
@@ -87,6 +88,31 @@ def kubelet(
         double.stop()
         api.close()
     assert not double.errors, f"the kubelet double hit errors: {double.errors}"
+
+
+@pytest.fixture(scope="module")
+def real_node(
+    control_plane: ControlPlane | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealNode]:
+    """A real kubelet + containerd node (cluster/node.py), for the module that asks for it.
+
+    Module-scoped on purpose: while it runs, so does kube-scheduler, which would bind other
+    modules' pods too; the kubelet double stays the node of every other test.
+    """
+    if control_plane is None:
+        pytest.skip(f"the real node joins the built control plane; {EXTERNAL_KUBECONFIG} is set")
+    node = RealNode(control_plane, tmp_path_factory.mktemp("real-node"))
+    failure = None
+    try:
+        node.start()
+    except NodeError as error:
+        failure = str(error)
+    if failure is not None:
+        pytest.fail(failure, pytrace=False)
+    try:
+        yield node
+    finally:
+        node.stop()
 
 
 @pytest.fixture(scope="session")

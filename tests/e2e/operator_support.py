@@ -50,8 +50,16 @@ def apply(cluster: Cluster, *documents: dict[str, Any], namespace: str | None = 
 
 def install_crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=30s", "crd/crawljobs.crawlfleet.io"
+    # Polled, not `kubectl wait`: that fails outright on a CRD whose status has no conditions
+    # yet (".status.conditions accessor error"), which a loaded machine shows.
+    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    wait_until(
+        lambda: (
+            cluster.kubectl("get", "crd/crawljobs.crawlfleet.io", "-o", established).stdout
+            == "True"
+        ),
+        timeout=30,
+        what="the CrawlJob CRD Established",
     )
 
 

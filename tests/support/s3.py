@@ -84,13 +84,15 @@ def versitygw_binary() -> Path:
 class S3Server:
     """One versitygw process: S3 API and admin API on two loopback ports, data under ``root``."""
 
-    def __init__(self, root: Path, *, binary: Path | None = None) -> None:
+    def __init__(self, root: Path, *, binary: Path | None = None, host: str = "127.0.0.1") -> None:
         self.root = Path(root).resolve()
         self.data_dir = self.root / "data"
         self.iam_dir = self.root / "iam"
         self.log_path = self.root / "versitygw.log"
         self.binary = binary or versitygw_binary()
-        self.port = free_port()
+        #: The S3 API's address (the e2e real node's pods need one that is not loopback).
+        self.host = host
+        self.port = free_port(host)
         self.admin_port = free_port()
         self.root_credentials = S3Credentials("crawlfleet-root", secrets.token_hex(20))
         self.process: subprocess.Popen[bytes] | None = None
@@ -100,7 +102,7 @@ class S3Server:
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def admin_url(self) -> str:
@@ -123,7 +125,7 @@ class S3Server:
         }
         argv = [
             str(self.binary),
-            "--port", f"127.0.0.1:{self.port}",
+            "--port", f"{self.host}:{self.port}",
             "--admin-port", f"127.0.0.1:{self.admin_port}",
             "--region", REGION,
             "--iam-dir", str(self.iam_dir),

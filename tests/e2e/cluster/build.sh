@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the e2e control plane from source, once: kube-apiserver, kube-controller-manager, kubectl
 # (k8s.io/kubernetes), etcd and helm, at the versions pinned in versions.env, from the committed
-# wrapper modules beside this script (see update-modules.sh for why they exist).
+# wrapper modules beside this script (see update-modules.sh for why they exist); and from the
+# same kube module the real node's kubelet and kube-scheduler (node.py), so node and control
+# plane are one Kubernetes release.
 #
 # Binaries go to ${CRAWLFLEET_K8S_CACHE:-~/.cache/crawlfleet/k8s}/<versions>/bin, outside the
 # repository, so every clone on a machine shares one build. Idempotent: each tool carries a stamp
@@ -56,8 +58,9 @@ fresh() {
   [ -f "$bin/.$module.stamp" ] && [ "$(cat "$bin/.$module.stamp")" = "$(stamp "$module" "$ldflags")" ]
 }
 
+kube_binaries=(kube-apiserver kube-controller-manager kubectl kube-scheduler kubelet)
 all_fresh() {
-  fresh kube "$kube_ldflags" kube-apiserver kube-controller-manager kubectl \
+  fresh kube "$kube_ldflags" "${kube_binaries[@]}" \
     && fresh etcd "$etcd_ldflags" etcd \
     && fresh helm "$helm_ldflags" helm
 }
@@ -92,8 +95,7 @@ build() {
 started=$(date +%s)
 echo "== $(date -u +%FT%TZ) build.sh $key" >>"$log"
 fresh etcd "$etcd_ldflags" etcd || build etcd "$etcd_ldflags" etcd go.etcd.io/etcd/server/v3
-fresh kube "$kube_ldflags" kube-apiserver kube-controller-manager kubectl \
-  || build kube "$kube_ldflags" "" k8s.io/kubernetes/cmd/kube-apiserver \
-    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+fresh kube "$kube_ldflags" "${kube_binaries[@]}" \
+  || build kube "$kube_ldflags" "" "${kube_binaries[@]/#/k8s.io/kubernetes/cmd/}"
 fresh helm "$helm_ldflags" helm || build helm "$helm_ldflags" "" helm.sh/helm/v3/cmd/helm
 echo "build.sh: control plane ready in $bin ($(($(date +%s) - started)) s)" | tee -a "$log" >&2

@@ -309,6 +309,13 @@ class ControlPlane:
                 f"--service-cluster-ip-range={self.service_cidr}",
                 "--allow-privileged=true",
                 "--disable-admission-plugins=ServiceAccount",
+                # The real node's namespaces send their pods to it (node.py); others' unchanged.
+                "--enable-admission-plugins=PodNodeSelector",
+                # kubectl logs/exec on the real node: the API server dials the kubelet at its
+                # InternalIP (there is no DNS for its hostname) as the admin.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
                 "--authorization-mode=RBAC",
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={pki.service_account_public_key}",

@@ -11,8 +11,9 @@ not run:
   memory than the Node can allocate (``NODE_CPU``, ``NODE_MEMORY``; requests, else limits): such
   a pod stays Pending with ``PodScheduled`` False, reason ``Unschedulable`` and the scheduler's
   message (``0/1 nodes are available: 1 Insufficient cpu. ...``). Only that one filter of the
-  scheduler's: no other pod's requests are counted, and selectors, affinity and taints are not
-  read.
+  scheduler's: no other pod's requests are counted, and affinity and taints are not read. A pod
+  whose ``nodeSelector`` does not match the double's Node is left alone: it is for the real
+  node (node.py) and its kube-scheduler.
 - **containers**: each container becomes a local process, chosen by image from a small table
   (``ImageRule``): ``crawlfleet`` images run ``python -m crawlfleet worker`` (or the container's
   ``crawlfleet``/``python`` command), ``redis`` images run ``redis-server``. An image the table
@@ -412,6 +413,21 @@ class KubeletDouble:
                 self.errors.append(f"{error!r} {str(detail)[:300]}".strip())
             self._stopping.wait(SYNC_INTERVAL_SECONDS)
 
+    def _selects_me(self, spec: Json) -> bool:
+        """Whether the pod's ``nodeSelector`` (if any) matches this Node's labels."""
+        labels = self._node_labels()
+        return all(
+            labels.get(key) == value for key, value in (spec.get("nodeSelector") or {}).items()
+        )
+
+    def _node_labels(self) -> dict[str, str]:
+        return {
+            "kubernetes.io/hostname": self.node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "crawlfleet.io/kubelet-double": "true",
+        }
+
     def _register_node(self) -> None:
         """Create the Node and mark it Ready, as a kubelet's first status update would."""
         body = {
@@ -419,12 +435,7 @@ class KubeletDouble:
             "kind": "Node",
             "metadata": {
                 "name": self.node_name,
-                "labels": {
-                    "kubernetes.io/hostname": self.node_name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    "crawlfleet.io/kubelet-double": "true",
-                },
+                "labels": self._node_labels(),
             },
         }
         try:
@@ -538,8 +549,8 @@ class KubeletDouble:
                 spec = raw["spec"]
                 uid = raw["metadata"]["uid"]
                 if not spec.get("nodeName"):
-                    if raw["metadata"].get("deletionTimestamp"):
-                        continue
+                    if raw["metadata"].get("deletionTimestamp") or not self._selects_me(spec):
+                        continue  # a nodeSelector for another node: the scheduler's pod
                     refused = unschedulable(raw)
                     if refused is None:
                         self._bind(raw)

@@ -18,7 +18,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 staging_version="v0.${KUBERNETES_VERSION#v1.}"
 
-# -- kube: kube-apiserver, kube-controller-manager, kubectl ---------------------------------
+# -- kube: kube-apiserver, kube-controller-manager, kubectl, and the real node's kubelet and
+# kube-scheduler (tests/e2e/cluster/node.py) ----------------------------------------------------
 release_mod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" \
   | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
 staging_modules="$(sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/.*#\1#p' "$release_mod")"
@@ -35,7 +36,9 @@ fi
   echo "tool ("
   echo "	k8s.io/kubernetes/cmd/kube-apiserver"
   echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
+  echo "	k8s.io/kubernetes/cmd/kube-scheduler"
   echo "	k8s.io/kubernetes/cmd/kubectl"
+  echo "	k8s.io/kubernetes/cmd/kubelet"
   echo ")"
   echo
   echo "require k8s.io/kubernetes $KUBERNETES_VERSION"

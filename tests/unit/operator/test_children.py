@@ -79,6 +79,19 @@ def test_worker_pod_is_locked_down() -> None:
     assert container["args"][container["args"].index("--grace-seconds") + 1] == "25"
 
 
+def test_a_worker_that_does_not_answer_at_all_is_killed_without_its_drain_budget() -> None:
+    """Liveness is the /metrics thread answering (tests/e2e/test_real_node.py stops a worker
+    for real): a hung process cannot drain, so the kubelet's kill does not wait for one."""
+    pod_spec = children.worker_deployment(JOB, spec(), replicas=1, image="img", drain=DRAIN)[
+        "spec"
+    ]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    liveness = container["livenessProbe"]
+    assert liveness["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert liveness["timeoutSeconds"] < liveness["periodSeconds"]
+    assert liveness["terminationGracePeriodSeconds"] < pod_spec["terminationGracePeriodSeconds"]
+
+
 def test_worker_env_has_no_secret_and_names_the_pod() -> None:
     container = children.worker_deployment(JOB, spec(), replicas=0, image="img", drain=DRAIN)[
         "spec"
