@@ -510,12 +510,11 @@ class Kube:
         return str(version) if version else None
 
     async def secret_labels(self, namespace: str, name: str) -> dict[str, str] | None:
-        """A Secret's labels (None: no such Secret), to judge whether a job may use it."""
-        path = f"/api/v1/namespaces/{namespace}/secrets/{name}"
-        secret = await self.request("GET", path, missing_ok=True)
-        if secret is None:
-            return None
-        return dict((secret.get("metadata") or {}).get("labels") or {})
+        """A Secret's labels (None: no such Secret), to judge whether a job may use it: its
+        metadata alone, as for a seed list's ConfigMap, so that judging a Secret a job may
+        not use never brings its data into the operator."""
+        found = await self._metadata(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        return None if found is None else dict(found.get("labels") or {})
 
     async def service_cluster_ip(
         self, namespace: str, name: str, *, owner_uid: str | None = None
