@@ -12,9 +12,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 
-from crawlfleet.frontier import canonicalize
+from crawlfleet.crawljob import load_crawljob
+from crawlfleet.frontier import JobKeys, canonicalize
+from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.processes import worker_pid
 from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
@@ -193,7 +196,17 @@ def test_a_second_run_into_the_same_folder_is_refused(tmp_path: Path) -> None:
     assert "--resume" in err
 
 
-def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> None:
+def _owns_a_lease(client: redis.Redis, job_id: str, worker: str) -> bool:
+    """Whether ``worker`` (any incarnation of it) holds a lease now, read from the frontier's
+    lease set, whose tokens name their owner in their second tab-separated field."""
+    tokens = client.zrange(JobKeys(job_id).key("leases"), 0, -1)
+    owners = {token.split(b"\t")[1].decode().split("#", 1)[0] for token in tokens}
+    return worker in owners
+
+
+def test_a_killed_worker_is_replaced_and_its_leases_requeued(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
     config = SiteConfig(hosts=2, pages_per_host=80, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
         job = job_for_site(
@@ -201,23 +214,28 @@ def test_a_killed_worker_is_replaced_and_its_leases_requeued(tmp_path: Path) -> 
         )
         job_file = tmp_path / "job.yaml"
         job_file.write_text(yaml.safe_dump(job))
+        job_id = load_crawljob(job_file).job_id
+        client = redis.Redis.from_url(redis_server.url)
         run = crawlfleet(
-            "run",
-            str(job_file),
-            "--out",
-            str(tmp_path / "out"),
-            "--workers",
-            "2",
-            "--json",
-            cwd=tmp_path,
-        )
+            "run", str(job_file), "--out", str(tmp_path / "out"), "--workers", "2", "--json",
+            "--redis-url", redis_server.url, cwd=tmp_path,
+        )  # fmt: skip
+        # Two hosts at perHost 2 are four slots, which one worker can hold alone: local-1 is
+        # stopped, killed if it holds a lease and let go on otherwise, so it dies holding some.
         deadline = time.monotonic() + 60
-        pid = None
-        while pid is None or len(site.all_requests()) < 20:
-            assert time.monotonic() < deadline, "the crawl did not start"
+        while True:
+            assert time.monotonic() < deadline, "local-1 never held a lease"
             pid = worker_pid(job_file, "local-1")
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
+            if pid is None or len(site.all_requests()) < 20:
+                time.sleep(0.05)
+                continue
+            os.kill(pid, signal.SIGSTOP)
+            if _owns_a_lease(client, job_id, "local-1"):
+                os.kill(pid, signal.SIGKILL)
+                break
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+        client.close()
         stdout, err = run.communicate(timeout=180)
         assert run.returncode == 0, err[-3000:]
         summary = json.loads(stdout.strip().splitlines()[-1])
