@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from crawlfleet.testsite.feeds import FEED_HEAD_LINKS
+
 __all__ = [
     "DIRECTORIES",
     "MAX_TREE_BRANCHING",
@@ -134,6 +136,9 @@ class SiteConfig:
     refusal_links_per_page: int = 0
     #: Hosts whose robots.txt answers 503 for ever (unavailable: their pages are given up).
     robots_down_hosts: tuple[int, ...] = ()
+    #: Every in-scope host serves an RSS and an Atom feed listing pages no page links, and
+    #: every normal page announces both with ``<link rel="alternate">`` (testsite/feeds.py).
+    feeds: bool = False
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
@@ -453,6 +458,7 @@ class SiteGraph:
             f"<title>{title}</title>\n",
             f'<meta name="crawlfleet-page" content="{host}:{index}">\n',
             base_tag,
+            FEED_HEAD_LINKS if cfg.feeds else "",
             "</head>\n<body>\n<header><nav>",
             '<a href="/">Home</a> ',
             # Fragment-only links resolve against <base>, so only where there is none.
