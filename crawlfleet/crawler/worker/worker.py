@@ -450,6 +450,7 @@ class Worker:
             headers=result.headers,
             url=result.final_url,
             fetched_at=result.fetched_at,
+            whole_digest=self.spec.output.format == "warc",
         )
         if visit is not None and visit.entry_only:
             reservation.release()
