@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from crawlfleet.testsite.feeds import FEED_HEAD_LINKS
+
 __all__ = [
     "DIRECTORIES",
     "MAX_TREE_BRANCHING",
@@ -138,6 +140,9 @@ class SiteConfig:
     #: 304; and those that do the same with ``Last-Modified`` (crawlfleet/testsite/revisions.py).
     etag_hosts: tuple[int, ...] = ()
     last_modified_hosts: tuple[int, ...] = ()
+    #: Every in-scope host serves an RSS and an Atom feed listing pages no page links, and
+    #: every normal page announces both with ``<link rel="alternate">`` (testsite/feeds.py).
+    feeds: bool = False
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
@@ -461,6 +466,7 @@ class SiteGraph:
             f"<title>{title}</title>\n",
             f'<meta name="crawlfleet-page" content="{host}:{index}">\n',
             base_tag,
+            FEED_HEAD_LINKS if cfg.feeds else "",
             "</head>\n<body>\n<header><nav>",
             '<a href="/">Home</a> ',
             # Fragment-only links resolve against <base>, so only where there is none.
