@@ -43,6 +43,7 @@ from crawlfleet.fleet import (
     seed_list_hash,
     steer,
 )
+from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.waiting import duration
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
@@ -367,6 +368,9 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
         if not complete:
             await _drain(backend, stop_signal)
             crawled = await _crawled(frontier)
+            if job.spec.keeps_going:
+                elapsed = time.monotonic() - started
+                await _keeps_going_summary(frontier, job, options, elapsed, max_workers)
             # Redis last, once no worker can write to it: a SHUTDOWN that completes its AOF.
             await frontier.aclose()
             frontier = None
@@ -382,6 +386,8 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
         stats = await frontier.stats()
         elapsed = time.monotonic() - started
         summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity)
+        if job.spec.recrawl:  # a scheduled run: what its revisits found
+            summary["freshness"] = Freshness.of(stats, now=time.time()).to_mapping()
         if store is not None:
             # Written by the worker the frontier elected, before the tick said complete.
             counts = await written_counts(frontier) or {"files": 0, "pageRecords": 0}
@@ -454,6 +460,27 @@ async def _crawled(frontier: Frontier) -> int | None:
     except (FrontierUnavailable, FrontierLost) as error:
         log.warning("could not read the crawl's counters at the end: %s", error)
         return None
+
+
+async def _keeps_going_summary(
+    frontier: Frontier, job: CrawlJob, options: RunOptions, elapsed: float, max_workers: int
+) -> None:
+    """A job that keeps going ends only when stopped: its summary is written then, with its
+    freshness (what it tracked, how late its revisits were, what they found)."""
+    try:
+        stats = await frontier.stats()
+    except (FrontierUnavailable, FrontierLost) as error:
+        log.warning("could not read the crawl's counters at the end: %s", error)
+        return
+    freshness = Freshness.of(stats, now=time.time())
+    summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity, phase="Suspended")
+    summary["freshness"] = freshness.to_mapping()
+    (options.output_dir / "summary.json").write_text(
+        json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    )
+    _print(f"crawlfleet: freshness: {freshness.line(time.time())}")
+    if options.json_summary:
+        print(json.dumps(summary, sort_keys=True), flush=True)
 
 
 def _policy(job: CrawlJob, options: RunOptions) -> FleetPolicy:
@@ -585,12 +612,17 @@ _REDIS_RETRY_SECONDS = 0.5
 
 
 def _summary(
-    stats: FrontierStats, elapsed: float, max_workers: int, capacity: int
+    stats: FrontierStats,
+    elapsed: float,
+    max_workers: int,
+    capacity: int,
+    *,
+    phase: str = "Succeeded",
 ) -> dict[str, Any]:
     """The run's figures (``summary.json`` in the run's folder; the output's own last files,
     dead-letters.jsonl and manifest.json, are in the destination: see crawlfleet.output)."""
     summary: dict[str, Any] = {
-        "phase": "Succeeded",
+        "phase": phase,
         "crawled": stats.crawled,
         "failed": stats.failed,
         "dead_lettered": stats.dead,
@@ -646,6 +678,13 @@ class _Progress:
     def line(self, stats: FrontierStats, workers: int) -> str:
         elapsed = max(1e-6, time.monotonic() - self.started)
         rate = stats.crawled / elapsed
+        if self.job.spec.keeps_going:
+            # No end to progress towards: how fresh it keeps its pages is the news.
+            return (
+                f"{Freshness.of(stats, now=time.time()).line(time.time())}  crawled"
+                f" {stats.crawled}  queued {stats.queued}  in-flight {stats.leased}"
+                f"  workers {workers}"
+            )
         text = (
             f"crawled {stats.crawled}  {rate:.0f}/s  queued {stats.queued}  "
             f"in-flight {stats.leased}  workers {workers}  failed {stats.dead}"
@@ -673,7 +712,7 @@ class _Progress:
         self.stats, self.shown_at = stats, now
         now = time.monotonic()
         text = self.line(stats, workers)
-        if done.waiting is not None:
+        if done.waiting is not None and done.waiting.reason != "NextRevisit":
             text += f"  waiting: {done.waiting.sentence(time.time())}"
         elif suspended:
             text += "  (suspended)"

@@ -44,7 +44,7 @@ import kopf
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec, parse_seed_list
 from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
-from crawlfleet.fleet import FleetMemory, FleetPolicy, seed_list_hash, steer
+from crawlfleet.fleet import FleetMemory, FleetPolicy, Freshness, seed_list_hash, steer
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.operator import children
 from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
@@ -795,6 +795,7 @@ class CrawlJobOperator:
             state.output_blocked = bool(done.output_blocked)
             await backend.record(event)
         self._rate(state, stats.crawled)
+        freshness = Freshness.of(stats, now=time.time()) if spec.recrawl else None
         seen = Observed(
             phase=decision.phase,
             redis_ready=True,
@@ -818,9 +819,12 @@ class CrawlJobOperator:
             workers_failing=decision.workers_failing,
             waiting=done.waiting,
             stall=done.stall,
+            freshness=freshness,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, decision.phase, stats, desired, ready)
+        if freshness is not None:
+            self.metrics.freshness(ref.namespace, ref.name, freshness)
         self.metrics.motion(ref.namespace, ref.name, done.waiting, done.stall)
         self.metrics.frontier(
             ref.namespace,
