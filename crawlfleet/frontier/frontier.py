@@ -68,6 +68,9 @@ from crawlfleet.frontier.models import (
     Outcomes,
     PressureLevel,
     Requeued,
+    Revisit,
+    RevisitState,
+    RunStart,
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.parents import sitemap_roots
@@ -481,8 +484,12 @@ class Frontier:
         codes = await self._run(self._scripts.enqueue, *args)
         return [Admission(code) for code in codes]
 
-    async def seed(self, urls: Sequence[str]) -> int:
+    async def seed(self, urls: Sequence[str], *, every_run: bool = False) -> int:
         """Queue the seeds at depth 0 and mark the job seeded; returns how many were new.
+
+        ``every_run`` (a recurring run's start, after :meth:`begin_run`): the seeds are queued
+        whatever the Bloom filter restored from the last run says, and a seed that is tracked
+        is made due now instead (fetched once, conditionally, with its validators).
 
         With ``scope.sitemaps`` each seed origin's ``/sitemap.xml`` is queued with them, marked
         as that host's sitemap root (``parents.py``); it is not counted as a seed.
@@ -542,9 +549,18 @@ class Frontier:
         return leases
 
     async def ack(
-        self, worker: str, lease_ids: Sequence[str], *, call_id: str | None = None
+        self,
+        worker: str,
+        lease_ids: Sequence[str],
+        *,
+        revisits: Mapping[str, Revisit] | None = None,
+        call_id: str | None = None,
     ) -> Outcomes[bool]:
         """Complete leases; False for each the worker no longer owns (fenced out).
+
+        ``revisits`` (by lease token): the URL is tracked, scheduled again at now + its
+        interval with its validators in the same script; a tracked URL acked without one is
+        forgotten (no rule matches it any more).
 
         ``call_id`` (as for :meth:`claim`): a caller that sends a failed ack again passes the
         failed call's id, and gets the first reply if it had applied, not "not yours"."""
@@ -556,10 +572,19 @@ class Frontier:
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
     async def fail(
-        self, worker: str, failures: Sequence[Failure], *, call_id: str | None = None
+        self,
+        worker: str,
+        failures: Sequence[Failure],
+        *,
+        revisits: Mapping[str, Revisit] | None = None,
+        call_id: str | None = None,
     ) -> Outcomes[FailOutcome]:
         """Report failed attempts: retried later, or dead-lettered with their class
-        (``call_id`` as for :meth:`ack`)."""
+        (``call_id`` as for :meth:`ack`).
+
+        A tracked URL whose failure is final is scheduled again (with the Revisit given for
+        its lease, else with its kept state) and counted in ``revisit_failures``, not
+        dead-lettered; a Revisit whose change is "gone" dead-letters it and forgets it."""
         if not failures:
             return Outcomes()
         args: list[str | int] = [_worker_id(worker)]
@@ -573,6 +598,32 @@ class Frontier:
             )
         raw = await self._run_once(self._scripts.fail, *args, call_id=call_id)
         return Outcomes.of(raw[0], (FailOutcome(code) for code in raw[1:]))
+
+    # -- revisits and recurring runs ---------------------------------------------------------
+
+    async def revisit_states(
+        self, urls: Sequence[CanonicalURL]
+    ) -> dict[CanonicalURL, RevisitState]:
+        """The revisit state of claimed (or queued) tracked URLs, in one round trip; URLs
+        without one (not tracked) are left out."""
+        raise NotImplementedError
+
+    async def promote_due(self, limit: int = 1000) -> int:
+        """Move up to ``limit`` due tracked URLs into their host queues (claims do it too);
+        returns how many."""
+        raise NotImplementedError
+
+    async def begin_run(self, run_id: str) -> RunStart:
+        """Start a recurring run: drop the transient state (queues, leases, retries, dead
+        letters, counters, output ledger) and restore the dedup filter and revisit schedule
+        the last :meth:`commit_run` kept, or start empty. Seed it with ``seed(...,
+        every_run=True)`` next."""
+        raise NotImplementedError
+
+    async def commit_run(self, run_id: str) -> None:
+        """Keep this run's dedup filter and revisit schedule as the committed state the next
+        :meth:`begin_run` restores (a run that fails never calls it: it commits nothing)."""
+        raise NotImplementedError
 
     async def extend(
         self, worker: str, lease_ids: Sequence[str], ttl_seconds: float | None = None
@@ -731,7 +782,7 @@ class Frontier:
         else:
             bloom = self.bloom.estimate(counts["seen"], int(layers or 1))
         return FrontierStats(
-            **counts,
+            **cast("dict[str, Any]", counts),
             seeded=seeded is not None,
             bloom_backend=self.backend,
             bloom_fill_ratio=bloom.fill_ratio,
