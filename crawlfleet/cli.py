@@ -24,7 +24,8 @@ from crawlfleet.errors import CrawlfleetError
 from crawlfleet.startup import setup_logging, without_gc
 
 if TYPE_CHECKING:
-    from crawlfleet.crawljob import CrawlJobSpec
+    from crawlfleet.crawljob import CrawlJobSpec, S3Spec
+    from crawlfleet.destinations import Destination
     from crawlfleet.enqueue import EnqueueReport
     from crawlfleet.local.zygote import Zygote
 
@@ -340,7 +341,8 @@ def _output(args: argparse.Namespace) -> int:
     """``crawlfleet output ls|cat|verify``: read what a crawl wrote, wherever it went."""
     from crawlfleet.crawljob import S3Spec, load_crawljob
     from crawlfleet.destinations import destination_flag
-    from crawlfleet.output.reader import item_records, page_records, verify
+    from crawlfleet.output.manifest import MANIFEST
+    from crawlfleet.output.reader import item_records, page_records, run_ids
     from crawlfleet.output.stores import open_store
 
     target = Path(args.target)
@@ -370,23 +372,13 @@ def _output(args: argparse.Namespace) -> int:
                 out.write(line + b"\n")
             out.flush()
             return 0
-        result = await verify(store)
-        if result.problem:
-            print(f"crawlfleet: {result.problem}", file=sys.stderr)
-            return 1
-        for path in result.missing:
-            print(f"missing: {destination.key(path)}", file=sys.stderr)
-        for path in result.changed:
-            print(f"changed: {destination.key(path)} (size or sha256 differs)", file=sys.stderr)
-        for path in result.unlisted:
-            print(f"not in the manifest (a duplicate nobody acked): {path}", file=sys.stderr)
-        verdict = "verified" if result.ok else "FAILED"
-        print(
-            f"{destination.url}: {verdict}: {result.checked} of"
-            f" {result.checked + len(result.missing)} listed files checked,"
-            f" {len(result.missing)} missing, {len(result.changed)} changed"
-        )
-        return 0 if result.ok else 1
+        files = await store.files()
+        runs = run_ids(files)
+        if runs and not any(stored.key == MANIFEST for stored in files):
+            # A scheduled job: each run has its layout and manifest under runs/<run-id>/.
+            codes = [await _verified(destination.for_run(run), s3) for run in runs]
+            return max(codes)
+        return await _verified(destination, s3)
 
     try:
         return asyncio.run(run())
@@ -394,6 +386,30 @@ def _output(args: argparse.Namespace) -> int:
         from crawlfleet.errors import OutputError
 
         raise OutputError(f"{destination.url}: not found ({error.strerror or error})") from None
+
+
+async def _verified(destination: Destination, s3: S3Spec | None) -> int:
+    """``crawlfleet output verify`` of one destination (or one run's): its lines, its code."""
+    from crawlfleet.output.reader import verify
+    from crawlfleet.output.stores import open_store
+
+    result = await verify(open_store(destination, s3))
+    if result.problem:
+        print(f"crawlfleet: {result.problem}", file=sys.stderr)
+        return 1
+    for path in result.missing:
+        print(f"missing: {destination.key(path)}", file=sys.stderr)
+    for path in result.changed:
+        print(f"changed: {destination.key(path)} (size or sha256 differs)", file=sys.stderr)
+    for path in result.unlisted:
+        print(f"not in the manifest (a duplicate nobody acked): {path}", file=sys.stderr)
+    verdict = "verified" if result.ok else "FAILED"
+    print(
+        f"{destination.url}: {verdict}: {result.checked} of"
+        f" {result.checked + len(result.missing)} listed files checked,"
+        f" {len(result.missing)} missing, {len(result.changed)} changed"
+    )
+    return 0 if result.ok else 1
 
 
 def _extract(args: argparse.Namespace) -> int:

@@ -60,7 +60,7 @@ from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seed_list import SeedListBounds, parse_seed_list
 from crawlfleet.crawljob.seeds import ConfigMapKeyRef, SeedsFrom
 from crawlfleet.crawljob.spec import CrawlJobSpec
-from crawlfleet.crawljob.status import Condition, CrawlJobStatus, FleetStatus, Phase
+from crawlfleet.crawljob.status import Condition, CrawlJobStatus, FleetStatus, Phase, RunStatus
 
 __all__ = [
     "API_VERSION",
@@ -91,6 +91,7 @@ __all__ = [
     "RetrySpec",
     "RobotsSpec",
     "Rule",
+    "RunStatus",
     "S3Spec",
     "ScopeSpec",
     "ScrapySpec",

@@ -9,16 +9,18 @@ long-lived operator does not accumulate the series of every job it ever ran.
 from __future__ import annotations
 
 import contextlib
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from crawlfleet.crawljob import Phase
 from crawlfleet.fleet.waiting import WAIT_REASONS, Waiting
 from crawlfleet.fleet.watchdog import STALL_REASONS, Stall
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = ["OperatorMetrics"]
 
-_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+_PHASES: tuple[str, ...] = get_args(Phase)
 
 
 class OperatorMetrics:
