@@ -21,6 +21,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from crawlfleet.testsite.freshness import audit, quantile
 from crawlfleet.testsite.news import (
     ManualClock,
     NewsConfig,
@@ -277,3 +278,34 @@ def test_the_cli_serves_the_news_site_and_writes_its_requests(tmp_path: Path) ->
     assert out == b""
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert [(r["status"], r["conditional"]) for r in lines] == [(200, False), (304, True)]
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+def test_the_audit_judges_a_crawl_by_the_sites_log(site: NewsSite, clock: ManualClock) -> None:
+    """A hand-driven crawl of host 0 (strong ETag) and host 3 (no validators): latencies,
+    articles asked twice and unchanged revisits, as freshness.audit counts them."""
+    first, second = site.schedule.articles(0)[CONFIG.initial_articles : CONFIG.initial_articles + 2]
+    etag = get(site.url(0))[1]["ETag"]
+    get(site.url(3))
+    get(site.url(3))  # unchanged, and no way to ask conditionally
+    clock.set(first.published_at - 1)
+    get(site.url(0), {"If-None-Match": etag})  # unchanged, conditional: 304
+    clock.set(first.published_at + 2)
+    etag = get(site.url(0), {"If-None-Match": etag})[1]["ETag"]  # changed: 200
+    get(site.article_url(first))
+    clock.set(first.published_at + 3)
+    get(site.url(0))  # unchanged, asked without validators: counted against the share
+    get(site.article_url(first))  # asked twice
+    end = second.published_at + 20  # the second article is new, and never fetched
+    found = audit(site.schedule, site.requests(), end=end, settle_seconds=5)
+    assert found.latencies[:1] == [2.0]
+    assert found.missed[:1] == [f"0:{second.path}"]
+    assert found.fetched_twice == [f"0:{first.path}"]
+    assert (found.unchanged_revisits_validating, found.conditional_not_modified) == (2, 1)
+    assert found.conditional_share == 0.5
+    assert found.unchanged_revisits_without_validators == 1
+    assert found.requests == 8
+    assert quantile([3.0, 1.0, 2.0, 10.0], 0.5) == 2.0
+    assert quantile([], 0.95) is None
