@@ -4,7 +4,6 @@ worker's own sink wrote: a job's layout and a scheduled job's runs/<run-id>/."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,24 +27,8 @@ SITE = "http://news.test"
 
 def record(path: str, at: float, change: str | None = None, **fields: Any) -> PageRecord:
     """A page record as the worker writes it, fetched ``at`` seconds after T0."""
-    base = page_record(f"{SITE}{path}", b"<html>" + path.encode(), fetched_at=T0 + at, **fields)
-    if change is None:
-        return base
-    if "change" in {f.name for f in dataclasses.fields(PageRecord)}:
-        return dataclasses.replace(base, change=change)  # type: ignore[call-arg]
-    return _WithChange(base, change)  # type: ignore[return-value]
-
-
-@dataclasses.dataclass(frozen=True)
-class _WithChange:
-    """Test double until the worker's PageRecord carries ``change`` (issue 23's worker part):
-    the worker's own record line, plus the ``change`` key the contract names."""
-
-    record: PageRecord
-    change: str
-
-    def to_json(self) -> str:
-        return json.dumps({**json.loads(self.record.to_json()), "change": self.change})
+    body = b"<html>" + path.encode()
+    return page_record(f"{SITE}{path}", body, fetched_at=T0 + at, change=change, **fields)
 
 
 async def write(root: Path, *records: PageRecord, run: str | None = None) -> None:
