@@ -26,12 +26,12 @@ the size of the records or with the URLs that did not change.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from crawlfleet.crawljob.durations import parse_duration
 from crawlfleet.destinations import RUNS_FOLDER
 from crawlfleet.errors import ConfigError
 from crawlfleet.output.reader import _lines, _parse, _rank, _url_digest
@@ -44,9 +44,6 @@ __all__ = ["ChangeEvent", "ChangeKind", "changes", "parse_since"]
 ChangeKind = Literal["new", "changed", "gone"]
 _GONE_STATUSES: Final = frozenset({404, 410})
 _RUN_ID_TIME: Final = "%Y%m%dT%H%M%SZ"
-_DURATION: Final = re.compile(r"(?:(\d+(?:\.\d+)?)(h|m|s))+")
-_DURATION_PART: Final = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
-_UNIT_SECONDS: Final = {"h": 3600.0, "m": 60.0, "s": 1.0}
 SINCE_FORMS: Final = (
     "a time (2026-12-02T08:15:00Z), a run id (20261202T081500Z) or a duration back from now"
     " (90m, 1h30m, 24h)"
@@ -87,9 +84,10 @@ class ChangeEvent:
 def parse_since(text: str, now: float) -> float:
     """``--since``: seconds since the epoch, from :data:`SINCE_FORMS`; ConfigError otherwise."""
     text = text.strip()
-    if _DURATION.fullmatch(text):
-        seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
-        return now - seconds
+    try:
+        return now - parse_duration(text)  # a spec's durations: 90m, 1h30m, 720h
+    except ValueError:
+        pass
     for parse in (_run_id_time, datetime.fromisoformat):
         try:
             when = parse(text)
