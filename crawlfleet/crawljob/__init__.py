@@ -80,6 +80,7 @@ from crawlfleet.crawljob.status import (
     FleetStatus,
     FreshnessStatus,
     Phase,
+    RunStatus,
 )
 
 __all__ = [
@@ -116,6 +117,7 @@ __all__ = [
     "RetrySpec",
     "RobotsSpec",
     "Rule",
+    "RunStatus",
     "S3Spec",
     "ScheduleSpec",
     "ScopeSpec",

@@ -12,9 +12,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, JsonValue, computed_field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "FreshnessStatus", "Phase"]
+__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "FreshnessStatus", "Phase", "RunStatus"]
 
-Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+#: Scheduled: a job with spec.schedule between two runs (no workers; status.nextRunAt says
+#: when the next one starts).
+Phase = Literal["Pending", "Running", "Scheduled", "Suspended", "Succeeded", "Failed"]
 
 
 class _Observed(BaseModel):
@@ -107,12 +109,34 @@ class FreshnessStatus(_Observed):
     """Tracked pages that answered 404 or 410 on a revisit, and are no longer revisited."""
 
 
+class RunStatus(_Observed):
+    """One run of a scheduled job (spec.schedule), in status.runs."""
+
+    id: str
+    """The run's id: its due time in UTC (20261202T081500Z), which sorts as time does; its
+    output is under <destination>/runs/<id>/."""
+    started_at: datetime | None = None
+    """When the run started."""
+    ended_at: datetime | None = None
+    """When the run ended; unset while it runs."""
+    pages: int = 0
+    """Pages fetched and done in the run."""
+    changed: int = 0
+    """Revisited pages whose content had changed."""
+    unchanged: int = 0
+    """Revisited pages that had not changed (304 Not Modified included)."""
+    outcome: Literal["Running", "Succeeded", "Failed", "Cancelled"] = "Running"
+    """Running; Succeeded (its state is committed: the next run starts from it); Failed or
+    Cancelled (suspended, or replaced by the next run under concurrencyPolicy Replace): it
+    committed nothing, and the next run starts from the last successful one's state."""
+
+
 class CrawlJobStatus(_Observed):
     """What the operator observed; counters default to 0 so printer columns never show blanks."""
 
     phase: Phase = "Pending"
-    """Where the job is in its life: Pending (setting up), Running, Suspended, Succeeded
-    (nothing left to crawl) or Failed."""
+    """Where the job is in its life: Pending (setting up), Running, Scheduled (a scheduled
+    job between runs), Suspended, Succeeded (nothing left to crawl) or Failed."""
     conditions: tuple[Condition, ...] = ()
     """The latest observations of the job's state, one per type, in the standard Kubernetes
     shape (kubectl wait --for=condition=Complete works)."""
@@ -177,6 +201,16 @@ class CrawlJobStatus(_Observed):
     """Memory the job's Redis uses, in bytes (used_memory)."""
     frontier_memory_max_bytes: int = 0
     """The Redis's maxmemory, in bytes; 0: no limit set."""
+    next_run_at: datetime | None = None
+    """A scheduled job's next due time (unset while suspended, and for a job without
+    spec.schedule)."""
+    current_run: str | None = None
+    """The id of the run going now, of a scheduled job; unset between runs."""
+    runs: tuple[RunStatus, ...] = ()
+    """A scheduled job's last runs, newest first, at most spec.schedule.historyLimit."""
+    runs_skipped: int = 0
+    """Due times of a scheduled job that started no run because the last run was still going
+    (concurrencyPolicy Forbid; each a RunSkipped Event)."""
     frontier_pressure: Literal["None", "High", "Critical"] = "None"
     """Memory backpressure on the frontier: High past 80% of maxmemory (fewer claims, a budget
     of new links per page), Critical past 95% (no new links admitted); None again below 70%."""

@@ -9,9 +9,11 @@ long-lived operator does not accumulate the series of every job it ever ran.
 from __future__ import annotations
 
 import contextlib
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from crawlfleet.crawljob import Phase
 from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.waiting import WAIT_REASONS, Waiting
 from crawlfleet.fleet.watchdog import STALL_REASONS, Stall
@@ -19,7 +21,7 @@ from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = ["OperatorMetrics"]
 
-_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+_PHASES: tuple[str, ...] = get_args(Phase)
 #: The quantiles of the revisit lag exported (the frontier keeps it in fixed buckets).
 _LAG_QUANTILES = (0.5, 0.95)
 #: What a revisit found (the ``change`` label), as Freshness counts it.

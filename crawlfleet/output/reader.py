@@ -12,6 +12,8 @@
 * :func:`verify` checks the destination against ``manifest.json``: every listed file present,
   with its size and SHA-256. A file that is durable but not listed is reported and allowed (a
   duplicate nobody acked); a missing or changed one is a failure.
+* :func:`run_ids` names the runs of a scheduled job, each with the layout (and its own
+  manifest) under ``runs/<run-id>/``; each is read or verified as a destination of its own.
 
 Both read through the same :class:`~crawlfleet.output.stores.OutputStore` the workers wrote
 with, so a folder and a bucket read alike.
@@ -21,17 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crawlfleet.destinations import RUNS_FOLDER
 from crawlfleet.errors import OutputError
 from crawlfleet.output.manifest import MANIFEST
 
 if TYPE_CHECKING:
     from crawlfleet.output.stores import OutputStore, StoredObject
 
-__all__ = ["Verification", "item_records", "page_files", "page_records", "verify"]
+__all__ = ["Verification", "item_records", "page_files", "page_records", "run_ids", "verify"]
 
 _PAGES = "pages/"
 _ITEMS = "items/"
@@ -195,8 +198,24 @@ async def verify(store: OutputStore) -> Verification:
         result.checked += 1
         if present[path] != int(entry["size"]) or await _sha256(store, path) != entry["sha256"]:
             result.changed.append(path)
-    result.unlisted = sorted(key for key in present if key not in listed and key != MANIFEST)
+    result.unlisted = sorted(
+        key
+        for key in present
+        if key not in listed and key != MANIFEST and not key.startswith(f"{RUNS_FOLDER}/")
+    )
     return result
+
+
+def run_ids(files: Sequence[StoredObject]) -> list[str]:
+    """The runs of a scheduled job found among ``files`` (``runs/<run-id>/...``), oldest
+    first (run ids sort as time does)."""
+    return sorted(
+        {
+            parts[1]
+            for parts in (stored.key.split("/") for stored in files)
+            if len(parts) > 2 and parts[0] == RUNS_FOLDER
+        }
+    )
 
 
 async def _sha256(store: OutputStore, key: str) -> str:
