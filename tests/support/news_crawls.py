@@ -1,9 +1,9 @@
 """Continuous crawls of the news site (crawlfleet/testsite/news.py) as a user runs them, and
 what the site's own log says they should have found.
 
-The site's clock is injected (:class:`ArmedClock`): it stands at site second 0 until the crawl's
-first request arrives, then runs with the wall clock. So the site's schedule (publications,
-updates, deletions at whole site seconds) is laid out from the crawl's start whatever the
+The site's clock is injected (:class:`FirstRequestClock`): it starts at the crawl's first
+request and then runs with the wall clock. So the site's schedule (publications, updates,
+deletions at whole site seconds) is laid out from the crawl's start whatever the
 start-up of ``crawlfleet run`` costs, and a test knows which event falls between which
 revisits. Rules keep the spec's 10-second floor (crawljob/recrawl.py): nothing here goes below
 it; the tests watch three or four intervals.
@@ -16,27 +16,31 @@ and compared with what the crawler wrote.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from aiohttp import web
 
 from crawlfleet.crawljob import load_crawljob
 from crawlfleet.frontier import canonicalize
-from crawlfleet.testsite.news import NewsRequest, NewsSite
+from crawlfleet.testsite.news import Clock, NewsConfig, NewsRequest, NewsServer, NewsSite
+from crawlfleet.testsite.threaded import LoopThread
 from tests.support.runs import crawlfleet
 
 __all__ = [
-    "ArmedClock",
     "ContinuousRun",
     "Fetch",
+    "FirstRequestClock",
+    "SlowNewsSite",
     "expected_changes",
     "fetches",
     "fixed_rule",
@@ -52,28 +56,55 @@ _START_SECONDS = 60.0
 EXIT_TERMINATED = 143
 
 
-class ArmedClock:
-    """Site seconds: 0 until :meth:`arm`, then seconds since the arming (a monotonic clock)."""
+class FirstRequestClock:
+    """Site seconds since the clock was first read: the site reads it for each request it
+    answers, so site second 0 is the crawl's first request (and it never runs before)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._armed_at: float | None = None
-        #: The wall-clock time (seconds since the epoch) of site second 0, once armed.
+        self._started_at: float | None = None
+        #: The wall-clock time (seconds since the epoch) of site second 0, once started.
         self.epoch_wall: float | None = None
 
     def __call__(self) -> float:
         with self._lock:
-            return 0.0 if self._armed_at is None else time.monotonic() - self._armed_at
-
-    def arm(self) -> None:
-        with self._lock:
-            self._armed_at = time.monotonic()
-            self.epoch_wall = time.time()
+            if self._started_at is None:
+                self._started_at = time.monotonic()
+                self.epoch_wall = time.time()
+            return time.monotonic() - self._started_at
 
     def wall(self, site_seconds: float) -> float:
         """The wall-clock time of a site second (seconds since the epoch)."""
-        assert self.epoch_wall is not None, "the clock is not armed"
+        assert self.epoch_wall is not None, "the site answered nothing yet"
         return self.epoch_wall + site_seconds
+
+
+class _SlowNewsServer(NewsServer):
+    """The news site answering each request ``latency_seconds`` late (its log and answer
+    taken after the wait): pages stay in flight long enough for a kill to catch some."""
+
+    def __init__(self, config: NewsConfig, *, clock: Clock, latency_seconds: float) -> None:
+        super().__init__(config, clock=clock)
+        self.latency_seconds = latency_seconds
+
+    def _handler_for(self, host: int) -> Callable[[web.BaseRequest], Awaitable[web.Response]]:
+        answer = super()._handler_for(host)
+
+        async def slowly(request: web.BaseRequest) -> web.Response:
+            await asyncio.sleep(self.latency_seconds)
+            return await answer(request)
+
+        return slowly
+
+
+class SlowNewsSite(NewsSite):
+    """:class:`NewsSite` over :class:`_SlowNewsServer`."""
+
+    def __init__(self, config: NewsConfig, *, clock: Clock, latency_seconds: float) -> None:
+        super().__init__(config, clock=clock)
+        self.server = _SlowNewsServer(config, clock=clock, latency_seconds=latency_seconds)
+        self.schedule = self.server.schedule
+        self._thread = LoopThread(self.server, name="crawlfleet-slow-news-site")
 
 
 def fixed_rule(seconds: float, **selector: str) -> dict[str, object]:
@@ -149,14 +180,13 @@ class ContinuousRun:
         return summary
 
 
-def start_on_first_request(site: NewsSite, clock: ArmedClock, run: ContinuousRun) -> None:
-    """Arm ``clock`` when ``site`` sees ``run``'s first request."""
+def start_on_first_request(site: NewsSite, run: ContinuousRun) -> None:
+    """Wait for ``run``'s first request to reach ``site`` (its clock starts then)."""
     deadline = time.monotonic() + _START_SECONDS
     while not site.requests():
         run.assert_running()
         assert time.monotonic() < deadline, "no request reached the site"
         time.sleep(0.01)
-    clock.arm()
 
 
 def sleep_until(site: NewsSite, site_seconds: float, run: ContinuousRun) -> None:
