@@ -28,9 +28,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
 #: A revisit's lateness: the ack after the output file is durable, the claim, the fetch.
 TICK_SECONDS = 3.0
-#: How much sooner than its interval a revisit may reach the site: the frontier counts the
-#: interval from the fetch's start, a few milliseconds before the request arrives.
-EARLY_SECONDS = 0.25
+#: How much sooner than its interval a revisit may reach the site: the frontier keeps due
+#: times in whole seconds, rounded (crawlfleet/frontier/lua/lib.lua).
+EARLY_SECONDS = 0.5
 STILL = NewsConfig(
     hosts=1, initial_articles=3, max_articles=3, updated_share=0.0, deleted_share=0.0
 )

@@ -47,9 +47,9 @@ INTERVAL_SECONDS = 10
 #: What a revisit may be late by, and a new article's fetch after the listing that shows it:
 #: the claim that promotes the due revisit, the fetch, the article's own claim and fetch.
 TICK_SECONDS = 3.0
-#: How much sooner than its interval a revisit may reach the site: the frontier counts the
-#: interval from the fetch's start, a few milliseconds before the request arrives.
-EARLY_SECONDS = 0.25
+#: How much sooner than its interval a revisit may reach the site: the frontier keeps due
+#: times in whole seconds, rounded (crawlfleet/frontier/lua/lib.lua).
+EARLY_SECONDS = 0.5
 #: Rounds at about 0, 10 and 20: stopped between the third and the fourth.
 STOP_AT = 26.0
 CONFIG = NewsConfig(
