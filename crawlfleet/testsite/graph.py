@@ -99,6 +99,9 @@ class SiteConfig:
     hostile_slow: bool = True
     #: With ``hostile``: also link ``/big`` and ``/bomb`` (costs crawlers bandwidth/CPU).
     hostile_heavy: bool = True
+    #: Every in-scope host serves an RSS and an Atom feed listing pages no page links, and
+    #: every normal page announces both with ``<link rel="alternate">`` (testsite/feeds.py).
+    feeds: bool = False
     #: ``Crawl-delay`` advertised in host 1's robots.txt (``None`` = no Crawl-delay line).
     crawl_delay_seconds: float | None = None
     #: Extra latency added before every response (simulates a slow origin).
@@ -140,9 +143,6 @@ class SiteConfig:
     #: 304; and those that do the same with ``Last-Modified`` (crawlfleet/testsite/revisions.py).
     etag_hosts: tuple[int, ...] = ()
     last_modified_hosts: tuple[int, ...] = ()
-    #: Every in-scope host serves an RSS and an Atom feed listing pages no page links, and
-    #: every normal page announces both with ``<link rel="alternate">`` (testsite/feeds.py).
-    feeds: bool = False
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
