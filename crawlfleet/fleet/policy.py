@@ -266,9 +266,7 @@ class Observation:
     lost: str | None = None
     #: The job's closing files (manifest.json) are written (FrontierStats.output_finished).
     output_finished: bool = False
-    #: URLs with revisit state, and seconds until the earliest of them is due (<= 0: due
-    #: now); None: none is tracked.
-    tracked: int = 0
+    #: Seconds until the earliest revisit is due (<= 0: due now); None: none is tracked.
     next_revisit_in_seconds: float | None = None
 
     @classmethod
@@ -302,7 +300,6 @@ class Observation:
             pressure=stats.pressure.level,
             pages_per_second=pages_per_second,
             output_finished=stats.output_finished,
-            tracked=stats.tracked,
             next_revisit_in_seconds=stats.next_revisit_in_seconds,
         )
 

@@ -24,17 +24,14 @@ SCHEDULED = dataclasses.replace(POLICY, keeps_going=False)
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 
-def drained(
-    now: float, *, tracked: int = 12, next_revisit_in: float | None = 300.0, queued: int = 0
-) -> Observation:
-    """Everything crawled: nothing queued, delayed or leased; revisits tracked."""
+def drained(now: float, *, next_revisit_in: float | None = 300.0, queued: int = 0) -> Observation:
+    """Everything crawled: nothing queued, delayed or leased; a revisit scheduled."""
     return Observation(
         now=now,
         queued=queued,
         delayed=0,
         in_flight=0,
         seeded=True,
-        tracked=tracked,
         next_revisit_in_seconds=next_revisit_in,
     )
 
