@@ -16,12 +16,13 @@ One module per spec section, as Kubernetes keeps one file per kind:
 
 * ``seeds`` (seeds, seedsFrom and its lists), ``scope``, ``dedup``, ``concurrency`` (concurrency
   and workers), ``faults`` (retry and lease), ``fetch`` (fetch and userAgent), ``robots``,
-  ``redis``, ``output``, ``extract``, ``scrapy`` (crawler.scrapy);
+  ``redis``, ``output``, ``extract``, ``scrapy`` (crawler.scrapy), ``recrawl`` (revisit rules
+  and their pure policy: ``rule_for``, ``next_interval``), ``schedule`` (recurring runs);
 * ``spec`` puts the sections together with the rules across them, ``status`` is what the operator
   observed, ``resource`` the whole document, ``loading`` reads one from a mapping or a file;
 * beneath them, ``validation`` (problems in the user's words), ``base`` (the pydantic bases and
-  the markers that state a rule in Python and in CEL) and ``fields`` (types several sections
-  share).
+  the markers that state a rule in Python and in CEL), ``fields`` (types several sections
+  share) and ``durations`` (Go duration strings in YAML, seconds in Python).
 
 Rules, and where a CRD generator finds them:
 
@@ -52,9 +53,18 @@ from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec
 from crawlfleet.crawljob.fields import STRING_SHAPES
 from crawlfleet.crawljob.loading import load_crawljob, parse_crawljob, read_seed_file
 from crawlfleet.crawljob.output import CredentialsSecretRef, OutputSpec, S3Spec
+from crawlfleet.crawljob.recrawl import (
+    Adaptive,
+    Change,
+    DocumentKind,
+    RecrawlRule,
+    next_interval,
+    rule_for,
+)
 from crawlfleet.crawljob.redis import ManagedRedis, Persistence, RedisSpec, SecretRef
 from crawlfleet.crawljob.resource import API_VERSION, KIND, CrawlJob, ObjectMeta
 from crawlfleet.crawljob.robots import RobotsSpec
+from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.crawljob.scope import ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seed_list import SeedListBounds, parse_seed_list
@@ -67,6 +77,8 @@ __all__ = [
     "DEFAULT_USER_AGENT",
     "KIND",
     "STRING_SHAPES",
+    "Adaptive",
+    "Change",
     "ConcurrencySpec",
     "Condition",
     "ConfigMapKeyRef",
@@ -76,6 +88,7 @@ __all__ = [
     "CrawlerSpec",
     "CredentialsSecretRef",
     "DedupSpec",
+    "DocumentKind",
     "ExtractField",
     "ExtractRule",
     "ExtractSelector",
@@ -87,12 +100,14 @@ __all__ = [
     "OutputSpec",
     "Persistence",
     "Phase",
+    "RecrawlRule",
     "RedisSpec",
     "RetrySpec",
     "RobotsSpec",
     "Rule",
     "RunStatus",
     "S3Spec",
+    "ScheduleSpec",
     "ScopeSpec",
     "ScrapySpec",
     "SecretRef",
@@ -100,7 +115,9 @@ __all__ = [
     "SeedsFrom",
     "WorkersSpec",
     "load_crawljob",
+    "next_interval",
     "parse_crawljob",
     "parse_seed_list",
     "read_seed_file",
+    "rule_for",
 ]

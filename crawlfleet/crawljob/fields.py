@@ -13,10 +13,12 @@ from typing import Annotated, Final
 from pydantic import AfterValidator, Field, JsonValue
 
 from crawlfleet.crawljob.base import Cel, MaxLength, Pattern, Range
+from crawlfleet.crawljob.durations import DURATION
 from crawlfleet.crawljob.validation import problem
 from crawlfleet.patterns import PatternError, compile_patterns
 
 __all__ = [
+    "CRON_SCHEDULE",
     "DAY_SECONDS",
     "GIB",
     "LIST_FROM_YAML",
@@ -32,6 +34,7 @@ __all__ = [
     "SECRET_KEY",
     "SPIDER_NAME",
     "STRING_SHAPES",
+    "TIME_ZONE",
     "DelaySeconds",
     "Image",
     "URLPattern",
@@ -101,6 +104,19 @@ PARSER_REFERENCE: Final = Pattern(
     "a Python function as package.module:function",
     max_length=MAX_TEXT_LENGTH,
 )
+# The shapes the API server can check of a schedule; whether it parses (and fires), and whether
+# the zone exists, only Python can say (crawljob/schedule.py).
+CRON_SCHEDULE: Final = Pattern(
+    r"(@[a-z]+|\S+([ \t]+\S+){4})",
+    "a cron schedule of five fields (minute hour day-of-month month day-of-week), such as"
+    " */15 * * * *, or a macro such as @daily",
+    max_length=256,
+)
+TIME_ZONE: Final = Pattern(
+    r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+){0,2}",
+    "an IANA time zone name such as UTC, Europe/Berlin or America/New_York",
+    max_length=64,
+)
 #: Every string shape, for the CRD generator to find each one's message by its pattern.
 STRING_SHAPES: Final = (
     OBJECT_NAME,
@@ -112,6 +128,9 @@ STRING_SHAPES: Final = (
     PARSER_REFERENCE,
     SPIDER_NAME,
     PYTHON_MODULE,
+    DURATION,
+    CRON_SCHEDULE,
+    TIME_ZONE,
 )
 
 

@@ -28,8 +28,10 @@ from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec, UserAgent
 from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
 from crawlfleet.crawljob.output import OutputSpec
+from crawlfleet.crawljob.recrawl import RecrawlRules
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
 from crawlfleet.crawljob.robots import RobotsSpec
+from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.crawljob.scope import MAX_DOMAINS, ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seeds import Seeds, SeedsFrom, seed_hosts
@@ -91,6 +93,15 @@ class CrawlJobSpec(Section):
     crawler: CrawlerSpec | None = None
     """Which crawler the workers run: unset, crawlfleet's own; scrapy, a spider of your
     Scrapy project over the job's frontier."""
+    recrawl: RecrawlRules = ()
+    """Which URLs are fetched again, and how often: rules tried in order, each naming URLs by
+    match or documents by kind, with an interval that adapts to how often a page changes. A URL
+    no rule names is fetched once. With rules and no schedule the job keeps going: it never
+    completes by itself, and waits for the next URL that is due. See docs/recrawl.md."""
+    schedule: ScheduleSpec | None = None
+    """Run the job again at the times of a cron schedule: each run starts from the seeds and
+    from what the last successful run kept (revisited URLs, seen URLs), and writes under its own
+    prefix (runs/<run-id>/). Unset: the job runs once."""
     suspend: bool = False
     """Pause the crawl: workers scale to 0 while Redis and the frontier are kept, so setting it
     back to false resumes where the crawl stopped."""
@@ -147,7 +158,27 @@ class CrawlJobSpec(Section):
             cel="!has(self.crawler) || !has(self.crawler.scrapy) || self.output.format != 'none'",
             holds=lambda spec: spec.scrapy is None or spec.output.format != "none",
         ),
+        Rule(
+            field="recrawl",
+            message="must be empty with crawler.scrapy: a Scrapy spider fetches each URL once"
+            " (its scheduler has no way back to a URL yet), so revisit rules would be ignored",
+            cel="!has(self.crawler) || !has(self.crawler.scrapy) || size(self.recrawl) == 0",
+            holds=lambda spec: spec.scrapy is None or not spec.recrawl,
+        ),
+        Rule(
+            field="schedule",
+            message="must not be set with crawler.scrapy: runs of a Scrapy spider cannot yet"
+            " carry their state to the next run, so each would crawl everything again",
+            cel="!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.schedule)",
+            holds=lambda spec: spec.scrapy is None or spec.schedule is None,
+        ),
     )
+
+    @property
+    def keeps_going(self) -> bool:
+        """A continuous crawl: revisit rules and no schedule, so it never completes by itself
+        (a scheduled run completes when its queue drains, and the next run revisits)."""
+        return bool(self.recrawl) and self.schedule is None
 
     @property
     def scrapy(self) -> ScrapySpec | None:

@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from crawlfleet.errors import ConfigError
 
 __all__ = [
+    "FROM_DOCUMENT",
     "MAX_DOCUMENT_DEPTH",
     "Where",
     "problem",
@@ -36,6 +37,10 @@ __all__ = [
 # tree (each alias is walked again), and deep nesting exhausts the recursion of YAML's composer.
 _MAX_DOCUMENT_NODES: Final = 1_000_000
 MAX_DOCUMENT_DEPTH: Final = 64
+#: The validation context key :func:`validate` sets: the values come from a document (YAML, a
+#: ConfigMap, the API server), so a field may be as picky as the CRD's schema is about its type
+#: where Python code is given more room (a duration as seconds: ``durations.DurationRange``).
+FROM_DOCUMENT: Final = "crawlfleet_from_document"
 
 
 def problem(message: str) -> PydanticCustomError:
@@ -89,7 +94,9 @@ def validate(model: type[_ModelT], doc: object, *, prefix: tuple[str, ...], what
     _check_size(doc, what)
     try:
         # by_name=False: YAML must use the camelCase names the CRD knows.
-        return model.model_validate(doc, by_alias=True, by_name=False)
+        return model.model_validate(
+            doc, by_alias=True, by_name=False, context={FROM_DOCUMENT: True}
+        )
     except ValidationError as exc:
         # The message carries every problem; chaining pydantic's report would repeat it with
         # links to pydantic's docs, which mean nothing to someone editing a CrawlJob.

@@ -123,6 +123,7 @@ def test_minimal_spec_fills_every_default() -> None:
             "maxRedirects": 5,
             "maxDecompressedBytes": 50 * 1024 * 1024,
         },
+        "recrawl": [],
         "suspend": False,
     }
     assert spec.ttl_seconds_after_finished is None
@@ -619,13 +620,15 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 19
+    assert len(rules) == 24
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases
         assert {name.split(".")[0] for name in rule.shows} <= aliases
         # a rule over the section
-        assert rule.cel.startswith(("self.", "[", "has(self.", "!has(self.", "!isQuantity(self."))
+        assert rule.cel.startswith(
+            ("self.", "[", "has(self.", "!has(self.", "!isQuantity(self.", "!self.")
+        )
         assert rule.message
 
 

@@ -80,8 +80,10 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
         )
         node: dict[str, Any] = spec
         for part in path[:-1]:
-            node = node[part]
+            node = node.setdefault(part, {})  # an optional section (schedule) made to hold it
         node[path[-1]] = round(value) if integer else float(value)
+    if "schedule" in spec:
+        spec["schedule"]["cron"] = "*/15 * * * *"
     spec["userAgent"] = rng.choice(USER_AGENTS)
     if rng.random() < 0.5:
         spec["scope"]["include"] = [r"/(?P<id>\d+)", r"/(?P<id>[a-z]+)/", "(?i)X"]

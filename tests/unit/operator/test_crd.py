@@ -470,7 +470,7 @@ def test_every_cross_field_rule_is_a_validation_with_its_message(
         for model in section_models()
         for rule in vars(model).get("cross_field_rules", ())
     ]
-    assert len(expected) == 19
+    assert len(expected) == 24
     for model, rule in expected:
         wanted = {"rule": rule.cel, "message": rule.message}
         if rule.field:
@@ -559,7 +559,8 @@ def test_python_refuses_just_outside_every_range_with_the_cel_message(
         for value in outside:
             with pytest.raises(ConfigError) as caught:
                 CrawlJobSpec.from_mapping(_spec_with(path.removeprefix("."), value))
-            assert f"spec{path}: {rule['message']} (got" in str(caught.value), (path, value)
+            where = f"spec{path}".replace("[]", "[0]")
+            assert f"{where}: {rule['message']} (got" in str(caught.value), (path, value)
             checked += 1
     assert checked >= 50
 
@@ -599,12 +600,23 @@ def test_python_refuses_what_each_cel_shape_rule_refuses_in_the_same_words(
     )
 
 
+# What a list item or an optional section needs besides the value under test.
+_REQUIRED_SIBLINGS: dict[str, dict[str, Any]] = {
+    "recrawl[]": {"kind": "feed"},
+    "schedule": {"cron": "@daily"},
+}
+
+
 def _spec_with(path: str, value: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"seeds": [SEED]}
     node = spec
     parts = path.split(".")
     for part in parts[:-1]:
-        node = node.setdefault(part, {})
+        fresh = dict(_REQUIRED_SIBLINGS.get(part, {}))
+        if part.endswith("[]"):
+            node = node.setdefault(part.removesuffix("[]"), [fresh])[0]
+        else:
+            node = node.setdefault(part, fresh)
     node[parts[-1]] = value
     return spec
 
