@@ -29,7 +29,7 @@ from crawlfleet.fleet.runs import Due, RunBook, RunRecord, Schedule, ended, plan
 from crawlfleet.fleet.steer import Seeds
 from crawlfleet.frontier import Frontier, FrontierStats
 
-__all__ = ["RecurringSchedule", "Step", "fresh_memory", "run_ended", "step"]
+__all__ = ["RecurringSchedule", "Step", "fresh_memory", "run_ended", "start_now", "step"]
 
 
 class RecurringSchedule(Schedule, Protocol):
@@ -47,6 +47,9 @@ class Step:
     #: The run that started now (its frontier is begun and seeded): the caller starts its
     #: fleet memory afresh (:func:`fresh_memory`) and steers it.
     started: RunRecord | None = None
+    #: The Events of this look, recorded already; callers echo them (the local run prints
+    #: them).
+    news: tuple[FleetEvent, ...] = ()
 
 
 async def step(
@@ -60,14 +63,16 @@ async def step(
     workers_gone: bool,
     seeds: Seeds,
 ) -> Step:
-    """Look at the schedule once and apply what it says (one Redis read when nothing is due)."""
+    """Look at the schedule once and apply what it says (no Redis call when nothing is due)."""
     decided = plan(schedule, book, now=now, suspended=suspended, workers_gone=workers_gone)
     book = decided.book
     limit = schedule.history_limit
+    news: list[FleetEvent] = []
     if decided.cancel is not None and book.current is not None:
-        book = await _cancel(frontier, backend, book, decided.cancel, now=now, limit=limit)
+        book, cancelled = await _cancel(frontier, backend, book, decided.cancel, now, limit)
+        news.append(cancelled)
     if decided.skip is not None:
-        await backend.record(
+        news.append(
             FleetEvent(
                 "RunSkipped",
                 f"the run due at {_shown(decided.skip.at)} is skipped: run {book.current} is"
@@ -80,10 +85,26 @@ async def step(
                 },
             )
         )
+        await backend.record(news[-1])
     if decided.start is None:
-        return Step(book)
-    record = await _begin(frontier, backend, decided.start, seeds, now=now)
-    return Step(book.started(record, limit), record)
+        return Step(book, news=tuple(news))
+    record, started = await _begin(frontier, backend, decided.start, seeds, now=now)
+    return Step(book.started(record, limit), record, (*news, started))
+
+
+async def start_now(
+    frontier: Frontier,
+    backend: FleetBackend,
+    schedule: RecurringSchedule,
+    book: RunBook,
+    *,
+    now: datetime,
+    seeds: Seeds,
+) -> Step:
+    """Start a run now, whatever the schedule says (``crawlfleet run --once``)."""
+    came = Due(now, 0, schedule.next_run(now))
+    record, started = await _begin(frontier, backend, came, seeds, now=now)
+    return Step(book.started(record, schedule.history_limit), record, (started,))
 
 
 async def run_ended(
@@ -139,7 +160,7 @@ def fresh_memory(memory: FleetMemory, seeds_hash: str | None) -> FleetMemory:
 
 async def _begin(
     frontier: Frontier, backend: FleetBackend, came: Due, seeds: Seeds, *, now: datetime
-) -> RunRecord:
+) -> tuple[RunRecord, FleetEvent]:
     run = run_id(came.at)
     start = await frontier.begin_run(run)
     urls = list(await seeds() if callable(seeds) else seeds)
@@ -155,15 +176,14 @@ async def _begin(
             f"; {came.missed} earlier due time(s) passed unseen (the operator or the machine"
             " was down): this one run makes up for them"
         )
-    await backend.record(
-        FleetEvent(
-            "RunStarted",
-            message,
-            warning=came.missed > 0,
-            fields={"run": run, "seeds": queued, "missed": came.missed},
-        )
+    event = FleetEvent(
+        "RunStarted",
+        message,
+        warning=came.missed > 0,
+        fields={"run": run, "seeds": queued, "missed": came.missed},
     )
-    return RunRecord(run, now)
+    await backend.record(event)
+    return RunRecord(run, now), event
 
 
 async def _cancel(
@@ -171,10 +191,9 @@ async def _cancel(
     backend: FleetBackend,
     book: RunBook,
     why: Literal["suspended", "replaced"],
-    *,
     now: datetime,
     limit: int,
-) -> RunBook:
+) -> tuple[RunBook, FleetEvent]:
     """Stop the running run's workers and record it Cancelled; nothing of it is committed."""
     assert book.current is not None
     stats = await frontier.stats()
@@ -185,16 +204,15 @@ async def _cancel(
         if why == "suspended"
         else "the next run was due (concurrencyPolicy Replace)"
     )
-    await backend.record(
-        FleetEvent(
-            "RunCancelled",
-            f"run {record.id} cancelled after {record.pages} pages: {because}; it commits"
-            " nothing, the next run starts from the last successful run's state",
-            warning=True,
-            fields={"run": record.id, "pages": record.pages, "why": why},
-        )
+    event = FleetEvent(
+        "RunCancelled",
+        f"run {record.id} cancelled after {record.pages} pages: {because}; it commits"
+        " nothing, the next run starts from the last successful run's state",
+        warning=True,
+        fields={"run": record.id, "pages": record.pages, "why": why},
     )
-    return book.ended(record, limit)
+    await backend.record(event)
+    return book.ended(record, limit), event
 
 
 def _with_counts(
