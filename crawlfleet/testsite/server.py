@@ -120,7 +120,10 @@ plus ``mailto:`` and ``javascript:`` links on every page, plus links to the out-
 
 Normal pages are ``text/html; charset=utf-8``, > 512 bytes, rendered once and cached.
 Routing ignores the query string (``/d1/p1.html?x=1`` is page 1) but the log keeps it.
-``SiteConfig.latency_seconds`` delays every response.
+``SiteConfig.latency_seconds`` delays every response. ``SiteConfig.etag_hosts`` and
+``last_modified_hosts`` make normal pages send validators and answer 304;
+:meth:`TestSite.edit_page` and :meth:`TestSite.remove_page` change a page or make it a 404
+(:mod:`crawlfleet.testsite.revisions`).
 
 Request log: one :class:`RequestRecord` per request, appended on arrival; ``status`` is
 ``None`` if no response was completed (client gave up, or the site stopped mid-response:
@@ -140,13 +143,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Final
+from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from crawlfleet.testsite import hostile, shop, sitemaps
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
+from crawlfleet.testsite.revisions import Revisions
 
 __all__ = [
     "RequestLog",
@@ -157,6 +161,7 @@ __all__ = [
 ]
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+_T = TypeVar("_T")
 
 HTML_TYPE: Final = "text/html; charset=utf-8"
 _HTML_HEADERS: Final = {"Content-Type": HTML_TYPE}
@@ -415,6 +420,7 @@ class SiteServer:
         self._bodies: list[list[bytes | None]] = [[None] * n for _ in range(self.config.hosts + 1)]
         self._leaf_cache: dict[tuple[int, str], bytes] = {}
         self._hits: Counter[str] = Counter()
+        self.revisions = Revisions(self.config.etag_hosts, self.config.last_modified_hosts)
         self._exact: dict[str, Handler] = {
             "/ratelimited": self._ratelimited,
             "/slow": self._slow,
@@ -558,6 +564,8 @@ class SiteServer:
             body = bodies[index]
             if body is None:
                 body = bodies[index] = self.graph.render_page(host, index)
+            if self.revisions.active:  # validators, edits, removals (revisions.py)
+                return self.revisions.respond(host, path, body, request)
             return web.Response(body=body, headers=_HTML_HEADERS)
         if path == "/robots.txt":
             if self.config.robots_hang:
@@ -895,6 +903,30 @@ class TestSite:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+    def edit_page(self, url: str) -> int:
+        """Give the normal page at ``url`` its next revision (a changed body and validators);
+        returns the revision's number (crawlfleet/testsite/revisions.py)."""
+        host, path = self._page_of(url)
+        return self._on_loop(lambda: self._server.revisions.edit(host, path))
+
+    def remove_page(self, url: str) -> None:
+        """The normal page at ``url`` answers 404 from now on."""
+        host, path = self._page_of(url)
+        self._on_loop(lambda: self._server.revisions.remove(host, path))
+
+    def _page_of(self, url: str) -> tuple[int, str]:
+        parts = urlsplit(url)
+        return self._server.hosts.index(parts.netloc), parts.path or "/"
+
+    def _on_loop(self, action: Callable[[], _T]) -> _T:
+        if self._loop is None:
+            return action()
+
+        async def run() -> _T:
+            return action()
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout=15)
 
     def reset(self) -> None:
         """Clear the request log and flaky/ratelimit counters (runs on the site's loop)."""

@@ -16,6 +16,14 @@ or failed once the file holding its record is durable (DESIGN §8, ``sinks.py``)
 meanwhile; released at shutdown -- is the lease book's (``leases.py``), which the Scrapy runtime
 shares. The sink's backpressure (a failing destination, too many files waiting) stops claiming.
 
+With ``spec.recrawl`` (DESIGN §10) each claimed batch's revisit states are read in one more
+round trip; a URL with validators is fetched conditionally, and ``revisits.py`` judges what the
+visit found. A 304 or an unchanged body is an entry only (``change`` in its record, no content,
+no items, no links: its links were admitted the first time, so extracting them again is skipped)
+with a WARC revisit record; a new or changed page is written as ever. Each tracked lease's ack or
+fail carries its :class:`~crawlfleet.frontier.Revisit`. Without rules nothing of this runs: the
+one-shot crawl's round trips are unchanged.
+
 With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
 ``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
 and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are admitted with the
@@ -34,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from urllib.parse import urljoin
 
+from crawlfleet.crawler.fetching.conditional import Conditional
 from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.fetching.memory import ByteBudget, Reservation
@@ -63,8 +72,10 @@ from crawlfleet.crawler.worker.flow import (
 from crawlfleet.crawler.worker.gate import Deferred, RequestGate
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
 from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob.recrawl import DocumentKind
 from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import (
     Admission,
@@ -72,6 +83,7 @@ from crawlfleet.frontier import (
     Frontier,
     FrontierStats,
     Lease,
+    Revisit,
     host_of,
     try_canonicalize,
 )
@@ -112,6 +124,10 @@ class _Outcome:
     #: Links the page offered that extraction left out: past the cap, nofollow.
     over_cap: int = 0
     nofollow: int = 0
+    #: What a visit of a tracked URL found (``revisits.py``), and what its settlement tells the
+    #: frontier about the URL's next visit.
+    visit: Visit | None = None
+    revisit: Revisit | None = None
     #: The page waits for its content or items (``crawler/harvest/harvest.py``), made at flush time.
     wants_harvest: bool = False
     harvest: Harvest | None = None
@@ -121,6 +137,9 @@ class _Outcome:
     link_groups: list[PageLinksToAdmit] = field(default_factory=list)
     #: Links the page offered that were left out before admission, by reason.
     refused: dict[str, int] = field(default_factory=dict)
+    #: What document the response was, for the revisit rules of its kind (``rule_for``):
+    #: None for a page.
+    kind: DocumentKind | None = None
 
     def forget_links(self) -> None:
         """The page's links are admitted and their drops counted: never twice."""
@@ -170,6 +189,8 @@ class Worker:
         #: None when the job wants neither content nor items: its pages cost nothing more.
         self.harvester = Harvester.from_spec(spec)
         self._read_sitemaps = spec.scope.sitemaps
+        #: The job's recrawl rules; empty: a one-shot crawl, no revisit state read or sent.
+        self._recrawl = spec.recrawl
         self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
         #: The fetch task of each lease in its fetching stage.
@@ -270,6 +291,8 @@ class Worker:
                     return
                 await self._wait(self.options.idle_poll_seconds)
                 continue
+            if self._recrawl and not await self._read_revisit_states(leases):
+                return  # stopping with Redis away: the book releases them at shutdown
             for lease in leases:
                 deadline = (
                     sent_at + lease.fetch_deadline_at - lease.claimed_at
@@ -278,6 +301,28 @@ class Worker:
                 )
                 self._inflight[lease.lease_id] = asyncio.create_task(self._process(lease, deadline))
             self.metrics.set_in_flight(len(self._inflight))
+
+    async def _read_revisit_states(self, leases: list[Lease]) -> bool:
+        """The batch's revisit states (one round trip), retried while Redis is away: a tracked
+        URL fetched without its state would be judged new and asked unconditionally. False
+        when stop was requested before Redis answered."""
+        while True:
+            try:
+                await self.leases.read_revisit_states(leases)
+            except FrontierUnavailable as exc:
+                if self._stopping:
+                    return False
+                wait = self.leases.outage.failed()
+                log.warning(
+                    "reading revisit states failed, retrying in %.1f s: %s",
+                    wait,
+                    exc,
+                    extra={"layer": "flow"},
+                )
+                await self._wait(wait)
+                continue
+            self.leases.outage.succeeded()
+            return True
 
     async def _idle_and_complete(self) -> bool:
         """Nothing to claim and nothing in hand: seal the open output file if the frontier has
@@ -375,6 +420,7 @@ class Worker:
                 await self._add_robots_sitemaps(lease, refused)  # robots.txt may still name some
             return refused
         depth, home = lease.depth, lease.host
+        state = self.leases.state_of(lease.lease_id)
         reservation = self.memory.reservation()
         try:
             result = await self.fetcher.fetch(
@@ -385,11 +431,58 @@ class Worker:
                 pace=lambda url: self._pace(url, home),
                 reservation=reservation,
                 deadline=deadline,
+                conditional=(
+                    Conditional(state.validators.etag, state.validators.last_modified)
+                    if state is not None
+                    else None
+                ),
             )
         except BaseException:
             reservation.release()
             raise
         self.leases.fetched(lease.lease_id)  # the response is in: the slot goes back now
+        if not self._recrawl:
+            return await self._read_response(lease, result, reservation, sitemap)
+        visit = judge(
+            state=state,
+            status=result.status,
+            succeeded=result.failure is None,
+            body=result.body,
+            headers=result.headers,
+            url=result.final_url,
+            fetched_at=result.fetched_at,
+            whole_digest=self.spec.output.format == "warc",
+        )
+        if visit is not None and visit.entry_only:
+            reservation.release()
+            outcome = self._revisited(lease, result, visit)
+        else:
+            outcome = await self._read_response(lease, result, reservation, sitemap)
+        if sitemap is not None:
+            outcome.kind = "sitemap"
+        rule = rule_of(self._recrawl, lease.url, outcome.kind, tracked=state is not None)
+        if visit is not None and (rule is not None or state is not None):
+            outcome.visit = visit
+            outcome.revisit = visit.revisit(rule)
+            outcome.record = replace(outcome.record, change=visit.change)
+        return outcome
+
+    def _revisited(self, lease: Lease, result: FetchResult, visit: Visit) -> _Outcome:
+        """A tracked page found as it was (a 304, or the same body): an entry only. Its links
+        and items were taken the first time: nothing is extracted again."""
+        self.limit.record(True)
+        record = self._record(lease, result, None, None, 0)
+        result.body = b""  # the digest is all an unchanged body was read for
+        return _Outcome(lease=lease, record=record, result=result)
+
+    async def _read_response(
+        self,
+        lease: Lease,
+        result: FetchResult,
+        reservation: Reservation,
+        sitemap: SitemapTask | None,
+    ) -> _Outcome:
+        """The outcome of a response read as a sitemap or a page (links, content, items)."""
         if sitemap is not None:
             self.limit.record(result.failure is None)
             return await self._sitemap_outcome(lease, sitemap, result, reservation)
@@ -691,17 +784,7 @@ class Worker:
         self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
         for outcome in batch:  # a batch the output refuses is written again, not admitted again
             outcome.forget_links()
-        generation = self.output.write(
-            [
-                PageOutput(
-                    outcome.record,
-                    response_headers=outcome.result.headers if outcome.result else None,
-                    body=outcome.result.body if outcome.result else None,
-                    items=outcome.harvest.items if outcome.harvest else (),
-                )
-                for outcome in batch
-            ]
-        )
+        generation = self.output.write([_page_output(outcome) for outcome in batch])
         # Metrics per batch, not per page: each update takes a lock and a label lookup.
         self.metrics.observe_fetches(
             (result.status, result.elapsed_seconds, result.wire_bytes)
@@ -714,9 +797,17 @@ class Worker:
         self.metrics.set_in_flight(len(self._inflight))
         self.metrics.set_memory(self.memory)
         self.metrics.set_robots_cache(*self.robots.cache_states())
+        if self._recrawl:
+            self.metrics.observe_revisits(
+                (outcome.visit.change, outcome.visit.lag_seconds)
+                for outcome in batch
+                if outcome.visit is not None
+            )
         for outcome in batch:
             if outcome.failure is not None:
                 self.leases.fail_later(outcome.lease.lease_id, outcome.failure)
+            if outcome.revisit is not None:
+                self.leases.revisit_later(outcome.lease.lease_id, outcome.revisit)
         # Settled once ``generation`` is durable (now, when nothing was written: format none).
         await self.leases.written([outcome.lease.lease_id for outcome in batch], generation)
         self._report_output()
@@ -783,6 +874,25 @@ class Worker:
             outcome.let_go_of_body()
         self._done.clear()
         await self.leases.release_all("not durable at shutdown")
+
+
+def _page_output(outcome: _Outcome) -> PageOutput:
+    """What the sink writes of an outcome: a tracked page found as it was is an entry and, in
+    a WARC, a revisit record (no body); the rest as ever."""
+    result = outcome.result
+    visit = outcome.visit
+    if visit is not None and visit.entry_only:
+        return PageOutput(
+            outcome.record,
+            response_headers=result.headers if result else None,
+            revisit=visit.warc,
+        )
+    return PageOutput(
+        outcome.record,
+        response_headers=result.headers if result else None,
+        body=result.body if result else None,
+        items=outcome.harvest.items if outcome.harvest else (),
+    )
 
 
 def _dropped_links(
