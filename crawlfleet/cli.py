@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from crawlfleet.destinations import Destination
     from crawlfleet.enqueue import EnqueueReport
     from crawlfleet.local.zygote import Zygote
+    from crawlfleet.output.stores import OutputStore
 
 __all__ = ["main", "run"]
 
@@ -94,19 +95,29 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
 
     output = commands.add_parser(
-        "output", help="list, print or verify a crawl's output (a folder or a bucket)"
+        "output",
+        help="list, print, verify or diff a crawl's output (a folder or a bucket)",
     )
     output.add_argument(
         "action",
-        choices=("ls", "cat", "items", "verify"),
+        choices=("ls", "cat", "items", "verify", "changes"),
         help="ls: the files; cat: the page records, latest fetch per URL; items: the items of"
-        " those fetches; verify: the manifest",
+        " those fetches; verify: the manifest; changes: the URLs that appeared, changed or"
+        " went away (404/410 after a 200), once each",
     )
     output.add_argument(
         "target", help="a CrawlJob YAML file (its output.destination) or a destination"
     )
     output.add_argument(
         "--all", action="store_true", help="cat: every fetch, not only the latest per URL"
+    )
+    output.add_argument(
+        "--since",
+        help="changes: only those at or after this: a time (2026-12-02T08:15:00Z), a run id"
+        " (20261202T081500Z) or a duration back from now (90m, 1h30m) [all]",
+    )
+    output.add_argument(
+        "--json", action="store_true", help="changes: one JSON object a line instead of text"
     )
     output.add_argument("--endpoint", help="S3 endpoint URL of an s3:// target [AWS]")
     output.add_argument("--region", help="S3 region of an s3:// target")
@@ -378,6 +389,8 @@ def _output(args: argparse.Namespace) -> int:
                 out.write(line + b"\n")
             out.flush()
             return 0
+        if args.action == "changes":
+            return await _changes(store, args.since, as_json=args.json)
         files = await store.files()
         runs = run_ids(files)
         if runs and not any(stored.key == MANIFEST for stored in files):
@@ -392,6 +405,26 @@ def _output(args: argparse.Namespace) -> int:
         from crawlfleet.errors import OutputError
 
         raise OutputError(f"{destination.url}: not found ({error.strerror or error})") from None
+
+
+async def _changes(store: OutputStore, since_text: str | None, *, as_json: bool) -> int:
+    """``crawlfleet output changes``: each URL that appeared, changed or went away, once."""
+    import time
+    from collections import Counter
+
+    from crawlfleet.output.changes import changes, parse_since
+
+    since = None if since_text is None else parse_since(since_text, time.time())
+    counts: Counter[str] = Counter()
+    async for event in changes(store, since=since):
+        counts[event.change] += 1
+        print(event.to_json() if as_json else event.to_text())
+    window = f" since {since_text}" if since_text else ""
+    print(
+        f"{counts['new']} new, {counts['changed']} changed, {counts['gone']} gone{window}",
+        file=sys.stderr,
+    )
+    return 0
 
 
 async def _verified(destination: Destination, s3: S3Spec | None) -> int:
