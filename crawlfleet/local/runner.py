@@ -46,6 +46,7 @@ from crawlfleet.fleet import (
     steer,
 )
 from crawlfleet.fleet.clock import Clock, SystemClock, schedule_clock
+from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.recurring import (
     RecurringSchedule,
     Step,
@@ -478,7 +479,8 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
             return _Crawled("complete", stats, max_workers=max_workers, elapsed_seconds=elapsed)
         progress.show(done, len(backend.active()), suspended)
         await asyncio.sleep(config.run.poll_seconds)
-    return _Crawled("interrupted", max_workers=max_workers)
+    elapsed = time.monotonic() - started
+    return _Crawled("interrupted", max_workers=max_workers, elapsed_seconds=elapsed)
 
 
 def _say_started(session: _Session, done: steer.Tick) -> None:
@@ -506,7 +508,7 @@ async def _one_crawl(session: _Session) -> int:
     if crawled.how == "failed":
         return crawled.code
     if crawled.how != "complete":
-        return await _interrupted(session)
+        return await _interrupted(session, crawled)
     assert crawled.stats is not None
     summary = await _summarised(session, crawled)
     store = session.store
@@ -532,6 +534,8 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
         crawled.max_workers,
         session.job.spec.dedup.capacity,
     )
+    if session.job.spec.recrawl:  # a scheduled run: what its revisits found
+        summary["freshness"] = Freshness.of(crawled.stats, now=time.time()).to_mapping()
     store = session.store
     if store is not None:
         # Written by the worker the frontier elected, before the tick said complete.
@@ -550,15 +554,20 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
     return summary
 
 
-async def _interrupted(session: _Session, *, between_runs: bool = False) -> int:
+async def _interrupted(session: _Session, crawl: _Crawled | None = None) -> int:
     """Ctrl-C or SIGTERM: the workers drain, Redis stops with its append-only file complete,
-    and the run says how to resume. Between two runs of a schedule nothing was cut short:
-    exit 0."""
+    and the run says how to resume. Between two runs of a schedule (no ``crawl``) nothing
+    was cut short: exit 0."""
     out, backend = session.out, session.backend
-    if not between_runs:
+    between_runs = crawl is None
+    if crawl is not None:
         await _drain(backend, session.stop_signal)
     frontier = session.frontier
     crawled = None if frontier is None or between_runs else await _crawled(frontier)
+    if crawl is not None and frontier is not None and session.job.spec.keeps_going:
+        await _keeps_going_summary(
+            frontier, session.job, session.options, crawl.elapsed_seconds, crawl.max_workers
+        )
     # Redis last, once no worker can write to it: a SHUTDOWN that completes its AOF.
     if frontier is not None:
         await frontier.aclose()
@@ -617,7 +626,7 @@ async def _scheduled(session: _Session, schedule: ScheduleSpec) -> int:
         said = None
         crawled = await _crawl(session, schedule=None if options.once else schedule)
         if crawled.how == "interrupted":
-            return await _interrupted(session)
+            return await _interrupted(session, crawled)
         if crawled.how == "cancelled":  # the schedule said so: its workers drain, then it goes on
             await session.backend.drain_all(session.stop_signal.hurry)
             continue
@@ -655,7 +664,7 @@ async def _scheduled(session: _Session, schedule: ScheduleSpec) -> int:
         if options.once:
             session.save("Scheduled")
             return 0
-    return await _interrupted(session, between_runs=session.book.current is None)
+    return await _interrupted(session)
 
 
 async def _look_at_schedule(session: _Session, schedule: RecurringSchedule) -> None:
@@ -754,6 +763,27 @@ async def _crawled(frontier: Frontier) -> int | None:
     except (FrontierUnavailable, FrontierLost) as error:
         log.warning("could not read the crawl's counters at the end: %s", error)
         return None
+
+
+async def _keeps_going_summary(
+    frontier: Frontier, job: CrawlJob, options: RunOptions, elapsed: float, max_workers: int
+) -> None:
+    """A job that keeps going ends only when stopped: its summary is written then, with its
+    freshness (what it tracked, how late its revisits were, what they found)."""
+    try:
+        stats = await frontier.stats()
+    except (FrontierUnavailable, FrontierLost) as error:
+        log.warning("could not read the crawl's counters at the end: %s", error)
+        return
+    freshness = Freshness.of(stats, now=time.time())
+    summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity, phase="Suspended")
+    summary["freshness"] = freshness.to_mapping()
+    (options.output_dir / "summary.json").write_text(
+        json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    )
+    _print(f"crawlfleet: freshness: {freshness.line(time.time())}")
+    if options.json_summary:
+        print(json.dumps(summary, sort_keys=True), flush=True)
 
 
 def _policy(job: CrawlJob, options: RunOptions) -> FleetPolicy:
@@ -885,12 +915,17 @@ _REDIS_RETRY_SECONDS = 0.5
 
 
 def _summary(
-    stats: FrontierStats, elapsed: float, max_workers: int, capacity: int
+    stats: FrontierStats,
+    elapsed: float,
+    max_workers: int,
+    capacity: int,
+    *,
+    phase: str = "Succeeded",
 ) -> dict[str, Any]:
     """The run's figures (``summary.json`` in the run's folder; the output's own last files,
     dead-letters.jsonl and manifest.json, are in the destination: see crawlfleet.output)."""
     summary: dict[str, Any] = {
-        "phase": "Succeeded",
+        "phase": phase,
         "crawled": stats.crawled,
         "failed": stats.failed,
         "dead_lettered": stats.dead,
@@ -946,6 +981,13 @@ class _Progress:
     def line(self, stats: FrontierStats, workers: int) -> str:
         elapsed = max(1e-6, time.monotonic() - self.started)
         rate = stats.crawled / elapsed
+        if self.job.spec.keeps_going:
+            # No end to progress towards: how fresh it keeps its pages is the news.
+            return (
+                f"{Freshness.of(stats, now=time.time()).line(time.time())}  crawled"
+                f" {stats.crawled}  queued {stats.queued}  in-flight {stats.leased}"
+                f"  workers {workers}"
+            )
         text = (
             f"crawled {stats.crawled}  {rate:.0f}/s  queued {stats.queued}  "
             f"in-flight {stats.leased}  workers {workers}  failed {stats.dead}"
@@ -973,7 +1015,7 @@ class _Progress:
         self.stats, self.shown_at = stats, now
         now = time.monotonic()
         text = self.line(stats, workers)
-        if done.waiting is not None:
+        if done.waiting is not None and done.waiting.reason != "NextRevisit":
             text += f"  waiting: {done.waiting.sentence(time.time())}"
         elif suspended:
             text += "  (suspended)"

@@ -50,7 +50,7 @@ import kopf
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec, Phase, parse_seed_list
 from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
-from crawlfleet.fleet import FleetMemory, FleetPolicy, seed_list_hash, steer
+from crawlfleet.fleet import FleetMemory, FleetPolicy, Freshness, seed_list_hash, steer
 from crawlfleet.fleet.clock import schedule_clock
 from crawlfleet.fleet.recurring import fresh_memory, run_ended
 from crawlfleet.fleet.recurring import step as schedule_step
@@ -842,6 +842,7 @@ class CrawlJobOperator:
             state.output_blocked = bool(done.output_blocked)
             await backend.record(event)
         self._rate(state, stats.crawled)
+        freshness = Freshness.of(stats, now=time.time()) if spec.recrawl else None
         seen = Observed(
             phase=phase,
             redis_ready=True,
@@ -865,9 +866,12 @@ class CrawlJobOperator:
             workers_failing=decision.workers_failing,
             waiting=done.waiting,
             stall=done.stall,
+            freshness=freshness,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, phase, stats, desired, ready)
+        if freshness is not None:
+            self.metrics.freshness(ref.namespace, ref.name, freshness)
         self.metrics.motion(ref.namespace, ref.name, done.waiting, done.stall)
         self.metrics.frontier(
             ref.namespace,
