@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
 #: Ten seconds before a quarter-hour: the schedule's first due time is T0 + 10 s.
 T0 = datetime(2026, 12, 2, 8, 14, 50, tzinfo=UTC)
-FIRST, SECOND = "20261202T081500Z", "20261202T083000Z"
+FIRST, SECOND, LATER = "20261202T081500Z", "20261202T083000Z", "20261202T084500Z"
 
 
 @pytest.fixture
@@ -138,7 +138,7 @@ def test_once_runs_one_run_now_under_its_own_prefix_and_exits(
     assert f"runs/{run}/manifest.json" in listed.stdout
 
 
-def test_a_schedule_runs_at_each_due_time_from_the_last_committed_state(
+def test_a_schedule_runs_at_due_times_once_for_missed_ones_from_the_last_committed_state(
     site: TestSite, tmp_path: Path
 ) -> None:
     job_file, out, env = scheduled(site, tmp_path)
@@ -154,15 +154,17 @@ def test_a_schedule_runs_at_each_due_time_from_the_last_committed_state(
     assert set(first) == pages
     before_second = len(site.log.all_requests())
 
-    FileClock.set(clock, T0 + timedelta(minutes=15, seconds=10))
-    said.wait_for(f"run {SECOND} started from the state of run {FIRST}")
-    said.wait_for(f"run {SECOND} complete")
-    said.wait_for("next run at 2026-12-02T08:45:00Z")
+    # Past two due times at once (the machine asleep): one run, for the later, says so.
+    FileClock.set(clock, T0 + timedelta(minutes=30, seconds=10))
+    started = said.wait_for(f"run {LATER} started from the state of run {FIRST}")
+    assert "1 earlier due time(s) passed unseen" in started
+    said.wait_for(f"run {LATER} complete")
+    said.wait_for("next run at 2026-12-02T09:00:00Z")
     second = fetched(site, before_second)
     # The seeds are fetched again; every other page the first run committed is seen, and
     # has no revisit rule: not fetched again.
     assert set(second) == {canonicalize(url) for url in site.seeds}
-    assert manifest(out, SECOND)["counts"]["crawled"] == len(site.seeds)
+    assert manifest(out, LATER)["counts"]["crawled"] == len(site.seeds)
     assert manifest(out, FIRST)["counts"]["crawled"] == len(pages)
 
     os.killpg(proc.pid, signal.SIGINT)  # between runs: nothing is cut short
@@ -173,10 +175,10 @@ def test_a_schedule_runs_at_each_due_time_from_the_last_committed_state(
     state = json.loads((out / "state.json").read_text())
     runs = state["schedule"]["runs"]
     assert [(r["id"], r["outcome"], r["pages"]) for r in runs] == [
-        (SECOND, "Succeeded", len(site.seeds)),
+        (LATER, "Succeeded", len(site.seeds)),
         (FIRST, "Succeeded", len(pages)),
     ]
-    assert state["schedule"]["nextRunAt"] == "2026-12-02T08:45:00Z"
+    assert state["schedule"]["nextRunAt"] == "2026-12-02T09:00:00Z"
 
 
 def test_replace_cancels_the_running_run_which_commits_nothing(tmp_path: Path) -> None:
