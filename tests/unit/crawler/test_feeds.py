@@ -4,6 +4,8 @@ its bounds; hostile XML costs one feed. And what makes a response a feed (``is_f
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 
 import pytest
 
@@ -239,3 +241,31 @@ def test_a_response_is_a_feed_by_its_type_or_its_root(
     content_type: str | None, head: bytes, expected: bool
 ) -> None:
     assert is_feed(content_type, head) is expected
+
+
+_FEED_PEAK_PROBE = """
+import re
+from crawlfleet.crawler.links.feeds import read_feed
+
+junk = b"<category>x</category>" * 200_000
+body = b"<rss><channel><item><link>https://a.test/x</link>" + junk + b"</item></channel></rss>"
+def high_water_kib():
+    with open("/proc/self/status") as status:
+        return int(re.search(r"VmHWM:\\s+(\\d+)", status.read())[1])
+
+before = high_water_kib()
+assert [entry.url for entry in read_feed(body).entries] == ["https://a.test/x"]
+print(high_water_kib() - before)
+"""
+
+
+def test_memory_follows_one_element_however_many_an_entry_holds() -> None:
+    """200,000 elements in one item (4.4 MB of XML) are ~46 MB as a tree: each is dropped once
+    read, so the peak follows the parser's 1 MiB steps. Measured in a child of its own (VmHWM:
+    its peak alone)."""
+    grown_kib = int(
+        subprocess.run(
+            [sys.executable, "-c", _FEED_PEAK_PROBE], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert grown_kib < 25 * 1024
