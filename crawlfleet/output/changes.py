@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from crawlfleet.crawljob.durations import parse_duration
 from crawlfleet.destinations import RUNS_FOLDER
 from crawlfleet.errors import ConfigError
-from crawlfleet.output.reader import _lines, _parse, _rank, _url_digest
+from crawlfleet.output.reader import _lines, _parse, _url_digest
 
 if TYPE_CHECKING:
     from crawlfleet.output.stores import OutputStore, StoredObject
@@ -49,6 +49,7 @@ SINCE_FORMS: Final = (
     " (90m, 1h30m, 24h)"
 )
 
+#: A fetch's place in time: ``fetched_at``, then ``fetch_id`` to break a tie.
 Rank = tuple[float, str]
 
 
@@ -95,6 +96,12 @@ def parse_since(text: str, now: float) -> float:
             continue
         return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     raise ConfigError(f"--since {text!r}: not {SINCE_FORMS}")
+
+
+def _rank(record: dict[str, Any]) -> Rank:
+    fetched_at = record.get("fetched_at")
+    when = float(fetched_at) if isinstance(fetched_at, int | float) else 0.0
+    return when, str(record.get("fetch_id", ""))
 
 
 def _run_id_time(text: str) -> datetime:

@@ -2,7 +2,9 @@
 
 * :func:`page_records` streams the records of ``pages/``, one per URL: output is at least
   once (a page whose lease was lost is crawled again), so the same URL may appear in several
-  lines, and the latest fetch wins (``fetched_at``, then ``fetch_id`` to break a tie). It reads
+  lines, and the latest fetch wins (``fetched_at``, then ``fetch_id`` to break a tie) -- save
+  that a revisit which found the page as it was (``change``: not_modified, unchanged) never
+  wins over a capture: it carries no content and no items, the capture does. It reads
   the files twice -- first to choose the winners (a small index per URL), then to stream them
   -- so its memory grows with the number of URLs, not with the size of the records.
 * :func:`item_records` streams the items of ``items/`` that belong to those winning fetches,
@@ -58,9 +60,15 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("url"), str) else None
 
 
-def _rank(record: dict[str, Any]) -> tuple[float, str]:
+#: A revisit's entry that found the page as it was (``change`` of a tracked URL): it says the
+#: last capture still stands, so it never hides that capture (its content, its items).
+_FOUND_AS_IT_WAS = frozenset({"not_modified", "unchanged"})
+
+
+def _rank(record: dict[str, Any]) -> tuple[bool, float, str]:
     fetched_at = record.get("fetched_at")
     return (
+        record.get("change") not in _FOUND_AS_IT_WAS,
         float(fetched_at) if isinstance(fetched_at, int | float) else 0.0,
         str(record.get("fetch_id", "")),
     )
@@ -88,9 +96,9 @@ async def _every_line(store: OutputStore, files: list[StoredObject]) -> AsyncIte
 
 async def _latest_fetches(
     store: OutputStore, files: list[StoredObject]
-) -> dict[bytes, tuple[float, str]]:
+) -> dict[bytes, tuple[bool, float, str]]:
     """The rank of each URL's latest fetch among the page records of ``files``."""
-    best: dict[bytes, tuple[float, str]] = {}
+    best: dict[bytes, tuple[bool, float, str]] = {}
     for stored in files:
         async for line in _lines(store, stored.key):
             record = _parse(line)

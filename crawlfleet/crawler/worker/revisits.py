@@ -10,16 +10,24 @@ reschedules the URL in the same script that settles its lease.
 * **not_modified**: a 304 to our conditional request; the validators it carries replace ours
   (RFC 9111 §4.3.4), the digest and capture date are kept.
 * **unchanged** / **changed**: a 2xx whose body's digest equals / differs from the stored one.
-  The digest is compared on *every* 200, not only for hosts without validators: a server
-  that ignores ``If-None-Match`` (or whose weak ETag changes on every response) and sends the
-  same bytes is unchanged too.
+  The digest is compared on *every* 200 that has one stored, not only for hosts without
+  validators: a server that ignores ``If-None-Match`` (or whose weak ETag changes on every
+  response) and sends the same bytes is unchanged too. The frontier keeps no digest beside an
+  ETag (frontier/revisits.py: the ETag changes whenever the body does); then a 200 carrying
+  the very same *strong* ETag is unchanged (RFC 9110 §8.8.3: byte-identical), any other one
+  changed.
 * **gone**: 404 or 410 with state: the frontier dead-letters the URL and forgets it.
 * Anything else (a failure, a redirect chain that failed) judges nothing: the frontier keeps
   the URL's state and reschedules it if the failure is final.
 
-The digest is SHA-1 of the decoded body, as hex: the same hash warcio puts in a response
-record's ``WARC-Payload-Digest`` (base 32 there), so a 304's revisit record can name the
-original payload digest exactly, from the stored hex alone.
+The digest is SHA-1 of the decoded body, as hex: the hash warcio puts in a response record's
+``WARC-Payload-Digest`` (base 32 there). A job that writes WARC keeps all 40 digits, so that a
+304's revisit record can name the original payload digest exactly from the stored text; any
+other keeps the first 16 (64 bits: a chance of 2^-64 that a change goes unseen), which the
+frontier packs into 8 bytes of its 100-byte budget per tracked URL. A revisit record whose
+original digest or capture date is not known (the frontier did not keep them) is still
+written, naming the capture by its URI alone, as httrack#789 does: both replay engines resolve
+it so, while a guessed date would send them to a record that does not exist.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from crawlfleet.frontier import Revisit, RevisitState, Validators
 
 __all__ = [
     "GONE_STATUSES",
+    "SHORT_DIGEST_CHARACTERS",
     "RevisitProfile",
     "Visit",
     "WarcRevisitRef",
@@ -48,6 +57,8 @@ __all__ = [
 
 #: Statuses that say a page is no more (DESIGN §4: permanent), once it had been a 200.
 GONE_STATUSES: Final = frozenset({404, 410})
+#: Hex digits of the digest a job without WARC keeps (see the module docstring).
+SHORT_DIGEST_CHARACTERS: Final = 16
 _NOT_MODIFIED: Final = 304
 _SHA1_HEX_CHARACTERS: Final = 40
 
@@ -65,7 +76,8 @@ class WarcRevisitRef:
     profile: RevisitProfile
     refers_to_uri: str
     refers_to_date: int | None
-    payload_digest: str
+    #: The original's ``WARC-Payload-Digest`` (``sha1:<base 32>``); None: not known.
+    payload_digest: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +91,7 @@ class Visit:
     lag_seconds: float | None
     #: The interval the URL was visited at (None: a first visit).
     interval_seconds: float | None
-    #: A WARC revisit record instead of a response (not_modified, unchanged); None otherwise,
-    #: or when the original payload digest is not known.
+    #: A WARC revisit record instead of a response (not_modified, unchanged); None otherwise.
     warc: WarcRevisitRef | None = None
 
     @property
@@ -101,9 +112,11 @@ class Visit:
         return Revisit(interval, self.validators, self.change, self.lag_seconds)
 
 
-def body_digest(body: bytes) -> str:
-    """The stored digest of a body (see the module docstring for why SHA-1)."""
-    return hashlib.sha1(body, usedforsecurity=False).hexdigest()
+def body_digest(body: bytes, *, whole: bool = True) -> str:
+    """The digest kept of a body: SHA-1 as hex, all of it or its first
+    :data:`SHORT_DIGEST_CHARACTERS` digits (see the module docstring)."""
+    digest = hashlib.sha1(body, usedforsecurity=False).hexdigest()
+    return digest if whole else digest[:SHORT_DIGEST_CHARACTERS]
 
 
 def payload_digest(digest: str | None) -> str | None:
@@ -139,12 +152,14 @@ def judge(
     headers: Mapping[str, str],
     url: str,
     fetched_at: float,
+    whole_digest: bool,
 ) -> Visit | None:
     """What the visit found; None when the fetch judges nothing (a failure that is not a
     404/410 after a 200, or any failure on a first visit).
 
     ``succeeded``: the fetch's failure is None (a 2xx, or a 304 to a conditional request);
-    ``url`` is the archived one (the fetch's final URL); ``fetched_at`` the response's time.
+    ``url`` is the archived one (the fetch's final URL); ``fetched_at`` the response's time;
+    ``whole_digest``: keep the whole SHA-1 (a job that writes WARC).
     """
     lag = None if state is None else max(0.0, fetched_at - state.due_at)
     current = None if state is None else state.interval_seconds
@@ -154,16 +169,21 @@ def judge(
         validators = Validators(
             fresh.etag, fresh.last_modified, kept.digest, captured_at=kept.captured_at
         )
-        warc = _warc_ref("server-not-modified", url, validators)
+        warc = WarcRevisitRef(
+            "server-not-modified", url, kept.captured_at, payload_digest(kept.digest)
+        )
         return Visit("not_modified", validators, lag, current, warc)
     if succeeded and status is not None and 200 <= status < 300:
-        digest = body_digest(body)
+        sha1 = body_digest(body)
+        digest = sha1 if whole_digest else sha1[:SHORT_DIGEST_CHARACTERS]
         offered = Conditional.from_response(headers)
-        if state is not None and kept.digest == digest:
+        if state is not None and _same_body(kept, offered, sha1):
             validators = Validators(
                 offered.etag, offered.last_modified, digest, captured_at=kept.captured_at
             )
-            warc = _warc_ref("identical-payload-digest", url, validators)
+            warc = WarcRevisitRef(
+                "identical-payload-digest", url, kept.captured_at, payload_digest(sha1)
+            )
             return Visit("unchanged", validators, lag, current, warc)
         validators = Validators(
             offered.etag, offered.last_modified, digest, captured_at=math.floor(fetched_at)
@@ -174,8 +194,8 @@ def judge(
     return None
 
 
-def _warc_ref(profile: RevisitProfile, url: str, validators: Validators) -> WarcRevisitRef | None:
-    digest = payload_digest(validators.digest)
-    if digest is None:
-        return None
-    return WarcRevisitRef(profile, url, validators.captured_at, digest)
+def _same_body(kept: Validators, offered: Conditional, sha1: str) -> bool:
+    """The stored digest (whole or short) is the body's; without one, the same strong ETag."""
+    if kept.digest is not None:
+        return len(kept.digest) >= SHORT_DIGEST_CHARACTERS and sha1.startswith(kept.digest)
+    return kept.etag is not None and not kept.etag.startswith("W/") and offered.etag == kept.etag

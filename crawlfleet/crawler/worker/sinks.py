@@ -15,8 +15,8 @@ worker's files, in the same layout in every destination (docs/output.md):
   any record boundary. A revisit that found the page as it was (a 304, or a 200 with the same
   payload digest: ``crawler/worker/revisits.py``) gets a ``revisit`` record instead of the
   response, of profile ``server-not-modified`` or ``identical-payload-digest``, carrying
-  ``WARC-Refers-To-Target-URI``, ``WARC-Refers-To-Date`` (when the capture's date is known) and
-  the original ``WARC-Payload-Digest``: what replay tools (pywb, wabac.js) resolve it by.
+  ``WARC-Refers-To-Target-URI`` and, when they are known, ``WARC-Refers-To-Date`` and the
+  original ``WARC-Payload-Digest``: what replay tools (pywb, wabac.js) resolve it by.
 
 **Durable before ack** (DESIGN §8). Pages are written into the worker's current *generation*:
 one page file and, for WARC, one archive with the same number, spooled to local disk as the
@@ -813,8 +813,9 @@ def _revisit_record(
         "WARC-Date": date,
         "WARC-Profile": f"http://netpreserve.org/warc/{version}/revisit/{revisit.profile}",
         "WARC-Refers-To-Target-URI": revisit.refers_to_uri,
-        "WARC-Payload-Digest": revisit.payload_digest,
     }
+    if revisit.payload_digest is not None:
+        headers["WARC-Payload-Digest"] = revisit.payload_digest
     if revisit.refers_to_date is not None:
         headers["WARC-Refers-To-Date"] = _warc_date(revisit.refers_to_date)
     return writer.create_warc_record(

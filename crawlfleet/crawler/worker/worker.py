@@ -16,13 +16,6 @@ or failed once the file holding its record is durable (DESIGN §8, ``sinks.py``)
 meanwhile; released at shutdown -- is the lease book's (``leases.py``), which the Scrapy runtime
 shares. The sink's backpressure (a failing destination, too many files waiting) stops claiming.
 
-With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
-``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
-and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are admitted with the
-batch's other links, so they pass scope, robots and dedup the same way. A response that is an
-RSS or Atom feed (by its content type or root element, ``crawler/links/feeds.py``) is read
-the same way, whatever its lease: a seed, a page's ``<link rel="alternate">``.
-
 With ``spec.recrawl`` (DESIGN §10) each claimed batch's revisit states are read in one more
 round trip; a URL with validators is fetched conditionally, and ``revisits.py`` judges what the
 visit found. A 304 or an unchanged body is an entry only (``change`` in its record, no content,
@@ -30,6 +23,13 @@ no items, no links: its links were admitted the first time, so extracting them a
 with a WARC revisit record; a new or changed page is written as ever. Each tracked lease's ack or
 fail carries its :class:`~crawlfleet.frontier.Revisit`. Without rules nothing of this runs: the
 one-shot crawl's round trips are unchanged.
+
+With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
+``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
+and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are admitted with the
+batch's other links, so they pass scope, robots and dedup the same way. A response that is an
+RSS or Atom feed (by its content type or root element, ``crawler/links/feeds.py``) is read
+the same way, whatever its lease: a seed, a page's ``<link rel="alternate">``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
 from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
-from crawlfleet.crawljob import CrawlJobSpec, DocumentKind
+from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob.recrawl import DocumentKind
 from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import (
     Admission,
@@ -127,6 +128,10 @@ class _Outcome:
     #: Links the page offered that extraction left out: past the cap, nofollow.
     over_cap: int = 0
     nofollow: int = 0
+    #: What a visit of a tracked URL found (``revisits.py``), and what its settlement tells the
+    #: frontier about the URL's next visit.
+    visit: Visit | None = None
+    revisit: Revisit | None = None
     #: The page waits for its content or items (``crawler/harvest/harvest.py``), made at flush time.
     wants_harvest: bool = False
     harvest: Harvest | None = None
@@ -136,12 +141,9 @@ class _Outcome:
     link_groups: list[PageLinksToAdmit] = field(default_factory=list)
     #: Links the page offered that were left out before admission, by reason.
     refused: dict[str, int] = field(default_factory=dict)
-    #: What the document was read as, for its recrawl rule (a sitemap, a feed); None: a page.
+    #: What document the response was, for the revisit rules of its kind (``rule_for``):
+    #: None for a page.
     kind: DocumentKind | None = None
-    #: What a visit of a tracked URL found (``revisits.py``), and what its settlement tells the
-    #: frontier about the URL's next visit.
-    visit: Visit | None = None
-    revisit: Revisit | None = None
 
     def forget_links(self) -> None:
         """The page's links are admitted and their drops counted: never twice."""
@@ -452,6 +454,7 @@ class Worker:
             headers=result.headers,
             url=result.final_url,
             fetched_at=result.fetched_at,
+            whole_digest=self.spec.output.format == "warc",
         )
         if visit is not None and visit.entry_only:
             reservation.release()

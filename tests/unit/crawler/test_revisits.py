@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from crawlfleet.crawler.worker.revisits import (
+    SHORT_DIGEST_CHARACTERS,
     Visit,
     body_digest,
     judge,
@@ -43,6 +44,7 @@ def visit(
     succeeded: bool = True,
     body: bytes = BODY,
     headers: dict[str, str] | None = None,
+    whole_digest: bool = True,
 ) -> Visit | None:
     return judge(
         state=held,
@@ -52,6 +54,7 @@ def visit(
         headers=headers or {},
         url=URL,
         fetched_at=FETCHED_AT,
+        whole_digest=whole_digest,
     )
 
 
@@ -81,6 +84,36 @@ def test_a_304_is_not_modified_keeps_digest_and_capture_and_takes_fresh_validato
     assert revisit.interval_seconds == pytest.approx(1400.0)  # grown by Nutch's 1.4
 
 
+def test_a_job_without_warc_keeps_a_short_digest_and_judges_by_it() -> None:
+    first = visit(None, 200, whole_digest=False)
+    assert first is not None
+    assert first.validators.digest == DIGEST[:SHORT_DIGEST_CHARACTERS]
+    again = visit(state(digest=first.validators.digest), 200, whole_digest=False)
+    assert again is not None
+    assert again.change == "unchanged"
+    assert again.warc is not None  # the body is here: its whole digest is the original's
+    assert again.warc.payload_digest == payload_digest(DIGEST)
+    changed = visit(
+        state(digest=first.validators.digest), 200, body=BODY + b" ", whole_digest=False
+    )
+    assert changed is not None
+    assert changed.change == "changed"
+
+
+@pytest.mark.parametrize(
+    ("kept", "offered", "change"),
+    [('"a1"', '"a1"', "unchanged"), ('"a1"', '"a2"', "changed"), ('W/"a1"', 'W/"a1"', "changed")],
+)
+def test_without_a_digest_the_same_strong_etag_is_an_unchanged_body(
+    kept: str, offered: str, change: str
+) -> None:
+    """The frontier keeps no digest beside an ETag; only a strong one promises the same bytes
+    (RFC 9110 §8.8.3), which an identical-payload-digest revisit record claims."""
+    found = visit(state(etag=kept), 200, headers={"etag": offered})
+    assert found is not None
+    assert found.change == change
+
+
 def test_the_same_body_is_unchanged_whatever_the_validators_say() -> None:
     """A server that ignores our validators, or changes its ETag on every response, sends
     the same bytes: unchanged, judged by the digest."""
@@ -98,6 +131,7 @@ def test_a_different_body_is_changed_and_a_new_capture() -> None:
     found = visit(state(digest=DIGEST, captured_at=1), 200, body=BODY + b"<p>more</p>")
     assert found is not None
     assert (found.change, found.entry_only, found.warc) == ("changed", False, None)
+    assert found.validators.digest == body_digest(BODY + b"<p>more</p>")
     assert found.validators.captured_at == 1_800_000_100
     revisit = found.revisit(RULE)
     assert revisit is not None
@@ -144,10 +178,16 @@ def test_the_payload_digest_is_warcios_sha1_in_base_32() -> None:
     assert payload_digest("z" * 40) is None
 
 
-def test_a_304_without_a_whole_digest_writes_no_revisit_record() -> None:
-    found = visit(state(etag='"a"', digest=DIGEST[:16]), 304, body=b"")
+@pytest.mark.parametrize("kept", [None, DIGEST[:SHORT_DIGEST_CHARACTERS]])
+def test_a_304_whose_original_digest_and_date_were_not_kept_claims_neither(
+    kept: str | None,
+) -> None:
+    found = visit(state(etag='"a"', digest=kept), 304, body=b"")
     assert found is not None
-    assert (found.change, found.warc) == ("not_modified", None)
+    assert found.change == "not_modified"
+    assert found.warc is not None
+    assert (found.warc.refers_to_uri, found.warc.refers_to_date) == (URL, None)
+    assert found.warc.payload_digest is None
 
 
 def test_a_tracked_document_a_304_did_not_reveal_is_judged_by_its_kind_rule() -> None:
