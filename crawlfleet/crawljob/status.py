@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, JsonValue, computed_field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "Phase", "RunStatus"]
+__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "FreshnessStatus", "Phase", "RunStatus"]
 
 #: Scheduled: a job with spec.schedule between two runs (no workers; status.nextRunAt says
 #: when the next one starts).
@@ -106,6 +106,31 @@ class RunStatus(_Observed):
     committed nothing, and the next run starts from the last successful one's state."""
 
 
+class FreshnessStatus(_Observed):
+    """How fresh a job with revisit rules (spec.recrawl) keeps its pages: set for such jobs
+    instead of a progress that never ends."""
+
+    tracked: int = 0
+    """URLs with a revisit schedule (those a recrawl rule matched)."""
+    due: int = 0
+    """Revisits that are due and not fetched yet: a number that keeps growing means the
+    workers do not keep up with the rules' intervals."""
+    next_revisit_at: datetime | None = None
+    """When the next revisit is due; unset when none is scheduled."""
+    lag_p50_seconds: float | None = None
+    """Median time from a revisit's due time to its fetch, in seconds."""
+    lag_p95_seconds: float | None = None
+    """95th percentile of the time from a revisit's due time to its fetch, in seconds."""
+    changed: int = 0
+    """Revisits that found the page changed."""
+    unchanged: int = 0
+    """Revisits that found the same body (its digest), fetched in full."""
+    not_modified: int = 0
+    """Revisits answered 304 Not Modified: asked with the page's validators, no body sent."""
+    gone: int = 0
+    """Tracked pages that answered 404 or 410 on a revisit, and are no longer revisited."""
+
+
 class CrawlJobStatus(_Observed):
     """What the operator observed; counters default to 0 so printer columns never show blanks."""
 
@@ -152,9 +177,13 @@ class CrawlJobStatus(_Observed):
     waiting: str = ""
     """What the crawl waits for, in one word, while URLs are queued and none is fetched: the
     Waiting condition's reason (RobotsTxt, NoLiveWorker, OutputBlocked, HeldSlots,
-    MemoryPressure, RetryBackoff, HostDelay, Suspended), else the Stalled condition's
+    MemoryPressure, RetryBackoff, HostDelay, Suspended; NextRevisit for a job that keeps
+    going and has nothing to do until its next revisit is due), else the Stalled condition's
     (StuckFetching, StuckProcessing, StuckOutput) while leases do not move; empty while the
     crawl moves. The conditions' messages say the rest."""
+    freshness: FreshnessStatus | None = None
+    """For a job with revisit rules: what is tracked, due, how late revisits are, and what
+    they found."""
     fleet: FleetStatus | None = None
     """The fleet brain's memory (scale-down window, completion grace), for the operator."""
     frontier_epoch: str | None = None

@@ -98,7 +98,7 @@ from crawlfleet.frontier.parents import (
     sitemap_task,
     split_parent,
 )
-from crawlfleet.output.manifest import finish_output_once
+from crawlfleet.output.manifest import finish_output, finish_output_once
 from crawlfleet.output.stores import OutputStore
 from crawlfleet.urls import origin_of
 
@@ -337,8 +337,8 @@ class Worker:
             stats = await self.frontier.stats()
             if stats.queued == 0 and stats.delayed == 0:
                 self.output.rotate()
-        if self.leases.generations:
-            return False
+        if self.leases.generations or self.spec.keeps_going:
+            return False  # a job that keeps going is never complete: its revisits come due
         if not self.options.exit_when_done:
             if time.monotonic() - self._finish_checked_at >= _FINISH_CHECK_SECONDS:
                 self._finish_checked_at = time.monotonic()
@@ -352,11 +352,15 @@ class Worker:
         if self._output_finished or self.store is None or len(self.leases):
             return
         stats = stats or await self.frontier.stats()
+        if self.spec.keeps_going:
+            await self._snapshot_output(stats)
+            return
         if not stats.complete:
             return
         job_id = self.frontier.keys.job_id
+        run = await self.frontier.current_run() if self.spec.schedule is not None else None
         counts = await finish_output_once(
-            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id
+            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id, run_id=run
         )
         if counts is None:
             return  # another worker holds the claim and writes them
@@ -367,6 +371,23 @@ class Worker:
             extra={"layer": "output", "worker": self.worker_id},
         )
         self._output_finished = True
+
+    async def _snapshot_output(self, stats: FrontierStats) -> None:
+        """A job that keeps going never completes, so its closing files are a snapshot, written
+        by a worker that drains (suspend, delete, Ctrl-C, a scale-down while the job waits for
+        its revisits) once no lease is held anywhere: every acked page's file is listed. Not
+        elected nor marked: the next drain writes a newer one over it."""
+        if not self._stopping or stats.leased:
+            return
+        assert self.store is not None
+        job_id = self.frontier.keys.job_id
+        manifest = await finish_output(self.frontier, self.store, job_id, self.spec, stats)
+        log.info(
+            "output snapshot: %d files, %d page records",
+            manifest["counts"]["files"],
+            manifest["counts"]["pageRecords"],
+            extra={"layer": "output", "worker": self.worker_id},
+        )
 
     async def _wait(self, seconds: float) -> None:
         await wait_for_wake(self._wake, seconds)
