@@ -49,7 +49,6 @@ SINCE_FORMS: Final = (
     " (90m, 1h30m, 24h)"
 )
 
-#: A fetch's place in time: ``fetched_at``, then ``fetch_id`` to break a tie.
 Rank = tuple[float, str]
 
 
@@ -105,12 +104,6 @@ def parse_since(text: str, now: float) -> float:
             continue
         return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
     raise ConfigError(f"--since {text!r}: not {SINCE_FORMS}")
-
-
-def _rank(record: dict[str, Any]) -> Rank:
-    fetched_at = record.get("fetched_at")
-    when = float(fetched_at) if isinstance(fetched_at, int | float) else 0.0
-    return when, str(record.get("fetch_id", ""))
 
 
 def _run_id_time(text: str) -> datetime:
