@@ -50,6 +50,12 @@ def _parser(config: Config) -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a CrawlJob on this machine (private Redis)")
     run.add_argument("job", help="CrawlJob YAML file")
+    run.add_argument(
+        "--once",
+        action="store_true",
+        help="a job with spec.schedule: one run now, then exit [a run at each due time until"
+        " Ctrl-C]",
+    )
     _run_flags(run, config)
 
     demo = commands.add_parser("demo", help="crawl the bundled loopback demo site")
@@ -531,6 +537,7 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         workers=args.workers,
         resume=args.resume,
         json_summary=args.json,
+        once=getattr(args, "once", False),  # `crawlfleet demo` has no schedule
         zygote=zygote,
     )
     return asyncio.run(run_local(job, options))

@@ -84,6 +84,28 @@ class FleetStatus(_Observed):
     """The reason of the last Stalled Event (leases that stopped moving); unset once they move."""
 
 
+class RunStatus(_Observed):
+    """One run of a scheduled job (spec.schedule), in status.runs."""
+
+    id: str
+    """The run's id: its due time in UTC (20261202T081500Z), which sorts as time does; its
+    output is under <destination>/runs/<id>/."""
+    started_at: datetime | None = None
+    """When the run started."""
+    ended_at: datetime | None = None
+    """When the run ended; unset while it runs."""
+    pages: int = 0
+    """Pages fetched and done in the run."""
+    changed: int = 0
+    """Revisited pages whose content had changed."""
+    unchanged: int = 0
+    """Revisited pages that had not changed (304 Not Modified included)."""
+    outcome: Literal["Running", "Succeeded", "Failed", "Cancelled"] = "Running"
+    """Running; Succeeded (its state is committed: the next run starts from it); Failed or
+    Cancelled (suspended, or replaced by the next run under concurrencyPolicy Replace): it
+    committed nothing, and the next run starts from the last successful one's state."""
+
+
 class FreshnessStatus(_Observed):
     """How fresh a job with revisit rules (spec.recrawl) keeps its pages: set for such jobs
     instead of a progress that never ends."""
@@ -107,28 +129,6 @@ class FreshnessStatus(_Observed):
     """Revisits answered 304 Not Modified: asked with the page's validators, no body sent."""
     gone: int = 0
     """Tracked pages that answered 404 or 410 on a revisit, and are no longer revisited."""
-
-
-class RunStatus(_Observed):
-    """One run of a scheduled job (spec.schedule), in status.runs."""
-
-    id: str
-    """The run's id: its due time in UTC (20261202T081500Z), which sorts as time does; its
-    output is under <destination>/runs/<id>/."""
-    started_at: datetime | None = None
-    """When the run started."""
-    ended_at: datetime | None = None
-    """When the run ended; unset while it runs."""
-    pages: int = 0
-    """Pages fetched and done in the run."""
-    changed: int = 0
-    """Revisited pages whose content had changed."""
-    unchanged: int = 0
-    """Revisited pages that had not changed (304 Not Modified included)."""
-    outcome: Literal["Running", "Succeeded", "Failed", "Cancelled"] = "Running"
-    """Running; Succeeded (its state is committed: the next run starts from it); Failed or
-    Cancelled (suspended, or replaced by the next run under concurrencyPolicy Replace): it
-    committed nothing, and the next run starts from the last successful one's state."""
 
 
 class CrawlJobStatus(_Observed):

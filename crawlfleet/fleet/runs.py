@@ -39,6 +39,8 @@ __all__ = [
     "RUN_ID_FORMAT",
     "Due",
     "Outcome",
+    "Plan",
+    "RunBook",
     "RunRecord",
     "Schedule",
     "due",
@@ -46,6 +48,7 @@ __all__ = [
     "history_mapping",
     "history_of",
     "on_due",
+    "plan",
     "remember",
     "run_id",
 ]
@@ -200,6 +203,106 @@ def history_of(raw: object) -> tuple[RunRecord, ...]:
 
 def history_mapping(history: Sequence[RunRecord]) -> list[dict[str, Any]]:
     return [entry.to_mapping() for entry in history]
+
+
+@dataclass(frozen=True, slots=True)
+class RunBook:
+    """A scheduled job's runs, as its status (or ``crawlfleet run``'s state.json) keeps them:
+    durable, so an operator restart goes on with the run it was steering."""
+
+    #: The next due time to act on (None: not computed yet, or suspended).
+    next_run_at: datetime | None = None
+    #: The id of the run going now (None: between runs).
+    current: str | None = None
+    #: The last runs, newest first (the running one's entry included).
+    history: tuple[RunRecord, ...] = ()
+    #: Due times skipped because a run was still going (Forbid).
+    skipped: int = 0
+
+    @property
+    def running(self) -> RunRecord | None:
+        """The entry of the run going now."""
+        return next((entry for entry in self.history if entry.id == self.current), None)
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> RunBook:
+        """The book as ``status`` (camelCase) holds it; what does not parse is left out."""
+        next_at = status.get("nextRunAt")
+        try:
+            next_run_at = None if not next_at else _parse_time(str(next_at))
+        except ValueError:
+            next_run_at = None
+        current = status.get("currentRun")
+        skipped = status.get("runsSkipped")
+        return cls(
+            next_run_at,
+            current if isinstance(current, str) and current else None,
+            history_of(status.get("runs")),
+            skipped if isinstance(skipped, int) else 0,
+        )
+
+    def to_status(self) -> dict[str, Any]:
+        """The status fields (explicit nulls: a merge patch keeps what it is not told to drop)."""
+        return {
+            "nextRunAt": None if self.next_run_at is None else _rfc3339(self.next_run_at),
+            "currentRun": self.current,
+            "runs": history_mapping(self.history),
+            "runsSkipped": self.skipped,
+        }
+
+    def started(self, record: RunRecord, limit: int) -> RunBook:
+        return replace(self, current=record.id, history=remember(self.history, record, limit))
+
+    def ended(self, record: RunRecord, limit: int) -> RunBook:
+        """``record`` (the running run's entry, ended) is history; no run is going."""
+        current = None if record.id == self.current else self.current
+        return replace(self, current=current, history=remember(self.history, record, limit))
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What one look at the schedule decided; the caller applies it (crawlfleet.fleet.recurring)."""
+
+    book: RunBook
+    #: Start a run now for this due time (begin_run, the seeds queued again).
+    start: Due | None = None
+    #: Cancel the running run (suspended, or replaced): it commits nothing.
+    cancel: Literal["suspended", "replaced"] | None = None
+    #: A due time skipped because a run is going (Forbid).
+    skip: Due | None = None
+
+
+def plan(
+    schedule: Schedule,
+    book: RunBook,
+    *,
+    now: datetime,
+    suspended: bool,
+    workers_gone: bool,
+) -> Plan:
+    """What to do now about the schedule, given the book and whether any worker is left.
+
+    Suspended: a running run is cancelled, and no due time is kept (the next one is
+    reckoned from the moment the job resumes: a suspension's due times are not made up).
+    A run starts only once no worker of the last one is left (they drain, with the last
+    run's output prefix); until then its due time waits, as a replaced run's does.
+    """
+    if suspended:
+        cancel: Literal["suspended"] | None = "suspended" if book.current is not None else None
+        return Plan(replace(book, next_run_at=None), cancel=cancel)
+    if book.next_run_at is None:
+        return Plan(replace(book, next_run_at=schedule.next_run(now)))
+    came = due(schedule, book.next_run_at, now)
+    if came is None:
+        return Plan(book)
+    action = on_due(schedule.concurrency_policy, running=book.current is not None)
+    if action == "skip":
+        return Plan(replace(book, next_run_at=came.next_at, skipped=book.skipped + 1), skip=came)
+    if action == "replace":
+        return Plan(book, cancel="replaced")
+    if not workers_gone:
+        return Plan(book)
+    return Plan(replace(book, next_run_at=came.next_at), start=came)
 
 
 def _rfc3339(moment: datetime) -> str:

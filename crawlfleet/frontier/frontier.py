@@ -943,6 +943,12 @@ class Frontier:
         """The closing files are written: no other worker writes them again."""
         await self._run(self._scripts.guarded, "SET", "output-finished", summary)
 
+    async def current_run(self) -> str | None:
+        """The recurring run begun last (:meth:`begin_run`), whose output goes under
+        ``runs/<run-id>/``; None for a job that never began one."""
+        value = await self._checked("HGET", self.keys.key("meta"), "run_id")
+        return None if value is None else str(value)
+
     async def output_files(self, batch: int = 1000) -> list[dict[str, Any]]:
         """Every file :meth:`record_output_files` was told of, sorted by path."""
         key = self.keys.key("output")

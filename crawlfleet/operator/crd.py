@@ -153,7 +153,7 @@ _COLUMNS: Final = (
         0,
     ),
     # A string, not a date: kubectl shows a date in the future as <invalid>.
-    ("Next Run", ".status.nextRunAt", "string", "When a scheduled job's next run starts", 0),
+    ("Next-Run", ".status.nextRunAt", "string", "When a scheduled job's next run starts", 0),
     ("Age", ".metadata.creationTimestamp", "date", "Time since the job was created", 0),
     ("In-Flight", ".status.inFlight", "integer", "URLs being fetched right now", 1),
     ("Seen", ".status.seen", "integer", "Distinct URLs admitted so far", 1),

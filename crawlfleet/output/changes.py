@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from crawlfleet.crawljob.durations import parse_duration
 from crawlfleet.destinations import RUNS_FOLDER
 from crawlfleet.errors import ConfigError
-from crawlfleet.output.reader import _lines, _parse, _rank, _url_digest
+from crawlfleet.output.reader import _lines, _parse, _url_digest
 
 if TYPE_CHECKING:
     from crawlfleet.output.stores import OutputStore, StoredObject
@@ -50,6 +50,15 @@ SINCE_FORMS: Final = (
 )
 
 Rank = tuple[float, str]
+
+
+def _rank(record: dict[str, Any]) -> Rank:
+    """When a record was fetched, its fetch id breaking a tie: the order of events. (The
+    reader's own rank puts a revisit that found the page as it was below its capture, which
+    is right for what a page holds, not for when it changed.)"""
+    fetched_at = record.get("fetched_at")
+    at = float(fetched_at) if isinstance(fetched_at, int | float) else 0.0
+    return (at, str(record.get("fetch_id", "")))
 
 
 @dataclass(frozen=True, slots=True)

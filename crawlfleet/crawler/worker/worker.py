@@ -358,8 +358,9 @@ class Worker:
         if not stats.complete:
             return
         job_id = self.frontier.keys.job_id
+        run = await self.frontier.current_run() if self.spec.schedule is not None else None
         counts = await finish_output_once(
-            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id
+            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id, run_id=run
         )
         if counts is None:
             return  # another worker holds the claim and writes them

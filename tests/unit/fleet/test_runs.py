@@ -1,4 +1,5 @@
-"""Recurring runs (fleet/runs.py): run ids, what a due time does, the bounded history."""
+"""Recurring runs (fleet/runs.py): run ids, due times, what a due time does, the bounded
+history; against the real schedule model (cronsim underneath)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,20 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.fleet.clock import FileClock, SystemClock, schedule_clock
 from crawlfleet.fleet.runs import (
+    MAX_MISSED_COUNTED,
+    Due,
+    Plan,
+    RunBook,
     RunRecord,
+    due,
     ended,
     history_mapping,
     history_of,
     on_due,
+    plan,
     remember,
     run_id,
 )
@@ -94,3 +102,80 @@ def test_the_file_clock_reads_the_time_a_test_sets_and_never_runs_backwards(
     assert clock.now() == T0
     assert isinstance(schedule_clock(None), SystemClock)
     assert abs(SystemClock().now() - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+def every(cron: str, **fields: object) -> ScheduleSpec:
+    return ScheduleSpec.model_validate({"cron": cron, **fields})
+
+
+def test_a_due_time_that_has_not_come_is_nothing() -> None:
+    assert due(every("*/15 * * * *"), T0, T0 - timedelta(seconds=1)) is None
+
+
+def test_due_times_missed_while_nobody_looked_start_one_run_for_the_latest() -> None:
+    came = due(every("*/15 * * * *"), T0, T0 + timedelta(minutes=50))
+    assert came == Due(T0 + timedelta(minutes=45), 3, T0 + timedelta(minutes=60))
+    on_time = due(every("*/15 * * * *"), T0, T0 + timedelta(seconds=3))
+    assert on_time == Due(T0, 0, T0 + timedelta(minutes=15))
+
+
+def test_past_the_missed_count_the_run_is_due_now() -> None:
+    now = T0 + timedelta(days=1, seconds=30)
+    came = due(every("* * * * *"), T0, now)
+    assert came is not None
+    assert (came.at, came.missed) == (now, MAX_MISSED_COUNTED)
+    assert came.next_at == T0 + timedelta(days=1, minutes=1)
+
+
+def test_the_first_look_only_reckons_the_next_due_time() -> None:
+    decided = plan(every("0 * * * *"), RunBook(), now=T0, suspended=False, workers_gone=True)
+    assert decided == Plan(RunBook(next_run_at=T0 + timedelta(minutes=45)))
+
+
+def test_a_due_time_starts_a_run_once_the_last_runs_workers_are_gone() -> None:
+    book = RunBook(next_run_at=T0)
+    schedule = every("15 8 * * *")
+    waiting = plan(schedule, book, now=T0, suspended=False, workers_gone=False)
+    assert waiting == Plan(book)
+    started = plan(schedule, book, now=T0, suspended=False, workers_gone=True)
+    assert started.start == Due(T0, 0, T0 + timedelta(days=1))
+    assert started.book == RunBook(next_run_at=T0 + timedelta(days=1))
+
+
+def test_forbid_skips_a_due_time_while_a_run_goes_and_counts_it() -> None:
+    book = RunBook(T0, "20261202T080000Z", (RunRecord("20261202T080000Z", T0),), skipped=2)
+    decided = plan(every("*/15 * * * *"), book, now=T0, suspended=False, workers_gone=False)
+    assert decided.skip == Due(T0, 0, T0 + timedelta(minutes=15))
+    assert decided.start is None
+    assert decided.book.skipped == 3
+    assert decided.book.next_run_at == T0 + timedelta(minutes=15)
+    assert decided.book.current == "20261202T080000Z"
+
+
+def test_replace_cancels_the_running_run_and_keeps_its_due_time_for_the_start() -> None:
+    book = RunBook(T0, "20261202T080000Z", (RunRecord("20261202T080000Z", T0),))
+    schedule = every("*/15 * * * *", concurrencyPolicy="Replace")
+    decided = plan(schedule, book, now=T0, suspended=False, workers_gone=False)
+    assert decided == Plan(book, cancel="replaced")
+
+
+def test_suspended_cancels_a_run_and_keeps_no_due_time() -> None:
+    book = RunBook(T0, "20261202T080000Z", (RunRecord("20261202T080000Z", T0),))
+    decided = plan(every("*/15 * * * *"), book, now=T0, suspended=True, workers_gone=False)
+    assert decided.cancel == "suspended"
+    assert decided.book.next_run_at is None
+    idle = plan(every("*/15 * * * *"), RunBook(T0), now=T0, suspended=True, workers_gone=True)
+    assert idle == Plan(RunBook())
+
+
+def test_the_book_round_trips_through_the_status() -> None:
+    running = RunRecord("20261202T081500Z", T0)
+    book = RunBook(T0 + timedelta(minutes=15), running.id, (running,), skipped=1)
+    stored = book.to_status()
+    assert stored["nextRunAt"] == "2026-12-02T08:30:00Z"
+    assert RunBook.from_status(stored) == book
+    assert book.running == running
+    done = ended(running, "Succeeded", T0 + timedelta(minutes=1))
+    assert book.ended(done, 10) == RunBook(book.next_run_at, None, (done,), 1)
+    assert RunBook.from_status({}) == RunBook()
+    assert RunBook.from_status({"nextRunAt": "soon", "runsSkipped": "x"}) == RunBook()

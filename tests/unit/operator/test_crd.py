@@ -252,7 +252,7 @@ def test_printer_columns(crd_doc: dict[str, Any], root: dict[str, Any]) -> None:
     default = [c["name"].upper() for c in columns if not c.get("priority")]
     wide = [c["name"].upper() for c in columns if c.get("priority") == 1]
     assert default == [
-        "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "NEXT-REVISIT", "NEXT RUN",
+        "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "NEXT-REVISIT", "NEXT-RUN",
         "AGE",
     ]  # fmt: skip
     assert wide == ["IN-FLIGHT", "SEEN", "RATE", "DUE", "MESSAGE"]
