@@ -130,13 +130,6 @@ def _event(record: dict[str, Any]) -> ChangeKind | None:
     return None
 
 
-def _when(record: dict[str, Any]) -> Rank:
-    """When a record was fetched, and its fetch id: the reader's rank without its first
-    member (whether the record stands for a capture), which a change event does not order by."""
-    _captured, fetched_at, fetch_id = _rank(record)
-    return fetched_at, fetch_id
-
-
 @dataclass(slots=True)
 class _Seen:
     """One URL's events in the window, as far as choosing its line needs."""
@@ -172,7 +165,7 @@ async def _records(
             if record is None:
                 continue
             kind = _event(record)
-            if kind is not None and (since is None or _when(record)[0] >= since):
+            if kind is not None and (since is None or _rank(record)[0] >= since):
                 yield record, kind, run
 
 
@@ -182,7 +175,7 @@ async def changes(store: OutputStore, *, since: float | None = None) -> AsyncIte
     files = await _page_files(store)
     seen: dict[bytes, _Seen] = {}
     async for record, kind, _run in _records(store, files, since):
-        digest, rank = _url_digest(record), _when(record)
+        digest, rank = _url_digest(record), _rank(record)
         known = seen.get(digest)
         if known is None:
             seen[digest] = _Seen(rank if kind == "new" else None, rank, kind)
@@ -196,14 +189,14 @@ async def changes(store: OutputStore, *, since: float | None = None) -> AsyncIte
     async for record, _kind, run in _records(store, files, since):
         digest = _url_digest(record)
         pick = chosen.get(digest)
-        if pick is None or pick[1] != _when(record):
+        if pick is None or pick[1] != _rank(record):
             continue
         del chosen[digest]  # the same record twice (a duplicate file) is listed once
         status = record.get("status")
         yield ChangeEvent(
             url=record["url"],
             change=pick[0],
-            at=_when(record)[0],
+            at=_rank(record)[0],
             status=status if isinstance(status, int) else None,
             run=run,
         )
