@@ -102,7 +102,14 @@ def test_a_continuous_crawl_of_the_news_site(tmp_path: Path, redis_server: Redis
             ),
         ]
         # Seeds are the front pages only: the feeds are found by <link rel="alternate">.
-        job = news_job("news", site.front_pages(), site.hosts, rules)
+        job = news_job(
+            "news",
+            site.front_pages(),
+            site.hosts,
+            rules,
+            output={"format": "jsonl", "maxFileAgeSeconds": 1, "content": "html"},
+            extract=[{"match": ".", "fields": {"title": {"css": "title::text"}}}],
+        )
         run = ContinuousRun(job, tmp_path, redis_url=redis_server.url)
         start_on_first_request(site, run)
         sleep_until(site, STOP_AT, run)
@@ -166,7 +173,7 @@ def test_a_continuous_crawl_of_the_news_site(tmp_path: Path, redis_server: Redis
 
     # The output says what the site says, fetch by fetch: a tracked URL's records carry the
     # change the site's log predicts (a not_modified or unchanged one is an entry without
-    # content), an article's one record has none.
+    # content or items), an article's one record has none.
     records = page_records(run.out)
     written: dict[str, list[str | None]] = {}
     for record in records:
@@ -175,10 +182,19 @@ def test_a_continuous_crawl_of_the_news_site(tmp_path: Path, redis_server: Redis
         assert written.get(url) == [f.change for f in found[url]], url
     for url in once:
         assert written.get(url) in ([None], ["new"]), (url, written.get(url))
-    for record in records:
-        if record.get("change") in ("unchanged", "not_modified"):
-            assert "html" not in record
-            assert "text" not in record
+    for record in records:  # HTML content and items only for what is new or changed
+        if not str(record.get("content_type")).startswith("text/html"):
+            continue
+        has_content = record["status"] == 200 and record.get("change") != "unchanged"
+        assert ("content" in record) == has_content, (record.get("change"), sorted(record))
+    items: dict[str, int] = {}
+    for path in sorted(run.out.glob("items/*.jsonl")):
+        for line in path.read_text().splitlines():
+            url = canonicalize(json.loads(line)["url"])
+            items[url] = items.get(url, 0) + 1
+    for url in tracked - feeds:
+        found_anew = sum(1 for f in found[url] if f.change in ("new", "changed"))
+        assert items.get(url, 0) == found_anew, (url, items.get(url), written[url])
     changes = {c for url in tracked for c in written[url]}
     assert changes == {"new", "changed", "unchanged", "not_modified", "gone"}
 
