@@ -40,12 +40,12 @@ for _, host in ipairs(redis.call('HKEYS', K.hosts)) do
     for depth = st.dmin, st.dmax do redis.call('DEL', qkey(host, depth)) end
   end
 end
-for _, host in ipairs(redis.call('ZRANGE', K.rv_hosts, 0, -1)) do redis.call('DEL', rvkey(host)) end
+for _, chunk in ipairs(redis.call('ZRANGE', K.rv_index, 0, -1)) do redis.call('DEL', rvkey(chunk)) end
 for _, pair in ipairs(bloom_keys(tonumber(redis.call('HGET', K.meta, 'bloom_layers')) or 1, '')) do
   redis.call('DEL', pair[1])
 end
 redis.call('DEL', K.ready, K.hosts, K.delayed, K.leases, K.dead, K.held, K.robots_waits,
-  K.robots_wait_status, K.rv_hosts, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
+  K.robots_wait_status, K.rv_index, K.rv_open, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
   PREFIX .. 'output-finished', PREFIX .. 'output-finisher')
 local sequence = redis.call('HGET', K.stats, 'lease_seq')
 redis.call('DEL', K.stats)
@@ -59,10 +59,11 @@ local layers, tracked = tonumber(committed[2]) or 1, tonumber(committed[4]) or 0
 if committed[1] then
   for _, pair in ipairs(bloom_keys(layers, 'run:')) do copy(pair[2], pair[1]) end
   copy(PREFIX .. 'run:bf', PREFIX .. 'bf')
-  for _, host in ipairs(redis.call('ZRANGE', PREFIX .. 'run:rv-hosts', 0, -1)) do
-    copy(PREFIX .. 'run:rv:' .. host, rvkey(host))
+  for _, chunk in ipairs(redis.call('ZRANGE', PREFIX .. 'run:rv-index', 0, -1)) do
+    copy(PREFIX .. 'run:rv:' .. chunk, rvkey(chunk))
   end
-  copy(PREFIX .. 'run:rv-hosts', K.rv_hosts)
+  copy(PREFIX .. 'run:rv-index', K.rv_index)
+  copy(PREFIX .. 'run:rv-open', K.rv_open)
   redis.call('HSET', K.stats, 'seen', committed[3] or 0, 'tracked', tracked)
   if tracked > 0 then redis.call('HSET', K.meta, 'tracking', '1') end
 end

@@ -288,12 +288,12 @@ async def test_a_run_takes_only_the_revisits_due_by_its_start(open_frontier: Ope
     assert await frontier.promote_due() == 1
 
 
-@pytest.mark.parametrize("backend", ["bitmap"])  # the revisit sets do not depend on it
+@pytest.mark.parametrize("backend", ["bitmap"])  # the revisit chunks do not depend on it
 async def test_a_tracked_url_costs_at_most_100_bytes_of_redis(
     open_frontier: OpenFrontier,
 ) -> None:
     """10,000 URLs shaped like a news site's (mean length 81) over 100 hosts, with the ETag
-    and Last-Modified mix common servers send: MEMORY USAGE of every revisit set and their
+    and Last-Modified mix common servers send: MEMORY USAGE of every chunk of them and their
     index, over the URLs tracked. docs/frontier.md gives the figure."""
     frontier = await open_frontier(concurrency={"perHost": 256}, dedup={"capacity": 20_000})
     validators = {canonicalize(url): v for url, v in tracked_urls(10_000, hosts=100)}
