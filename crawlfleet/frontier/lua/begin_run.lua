@@ -59,11 +59,17 @@ local layers, tracked = tonumber(committed[2]) or 1, tonumber(committed[4]) or 0
 if committed[1] then
   for _, pair in ipairs(bloom_keys(layers, 'run:')) do copy(pair[2], pair[1]) end
   copy(PREFIX .. 'run:bf', PREFIX .. 'bf')
-  for _, chunk in ipairs(redis.call('ZRANGE', PREFIX .. 'run:rv-index', 0, -1)) do
-    copy(PREFIX .. 'run:rv:' .. chunk, rvkey(chunk))
+  -- each host's chunks numbered 1..m again (the ids grow as chunks fill and drain), so a
+  -- tracked seed is looked for in the chunks its host has, no more (promote_at_rest)
+  local chunks, count = redis.call('ZRANGE', PREFIX .. 'run:rv-index', 0, -1, 'WITHSCORES'), {}
+  for i = 1, #chunks, 2 do
+    local host = chunk_host(chunks[i])
+    count[host] = (count[host] or 0) + 1
+    local chunk = count[host] .. ':' .. host
+    copy(PREFIX .. 'run:rv:' .. chunks[i], rvkey(chunk))
+    redis.call('ZADD', K.rv_index, chunks[i + 1], chunk)
   end
-  copy(PREFIX .. 'run:rv-index', K.rv_index)
-  copy(PREFIX .. 'run:rv-open', K.rv_open)
+  for host, last in pairs(count) do redis.call('HSET', K.rv_open, host, last) end
   redis.call('HSET', K.stats, 'seen', committed[3] or 0, 'tracked', tracked)
   if tracked > 0 then redis.call('HSET', K.meta, 'tracking', '1') end
 end

@@ -288,6 +288,26 @@ async def test_a_run_takes_only_the_revisits_due_by_its_start(open_frontier: Ope
     assert await frontier.promote_due() == 1
 
 
+async def test_a_tracked_seed_is_found_in_any_chunk_of_its_host(
+    open_frontier: OpenFrontier,
+) -> None:
+    """A host's tracked URLs fill chunks of 128; the seed is in the second one."""
+    frontier = await open_frontier(concurrency={"perHost": 256})
+    urls = [f"http://a.com/p/{i}" for i in range(130)]
+    await frontier.begin_run("r1")
+    await track(frontier, urls, interval=3600.0)
+    await frontier.commit_run("r1")
+    assert (await frontier.begin_run("r2")).tracked == 130
+    assert await frontier.seed([urls[-1]], every_run=True) == 1
+    [lease] = await frontier.claim("w", 5)
+    assert lease.url == urls[-1]
+    assert (await frontier.revisit_states([lease.url]))[lease.url].validators == Validators(
+        etag=ETAG.etag
+    )
+    stats = await frontier.stats()
+    assert (stats.tracked, stats.revisits_due, stats.queued) == (130, 1, 0)
+
+
 @pytest.mark.parametrize("backend", ["bitmap"])  # the revisit chunks do not depend on it
 async def test_a_tracked_url_costs_at_most_100_bytes_of_redis(
     open_frontier: OpenFrontier,
