@@ -1,11 +1,13 @@
 """Revisit state packed small: what the frontier keeps per tracked URL (docs/frontier.md).
 
-A tracked URL at rest is one member of its host's sorted set ``rv:<host>`` scored by its due
-time (whole seconds, so the score is a small listpack integer): ``<entry>\\t<state>``, the
-entry being the URL after its host (a scheme letter standing for ``https://<host>/``, then
-the rest of the path and the query) and the state ``>I3BB`` (interval in seconds up to 194
-days, visits up to 255, depth up to 255: the scripts read and write it with ``struct``)
-followed by the validators, which only this module reads:
+A tracked URL at rest is one element of a list of its host's, a chunk ``rv:<k>:<host>`` of at
+most 128 that ``rv-index`` scores by its earliest due time (lib.lua):
+``<state><entry>\\t<validators>``. The state is ``>I4I3BB`` (due time in whole seconds,
+interval in seconds up to 194 days, visits up to 255, depth up to 255: the scripts read and
+write it with ``struct``), the entry the URL after its host (a scheme letter standing for
+``https://<host>/``, then the rest of the path and the query). While the URL is queued or
+leased, ``rv-states`` holds ``<state><validators>`` under its URL. The validators only this
+module reads:
 
 - one flags byte (:data:`_DIGEST` … :data:`_ETAG_WEAK`);
 - the digest: 8 bytes when it is 16 lowercase hex digits (the worker's usual), else a
@@ -42,27 +44,15 @@ from crawlfleet.urls import CanonicalURL
 
 __all__ = [
     "MAX_ETAG_BYTES",
-    "REDIS_SERVER_ARGS",
-    "STATE_HEADER_SIZE",
+    "STATE_SIZE",
     "pack_validators",
     "read_state",
     "unpack_validators",
 ]
 
-#: redis-server arguments that keep a host's revisit set in listpack encoding (a few bytes per
-#: member, where the skiplist encoding costs about a hundred more) up to 1024 tracked URLs of
-#: up to about 200 characters: the memory figure in docs/frontier.md assumes them. The
-#: ziplist names, which Redis 7 keeps as aliases of the listpack ones, so Redis 6 takes them
-#: too. The Redis the project starts (local, managed) gets them; an external Redis keeps its
-#: own, and its tracked URLs cost more when its limits are Redis's defaults (128, 64 bytes).
-REDIS_SERVER_ARGS: Final = (
-    "--zset-max-ziplist-entries", "1024",
-    "--zset-max-ziplist-value", "256",
-)  # fmt: skip
-#: The state's fixed part, as the scripts pack it (``>I3BB``): interval seconds (3 bytes),
-#: visits, depth.
-STATE_HEADER_SIZE: Final = 5
-#: rv-states values (tracked URLs queued or leased) start with the due time (seconds).
+#: The state's fixed part, as the scripts pack it (``>I4I3BB``): due seconds, interval
+#: seconds (3 bytes), visits, depth.
+STATE_SIZE: Final = 9
 _DUE = struct.Struct(">I")
 #: The longest ETag kept, in its packed form: past it the URL is revisited without one.
 MAX_ETAG_BYTES: Final = 48
@@ -194,9 +184,9 @@ def unpack_validators(blob: bytes) -> Validators:
 
 
 def read_state(url: CanonicalURL, value: bytes) -> RevisitState:
-    """A tracked URL's state from its ``rv-states`` value: due time, header, validators."""
+    """A tracked URL's state from its ``rv-states`` value: the state, then the validators."""
     (due,) = _DUE.unpack_from(value)
     interval = int.from_bytes(value[_DUE.size : _DUE.size + 3], "big")
     visits = value[_DUE.size + 3]
-    validators = unpack_validators(value[_DUE.size + STATE_HEADER_SIZE :])
+    validators = unpack_validators(value[STATE_SIZE:])
     return RevisitState(url, float(interval), validators, float(due), visits)
