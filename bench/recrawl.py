@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,11 @@ import yaml
 
 from crawlfleet.crawler.links.links import extract_links
 from crawlfleet.crawljob import CrawlJobSpec, load_crawljob
+from crawlfleet.destinations import parse_destination
 from crawlfleet.frontier import Frontier, FrontierSettings
 from crawlfleet.local.redis_server import RedisServer
+from crawlfleet.output.changes import changes
+from crawlfleet.output.stores import FolderStore
 from crawlfleet.testsite.freshness import Audit, audit
 from crawlfleet.testsite.news import NewsConfig, NewsSite
 
@@ -197,6 +201,8 @@ async def continuous(scenario: Scenario, tmp: Path) -> tuple[Audit, dict[str, An
         out = tmp / "news-run"
         command = [sys.executable, "-m", "crawlfleet", "--log-level", "warning", "run"]
         log_path = tmp / "run.log"
+        # The window's second half in wall-clock seconds: `output changes --since` of it.
+        halfway = time.time() + scenario.duration_seconds / 2 - site.now()
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 [*command, str(job_file), "--out", str(out), "--redis-url", redis.url],
@@ -227,11 +233,19 @@ async def continuous(scenario: Scenario, tmp: Path) -> tuple[Audit, dict[str, An
         tracked, tracked_bytes = await revisit_memory(job_file, redis.url)
         extra = {
             "exit_code": process.returncode,
+            "output_changes": await output_changes(out, None),
+            "output_changes_second_half": await output_changes(out, halfway),
             "tracked": tracked,
             "tracked_bytes": tracked_bytes,
             "tracked_bytes_per_url": tracked_bytes / tracked if tracked else None,
         }
     return found, extra
+
+
+async def output_changes(out: Path, since: float | None) -> dict[str, int]:
+    """What ``crawlfleet output changes [--since]`` lists for the run's output, by kind."""
+    store = FolderStore(parse_destination(str(out)))
+    return dict(Counter([event.change async for event in changes(store, since=since)]))
 
 
 async def revisit_memory(job_file: Path, redis_url: str) -> tuple[int, int]:
