@@ -24,9 +24,11 @@ from crawlfleet.errors import CrawlfleetError
 from crawlfleet.startup import setup_logging, without_gc
 
 if TYPE_CHECKING:
-    from crawlfleet.crawljob import CrawlJobSpec
+    from crawlfleet.crawljob import CrawlJobSpec, S3Spec
+    from crawlfleet.destinations import Destination
     from crawlfleet.enqueue import EnqueueReport
     from crawlfleet.local.zygote import Zygote
+    from crawlfleet.output.stores import OutputStore
 
 __all__ = ["main", "run"]
 
@@ -48,6 +50,12 @@ def _parser(config: Config) -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a CrawlJob on this machine (private Redis)")
     run.add_argument("job", help="CrawlJob YAML file")
+    run.add_argument(
+        "--once",
+        action="store_true",
+        help="a job with spec.schedule: one run now, then exit [a run at each due time until"
+        " Ctrl-C]",
+    )
     _run_flags(run, config)
 
     demo = commands.add_parser("demo", help="crawl the bundled loopback demo site")
@@ -87,19 +95,29 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
 
     output = commands.add_parser(
-        "output", help="list, print or verify a crawl's output (a folder or a bucket)"
+        "output",
+        help="list, print, verify or diff a crawl's output (a folder or a bucket)",
     )
     output.add_argument(
         "action",
-        choices=("ls", "cat", "items", "verify"),
+        choices=("ls", "cat", "items", "verify", "changes"),
         help="ls: the files; cat: the page records, latest fetch per URL; items: the items of"
-        " those fetches; verify: the manifest",
+        " those fetches; verify: the manifest; changes: the URLs that appeared, changed or"
+        " went away (404/410 after a 200), once each",
     )
     output.add_argument(
         "target", help="a CrawlJob YAML file (its output.destination) or a destination"
     )
     output.add_argument(
         "--all", action="store_true", help="cat: every fetch, not only the latest per URL"
+    )
+    output.add_argument(
+        "--since",
+        help="changes: only those at or after this: a time (2026-12-02T08:15:00Z), a run id"
+        " (20261202T081500Z) or a duration back from now (90m, 1h30m) [all]",
+    )
+    output.add_argument(
+        "--json", action="store_true", help="changes: one JSON object a line instead of text"
     )
     output.add_argument("--endpoint", help="S3 endpoint URL of an s3:// target [AWS]")
     output.add_argument("--region", help="S3 region of an s3:// target")
@@ -340,7 +358,8 @@ def _output(args: argparse.Namespace) -> int:
     """``crawlfleet output ls|cat|verify``: read what a crawl wrote, wherever it went."""
     from crawlfleet.crawljob import S3Spec, load_crawljob
     from crawlfleet.destinations import destination_flag
-    from crawlfleet.output.reader import item_records, page_records, verify
+    from crawlfleet.output.manifest import MANIFEST
+    from crawlfleet.output.reader import item_records, page_records, run_ids
     from crawlfleet.output.stores import open_store
 
     target = Path(args.target)
@@ -370,23 +389,15 @@ def _output(args: argparse.Namespace) -> int:
                 out.write(line + b"\n")
             out.flush()
             return 0
-        result = await verify(store)
-        if result.problem:
-            print(f"crawlfleet: {result.problem}", file=sys.stderr)
-            return 1
-        for path in result.missing:
-            print(f"missing: {destination.key(path)}", file=sys.stderr)
-        for path in result.changed:
-            print(f"changed: {destination.key(path)} (size or sha256 differs)", file=sys.stderr)
-        for path in result.unlisted:
-            print(f"not in the manifest (a duplicate nobody acked): {path}", file=sys.stderr)
-        verdict = "verified" if result.ok else "FAILED"
-        print(
-            f"{destination.url}: {verdict}: {result.checked} of"
-            f" {result.checked + len(result.missing)} listed files checked,"
-            f" {len(result.missing)} missing, {len(result.changed)} changed"
-        )
-        return 0 if result.ok else 1
+        if args.action == "changes":
+            return await _changes(store, args.since, as_json=args.json)
+        files = await store.files()
+        runs = run_ids(files)
+        if runs and not any(stored.key == MANIFEST for stored in files):
+            # A scheduled job: each run has its layout and manifest under runs/<run-id>/.
+            codes = [await _verified(destination.for_run(run), s3) for run in runs]
+            return max(codes)
+        return await _verified(destination, s3)
 
     try:
         return asyncio.run(run())
@@ -394,6 +405,50 @@ def _output(args: argparse.Namespace) -> int:
         from crawlfleet.errors import OutputError
 
         raise OutputError(f"{destination.url}: not found ({error.strerror or error})") from None
+
+
+async def _changes(store: OutputStore, since_text: str | None, *, as_json: bool) -> int:
+    """``crawlfleet output changes``: each URL that appeared, changed or went away, once."""
+    import time
+    from collections import Counter
+
+    from crawlfleet.output.changes import changes, parse_since
+
+    since = None if since_text is None else parse_since(since_text, time.time())
+    counts: Counter[str] = Counter()
+    async for event in changes(store, since=since):
+        counts[event.change] += 1
+        print(event.to_json() if as_json else event.to_text())
+    window = f" since {since_text}" if since_text else ""
+    print(
+        f"{counts['new']} new, {counts['changed']} changed, {counts['gone']} gone{window}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _verified(destination: Destination, s3: S3Spec | None) -> int:
+    """``crawlfleet output verify`` of one destination (or one run's): its lines, its code."""
+    from crawlfleet.output.reader import verify
+    from crawlfleet.output.stores import open_store
+
+    result = await verify(open_store(destination, s3))
+    if result.problem:
+        print(f"crawlfleet: {result.problem}", file=sys.stderr)
+        return 1
+    for path in result.missing:
+        print(f"missing: {destination.key(path)}", file=sys.stderr)
+    for path in result.changed:
+        print(f"changed: {destination.key(path)} (size or sha256 differs)", file=sys.stderr)
+    for path in result.unlisted:
+        print(f"not in the manifest (a duplicate nobody acked): {path}", file=sys.stderr)
+    verdict = "verified" if result.ok else "FAILED"
+    print(
+        f"{destination.url}: {verdict}: {result.checked} of"
+        f" {result.checked + len(result.missing)} listed files checked,"
+        f" {len(result.missing)} missing, {len(result.changed)} changed"
+    )
+    return 0 if result.ok else 1
 
 
 def _extract(args: argparse.Namespace) -> int:
@@ -482,6 +537,7 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         workers=args.workers,
         resume=args.resume,
         json_summary=args.json,
+        once=getattr(args, "once", False),  # `crawlfleet demo` has no schedule
         zygote=zygote,
     )
     return asyncio.run(run_local(job, options))

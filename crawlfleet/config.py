@@ -161,6 +161,9 @@ class SteeringConfig:
     #: start, with the same error, are failing, not unlucky: ``crawlfleet run`` stops with
     #: the error, the operator sets the ``WorkersFailing`` condition (docs/steering.md).
     crash_loop_deaths: int = field(default=3, metadata=_env("CRASH_LOOP_DEATHS"))
+    #: For tests: a file whose ISO 8601 text is the time a scheduled job's due times are read
+    #: against (crawlfleet.fleet.clock.FileClock), instead of the wall clock. Unset: the clock.
+    schedule_clock_file: Path | None = field(default=None, metadata=_env("SCHEDULE_CLOCK_FILE"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_DESTINATION_LENGTH",
     "PARENT_SEGMENT",
     "PARENT_SEGMENT_PATTERN",
+    "RUNS_FOLDER",
     "VOLUME_MOUNT_PATH",
     "Destination",
     "InvalidDestination",
@@ -57,6 +58,9 @@ MAX_DESTINATION_LENGTH: Final = 1024
 #: The layout under every destination (docs/output.md): nothing else there is the crawl's.
 LAYOUT_FOLDERS: Final = ("pages", "items", "warc")
 LAYOUT_FILES: Final = ("dead-letters.jsonl", "manifest.json")
+#: A scheduled job's runs each write the layout under ``runs/<run-id>/`` of the destination.
+RUNS_FOLDER: Final = "runs"
+_RUN_ID: Final = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,63}")
 DESTINATION_MEANING: Final = "must be a folder path, a file:// URL or an s3://bucket/prefix/ URL"
 DESTINATION_CREDENTIALS: Final = (
     "must not hold a user name, password or key: the spec is readable by anyone who can read"
@@ -108,6 +112,20 @@ class Destination:
         if self.kind == "s3":
             return self.prefix + relative
         return str(PurePosixPath(self.path) / relative)
+
+    def for_run(self, run_id: str) -> Destination:
+        """Where one run of a scheduled job writes: ``runs/<run_id>/`` under this one.
+
+        ``run_id`` is a plain name (``20261202T081500Z``): a ValueError otherwise, never a
+        path that climbs or nests.
+        """
+        if not _RUN_ID.fullmatch(run_id):
+            raise ValueError(f"not a run id: {run_id!r}")
+        if self.kind == "s3":
+            return Destination(
+                "s3", bucket=self.bucket, prefix=f"{self.prefix}{RUNS_FOLDER}/{run_id}/"
+            )
+        return Destination("folder", path=self.key(f"{RUNS_FOLDER}/{run_id}"))
 
 
 def parse_destination(text: str) -> Destination:

@@ -74,7 +74,14 @@ from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seed_list import SeedListBounds, parse_seed_list
 from crawlfleet.crawljob.seeds import ConfigMapKeyRef, SeedsFrom
 from crawlfleet.crawljob.spec import CrawlJobSpec
-from crawlfleet.crawljob.status import Condition, CrawlJobStatus, FleetStatus, Phase
+from crawlfleet.crawljob.status import (
+    Condition,
+    CrawlJobStatus,
+    FleetStatus,
+    FreshnessStatus,
+    Phase,
+    RunStatus,
+)
 
 __all__ = [
     "API_VERSION",
@@ -98,6 +105,7 @@ __all__ = [
     "ExtractSelector",
     "FetchSpec",
     "FleetStatus",
+    "FreshnessStatus",
     "LeaseSpec",
     "ManagedRedis",
     "ObjectMeta",
@@ -109,6 +117,7 @@ __all__ = [
     "RetrySpec",
     "RobotsSpec",
     "Rule",
+    "RunStatus",
     "S3Spec",
     "ScheduleSpec",
     "ScopeSpec",

@@ -12,9 +12,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, JsonValue, computed_field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "Phase"]
+__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "FreshnessStatus", "Phase", "RunStatus"]
 
-Phase = Literal["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+#: Scheduled: a job with spec.schedule between two runs (no workers; status.nextRunAt says
+#: when the next one starts).
+Phase = Literal["Pending", "Running", "Scheduled", "Suspended", "Succeeded", "Failed"]
 
 
 class _Observed(BaseModel):
@@ -82,12 +84,59 @@ class FleetStatus(_Observed):
     """The reason of the last Stalled Event (leases that stopped moving); unset once they move."""
 
 
+class RunStatus(_Observed):
+    """One run of a scheduled job (spec.schedule), in status.runs."""
+
+    id: str
+    """The run's id: its due time in UTC (20261202T081500Z), which sorts as time does; its
+    output is under <destination>/runs/<id>/."""
+    started_at: datetime | None = None
+    """When the run started."""
+    ended_at: datetime | None = None
+    """When the run ended; unset while it runs."""
+    pages: int = 0
+    """Pages fetched and done in the run."""
+    changed: int = 0
+    """Revisited pages whose content had changed."""
+    unchanged: int = 0
+    """Revisited pages that had not changed (304 Not Modified included)."""
+    outcome: Literal["Running", "Succeeded", "Failed", "Cancelled"] = "Running"
+    """Running; Succeeded (its state is committed: the next run starts from it); Failed or
+    Cancelled (suspended, or replaced by the next run under concurrencyPolicy Replace): it
+    committed nothing, and the next run starts from the last successful one's state."""
+
+
+class FreshnessStatus(_Observed):
+    """How fresh a job with revisit rules (spec.recrawl) keeps its pages: set for such jobs
+    instead of a progress that never ends."""
+
+    tracked: int = 0
+    """URLs with a revisit schedule (those a recrawl rule matched)."""
+    due: int = 0
+    """Revisits that are due and not fetched yet: a number that keeps growing means the
+    workers do not keep up with the rules' intervals."""
+    next_revisit_at: datetime | None = None
+    """When the next revisit is due; unset when none is scheduled."""
+    lag_p50_seconds: float | None = None
+    """Median time from a revisit's due time to its fetch, in seconds."""
+    lag_p95_seconds: float | None = None
+    """95th percentile of the time from a revisit's due time to its fetch, in seconds."""
+    changed: int = 0
+    """Revisits that found the page changed."""
+    unchanged: int = 0
+    """Revisits that found the same body (its digest), fetched in full."""
+    not_modified: int = 0
+    """Revisits answered 304 Not Modified: asked with the page's validators, no body sent."""
+    gone: int = 0
+    """Tracked pages that answered 404 or 410 on a revisit, and are no longer revisited."""
+
+
 class CrawlJobStatus(_Observed):
     """What the operator observed; counters default to 0 so printer columns never show blanks."""
 
     phase: Phase = "Pending"
-    """Where the job is in its life: Pending (setting up), Running, Suspended, Succeeded
-    (nothing left to crawl) or Failed."""
+    """Where the job is in its life: Pending (setting up), Running, Scheduled (a scheduled
+    job between runs), Suspended, Succeeded (nothing left to crawl) or Failed."""
     conditions: tuple[Condition, ...] = ()
     """The latest observations of the job's state, one per type, in the standard Kubernetes
     shape (kubectl wait --for=condition=Complete works)."""
@@ -128,9 +177,13 @@ class CrawlJobStatus(_Observed):
     waiting: str = ""
     """What the crawl waits for, in one word, while URLs are queued and none is fetched: the
     Waiting condition's reason (RobotsTxt, NoLiveWorker, OutputBlocked, HeldSlots,
-    MemoryPressure, RetryBackoff, HostDelay, Suspended), else the Stalled condition's
+    MemoryPressure, RetryBackoff, HostDelay, Suspended; NextRevisit for a job that keeps
+    going and has nothing to do until its next revisit is due), else the Stalled condition's
     (StuckFetching, StuckProcessing, StuckOutput) while leases do not move; empty while the
     crawl moves. The conditions' messages say the rest."""
+    freshness: FreshnessStatus | None = None
+    """For a job with revisit rules: what is tracked, due, how late revisits are, and what
+    they found."""
     fleet: FleetStatus | None = None
     """The fleet brain's memory (scale-down window, completion grace), for the operator."""
     frontier_epoch: str | None = None
@@ -148,6 +201,16 @@ class CrawlJobStatus(_Observed):
     """Memory the job's Redis uses, in bytes (used_memory)."""
     frontier_memory_max_bytes: int = 0
     """The Redis's maxmemory, in bytes; 0: no limit set."""
+    next_run_at: datetime | None = None
+    """A scheduled job's next due time (unset while suspended, and for a job without
+    spec.schedule)."""
+    current_run: str | None = None
+    """The id of the run going now, of a scheduled job; unset between runs."""
+    runs: tuple[RunStatus, ...] = ()
+    """A scheduled job's last runs, newest first, at most spec.schedule.historyLimit."""
+    runs_skipped: int = 0
+    """Due times of a scheduled job that started no run because the last run was still going
+    (concurrencyPolicy Forbid; each a RunSkipped Event)."""
     frontier_pressure: Literal["None", "High", "Critical"] = "None"
     """Memory backpressure on the frontier: High past 80% of maxmemory (fewer claims, a budget
     of new links per page), Critical past 95% (no new links admitted); None again below 70%."""

@@ -6,6 +6,7 @@ per tick, over a ``backend.FleetBackend`` that the local runner and the operator
 """
 
 from crawlfleet.fleet.backend import EventReason, FleetBackend, FleetEvent, FleetView, Unit, unit_of
+from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.policy import (
     Decision,
     FleetMemory,
@@ -30,6 +31,7 @@ __all__ = [
     "FleetMemory",
     "FleetPolicy",
     "FleetView",
+    "Freshness",
     "Observation",
     "Phase",
     "Requeue",

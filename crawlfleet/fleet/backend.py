@@ -52,6 +52,12 @@ EventReason = Literal[
     "WaitEnded",
     "Stalled",
     "StallEnded",
+    # A scheduled job's runs (crawlfleet.fleet.recurring).
+    "RunStarted",
+    "RunSkipped",
+    "RunCancelled",
+    "RunSucceeded",
+    "RunFailed",
 ]
 
 

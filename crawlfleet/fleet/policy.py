@@ -27,6 +27,13 @@ A job that writes output is complete only once its closing files are written
 (``manifest.json``, by the one worker the frontier elects): until then it stays Running with
 at least one worker, so whoever sees Succeeded finds the manifest.
 
+A job that **keeps going** (``spec.recrawl`` without a ``schedule``: DESIGN §10) is never
+complete by itself: once nothing is queued, delayed or leased it waits for its next due
+revisit, Running, with ``minReplicas`` workers (0 allowed) after the usual scale-down delay;
+the tick moves due revisits into their queues (``Frontier.promote_due``), where they are
+backlog like any other URL, and a revisit due within ``retry_lead_seconds`` asks for one
+worker ahead of time, as a delayed retry does.
+
 A heartbeat whose worker the backend does not know (a pod that is gone) is **vanished**.
 """
 
@@ -150,6 +157,11 @@ class FleetPolicy:
     writes_output: bool = False
     #: A lease in one stage of a live worker for longer is stalled (:func:`stall_after_seconds`).
     stall_after_seconds: float = math.inf
+    #: ``spec.keeps_going``: revisit rules and no schedule, so the job never completes by
+    #: itself; drained, it waits for its next due revisit.
+    keeps_going: bool = False
+    #: ``spec.recrawl`` is set: the tick moves due revisits into their queues.
+    revisits: bool = False
 
     @classmethod
     def from_spec(
@@ -188,6 +200,8 @@ class FleetPolicy:
             writes_output=spec.output.format != "none",
             workers_seed=spec.scrapy is not None,
             stall_after_seconds=stall_after_seconds(spec),
+            keeps_going=spec.keeps_going,
+            revisits=bool(spec.recrawl),
         )
 
 
@@ -252,6 +266,8 @@ class Observation:
     lost: str | None = None
     #: The job's closing files (manifest.json) are written (FrontierStats.output_finished).
     output_finished: bool = False
+    #: Seconds until the earliest revisit is due (<= 0: due now); None: none is tracked.
+    next_revisit_in_seconds: float | None = None
 
     @classmethod
     def of(
@@ -284,6 +300,7 @@ class Observation:
             pressure=stats.pressure.level,
             pages_per_second=pages_per_second,
             output_finished=stats.output_finished,
+            next_revisit_in_seconds=stats.next_revisit_in_seconds,
         )
 
     @classmethod
@@ -294,6 +311,11 @@ class Observation:
     @property
     def demand_in_flight(self) -> int:
         return self.in_flight if self.fetching is None else min(self.fetching, self.in_flight)
+
+
+def _earliest(*seconds: float | None) -> float | None:
+    known = [each for each in seconds if each is not None]
+    return min(known) if known else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,12 +583,24 @@ def demand(
     Delayed retries are demand too, but at most one worker's worth, and only once the earliest
     is due within ``retry_lead_seconds``: a worker claims them as they come due (a claim moves
     due retries into their queues), and then they count as queued like any other URL. Without
-    this, ``minReplicas: 0`` with only retries left would wait for them forever.
+    this, ``minReplicas: 0`` with only retries left would wait for them forever. A revisit
+    due soon wakes a worker ahead of its time the same way (``next_retry_in_seconds`` is then
+    the earlier of the two: see ``_due_in``).
     """
     wanted = math.ceil((queued + in_flight) / max(1, policy.target_backlog_per_replica))
     if next_retry_in_seconds is not None and next_retry_in_seconds <= policy.retry_lead_seconds:
         wanted = max(wanted, 1)
     return max(policy.min_replicas, min(policy.max_replicas, wanted))
+
+
+def _due_in(policy: FleetPolicy, seen: Observation, memory: FleetMemory) -> float | None:
+    """When work comes due, for the lead that wakes a worker ahead of it. A fleet still up
+    keeps its worker for a revisit due within the scale-down delay (besides the lead): it
+    would be stopped only to be started again, which the delay is there to prevent."""
+    revisit_in = seen.next_revisit_in_seconds
+    if revisit_in is not None and memory.replicas > 0:
+        revisit_in -= policy.scale_down_delay_seconds
+    return _earliest(seen.next_retry_in_seconds, revisit_in)
 
 
 def _wanted(policy: FleetPolicy, queued: int, in_flight: int, retry_in: float | None) -> int:
@@ -586,12 +620,18 @@ def wants_tick(
     """
     if suspended:
         return memory.replicas != 0
-    if stats.pending == 0:
+    due_in = _earliest(stats.next_retry_in_seconds, stats.next_revisit_in_seconds)
+    if policy.keeps_going and stats.pending == 0:
+        # Waiting for its next revisit: a tick moves a due one into its queue.
+        revisit_in = stats.next_revisit_in_seconds
+        if revisit_in is not None and revisit_in <= 0:
+            return True
+    elif stats.pending == 0:
         # Crawled out: complete now, unless a worker is still writing the closing files
         # (then only a fleet of none needs the tick, to start one that writes them).
         closing = policy.writes_output and stats.seeded and not stats.output_finished
         return not closing or memory.replicas == 0
-    wanted = _wanted(policy, stats.queued, stats.fetching, stats.next_retry_in_seconds)
+    wanted = _wanted(policy, stats.queued, stats.fetching, due_in)
     if policy.pinned_replicas is not None:
         return wanted != memory.replicas
     return wanted > memory.replicas
@@ -754,7 +794,9 @@ def _steer(
 
     pending = seen.queued + seen.delayed + seen.in_flight
     closing = False  # crawled out, but the output's closing files are not written yet
-    if seen.seeded and pending == 0:
+    if policy.keeps_going:
+        idle_since = None  # never complete by itself: it waits for its next revisit
+    elif seen.seeded and pending == 0:
         idle_since = memory.idle_since if memory.idle_since is not None else seen.now
         if policy.writes_output and not seen.output_finished:
             # A worker writes them (the one the frontier elects): keep one to do it, and say
@@ -769,7 +811,7 @@ def _steer(
     else:
         idle_since = None
 
-    wanted = _wanted(policy, seen.queued, seen.demand_in_flight, seen.next_retry_in_seconds)
+    wanted = _wanted(policy, seen.queued, seen.demand_in_flight, _due_in(policy, seen, memory))
     if closing:
         wanted = max(wanted, 1)
     current = memory.replicas

@@ -10,6 +10,8 @@
               frontier.memory()           Redis's used memory and maxmemory: one INFO
               (frontier.seed() once, if the job is not seeded yet, and once more each
               time its seed list changes: policy.seed_action)
+              (frontier.promote_due(), when the counters say a revisit is due: due
+              revisits become queued backlog, which wakes a fleet scaled to zero)
     decide    policy.decide()             pure: desired replicas, requeues, replacements,
                                           memory pressure, Bloom fill, a lost frontier
               waiting.assess()            pure: what the crawl waits for, when URLs are
@@ -26,9 +28,10 @@
                                           Waiting/WaitEnded, Stalled/StallEnded on change)
 
 A tick is O(1) Redis round trips per job (four, plus two per worker found dead and one more
-read of the counters when anything was requeued), however big the crawl. Between ticks the
-callers make one cheap :func:`check` (one read of the counters) that brings the next tick
-forward when the crawl ends or the backlog outgrows the fleet.
+read of the counters when anything was requeued, two when revisits came due), however big
+the crawl. Between ticks the callers make one cheap :func:`check` (one read of the counters)
+that brings the next tick forward when the crawl ends, the backlog outgrows the fleet, or a
+revisit comes due.
 
 The memory (:class:`~crawlfleet.fleet.policy.FleetMemory`) goes in and comes out: the caller
 keeps it durable (status in a cluster, state.json locally).
@@ -317,6 +320,11 @@ async def _tick(
         stats = await frontier.stats()
     if action != "none":
         memory = replace(memory, seeds_hash=seeds_hash)
+    # Claims promote due revisits too, but a fleet scaled to zero claims nothing: here they
+    # become queued, and the backlog asks for workers as any other would.
+    revisits_due = policy.revisits and not suspended and _revisit_due(stats)
+    if revisits_due and await frontier.promote_due():
+        stats = await frontier.stats()
     beats = await frontier.workers()
     workers, vanished = join(view, beats)
     output_blocked = tuple(
@@ -433,6 +441,11 @@ async def _tick(
         stall,
         news,
     )
+
+
+def _revisit_due(stats: FrontierStats) -> bool:
+    due_in = stats.next_revisit_in_seconds
+    return due_in is not None and due_in <= 0
 
 
 def _waits_news(

@@ -19,12 +19,14 @@ HeldSlots         host slots still counted for dead workers' requests, until the
 MemoryPressure    Redis is near its maxmemory: claims are slowed
 RetryBackoff      URLs waiting out a retry's backoff or Retry-After
 HostDelay         hosts waiting out their delay (``hostDelaySeconds``, a Crawl-delay)
+NextRevisit       a job that keeps going (``spec.recrawl``, no schedule) has nothing
+                  queued, delayed or leased: it waits for its next due revisit
 ================  ===================================================================
 
-The first cause in that order is the main one (a condition's reason, an Event's). The last two
-are how every polite crawl paces itself, so they count only when their next change is at least
-:data:`WAIT_NOTICE_SECONDS` away: a crawl a second between pages is moving; one that waits two
-minutes for a Crawl-delay is waiting, and says so.
+The first cause in that order is the main one (a condition's reason, an Event's). RetryBackoff
+and HostDelay are how every polite crawl paces itself, so they count only when their next
+change is at least :data:`WAIT_NOTICE_SECONDS` away: a crawl a second between pages is
+moving; one that waits two minutes for a Crawl-delay is waiting, and says so.
 
 :func:`track` turns the ticks' assessments into news for Events: a new main reason is announced
 at once; a wait is over once the crawl has had nothing to wait for during
@@ -53,6 +55,7 @@ __all__ = [
     "Waiting",
     "assess",
     "duration",
+    "next_revisit",
     "track",
 ]
 
@@ -66,6 +69,7 @@ WaitReason = Literal[
     "MemoryPressure",
     "RetryBackoff",
     "HostDelay",
+    "NextRevisit",
 ]
 #: Every reason, most telling first: the order causes are listed in.
 WAIT_REASONS: Final[tuple[WaitReason, ...]] = get_args(WaitReason)
@@ -91,6 +95,8 @@ class WaitCause:
     next_change_at: float | None = None
     #: How the next change is said: "next try in 9m12s", "next due at ...", "freed in 3s".
     next_word: str = "next"
+    #: The next change is the news, ``what`` its detail: "next revisit due at ... (3 tracked)".
+    change_first: bool = False
 
     def text(self, now: float | None = None) -> str:
         """The cause in words, its next change relative to ``now`` ("in 9m12s"), or, with no
@@ -99,9 +105,14 @@ class WaitCause:
             return self.what
         if now is None:
             moment = datetime.fromtimestamp(self.next_change_at, UTC)
-            return f"{self.what}, {self.next_word} at {moment:%Y-%m-%dT%H:%M:%SZ}"
-        left = self.next_change_at - now
-        when = f"in {duration(left)}" if left > 0 else "due now"
+            when = f"at {moment:%Y-%m-%dT%H:%M:%SZ}"
+        else:
+            left = self.next_change_at - now
+            when = f"in {duration(left)}" if left > 0 else "now"
+            if not self.change_first and left <= 0:
+                when = "due now"
+        if self.change_first:
+            return f"{self.next_word} {when} ({self.what})"
         return f"{self.what}, {self.next_word} {when}"
 
 
@@ -157,7 +168,13 @@ def assess(
     heartbeat (a worker's fields: ``output_blocked``, ``output_blocked_reason``); a heartbeat
     is a live worker's while it is at most ``policy.dead_after_seconds`` old. ``wanted``: the
     workers the tick wants running (a fleet of none that wants some is being started).
+
+    A job that keeps going (``policy.keeps_going``) with nothing queued, delayed or leased
+    waits for its next revisit (``NextRevisit``): what it is meant to do, said with its due
+    time and the URLs tracked, never taken for a crawl that is stuck.
     """
+    if policy.keeps_going and stats.complete and not suspended:  # seeded, nothing pending
+        return Waiting((next_revisit(stats, now),))
     if stats.queued + stats.delayed == 0 or stats.fetching > 0:
         return None
     if suspended:
@@ -173,6 +190,22 @@ def assess(
         if cause is not None
     ]
     return Waiting(tuple(causes)) if causes else None
+
+
+def next_revisit(stats: FrontierStats, now: float) -> WaitCause:
+    """The wait of a job that keeps going and has nothing else to do: its next revisit's due
+    time and the URLs tracked ("next revisit due at <time> (12 tracked)")."""
+    tracked = f"{stats.tracked} tracked"
+    if stats.next_revisit_in_seconds is None:
+        return WaitCause("NextRevisit", f"no revisit scheduled ({tracked})", count=stats.tracked)
+    return WaitCause(
+        "NextRevisit",
+        tracked,
+        count=stats.tracked,
+        next_change_at=round(now + stats.next_revisit_in_seconds),  # as status.freshness says
+        next_word="next revisit due",
+        change_first=True,
+    )
 
 
 def _fresh(age_seconds: float | None, fresh_seconds: float) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 
 __all__ = [
+    "LAG_BUCKETS_SECONDS",
     "Admission",
     "Backpressure",
     "DeadLetter",
@@ -25,12 +27,17 @@ __all__ = [
     "FrontierStats",
     "FrontierWaits",
     "HeartbeatValue",
+    "LagHistogram",
     "Lease",
     "Link",
     "MemoryState",
     "Outcomes",
     "PressureLevel",
     "Requeued",
+    "Revisit",
+    "RevisitState",
+    "RunStart",
+    "Validators",
     "WorkerHeartbeat",
 ]
 
@@ -126,15 +133,17 @@ class Outcomes(list[_T]):
 
 
 class Requeued(NamedTuple):
-    """What a requeue did: URLs back in their queues, URLs dead-lettered, server time."""
+    """What a requeue did: URLs back in their queues, URLs dead-lettered, server time, and
+    tracked URLs past their attempts scheduled again instead of dead-lettered."""
 
     requeued: int
     dead: int
     at: float
+    rescheduled: int = 0
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead
+        return self.requeued + self.dead + self.rescheduled
 
 
 class Link(NamedTuple):
@@ -295,6 +304,101 @@ class FrontierWaits:
 
 
 @dataclass(frozen=True, slots=True)
+class Validators:
+    """What a server said about a page's version, sent back on the next visit.
+
+    ``etag`` and ``last_modified`` are the response headers as received (``If-None-Match`` /
+    ``If-Modified-Since`` on the revisit); ``digest`` is the hex text of the body's hash, kept
+    so a 200 to a server without validators (or one that ignores them) can still be judged
+    unchanged. The frontier keeps them packed (revisits.py); an ETag too long to keep is
+    dropped there, so the server is then asked without it rather than with a wrong one.
+    """
+
+    etag: str | None = None
+    last_modified: str | None = None
+    digest: str | None = None
+    #: When the body ``digest`` describes was fetched (whole seconds since the epoch): the
+    #: ``WARC-Date`` of its response record, which a WARC revisit record refers to. Kept
+    #: through unchanged and not-modified visits; None: unknown (no date is then claimed).
+    captured_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RevisitState:
+    """A tracked URL's revisit state as the frontier keeps it (``Frontier.revisit_states``).
+
+    ``due_at``: the server time (seconds) it became due, so the worker can report the lag
+    between due and fetched; ``visits``: completed visits so far.
+    """
+
+    url: CanonicalURL
+    interval_seconds: float
+    validators: Validators
+    due_at: float
+    visits: int
+
+
+@dataclass(frozen=True, slots=True)
+class Revisit:
+    """What a worker tells the frontier about a tracked URL it completed (ack or fail).
+
+    The URL is scheduled again at now + ``interval_seconds`` with ``validators`` in the same
+    script as the ack; ``change`` is one of ``crawljob.recrawl.Change`` ("gone" forgets the URL:
+    it is not revisited). ``lag_seconds``: fetched minus due (None: a first visit).
+    """
+
+    interval_seconds: float
+    validators: Validators
+    change: str
+    lag_seconds: float | None = None
+
+
+#: Upper bounds (seconds) of the revisit-lag histogram's buckets, the last one open; fixed so
+#: the scripts keep it with one HINCRBY per revisit and a read stays O(1).
+LAG_BUCKETS_SECONDS: tuple[float, ...] = (
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0,
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LagHistogram:
+    """Revisit lag (due → fetched) counted in :data:`LAG_BUCKETS_SECONDS` buckets.
+
+    ``counts`` has one more entry than the bounds: lags above the last bound.
+    """
+
+    counts: tuple[int, ...] = (0,) * (len(LAG_BUCKETS_SECONDS) + 1)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def quantile(self, q: float) -> float | None:
+        """The upper bound of the bucket holding the ``q`` quantile (None: no revisit yet);
+        the open last bucket answers its lower bound."""
+        total = self.total
+        if total == 0:
+            return None
+        rank = max(1, math.ceil(q * total))
+        seen = 0
+        index = 0
+        while seen + self.counts[index] < rank:
+            seen += self.counts[index]
+            index += 1
+        return LAG_BUCKETS_SECONDS[min(index, len(LAG_BUCKETS_SECONDS) - 1)]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """What ``Frontier.begin_run`` found: the committed run it restored (None: none, the run
+    starts empty) and how many tracked URLs that run carried."""
+
+    run_id: str
+    restored_from: str | None
+    tracked: int
+
+
+@dataclass(frozen=True, slots=True)
 class FrontierStats:
     """Counters the scripts keep incrementally: one HGETALL, whatever the crawl's size.
 
@@ -340,6 +444,29 @@ class FrontierStats:
     output_finished: bool = False
     #: What holds hosts back from being claimed (robots.txt waits, delays, held slots).
     waits: FrontierWaits = field(default_factory=FrontierWaits)
+    #: URLs with revisit state (a recrawl rule matched them).
+    tracked: int = 0
+    #: Tracked URLs due and promoted into their host queues but not yet settled (acked or
+    #: failed): "due but not fetched".
+    revisits_due: int = 0
+    #: Seconds until the earliest tracked URL is due (<= 0: due already, waiting for a claim
+    #: or ``promote_due``); None when nothing is tracked at rest.
+    next_revisit_in_seconds: float | None = None
+    #: Completed visits of tracked URLs by what the worker found (crawljob.recrawl.Change).
+    changed: int = 0
+    unchanged: int = 0
+    not_modified: int = 0
+    gone: int = 0
+    new_tracked: int = 0
+    #: Tracked URLs whose failure was final, scheduled again instead of dead-lettered.
+    revisit_failures: int = 0
+    #: Tracked URLs acked without a revisit (no rule matches them any more): forgotten.
+    untracked: int = 0
+    #: Tracked URLs due (by the recurring run's start, in a run) and not yet promoted into
+    #: their queues: work, though nothing is queued yet (a claim or ``promote_due`` moves them).
+    revisits_waiting: bool = False
+    #: Revisit lag (due → fetched) of completed revisits.
+    revisit_lag: LagHistogram = field(default_factory=LagHistogram)
 
     @property
     def in_flight(self) -> int:
@@ -357,4 +484,4 @@ class FrontierStats:
 
     @property
     def complete(self) -> bool:
-        return self.seeded and self.pending == 0
+        return self.seeded and self.pending == 0 and not self.revisits_waiting

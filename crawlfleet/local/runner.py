@@ -27,12 +27,14 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, SeedListBounds, load_crawljob, read_seed_file
+from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
 from crawlfleet.fleet import (
@@ -43,6 +45,17 @@ from crawlfleet.fleet import (
     seed_list_hash,
     steer,
 )
+from crawlfleet.fleet.clock import Clock, SystemClock, schedule_clock
+from crawlfleet.fleet.freshness import Freshness
+from crawlfleet.fleet.recurring import (
+    RecurringSchedule,
+    Step,
+    fresh_memory,
+    run_ended,
+    start_now,
+    step,
+)
+from crawlfleet.fleet.runs import RunBook
 from crawlfleet.fleet.waiting import duration
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
@@ -50,7 +63,7 @@ from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
 from crawlfleet.output.manifest import written_counts
-from crawlfleet.output.stores import checked_store
+from crawlfleet.output.stores import OutputStore, checked_store
 
 __all__ = ["STATE_FILE", "RunOptions", "run_local"]
 
@@ -75,6 +88,8 @@ class RunOptions:
     workers: int | None = None  # pin a fixed count instead of the brain's
     resume: bool = False
     json_summary: bool = False
+    #: A scheduled job: one run now, then exit (else a run at each due time until Ctrl-C).
+    once: bool = False
     # Forks the workers when given (see crawlfleet/local/zygote.py); else each is started.
     zygote: Zygote | None = None
 
@@ -101,6 +116,8 @@ class _State:
     redis_url: str | None = None
     #: The 0600 file with the private Redis's password (RedisServer.write_password).
     redis_password_file: Path | None = None
+    #: A scheduled job's runs: the next due time, the run going, the last runs.
+    book: RunBook | None = None
 
     @classmethod
     def load(cls, path: Path) -> _State:
@@ -115,12 +132,21 @@ class _State:
         epoch = raw.get("frontierEpoch")
         memory = replace(memory, frontier_epoch=epoch if isinstance(epoch, str) else None)
         number = raw.get("nextWorker")
-        return cls(path, memory, number if isinstance(number, int) and number > 0 else 1)
+        schedule = raw.get("schedule")
+        return cls(
+            path,
+            memory,
+            number if isinstance(number, int) and number > 0 else 1,
+            book=RunBook.from_status(schedule) if isinstance(schedule, dict) else None,
+        )
 
-    def save(self, memory: FleetMemory, next_worker: int, phase: str) -> None:
-        if (memory, next_worker, phase) == (self.memory, self.next_worker, self.phase):
+    def save(
+        self, memory: FleetMemory, next_worker: int, phase: str, book: RunBook | None = None
+    ) -> None:
+        now = (memory, next_worker, phase, book)
+        if now == (self.memory, self.next_worker, self.phase, self.book):
             return
-        self.memory, self.next_worker, self.phase = memory, next_worker, phase
+        self.memory, self.next_worker, self.phase, self.book = now
         self._write()
 
     def running_on(self, redis_url: str, password_file: Path | None = None) -> None:
@@ -143,6 +169,8 @@ class _State:
             document["redisUrl"] = self.redis_url
         if self.redis_password_file is not None:
             document["redisPasswordFile"] = str(self.redis_password_file)
+        if self.book is not None:
+            document["schedule"] = self.book.to_status()
         text = json.dumps(document, indent=2)
         partial = self.path.with_suffix(".json.partial")
         partial.write_text(text + "\n")
@@ -268,10 +296,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_signal.received, sig)
-    started = time.monotonic()
-    job_file = _JobFile(options.job_file, job, options.config.seed_list.bounds())
-    max_workers = 0
-    frontier: Frontier | None = None
+    session: _Session | None = None
     settings = FrontierSettings.from_spec(job.job_id, job.spec)
     try:
         memory = state.memory
@@ -283,130 +308,414 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
             assert lost is not None  # a local fleet is always in view
             state.save(lost.memory, backend.next_number, lost.decision.phase)
             return _failed(lost.decision, options, out)
-        progress = _Progress(job, started, config.run.progress_seconds)
-        complete = False
-        output_blocked = False
-        first = True
-        next_tick = 0.0
-        outage = _Outage(server)
-        while not stop_signal:
-            await outage.restart_if_exited()
-            edited = job_file.current()  # one stat call
-            if edited is not job:
-                job = edited
-                policy = _policy(job, options)
-            suspended = job.spec.suspend
-            now = time.monotonic()
-            try:
-                if (
-                    now < next_tick
-                    and not backend.exited()
-                    and not await steer.check(frontier, policy, memory, suspended=suspended)
-                ):
-                    await asyncio.sleep(config.run.poll_seconds)
-                    continue
-                next_tick = now + config.run.tick_seconds
-                done = await steer.tick(
-                    frontier,
-                    backend,
-                    policy,
-                    memory,
-                    now=time.time(),
-                    suspended=suspended,
-                    seeds=_seeds_of(job, options.job_file, options.config.seed_list.bounds()),
-                    seeds_hash=_seeds_hash(job, options.job_file),
-                    pages_per_second=progress.rate(),
-                )
-            except FrontierUnavailable as error:
-                outage.begin(error)  # the workers wait for Redis too; so does the tick
-                next_tick = 0.0
-                await asyncio.sleep(_REDIS_RETRY_SECONDS)
-                continue
-            outage.end()
-            assert done is not None  # a local fleet is always in view
-            _announce(done, memory, frontier)
-            if done.seeds_added is not None:
-                _print(f"crawlfleet: {done.seeds_added.message}")
-            memory = done.memory
-            state.save(memory, backend.next_number, done.decision.phase)
-            if done.decision.workers_failing is not None and done.decision.phase == "Failed":
-                return _workers_failing(done.decision.workers_failing, options, out)
-            if done.stats is None:  # the frontier is lost
-                if not done.decision.reopen:
-                    return _failed(done.decision, options, out)
-                await frontier.aclose()  # and a new one, which the next tick seeds
-                frontier = await steer.open_frontier(
-                    redis_url, settings, policy=policy, memory=memory
-                )
-                continue
-            if first:
-                first = False
-                news = (
-                    "seeded by its Scrapy spider's start requests"
-                    if policy.workers_seed and not done.stats.seeded
-                    else "resumed"
-                    if done.seeded is None
-                    else f"{done.seeded} new seed(s)"
-                )
-                _print(
-                    f"crawlfleet: {job.job_id}: {news}; redis {redis_url.split('@')[-1]};"
-                    f" output {store.destination.url if store else 'none'}"
-                )
-            max_workers = max(max_workers, len(backend.active()))
-            event = steer.output_event(done.output_blocked, output_blocked)
-            if event is not None:
-                output_blocked = bool(done.output_blocked)
-                await backend.record(event)
-                _print(f"crawlfleet: {event.message}")
-            _say_news(done)
-            if done.decision.complete:
-                complete = True
-                break
-            progress.show(done, len(backend.active()), suspended)
-            await asyncio.sleep(config.run.poll_seconds)
-        if not complete:
-            await _drain(backend, stop_signal)
-            crawled = await _crawled(frontier)
-            # Redis last, once no worker can write to it: a SHUTDOWN that completes its AOF.
-            await frontier.aclose()
-            frontier = None
-            if server is not None:
-                server.stop()
-            state.save(memory, backend.next_number, "Suspended")
-            _print(
-                f"crawlfleet: interrupted{'' if crawled is None else f' after {crawled} pages'};"
-                f" resume with:\n  crawlfleet run {options.job_file} --resume --out {out}"
-            )
-            return EXIT_INTERRUPTED.get(stop_signal.first, 1)
-        await backend.drain_all(stop_signal.hurry)
-        stats = await frontier.stats()
-        elapsed = time.monotonic() - started
-        summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity)
-        if store is not None:
-            # Written by the worker the frontier elected, before the tick said complete.
-            counts = await written_counts(frontier) or {"files": 0, "pageRecords": 0}
-            summary["output"] = {
-                "destination": store.destination.url,
-                "files": counts["files"],
-                "page_records": counts["pageRecords"],
-            }
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        progress.done(stats, elapsed)
-        if store is not None:
-            _print(
-                f"crawlfleet: output: {summary['output']['files']} files in"
-                f" {store.destination.url}; list them with: crawlfleet output ls"
-                f" {options.job_file if destination != str(out) else out}"
-            )
-        if options.json_summary:
-            print(json.dumps(summary, sort_keys=True), flush=True)
-        return 0
+        session = _Session(
+            options=options,
+            job_file=_JobFile(options.job_file, job, options.config.seed_list.bounds()),
+            state=state,
+            backend=backend,
+            server=server,
+            frontier=frontier,
+            settings=settings,
+            redis_url=redis_url,
+            store=store,
+            destination=destination,
+            stop_signal=stop_signal,
+            policy=policy,
+            memory=memory,
+            outage=_Outage(server),
+        )
+        if job.spec.schedule is None:
+            return await _one_crawl(session)
+        return await _scheduled(session, job.spec.schedule)
     finally:
         backend.stop_all()
-        if frontier is not None:
-            await frontier.aclose()
+        if session is not None and session.frontier is not None:
+            await session.frontier.aclose()
         if server is not None:
             server.stop()
+
+
+@dataclass
+class _Session:
+    """What one ``crawlfleet run`` holds while it steers: its Redis, workers, frontier, job
+    file, and the fleet memory it carries from tick to tick (and from run to run)."""
+
+    options: RunOptions
+    job_file: _JobFile
+    state: _State
+    backend: LocalProcessBackend
+    server: RedisServer | None
+    frontier: Frontier | None
+    settings: FrontierSettings
+    redis_url: str
+    store: OutputStore | None
+    destination: str
+    stop_signal: _StopSignals
+    policy: FleetPolicy
+    memory: FleetMemory
+    outage: _Outage
+    #: A scheduled job's runs (None: a job without spec.schedule).
+    book: RunBook | None = None
+    clock: Clock = field(default_factory=SystemClock)
+
+    @property
+    def out(self) -> Path:
+        return self.options.output_dir
+
+    @property
+    def job(self) -> CrawlJob:
+        return self.job_file.job
+
+    def seeds(self) -> steer.Seeds:
+        return _seeds_of(self.job, self.options.job_file, self.options.config.seed_list.bounds())
+
+    def save(self, phase: str) -> None:
+        self.state.save(self.memory, self.backend.next_number, phase, self.book)
+
+
+@dataclass(frozen=True, slots=True)
+class _Crawled:
+    """How one crawl (a job's, or one run of a scheduled job) ended."""
+
+    #: complete: nothing left; interrupted: Ctrl-C or SIGTERM; cancelled: the schedule ended
+    #: the run (suspended, or replaced); failed: ``code`` is the exit code.
+    how: Literal["complete", "interrupted", "cancelled", "failed"]
+    stats: FrontierStats | None = None
+    code: int = 0
+    max_workers: int = 0
+    elapsed_seconds: float = 0.0
+
+
+async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None) -> _Crawled:
+    """Steer the job (or the run begun) until it is complete, interrupted or failed.
+
+    ``schedule``: a scheduled job's run, whose due times are looked at between ticks (Forbid
+    skips them, Replace or a suspension cancels the run).
+    """
+    config = session.options.config
+    backend = session.backend
+    frontier = session.frontier
+    assert frontier is not None
+    started = time.monotonic()
+    progress = _Progress(session.job, started, config.run.progress_seconds)
+    output_blocked = False
+    first = True
+    next_tick = 0.0
+    max_workers = 0
+    job = session.job
+    while not session.stop_signal:
+        await session.outage.restart_if_exited()
+        edited = session.job_file.current()  # one stat call
+        if edited is not job:
+            job = edited
+            session.policy = _policy(job, session.options)
+        suspended = job.spec.suspend
+        now = time.monotonic()
+        try:
+            if schedule is not None:
+                running = session.book.current if session.book else None
+                await _look_at_schedule(session, schedule)
+                if session.book is None or session.book.current != running:
+                    return _Crawled("cancelled", max_workers=max_workers)
+            if (
+                now < next_tick
+                and not backend.exited()
+                and not await steer.check(
+                    frontier, session.policy, session.memory, suspended=suspended
+                )
+            ):
+                await asyncio.sleep(config.run.poll_seconds)
+                continue
+            next_tick = now + config.run.tick_seconds
+            done = await steer.tick(
+                frontier,
+                backend,
+                session.policy,
+                session.memory,
+                now=time.time(),
+                suspended=suspended,
+                seeds=session.seeds(),
+                seeds_hash=_seeds_hash(job, session.options.job_file),
+                pages_per_second=progress.rate(),
+            )
+        except FrontierUnavailable as error:
+            session.outage.begin(error)  # the workers wait for Redis too; so does the tick
+            next_tick = 0.0
+            await asyncio.sleep(_REDIS_RETRY_SECONDS)
+            continue
+        session.outage.end()
+        assert done is not None  # a local fleet is always in view
+        _announce(done, session.memory, frontier)
+        if done.seeds_added is not None:
+            _print(f"crawlfleet: {done.seeds_added.message}")
+        session.memory = done.memory
+        session.save(done.decision.phase)
+        if done.decision.workers_failing is not None and done.decision.phase == "Failed":
+            code = _workers_failing(done.decision.workers_failing, session.options, session.out)
+            return _Crawled("failed", code=code)
+        if done.stats is None:  # the frontier is lost
+            if not done.decision.reopen:
+                return _Crawled("failed", code=_failed(done.decision, session.options, session.out))
+            await frontier.aclose()  # and a new one, which the next tick seeds
+            frontier = session.frontier = await steer.open_frontier(
+                session.redis_url, session.settings, policy=session.policy, memory=session.memory
+            )
+            continue
+        if first:
+            first = False
+            _say_started(session, done)
+        max_workers = max(max_workers, len(backend.active()))
+        event = steer.output_event(done.output_blocked, output_blocked)
+        if event is not None:
+            output_blocked = bool(done.output_blocked)
+            await backend.record(event)
+            _print(f"crawlfleet: {event.message}")
+        _say_news(done)
+        if done.decision.complete:
+            await backend.drain_all(session.stop_signal.hurry)
+            stats = await frontier.stats()
+            elapsed = time.monotonic() - started
+            progress.done(stats, elapsed)
+            return _Crawled("complete", stats, max_workers=max_workers, elapsed_seconds=elapsed)
+        progress.show(done, len(backend.active()), suspended)
+        await asyncio.sleep(config.run.poll_seconds)
+    elapsed = time.monotonic() - started
+    return _Crawled("interrupted", max_workers=max_workers, elapsed_seconds=elapsed)
+
+
+def _say_started(session: _Session, done: steer.Tick) -> None:
+    stats = done.stats
+    assert stats is not None
+    news = (
+        "seeded by its Scrapy spider's start requests"
+        if session.policy.workers_seed and not stats.seeded
+        else f"run {session.book.current}"
+        if session.book is not None and session.book.current is not None
+        else "resumed"
+        if done.seeded is None
+        else f"{done.seeded} new seed(s)"
+    )
+    store = session.store
+    _print(
+        f"crawlfleet: {session.job.job_id}: {news}; redis {session.redis_url.split('@')[-1]};"
+        f" output {store.destination.url if store else 'none'}"
+    )
+
+
+async def _one_crawl(session: _Session) -> int:
+    """A job without a schedule: crawled to its end, summarised."""
+    crawled = await _crawl(session)
+    if crawled.how == "failed":
+        return crawled.code
+    if crawled.how != "complete":
+        return await _interrupted(session, crawled)
+    assert crawled.stats is not None
+    summary = await _summarised(session, crawled)
+    store = session.store
+    if store is not None:
+        out = session.out
+        _print(
+            f"crawlfleet: output: {summary['output']['files']} files in"
+            f" {store.destination.url}; list them with: crawlfleet output ls"
+            f" {session.options.job_file if session.destination != str(out) else out}"
+        )
+    if session.options.json_summary:
+        print(json.dumps(summary, sort_keys=True), flush=True)
+    return 0
+
+
+async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
+    """The crawl's figures, written to ``summary.json`` in the run's folder."""
+    assert crawled.stats is not None
+    assert session.frontier is not None
+    summary = _summary(
+        crawled.stats,
+        crawled.elapsed_seconds,
+        crawled.max_workers,
+        session.job.spec.dedup.capacity,
+    )
+    if session.job.spec.recrawl:  # a scheduled run: what its revisits found
+        summary["freshness"] = Freshness.of(crawled.stats, now=time.time()).to_mapping()
+    store = session.store
+    if store is not None:
+        # Written by the worker the frontier elected, before the tick said complete.
+        counts = await written_counts(session.frontier) or {"files": 0, "pageRecords": 0}
+        where = store.destination
+        if session.book is not None and session.book.current is not None:
+            where = where.for_run(session.book.current)
+            summary["run"] = session.book.current
+        summary["output"] = {
+            "destination": where.url,
+            "files": counts["files"],
+            "page_records": counts["pageRecords"],
+        }
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    (session.out / "summary.json").write_text(text)
+    return summary
+
+
+async def _interrupted(session: _Session, crawl: _Crawled | None = None) -> int:
+    """Ctrl-C or SIGTERM: the workers drain, Redis stops with its append-only file complete,
+    and the run says how to resume. Between two runs of a schedule (no ``crawl``) nothing
+    was cut short: exit 0."""
+    out, backend = session.out, session.backend
+    between_runs = crawl is None
+    if crawl is not None:
+        await _drain(backend, session.stop_signal)
+    frontier = session.frontier
+    crawled = None if frontier is None or between_runs else await _crawled(frontier)
+    if crawl is not None and frontier is not None and session.job.spec.keeps_going:
+        await _keeps_going_summary(
+            frontier, session.job, session.options, crawl.elapsed_seconds, crawl.max_workers
+        )
+    # Redis last, once no worker can write to it: a SHUTDOWN that completes its AOF.
+    if frontier is not None:
+        await frontier.aclose()
+        session.frontier = None
+    if session.server is not None:
+        session.server.stop()
+    session.save("Suspended")
+    job_file = session.options.job_file
+    if between_runs:
+        _print(
+            f"crawlfleet: stopped between runs; go on with the schedule with:\n"
+            f"  crawlfleet run {job_file} --resume --out {out}"
+        )
+        return 0
+    _print(
+        f"crawlfleet: interrupted{'' if crawled is None else f' after {crawled} pages'};"
+        f" resume with:\n  crawlfleet run {job_file} --resume --out {out}"
+    )
+    return EXIT_INTERRUPTED.get(session.stop_signal.first, 1)
+
+
+async def _scheduled(session: _Session, schedule: ScheduleSpec) -> int:
+    """A scheduled job: a run at each due time until Ctrl-C (or one run now, ``--once``).
+
+    Between runs no worker runs and Redis keeps the state the last successful run committed;
+    the next due time is said once each time it changes. A run cut short by Ctrl-C is taken up
+    again by ``--resume`` (as an interrupted crawl is); one cancelled by the schedule
+    (suspended, or replaced) commits nothing.
+    """
+    options = session.options
+    session.clock = schedule_clock(options.config.steering.schedule_clock_file)
+    session.book = session.state.book or RunBook()
+    if options.once and session.book.current is None:
+        assert session.frontier is not None
+        began = await start_now(
+            session.frontier,
+            session.backend,
+            schedule,
+            session.book,
+            now=session.clock.now(),
+            seeds=session.seeds(),
+        )
+        _took(session, began)
+    said: tuple[datetime | None, bool] | None = None
+    while not session.stop_signal:
+        if session.book.current is None:
+            await _look_at_schedule(session, schedule)
+        if session.book.current is None:
+            waiting = (session.book.next_run_at, session.job.spec.suspend)
+            if waiting != said:
+                said = waiting
+                _say_waiting(session)
+            session.save("Suspended" if session.job.spec.suspend else "Scheduled")
+            await asyncio.sleep(_SCHEDULE_POLL_SECONDS)
+            continue
+        said = None
+        crawled = await _crawl(session, schedule=None if options.once else schedule)
+        if crawled.how == "interrupted":
+            return await _interrupted(session, crawled)
+        if crawled.how == "cancelled":  # the schedule said so: its workers drain, then it goes on
+            await session.backend.drain_all(session.stop_signal.hurry)
+            continue
+        assert session.frontier is not None
+        if crawled.how == "failed":
+            session.book = await run_ended(
+                session.frontier,
+                session.backend,
+                schedule,
+                session.book,
+                None,
+                outcome="Failed",
+                now=session.clock.now(),
+            )
+            session.save("Failed")
+            return crawled.code
+        summary = await _summarised(session, crawled)
+        session.book = await run_ended(
+            session.frontier,
+            session.backend,
+            schedule,
+            session.book,
+            crawled.stats,
+            outcome="Succeeded",
+            now=session.clock.now(),
+        )
+        record = session.book.history[0]
+        _print(
+            f"crawlfleet: run {record.id} complete: {record.pages} pages, {record.changed}"
+            f" changed, {record.unchanged} unchanged; output in"
+            f" {summary.get('output', {}).get('destination', 'none')}"
+        )
+        if options.json_summary:
+            print(json.dumps(summary, sort_keys=True), flush=True)
+        if options.once:
+            session.save("Scheduled")
+            return 0
+    return await _interrupted(session)
+
+
+async def _look_at_schedule(session: _Session, schedule: RecurringSchedule) -> None:
+    """One look at the schedule (crawlfleet.fleet.recurring), its news said at the terminal."""
+    assert session.book is not None
+    assert session.frontier is not None
+    view = await session.backend.observe()
+    took = await step(
+        session.frontier,
+        session.backend,
+        schedule,
+        session.book,
+        now=session.clock.now(),
+        suspended=session.job.spec.suspend,
+        workers_gone=not view.units,
+        seeds=session.seeds(),
+    )
+    _took(session, took)
+
+
+def _took(session: _Session, took: Step) -> None:
+    """What a look at the schedule did, kept and said; a run begun starts its fleet memory
+    afresh."""
+    changed = took.book != session.book
+    session.book = took.book
+    if took.started is not None:
+        session.memory = fresh_memory(
+            session.memory, _seeds_hash(session.job, session.options.job_file)
+        )
+    for event in took.news:
+        _print(f"crawlfleet: {event.message}")
+    if changed:
+        session.save("Running" if took.book.current is not None else "Scheduled")
+
+
+def _say_waiting(session: _Session) -> None:
+    book = session.book
+    assert book is not None
+    if session.job.spec.suspend or book.next_run_at is None:
+        _print(f"crawlfleet: {session.job.job_id}: suspended: no run starts until it resumes")
+        return
+    left = max(0.0, (book.next_run_at - session.clock.now()).total_seconds())
+    _print(
+        f"crawlfleet: {session.job.job_id}: next run at"
+        f" {book.next_run_at.strftime('%Y-%m-%dT%H:%M:%SZ')} (in {duration(left)});"
+        " Ctrl-C ends it"
+    )
+
+
+#: How often a scheduled job between runs looks at its schedule (and its job file).
+_SCHEDULE_POLL_SECONDS = 0.25
 
 
 class _StopSignals:
@@ -454,6 +763,27 @@ async def _crawled(frontier: Frontier) -> int | None:
     except (FrontierUnavailable, FrontierLost) as error:
         log.warning("could not read the crawl's counters at the end: %s", error)
         return None
+
+
+async def _keeps_going_summary(
+    frontier: Frontier, job: CrawlJob, options: RunOptions, elapsed: float, max_workers: int
+) -> None:
+    """A job that keeps going ends only when stopped: its summary is written then, with its
+    freshness (what it tracked, how late its revisits were, what they found)."""
+    try:
+        stats = await frontier.stats()
+    except (FrontierUnavailable, FrontierLost) as error:
+        log.warning("could not read the crawl's counters at the end: %s", error)
+        return
+    freshness = Freshness.of(stats, now=time.time())
+    summary = _summary(stats, elapsed, max_workers, job.spec.dedup.capacity, phase="Suspended")
+    summary["freshness"] = freshness.to_mapping()
+    (options.output_dir / "summary.json").write_text(
+        json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    )
+    _print(f"crawlfleet: freshness: {freshness.line(time.time())}")
+    if options.json_summary:
+        print(json.dumps(summary, sort_keys=True), flush=True)
 
 
 def _policy(job: CrawlJob, options: RunOptions) -> FleetPolicy:
@@ -585,12 +915,17 @@ _REDIS_RETRY_SECONDS = 0.5
 
 
 def _summary(
-    stats: FrontierStats, elapsed: float, max_workers: int, capacity: int
+    stats: FrontierStats,
+    elapsed: float,
+    max_workers: int,
+    capacity: int,
+    *,
+    phase: str = "Succeeded",
 ) -> dict[str, Any]:
     """The run's figures (``summary.json`` in the run's folder; the output's own last files,
     dead-letters.jsonl and manifest.json, are in the destination: see crawlfleet.output)."""
     summary: dict[str, Any] = {
-        "phase": "Succeeded",
+        "phase": phase,
         "crawled": stats.crawled,
         "failed": stats.failed,
         "dead_lettered": stats.dead,
@@ -646,6 +981,13 @@ class _Progress:
     def line(self, stats: FrontierStats, workers: int) -> str:
         elapsed = max(1e-6, time.monotonic() - self.started)
         rate = stats.crawled / elapsed
+        if self.job.spec.keeps_going:
+            # No end to progress towards: how fresh it keeps its pages is the news.
+            return (
+                f"{Freshness.of(stats, now=time.time()).line(time.time())}  crawled"
+                f" {stats.crawled}  queued {stats.queued}  in-flight {stats.leased}"
+                f"  workers {workers}"
+            )
         text = (
             f"crawled {stats.crawled}  {rate:.0f}/s  queued {stats.queued}  "
             f"in-flight {stats.leased}  workers {workers}  failed {stats.dead}"
@@ -673,7 +1015,7 @@ class _Progress:
         self.stats, self.shown_at = stats, now
         now = time.monotonic()
         text = self.line(stats, workers)
-        if done.waiting is not None:
+        if done.waiting is not None and done.waiting.reason != "NextRevisit":
             text += f"  waiting: {done.waiting.sentence(time.time())}"
         elif suspended:
             text += "  (suspended)"

@@ -145,10 +145,20 @@ _COLUMNS: Final = (
     ("Crawled", ".status.crawled", "integer", "URLs fetched and done", 0),
     ("Failed", ".status.failed", "integer", "URLs given up on", 0),
     ("Waiting", ".status.waiting", "string", "What the crawl waits for, while it does", 0),
+    (
+        "Next-Revisit",
+        ".status.freshness.nextRevisitAt",
+        "string",
+        "When the next revisit is due (jobs with spec.recrawl)",
+        0,
+    ),
+    # A string, not a date: kubectl shows a date in the future as <invalid>.
+    ("Next-Run", ".status.nextRunAt", "string", "When a scheduled job's next run starts", 0),
     ("Age", ".metadata.creationTimestamp", "date", "Time since the job was created", 0),
     ("In-Flight", ".status.inFlight", "integer", "URLs being fetched right now", 1),
     ("Seen", ".status.seen", "integer", "Distinct URLs admitted so far", 1),
     ("Rate", ".status.pagesPerSecond", "number", "Recent pages per second", 1),
+    ("Due", ".status.freshness.due", "integer", "Revisits due and not fetched yet", 1),
     ("Message", ".status.message", "string", "The latest news about the job", 1),
 )
 

@@ -9,6 +9,12 @@ Three paths, each idempotent:
   same code ``crawlfleet run`` uses) over the Kubernetes backend
   (:class:`~crawlfleet.operator.backend.KubeBackend`), then status. Between full ticks a
   one-read check of the counters (:func:`crawlfleet.fleet.steer.check`).
+- a scheduled job (``spec.schedule``) is looked at by the same tick (crawlfleet.fleet.recurring):
+  between runs it is ``Scheduled`` with no workers and nothing steered; at a due time a run
+  begins (``Frontier.begin_run``, the seeds queued again) and is steered as any job; on
+  completion it commits (``Frontier.commit_run``) and goes back to ``Scheduled``. The book of
+  runs (``status.nextRunAt``, ``currentRun``, ``runs``, ``runsSkipped``) lives in the status.
+  Due times are read against :attr:`CrawlJobOperator.clock` (a test moves a file clock).
 - ``worker_pod_event`` (a watch on worker pods): the fast path. A worker pod that is gone or
   failed has its leases requeued at once (:func:`crawlfleet.fleet.steer.requeue_unit`)
   instead of at the next tick or at lease expiry.
@@ -42,9 +48,13 @@ from typing import Any, Final, Literal, NoReturn
 import kopf
 
 from crawlfleet.config import Config
-from crawlfleet.crawljob import CrawlJobSpec, parse_seed_list
+from crawlfleet.crawljob import CrawlJobSpec, Phase, parse_seed_list
 from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
-from crawlfleet.fleet import FleetMemory, FleetPolicy, seed_list_hash, steer
+from crawlfleet.fleet import FleetMemory, FleetPolicy, Freshness, seed_list_hash, steer
+from crawlfleet.fleet.clock import schedule_clock
+from crawlfleet.fleet.recurring import fresh_memory, run_ended
+from crawlfleet.fleet.recurring import step as schedule_step
+from crawlfleet.fleet.runs import RunBook
 from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
 from crawlfleet.operator import children
 from crawlfleet.operator.backend import DeploymentInfo, KubeBackend, PodInfo
@@ -60,6 +70,7 @@ from crawlfleet.operator.status import (
     invalid_spec_status,
     job_status,
     output_not_durable_status,
+    rfc3339,
 )
 from crawlfleet.tenancy import REDIS_SECRET_FIELD, REDIS_URL_FIELD, SecretUse, TenancyPolicy
 
@@ -228,6 +239,8 @@ class CrawlJobOperator:
         self.policy = TenancyPolicy.from_config(self.knobs)
         self.seed_list = config.seed_list.bounds()
         self.cluster_cidrs = _networks(self.knobs.cluster_cidrs, "CRAWLFLEET_CLUSTER_CIDRS")
+        #: What scheduled jobs' due times are read against (the wall clock, or a test's).
+        self.clock = schedule_clock(config.steering.schedule_clock_file)
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
         resource = (GROUP, VERSION, PLURAL)
@@ -654,7 +667,7 @@ class CrawlJobOperator:
             completion_grace_seconds=self.knobs.completion_grace_seconds,
         )
         try:
-            if not await self._due(state, policy, parsed.suspend):
+            if not await self._due(state, policy, parsed, status):
                 return
         except (FrontierError, OSError):
             pass  # the full reconcile below reconnects and reports it
@@ -686,13 +699,21 @@ class CrawlJobOperator:
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 
-    async def _due(self, state: JobState, policy: FleetPolicy, suspended: bool) -> bool:
-        """Whether this check must be a full tick; at most one Redis read to find out."""
+    async def _due(
+        self, state: JobState, policy: FleetPolicy, spec: CrawlJobSpec, status: kopf.Status
+    ) -> bool:
+        """Whether this check must be a full tick; at most one Redis read to find out.
+
+        A scheduled job between runs has nothing to steer: its tick is due at its next due
+        time (or every ``tick_seconds``, as any job's)."""
         if state.frontier is None or state.memory is None or state.dirty:
             return True
         if time.monotonic() - state.last_full >= self.knobs.tick_seconds:
             return True
-        return await steer.check(state.frontier, policy, state.memory, suspended=suspended)
+        if spec.schedule is not None and not spec.suspend and not status.get("currentRun"):
+            book = RunBook.from_status(status)
+            return book.next_run_at is None or self.clock.now() >= book.next_run_at
+        return await steer.check(state.frontier, policy, state.memory, suspended=spec.suspend)
 
     async def _reconcile(
         self,
@@ -751,6 +772,17 @@ class CrawlJobOperator:
             )
             _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
             return
+        book: RunBook | None = None
+        if isinstance(opened, Frontier) and spec.schedule is not None:
+            book, memory = await self._look_at_schedule(
+                ref, spec, state, opened, backend, status, memory
+            )
+            _patch_changed(patch, status, book.to_status())
+            if book.current is None and not spec.suspend:
+                await self._between_runs(
+                    ref, spec, state, opened, backend, book, status, patch, memory, generation
+                )
+                return
         if isinstance(opened, str):  # lost, and the job fails: the tick's decision to make
             done = await steer.frontier_lost(backend, policy, memory, opened, now=time.time())
         else:
@@ -787,6 +819,21 @@ class CrawlJobOperator:
             patch.status["fleet"] = remembered
         stats, decision = done.stats, done.decision
         desired = decision.desired_replicas
+        phase: Phase = decision.phase
+        if spec.schedule is not None and book is not None and book.current is not None:
+            ended: Literal["Succeeded", "Failed"] | None = (
+                "Succeeded"
+                if decision.complete
+                else "Failed"
+                if decision.phase == "Failed"
+                else None
+            )
+            if ended is not None and isinstance(opened, Frontier):
+                book = await run_ended(
+                    opened, backend, spec.schedule, book, stats, outcome=ended, now=self.clock.now()
+                )
+                _patch_changed(patch, status, book.to_status())
+                phase = "Scheduled" if ended == "Succeeded" else phase
         if stats is None:  # the frontier is lost: nothing of it to report but that
             await self._lost(ref, spec, state, done, status, patch, current, ready, generation)
             return
@@ -795,8 +842,9 @@ class CrawlJobOperator:
             state.output_blocked = bool(done.output_blocked)
             await backend.record(event)
         self._rate(state, stats.crawled)
+        freshness = Freshness.of(stats, now=time.time()) if spec.recrawl else None
         seen = Observed(
-            phase=decision.phase,
+            phase=phase,
             redis_ready=True,
             desired_replicas=desired,
             replicas=desired if done.scaled else current,
@@ -804,7 +852,7 @@ class CrawlJobOperator:
             stats=stats,
             selector=selector,
             pages_per_second=state.pages_per_second,
-            message=_message(decision.phase, stats, desired)
+            message=_message(phase, stats, desired, book)
             if decision.workers_failing is None
             else f"workers failing: {decision.workers_failing.summary}",
             scaled=done.scaled,
@@ -818,9 +866,12 @@ class CrawlJobOperator:
             workers_failing=decision.workers_failing,
             waiting=done.waiting,
             stall=done.stall,
+            freshness=freshness,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
-        self._observe(ref, decision.phase, stats, desired, ready)
+        self._observe(ref, phase, stats, desired, ready)
+        if freshness is not None:
+            self.metrics.freshness(ref.namespace, ref.name, freshness)
         self.metrics.motion(ref.namespace, ref.name, done.waiting, done.stall)
         self.metrics.frontier(
             ref.namespace,
@@ -830,6 +881,77 @@ class CrawlJobOperator:
             decision.pressure,
             spec.dedup.capacity,
         )
+
+    async def _look_at_schedule(
+        self,
+        ref: JobRef,
+        spec: CrawlJobSpec,
+        state: JobState,
+        frontier: Frontier,
+        backend: KubeBackend,
+        status: kopf.Status,
+        memory: FleetMemory,
+    ) -> tuple[RunBook, FleetMemory]:
+        """One look at a scheduled job's schedule (crawlfleet.fleet.recurring): a run begun,
+        skipped or cancelled, each with its Event. A run begun starts the fleet's memory afresh
+        (its idle clock would complete it at once)."""
+        schedule = spec.schedule
+        assert schedule is not None
+        view = await backend.observe()
+        took = await schedule_step(
+            frontier,
+            backend,
+            schedule,
+            RunBook.from_status(status),
+            now=self.clock.now(),
+            suspended=spec.suspend,
+            workers_gone=view is not None and not view.units,
+            seeds=self._seeds_of(ref, spec, state),
+        )
+        if took.started is not None:
+            memory = state.memory = fresh_memory(memory, await self._seeds_hash(ref, spec, state))
+        return took.book, memory
+
+    async def _between_runs(
+        self,
+        ref: JobRef,
+        spec: CrawlJobSpec,
+        state: JobState,
+        frontier: Frontier,
+        backend: KubeBackend,
+        book: RunBook,
+        status: kopf.Status,
+        patch: kopf.Patch,
+        memory: FleetMemory,
+        generation: int | None,
+    ) -> None:
+        """A scheduled job between runs: no workers (scaled to 0, the last run's drain), the
+        last run's counters, and when the next run is."""
+        deployment = backend.deployment
+        assert deployment is not None
+        scaled = deployment.replicas != 0
+        if scaled:
+            await backend.scale(0)
+        state.memory = dataclasses.replace(memory, replicas=0)
+        stats = await frontier.stats()
+        seen = Observed(
+            phase="Scheduled",
+            redis_ready=True,
+            desired_replicas=0,
+            replicas=0 if scaled else deployment.replicas,
+            ready_replicas=deployment.ready,
+            stats=stats,
+            selector=children.selector_string(children.worker_selector(ref)),
+            pages_per_second=0.0,
+            message=_between_runs_message(book),
+            scaled=scaled,
+            output=state.output,
+            frontier_epoch=state.memory.frontier_epoch,
+            bloom_capacity=spec.dedup.capacity,
+        )
+        now = _now()
+        _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
+        self._observe(ref, "Scheduled", stats, 0, deployment.ready)
 
     async def _lost(
         self,
@@ -1134,7 +1256,9 @@ def _retry_later(error: KubeError) -> kopf.TemporaryError:
     return kopf.TemporaryError(f"Kubernetes API: {error}", delay=delay)
 
 
-def _message(phase: str, stats: FrontierStats, desired: int) -> str:
+def _message(phase: str, stats: FrontierStats, desired: int, book: RunBook | None = None) -> str:
+    if phase == "Scheduled" and book is not None:
+        return _between_runs_message(book)
     if phase == "Succeeded":
         return f"complete: {stats.crawled} pages crawled, {stats.dead} dead-lettered"
     if phase == "Suspended":
@@ -1143,3 +1267,16 @@ def _message(phase: str, stats: FrontierStats, desired: int) -> str:
         f"{stats.crawled} crawled, {stats.queued + stats.delayed} queued, "
         f"{stats.leased} in flight, {desired} workers wanted"
     )
+
+
+def _between_runs_message(book: RunBook) -> str:
+    """A scheduled job between runs, in words: when the next run is, how the last one went."""
+    when = "" if book.next_run_at is None else rfc3339(book.next_run_at)
+    text = f"next run at {when}" if when else "waiting for the schedule"
+    last = book.history[0] if book.history else None
+    if last is not None:
+        text += (
+            f"; run {last.id} {last.outcome.lower()}: {last.pages} pages, {last.changed}"
+            f" changed, {last.unchanged} unchanged"
+        )
+    return text

@@ -9,16 +9,23 @@ long-lived operator does not accumulate the series of every job it ever ran.
 from __future__ import annotations
 
 import contextlib
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from crawlfleet.crawljob import Phase
+from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.waiting import WAIT_REASONS, Waiting
 from crawlfleet.fleet.watchdog import STALL_REASONS, Stall
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
 
 __all__ = ["OperatorMetrics"]
 
-_PHASES = ("Pending", "Running", "Suspended", "Succeeded", "Failed")
+_PHASES: tuple[str, ...] = get_args(Phase)
+#: The quantiles of the revisit lag exported (the frontier keeps it in fixed buckets).
+_LAG_QUANTILES = (0.5, 0.95)
+#: What a revisit found (the ``change`` label), as Freshness counts it.
+_CHANGES = ("changed", "unchanged", "not_modified", "gone")
 
 
 class OperatorMetrics:
@@ -129,6 +136,35 @@ class OperatorMetrics:
             (*job, "reason"),
             registry=self.registry,
         )
+        # How fresh a job that revisits its pages keeps them (crawlfleet.fleet.freshness):
+        # the "revisits fall behind" alert reads the due gauge.
+        self.revisits_tracked = Gauge(
+            "crawlfleet_job_revisits_tracked",
+            "URLs with a revisit schedule (matched by a spec.recrawl rule)",
+            job,
+            registry=self.registry,
+        )
+        self.revisits_due = Gauge(
+            "crawlfleet_job_revisits_due",
+            "revisits due and not fetched yet (growing: the workers do not keep up)",
+            job,
+            registry=self.registry,
+        )
+        self.revisit_lag = Gauge(
+            "crawlfleet_job_revisit_lag_seconds",
+            "time from a revisit's due time to its fetch, by quantile (0.5, 0.95)",
+            (*job, "quantile"),
+            registry=self.registry,
+        )
+        self.revisits = Counter(
+            "crawlfleet_job_revisits",
+            "revisits by what they found (changed, unchanged, not_modified, gone)",
+            (*job, "change"),
+            registry=self.registry,
+        )
+        #: The frontier's cumulative revisit counts last seen, per job: the counter grows by
+        #: the difference.
+        self._revisits_seen: dict[tuple[str, str, str], int] = {}
         self._per_job = (
             self.queued,
             self.in_flight,
@@ -142,6 +178,8 @@ class OperatorMetrics:
             self.bloom_layer_fill,
             self.bloom_false_positives,
             self.bloom_layers,
+            self.revisits_tracked,
+            self.revisits_due,
         )
         self._phases: dict[tuple[str, str], str] = {}
 
@@ -153,13 +191,16 @@ class OperatorMetrics:
             for gauge in self._per_job:
                 with contextlib.suppress(KeyError):
                     gauge.remove(namespace, name)
-            for gauge, reasons in (
+            for labelled, values in (
                 (self.waiting, WAIT_REASONS),
                 (self.stalled_leases, STALL_REASONS),
+                (self.revisit_lag, tuple(str(q) for q in _LAG_QUANTILES)),
+                (self.revisits, _CHANGES),
             ):
-                for reason in reasons:
+                for value in values:
                     with contextlib.suppress(KeyError):
-                        gauge.remove(namespace, name, reason)
+                        labelled.remove(namespace, name, value)
+                    self._revisits_seen.pop((namespace, name, value), None)
         else:
             self._phases[key] = phase
         for each in _PHASES:
@@ -184,6 +225,34 @@ class OperatorMetrics:
         self.bloom_layer_fill.labels(*job).set(stats.bloom_fill_ratio)
         self.bloom_false_positives.labels(*job).set(stats.bloom_false_positive_rate)
         self.bloom_layers.labels(*job).set(stats.bloom_layers)
+
+    def freshness(self, namespace: str, name: str, freshness: Freshness) -> None:
+        """One job's freshness, as its tick read it. The frontier counts revisits since the
+        job began; the counter grows by what is new since the last tick (a first reading
+        starts the series at the whole count, which ``rate()`` does not take for a jump)."""
+        job = (namespace, name)
+        self.revisits_tracked.labels(*job).set(freshness.tracked)
+        self.revisits_due.labels(*job).set(freshness.due)
+        for quantile, lag in zip(
+            _LAG_QUANTILES, (freshness.lag_p50_seconds, freshness.lag_p95_seconds), strict=True
+        ):
+            if lag is not None:
+                self.revisit_lag.labels(*job, str(quantile)).set(lag)
+        counts = {
+            "changed": freshness.changed,
+            "unchanged": freshness.unchanged,
+            "not_modified": freshness.not_modified,
+            "gone": freshness.gone,
+        }
+        for change, count in counts.items():
+            key = (namespace, name, change)
+            before = self._revisits_seen.get(key, 0)
+            if count < before:  # a new frontier (re-seeded) counts from zero: a new series
+                with contextlib.suppress(KeyError):
+                    self.revisits.remove(*key)
+                before = 0
+            self.revisits.labels(*key).inc(count - before)
+            self._revisits_seen[key] = count
 
     def motion(
         self, namespace: str, name: str, waiting: Waiting | None, stall: Stall | None

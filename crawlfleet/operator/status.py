@@ -16,7 +16,9 @@ crawl is slowed), the Bloom filter is past 80 % of the capacity it was sized for
 read from the pods' termination messages); the kubelet keeps restarting them meanwhile.
 ``Waiting`` says what the crawl waits for while URLs are queued and none is fetched (its reason
 the main cause -- ``RobotsTxt``, ``NoLiveWorker``, ``OutputBlocked``... -- its message every
-cause with its count and next change, crawlfleet.fleet.waiting), and ``status.waiting`` says
+cause with its count and next change, crawlfleet.fleet.waiting), or, for a job that keeps
+going (revisit rules, no schedule), ``NextRevisit`` while it waits for its next due revisit
+("next revisit due at <time> (N tracked)"), and ``status.waiting`` says
 the reason in one word for ``kubectl get``. ``Stalled`` says which leases stopped moving in a
 live worker, in which stage, for how long (crawlfleet.fleet.watchdog). ``ChildConflict`` says
 which of the job's child names are held by objects that are not the job's (operator/ownership.py):
@@ -32,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from crawlfleet.crawljob import Phase
-from crawlfleet.fleet import WorkersFailing
+from crawlfleet.fleet import Freshness, WorkersFailing
 from crawlfleet.fleet.waiting import Waiting
 from crawlfleet.fleet.watchdog import Stall
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
@@ -151,6 +153,8 @@ class Observed:
     #: What the crawl waits for (URLs queued, none fetched); leases that stopped moving.
     waiting: Waiting | None = None
     stall: Stall | None = None
+    #: How fresh a job with revisit rules keeps its pages (None: it has none).
+    freshness: Freshness | None = None
 
 
 def _frontier_conditions(seen: Observed) -> list[Wanted]:
@@ -330,6 +334,8 @@ def job_status(
             bloomLayers=stats.bloom_layers,
             frontierPressure=seen.pressure.name.title(),
         )
+    if seen.freshness is not None:
+        status["freshness"] = seen.freshness.to_mapping()
     if seen.frontier_memory is not None:
         status.update(
             frontierMemoryUsedBytes=seen.frontier_memory.used_bytes,

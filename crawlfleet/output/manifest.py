@@ -60,10 +60,17 @@ def spec_sha256(spec: CrawlJobSpec) -> str:
 
 
 async def finish_output(
-    frontier: Frontier, store: OutputStore, job_id: str, spec: CrawlJobSpec, stats: FrontierStats
+    frontier: Frontier,
+    store: OutputStore,
+    job_id: str,
+    spec: CrawlJobSpec,
+    stats: FrontierStats,
+    *,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Write ``dead-letters.jsonl``, then ``manifest.json`` (last: its presence says the set is
-    whole); returns the manifest."""
+    whole); returns the manifest. ``run_id``: the run of a scheduled job whose files these are
+    (``store`` is then the run's, ``runs/<run-id>/``); the manifest names it."""
     lines = []
     async for letter in frontier.dead_letters():
         lines.append(
@@ -97,6 +104,7 @@ async def finish_output(
     manifest: dict[str, Any] = {
         "manifestVersion": MANIFEST_VERSION,
         "job": job_id,
+        **({"run": run_id} if run_id is not None else {}),
         "specSha256": spec_sha256(spec),
         "format": spec.output.format,
         "destination": store.destination.url,
@@ -125,6 +133,7 @@ async def finish_output_once(
     stats: FrontierStats,
     *,
     writer: str,
+    run_id: str | None = None,
 ) -> dict[str, int] | None:
     """The closing files' counts once they are written: by ``writer`` now, if it wins the
     claim, or by whoever did before. None: another writer holds the claim (it writes them)."""
@@ -133,7 +142,8 @@ async def finish_output_once(
         return written
     if not await frontier.claim_output_finish(writer, FINISH_CLAIM_SECONDS):
         return None
-    counts: dict[str, int] = (await finish_output(frontier, store, job_id, spec, stats))["counts"]
+    manifest = await finish_output(frontier, store, job_id, spec, stats, run_id=run_id)
+    counts: dict[str, int] = manifest["counts"]
     await frontier.mark_output_finished(json.dumps(counts, separators=(",", ":")))
     return counts
 

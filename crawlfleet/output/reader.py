@@ -2,7 +2,9 @@
 
 * :func:`page_records` streams the records of ``pages/``, one per URL: output is at least
   once (a page whose lease was lost is crawled again), so the same URL may appear in several
-  lines, and the latest fetch wins (``fetched_at``, then ``fetch_id`` to break a tie). It reads
+  lines, and the latest fetch wins (``fetched_at``, then ``fetch_id`` to break a tie) -- save
+  that a revisit which found the page as it was (``change``: not_modified, unchanged) never
+  wins over a capture: it carries no content and no items, the capture does. It reads
   the files twice -- first to choose the winners (a small index per URL), then to stream them
   -- so its memory grows with the number of URLs, not with the size of the records.
 * :func:`item_records` streams the items of ``items/`` that belong to those winning fetches,
@@ -10,6 +12,8 @@
 * :func:`verify` checks the destination against ``manifest.json``: every listed file present,
   with its size and SHA-256. A file that is durable but not listed is reported and allowed (a
   duplicate nobody acked); a missing or changed one is a failure.
+* :func:`run_ids` names the runs of a scheduled job, each with the layout (and its own
+  manifest) under ``runs/<run-id>/``; each is read or verified as a destination of its own.
 
 Both read through the same :class:`~crawlfleet.output.stores.OutputStore` the workers wrote
 with, so a folder and a bucket read alike.
@@ -19,17 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from crawlfleet.destinations import RUNS_FOLDER
 from crawlfleet.errors import OutputError
 from crawlfleet.output.manifest import MANIFEST
 
 if TYPE_CHECKING:
     from crawlfleet.output.stores import OutputStore, StoredObject
 
-__all__ = ["Verification", "item_records", "page_files", "page_records", "verify"]
+__all__ = ["Verification", "item_records", "page_files", "page_records", "run_ids", "verify"]
 
 _PAGES = "pages/"
 _ITEMS = "items/"
@@ -55,9 +60,15 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and isinstance(record.get("url"), str) else None
 
 
-def _rank(record: dict[str, Any]) -> tuple[float, str]:
+#: A revisit's entry that found the page as it was (``change`` of a tracked URL): it says the
+#: last capture still stands, so it never hides that capture (its content, its items).
+_FOUND_AS_IT_WAS = frozenset({"not_modified", "unchanged"})
+
+
+def _rank(record: dict[str, Any]) -> tuple[bool, float, str]:
     fetched_at = record.get("fetched_at")
     return (
+        record.get("change") not in _FOUND_AS_IT_WAS,
         float(fetched_at) if isinstance(fetched_at, int | float) else 0.0,
         str(record.get("fetch_id", "")),
     )
@@ -85,9 +96,9 @@ async def _every_line(store: OutputStore, files: list[StoredObject]) -> AsyncIte
 
 async def _latest_fetches(
     store: OutputStore, files: list[StoredObject]
-) -> dict[bytes, tuple[float, str]]:
+) -> dict[bytes, tuple[bool, float, str]]:
     """The rank of each URL's latest fetch among the page records of ``files``."""
-    best: dict[bytes, tuple[float, str]] = {}
+    best: dict[bytes, tuple[bool, float, str]] = {}
     for stored in files:
         async for line in _lines(store, stored.key):
             record = _parse(line)
@@ -187,8 +198,24 @@ async def verify(store: OutputStore) -> Verification:
         result.checked += 1
         if present[path] != int(entry["size"]) or await _sha256(store, path) != entry["sha256"]:
             result.changed.append(path)
-    result.unlisted = sorted(key for key in present if key not in listed and key != MANIFEST)
+    result.unlisted = sorted(
+        key
+        for key in present
+        if key not in listed and key != MANIFEST and not key.startswith(f"{RUNS_FOLDER}/")
+    )
     return result
+
+
+def run_ids(files: Sequence[StoredObject]) -> list[str]:
+    """The runs of a scheduled job found among ``files`` (``runs/<run-id>/...``), oldest
+    first (run ids sort as time does)."""
+    return sorted(
+        {
+            parts[1]
+            for parts in (stored.key.split("/") for stored in files)
+            if len(parts) > 2 and parts[0] == RUNS_FOLDER
+        }
+    )
 
 
 async def _sha256(store: OutputStore, key: str) -> str:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
 from crawlfleet.config import OutputConfig
-from crawlfleet.destinations import LAYOUT_FILES, LAYOUT_FOLDERS, Destination
+from crawlfleet.destinations import LAYOUT_FILES, LAYOUT_FOLDERS, RUNS_FOLDER, Destination
 from crawlfleet.errors import OutputError, OutputUnavailable
 
 if TYPE_CHECKING:
@@ -253,21 +253,31 @@ class FolderStore:
     def _files(self) -> list[StoredObject]:
         if not self.root.is_dir():
             raise FileNotFoundError(2, "no such folder", str(self.root))
-        found = [
-            StoredObject(name, (self.root / name).stat().st_size)
-            for name in LAYOUT_FILES
-            if (self.root / name).is_file()
-        ]
-        for top in LAYOUT_FOLDERS:
-            for folder, subfolders, names in os.walk(self.root / top):
-                subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-                base = Path(folder)
-                for name in names:
-                    if not name.startswith("."):
-                        path = base / name
-                        key = path.relative_to(self.root).as_posix()
-                        found.append(StoredObject(key, path.stat().st_size))
+        runs = self.root / RUNS_FOLDER
+        # The layout here, and under each run of a scheduled job (runs/<run-id>/).
+        tops = [self.root]
+        if runs.is_dir():
+            tops += sorted(path for path in runs.iterdir() if _plain(path.name) and path.is_dir())
+        found: list[StoredObject] = []
+        for top in tops:
+            found += [
+                StoredObject(self._key(top / name), (top / name).stat().st_size)
+                for name in LAYOUT_FILES
+                if (top / name).is_file()
+            ]
+            for layout_folder in LAYOUT_FOLDERS:
+                for folder, subfolders, names in os.walk(top / layout_folder):
+                    subfolders[:] = [name for name in subfolders if _plain(name)]
+                    base = Path(folder)
+                    for name in names:
+                        if _plain(name):
+                            found.append(
+                                StoredObject(self._key(base / name), (base / name).stat().st_size)
+                            )
         return sorted(found, key=lambda stored: stored.key)
+
+    def _key(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
 
     async def read(self, key: str) -> AsyncIterator[bytes]:
         with (self.root / key).open("rb") as source:
@@ -478,10 +488,18 @@ class BucketStore:
 
 
 def _in_layout(key: str) -> bool:
+    """A key of the layout, here or under a run of a scheduled job (``runs/<run-id>/``)."""
     parts = key.split("/")
-    if any(part.startswith(".") for part in parts):
+    if not all(_plain(part) for part in parts):
         return False
-    return key in LAYOUT_FILES if len(parts) == 1 else parts[0] in LAYOUT_FOLDERS
+    if len(parts) > 2 and parts[0] == RUNS_FOLDER:
+        parts = parts[2:]
+    return "/".join(parts) in LAYOUT_FILES if len(parts) == 1 else parts[0] in LAYOUT_FOLDERS
+
+
+def _plain(name: str) -> bool:
+    """Not hidden (a spool's or an editor's file) and not empty."""
+    return bool(name) and not name.startswith(".")
 
 
 def _first_line(text: str, limit: int = 300) -> str:

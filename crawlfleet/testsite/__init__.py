@@ -2,12 +2,14 @@
 
 ``TestSite`` serves a deterministic, seeded multi-host page graph plus hostile paths and logs
 every request server-side; see :mod:`crawlfleet.testsite.server` for the table of special
-paths and :mod:`crawlfleet.testsite.graph` for the graph shape. ``python -m
-crawlfleet.testsite`` runs it standalone; ``crawlfleet demo`` crawls it. It ships in the
-package so that the demo works offline on a fresh machine.
+paths and :mod:`crawlfleet.testsite.graph` for the graph shape. ``NewsSite``
+(:mod:`crawlfleet.testsite.news`) is the site whose listings and feeds change on a clock, for
+revisit tests. ``python -m crawlfleet.testsite`` runs either standalone; ``crawlfleet demo``
+crawls the first. It ships in the package so that the demo works offline on a fresh machine.
 """
 
 from crawlfleet.testsite.graph import PageRef, SiteConfig, SiteGraph, SpecialUrls, page_path
+from crawlfleet.testsite.news import ManualClock, NewsConfig, NewsSite
 from crawlfleet.testsite.server import (
     RequestLog,
     RequestRecord,
@@ -17,6 +19,9 @@ from crawlfleet.testsite.server import (
 )
 
 __all__ = [
+    "ManualClock",
+    "NewsConfig",
+    "NewsSite",
     "PageRef",
     "RequestLog",
     "RequestRecord",

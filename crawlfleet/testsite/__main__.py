@@ -10,6 +10,11 @@ SIGTERM when done.  A one-line request summary goes to stderr on exit.
 
 Request records are not kept by default (memory would grow with every request); counters and
 per-host concurrency maxima are, and are reported in the summary.
+
+``--news`` serves the news site instead (:mod:`crawlfleet.testsite.news`: listings and feeds
+that gain an article per host every ``--publish-interval`` seconds, on the wall clock from
+start-up); its readiness line is ``{"hosts": [...], "seeds": [...], "feeds": [...]}``, and
+``--record-file`` then gets every request with its site time and whether it was conditional.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from crawlfleet.testsite.graph import SiteConfig
-from crawlfleet.testsite.server import RequestRecord, SiteServer
+from crawlfleet.testsite.news import NewsConfig, NewsServer
+from crawlfleet.testsite.server import SiteServer
+from crawlfleet.testsite.threaded import Startable
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -43,6 +50,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every response")
     p.add_argument("--base-address", default="127.0.0.2", help="address of host 0")
     p.add_argument("--keep-records", action="store_true", help="keep every request record")
+    p.add_argument("--news", action="store_true", help="serve the news site instead")
+    p.add_argument(
+        "--publish-interval",
+        type=int,
+        default=NewsConfig().publish_interval_seconds,
+        help="news site: seconds between two articles of one host",
+    )
     p.add_argument(
         "--record-file",
         type=Path,
@@ -51,7 +65,46 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+async def _until_signalled(server: Startable, ready: Callable[[], Mapping[str, object]]) -> None:
+    """Start ``server``, print its readiness line, serve until SIGTERM or SIGINT, stop it."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    try:
+        print(json.dumps(ready()), flush=True)
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+async def _serve_news(args: argparse.Namespace) -> int:
+    config = NewsConfig(
+        hosts=args.hosts, publish_interval_seconds=args.publish_interval, seed=args.seed
+    )
+    server = NewsServer(config, base_address=args.base_address)
+    hosts = range(config.hosts)
+    await _until_signalled(
+        server,
+        lambda: {
+            "hosts": server.hosts,
+            "seeds": [server.base(h) + "/" for h in hosts],
+            "feeds": [server.base(h) + config.feed_path(h) for h in hosts],
+        },
+    )
+    requests = server.log.requests()
+    if args.record_file is not None:
+        rows = ({"url": r.url, "status": r.status, "at": r.at, "conditional": r.conditional}
+                for r in requests)  # fmt: skip
+        _write_records(args.record_file, rows)
+    print(json.dumps({"requests": len(requests)}), file=sys.stderr, flush=True)
+    return 0
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    if args.news:
+        return await _serve_news(args)
     config = SiteConfig(
         hosts=args.hosts,
         pages_per_host=args.pages_per_host,
@@ -64,35 +117,29 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     keep = args.keep_records or args.record_file is not None
     server = SiteServer(config, base_address=args.base_address, keep_records=keep)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await server.start()
-    try:
-        ready = {
+    await _until_signalled(
+        server,
+        lambda: {
             "hosts": server.hosts,
             "seeds": server.graph.seeds(),
             "pages": server.graph.page_count,
             "out_of_scope_host": server.out_of_scope_host,
-        }
-        print(json.dumps(ready), flush=True)
-        await stop.wait()
-    finally:
-        await server.stop()
+        },
+    )
     log = server.log
     if args.record_file is not None:
-        _write_records(args.record_file, log.all_requests())
+        rows = ({"url": r.url, "status": r.status} for r in log.all_requests())
+        _write_records(args.record_file, rows)
     concurrency = {h: log.max_concurrency(h) for h in server.hosts}
     summary = {"requests": log.total(), "max_concurrency": concurrency}
     print(json.dumps(summary), file=sys.stderr, flush=True)
     return 0
 
 
-def _write_records(path: Path, records: Sequence[RequestRecord]) -> None:
+def _write_records(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
     with open(path, "w") as f:
-        for record in records:
-            f.write(json.dumps({"url": record.url, "status": record.status}) + "\n")
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -139,6 +139,10 @@ class SiteConfig:
     refusal_links_per_page: int = 0
     #: Hosts whose robots.txt answers 503 for ever (unavailable: their pages are given up).
     robots_down_hosts: tuple[int, ...] = ()
+    #: Hosts whose normal pages send an ``ETag`` and answer a matching ``If-None-Match`` with
+    #: 304; and those that do the same with ``Last-Modified`` (crawlfleet/testsite/revisions.py).
+    etag_hosts: tuple[int, ...] = ()
+    last_modified_hosts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
@@ -166,6 +170,10 @@ class SiteConfig:
             raise ValueError("refusal_links_per_page must be >= 0")
         if any(not 0 <= host < self.hosts for host in self.robots_down_hosts):
             raise ValueError("robots_down_hosts must name in-scope hosts (0..hosts-1)")
+        if any(
+            not 0 <= host < self.hosts for host in (*self.etag_hosts, *self.last_modified_hosts)
+        ):
+            raise ValueError("etag_hosts and last_modified_hosts must name in-scope hosts")
         if self.robots_retry_after_seconds is not None and self.robots_retry_after_seconds < 0:
             raise ValueError("robots_retry_after_seconds must be >= 0")
 

@@ -125,7 +125,10 @@ plus ``mailto:`` and ``javascript:`` links on every page, plus links to the out-
 
 Normal pages are ``text/html; charset=utf-8``, > 512 bytes, rendered once and cached.
 Routing ignores the query string (``/d1/p1.html?x=1`` is page 1) but the log keeps it.
-``SiteConfig.latency_seconds`` delays every response.
+``SiteConfig.latency_seconds`` delays every response. ``SiteConfig.etag_hosts`` and
+``last_modified_hosts`` make normal pages send validators and answer 304;
+:meth:`TestSite.edit_page` and :meth:`TestSite.remove_page` change a page or make it a 404
+(:mod:`crawlfleet.testsite.revisions`).
 
 Request log: one :class:`RequestRecord` per request, appended on arrival; ``status`` is
 ``None`` if no response was completed (client gave up, or the site stopped mid-response:
@@ -144,7 +147,6 @@ import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -152,6 +154,8 @@ from aiohttp import web
 
 from crawlfleet.testsite import feeds, hostile, shop, sitemaps
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
+from crawlfleet.testsite.revisions import Revisions
+from crawlfleet.testsite.threaded import BackgroundSite, LoopThread
 
 __all__ = [
     "RequestLog",
@@ -420,6 +424,7 @@ class SiteServer:
         self._bodies: list[list[bytes | None]] = [[None] * n for _ in range(self.config.hosts + 1)]
         self._leaf_cache: dict[tuple[int, str], bytes] = {}
         self._hits: Counter[str] = Counter()
+        self.revisions = Revisions(self.config.etag_hosts, self.config.last_modified_hosts)
         self._exact: dict[str, Handler] = {
             "/ratelimited": self._ratelimited,
             "/slow": self._slow,
@@ -564,6 +569,8 @@ class SiteServer:
             body = bodies[index]
             if body is None:
                 body = bodies[index] = self.graph.render_page(host, index)
+            if self.revisions.active:  # validators, edits, removals (revisions.py)
+                return self.revisions.respond(host, path, body, request)
             return web.Response(body=body, headers=_HTML_HEADERS)
         if path == "/robots.txt":
             if self.config.robots_hang:
@@ -835,7 +842,7 @@ def _redirect(location: str) -> web.Response:
 # ---------------------------------------------------------------------------- threaded wrapper
 
 
-class TestSite:
+class TestSite(BackgroundSite):
     """Runs a :class:`SiteServer` in a background thread with its own event loop.
 
     Why a thread: tests (sync or async) and the crawler under test keep their own event loop,
@@ -855,84 +862,30 @@ class TestSite:
     ) -> None:
         self.config = config or SiteConfig()
         self._server = SiteServer(self.config, base_address=base_address, keep_records=keep_records)
-        self._start_timeout = start_timeout
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = LoopThread(
+            self._server, name="crawlfleet-test-site", start_timeout=start_timeout
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> TestSite:
-        """Start serving; returns (self) only after every host is listening."""
-        if self._thread is not None:
-            raise RuntimeError("already started")
-        ready = threading.Event()
-        errors: list[BaseException] = []
-        loop = asyncio.new_event_loop()
+    def edit_page(self, url: str) -> int:
+        """Give the normal page at ``url`` its next revision (a changed body and validators);
+        returns the revision's number (crawlfleet/testsite/revisions.py)."""
+        host, path = self._page_of(url)
+        return self._thread.call(lambda: self._server.revisions.edit(host, path))
 
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._server.start())
-            except BaseException as exc:  # surfaced to the caller of start()
-                errors.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                tasks = asyncio.all_tasks(loop)
-                for task in tasks:
-                    task.cancel()
-                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-                loop.close()
+    def remove_page(self, url: str) -> None:
+        """The normal page at ``url`` answers 404 from now on."""
+        host, path = self._page_of(url)
+        self._thread.call(lambda: self._server.revisions.remove(host, path))
 
-        thread = threading.Thread(target=run, name="crawlfleet-test-site", daemon=True)
-        thread.start()
-        if not ready.wait(self._start_timeout):
-            raise TimeoutError("test site did not start in time")
-        if errors:
-            thread.join()
-            raise errors[0]
-        self._thread, self._loop = thread, loop
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, release hanging requests and join the thread.  Idempotent."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        try:
-            asyncio.run_coroutine_threadsafe(self._server.stop(), loop).result(timeout=15)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=15)
-            self._thread = self._loop = None
-
-    def __enter__(self) -> TestSite:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _page_of(self, url: str) -> tuple[int, str]:
+        parts = urlsplit(url)
+        return self._server.hosts.index(parts.netloc), parts.path or "/"
 
     def reset(self) -> None:
         """Clear the request log and flaky/ratelimit counters (runs on the site's loop)."""
-        if self._loop is None:
-            self._server.reset()
-            return
-
-        async def do_reset() -> None:
-            self._server.reset()
-
-        asyncio.run_coroutine_threadsafe(do_reset(), self._loop).result(timeout=15)
+        self._thread.call(self._server.reset)
 
     # ------------------------------------------------------------------ addresses & graph
 

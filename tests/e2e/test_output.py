@@ -111,6 +111,24 @@ def bucket_pages(server: S3Server, bucket: str, prefix: str) -> dict[str, int]:
     return counts
 
 
+def output_verify(server: S3Server, destination: str) -> subprocess.CompletedProcess[str]:
+    """``crawlfleet output verify`` of a bucket's destination, with the server's keys."""
+    keys = server.root_credentials
+    return subprocess.run(
+        [sys.executable, "-m", "crawlfleet", "output", "verify", destination],
+        env={
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": keys.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
+            "AWS_ENDPOINT_URL": server.endpoint_url,
+            "AWS_REGION": REGION,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_a_job_whose_output_would_die_with_its_pods_does_not_start(
     cluster: Cluster,
     crd: None,
@@ -279,20 +297,7 @@ def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_ex
         expected = {canonicalize(u) for u in site.expected_pages()}
         assert manifest["counts"]["crawled"] == len(expected)
         assert set(bucket_pages(s3_server, bucket, "crawl/")) == expected
-        keys = s3_server.root_credentials
-        verify = subprocess.run(
-            [sys.executable, "-m", "crawlfleet", "output", "verify", f"s3://{bucket}/crawl/"],
-            env={
-                **os.environ,
-                "AWS_ACCESS_KEY_ID": keys.access_key_id,
-                "AWS_SECRET_ACCESS_KEY": keys.secret_access_key,
-                "AWS_ENDPOINT_URL": s3_server.endpoint_url,
-                "AWS_REGION": REGION,
-            },
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        verify = output_verify(s3_server, f"s3://{bucket}/crawl/")
         assert verify.returncode == 0, verify.stderr
         cleared = condition(job, "WorkersFailing")
         assert cleared is not None

@@ -73,7 +73,7 @@ class DocSite:
         conf.write_text(
             f"{user}worker_processes 1; pid {self.work}/nginx.pid; error_log {self.work}/error.log;"
             " daemon off; events { worker_connections 256; } http {"
-            " log_format plain '$request_uri $status';"
+            " log_format plain '$request_uri $status $http_if_none_match|$http_if_modified_since';"
             f" access_log {self.log} plain; types {{ text/html html; text/css css;"
             f" image/png png; image/svg+xml svg; text/plain txt; }}"
             f" server {{ listen {self.netloc}; root {self.root};"
@@ -100,6 +100,15 @@ class DocSite:
     def requests(self) -> Counter[str]:
         """Paths requested so far, robots.txt included, with how many times."""
         return Counter(line.split(" ", 1)[0] for line in self.log.read_text().splitlines())
+
+    def entries(self) -> list[tuple[str, int, bool]]:
+        """Every request in order: (path, status, whether it was conditional: it carried
+        ``If-None-Match`` or ``If-Modified-Since``)."""
+        found = []
+        for line in self.log.read_text().splitlines():
+            path, status, conditions = line.split(" ", 2)
+            found.append((path, int(status), conditions.strip() not in ("", "|", "-|-")))
+        return found
 
     def pages(self) -> set[str]:
         """Every HTML page of the tree, as the path a crawler requests."""

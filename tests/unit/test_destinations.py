@@ -88,3 +88,23 @@ def test_the_command_line_resolves_a_climbing_folder_against_the_working_directo
     with pytest.raises(ConfigError, match=r"^--output: must not climb"):
         destination_flag("file:///srv/%2e%2e/etc", "--output")
     assert os.getcwd() == str(work)
+
+
+@pytest.mark.parametrize(
+    ("text", "run"),
+    [
+        ("crawls/news", "crawls/news/runs/20261202T081500Z"),
+        ("s3://bucket/news/", "s3://bucket/news/runs/20261202T081500Z/"),
+        ("s3://bucket", "s3://bucket/runs/20261202T081500Z/"),
+    ],
+)
+def test_a_run_writes_under_runs_and_its_id(text: str, run: str) -> None:
+    destination = parse_destination(text).for_run("20261202T081500Z")
+    assert destination.url == run
+    assert parse_destination(destination.url) == destination  # what a worker is handed
+
+
+@pytest.mark.parametrize("run", ["", "..", "a/b", ".hidden", "x" * 65])
+def test_a_run_id_is_a_plain_name(run: str) -> None:
+    with pytest.raises(ValueError, match="not a run id"):
+        parse_destination("crawls/news").for_run(run)

@@ -26,6 +26,10 @@ and capped on the wire and after decoding).
   layer than a ``timeout``.
 * **Deadlines**: separate connect and read timeouts per request, plus one total deadline per
   ``fetch`` around everything (redirects, retries and their sleeps) ending in ``timeout``.
+* **Conditional GET** (``conditional``, see :mod:`~crawlfleet.crawler.fetching.conditional`):
+  every request of the fetch carries ``If-None-Match`` / ``If-Modified-Since``; a 304 to it is
+  a success without a body (nothing is read, ``FetchResult.not_modified``), and is never taken
+  for a redirect. A 304 to a request that asked nothing conditional stays a protocol error.
 
 ``FetchResult.attempts`` counts every HTTP request sent for the fetch: retries and redirect
 hops alike (so retries = ``attempts - 1 - len(redirects)`` when the chain did not fail).
@@ -51,6 +55,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 import httpx
 
 from crawlfleet.crawler.fetching.bodies import ACCEPT_ENCODING, discard_body, read_body
+from crawlfleet.crawler.fetching.conditional import Conditional
 from crawlfleet.crawler.fetching.failures import (
     DEFAULT_MIN_HTML_BYTES,
     FailureClass,
@@ -92,6 +97,7 @@ _RETRIED: Final = frozenset(
     }
 )
 _SCHEMES: Final = frozenset({"http", "https"})
+_NOT_MODIFIED: Final = 304
 
 #: A caller's check of a redirect hop before it is requested: None to follow it, else the
 #: failure class and message that end the fetch.
@@ -164,6 +170,11 @@ class FetchResult:
     retry_after_seconds: float | None
     wire_bytes: int
 
+    @property
+    def not_modified(self) -> bool:
+        """A conditional request's 304: the copy we hold is current (no body was read)."""
+        return self.status == _NOT_MODIFIED and self.failure is None
+
 
 @dataclass(frozen=True, slots=True)
 class _Call:
@@ -177,6 +188,8 @@ class _Call:
     min_html_bytes: int
     deadline: float
     reservation: Reservation | None
+    #: ``If-None-Match`` / ``If-Modified-Since`` for every request; empty: unconditional.
+    conditional_headers: dict[str, str]
 
 
 @dataclass(slots=True)
@@ -242,6 +255,7 @@ class Fetcher:
         min_html_bytes: int = DEFAULT_MIN_HTML_BYTES,
         reservation: Reservation | None = None,
         deadline: float | None = None,
+        conditional: Conditional | None = None,
     ) -> FetchResult:
         """Fetch ``url``, following redirects that ``allow_url`` accepts; see the module doc.
 
@@ -255,6 +269,8 @@ class Fetcher:
         ``reservation`` is charged with the body's decoded bytes (the worker's memory budget).
         ``deadline`` (the event loop's clock) ends the fetch sooner than the total timeout: the
         lease's fetch deadline, after which the frontier no longer counts its host slot.
+        ``conditional`` holds the validators of the copy we have: the fetch asks only for a
+        newer one, and a 304 ends it as a success without a body (see the module doc).
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -269,6 +285,7 @@ class Fetcher:
             min_html_bytes=min_html_bytes,
             deadline=deadline,
             reservation=reservation,
+            conditional_headers=conditional.request_headers() if conditional else {},
         )
         result = FetchResult(
             url=url,
@@ -425,7 +442,7 @@ class Fetcher:
             request = httpx.Request(
                 "GET",
                 url,
-                headers=self._request_headers(),
+                headers=self._request_headers(call),
                 extensions=dict(self._timeouts),
                 stream=httpx.ByteStream(b""),
             )
@@ -466,6 +483,8 @@ class Fetcher:
                         exchange.body = body
                     else:
                         exchange.message = _status_message(response, headers, len(body))
+                elif response.status_code == _NOT_MODIFIED and call.conditional_headers:
+                    pass  # the copy we hold is current: a success, and there is no body to read
                 else:
                     await discard_body(response, result)
                     self._classify_non_success(response, headers, exchange)
@@ -476,12 +495,13 @@ class Fetcher:
             exchange.body = b""
         return exchange
 
-    def _request_headers(self) -> dict[str, str]:
+    def _request_headers(self, call: _Call) -> dict[str, str]:
         # A new mapping per request: nothing a previous attempt did can leak into the next.
         return {
             "User-Agent": self._settings.user_agent,
             "Accept": ACCEPT,
             "Accept-Encoding": ACCEPT_ENCODING,
+            **call.conditional_headers,
         }
 
     @staticmethod
@@ -491,7 +511,7 @@ class Fetcher:
         status = response.status_code
         if 300 <= status < 400:
             location = headers.get("location")
-            if location and location.strip() and status != 304:
+            if location and location.strip() and status != _NOT_MODIFIED:
                 exchange.location = location
                 return
             exchange.failure = FailureClass.PROTOCOL_ERROR

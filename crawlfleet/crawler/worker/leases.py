@@ -28,6 +28,12 @@ wait (0.5 s doubling to 30 s, the same for every worker); a settlement that fail
 again under the same call ids (the frontier answers a call it applied with its first reply,
 so a retried ack is never "not yours" and no lease is counted lost twice).
 
+Revisits (``spec.recrawl``, DESIGN §10): :meth:`LeaseBook.read_revisit_states` reads the
+revisit state of a claimed batch (one round trip) into its entries, and a lease's
+:class:`~crawlfleet.frontier.Revisit` (:meth:`LeaseBook.revisit_later`) goes with its ack or
+fail, so the frontier reschedules the URL in the same script that settles the lease. A job
+without rules never reads or sends either: its calls are the one-shot crawl's.
+
 The book also keeps the account the fleet reads in heartbeats (:meth:`LeaseBook.account`): how
 many leases are in each stage and how long the oldest has been there, so a lease that stops
 moving is seen, with the stage it stopped in (the fleet's watchdog, ``Stalled``).
@@ -45,7 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease
+from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease, Revisit, RevisitState
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
@@ -101,6 +107,10 @@ class Entry:
     failure: Failure | None = None
     #: A settlement of it is on its way to the frontier (not lost if an extend misses it).
     settling: bool = False
+    #: Its URL's revisit state when claimed (None: not tracked, or a job without rules).
+    state: RevisitState | None = None
+    #: What its settlement tells the frontier about its URL's next visit.
+    revisit: Revisit | None = None
 
 
 @dataclass(slots=True)
@@ -281,6 +291,26 @@ class LeaseBook:
         self._move(entry, Stage.PROCESSING)
         self._to_free[lease_id] = None
 
+    async def read_revisit_states(self, leases: Sequence[Lease]) -> None:
+        """The revisit state of a claimed batch into its entries: one round trip. Raises
+        FrontierUnavailable (a read: calling again is harmless)."""
+        states = await self.frontier.revisit_states([lease.url for lease in leases])
+        for lease in leases:
+            entry = self._entries.get(lease.lease_id)
+            if entry is not None:
+                entry.state = states.get(lease.url)
+
+    def state_of(self, lease_id: str) -> RevisitState | None:
+        """The lease's URL's revisit state as read after its claim."""
+        entry = self._entries.get(lease_id)
+        return None if entry is None else entry.state
+
+    def revisit_later(self, lease_id: str, revisit: Revisit) -> None:
+        """The lease's ack or fail will carry ``revisit`` (its URL's next visit)."""
+        entry = self._entries.get(lease_id)
+        if entry is not None:
+            entry.revisit = revisit
+
     def fail_later(self, lease_id: str, failure: Failure) -> None:
         """The lease failed: its settlement will be ``fail`` with this failure (the first
         failure stands)."""
@@ -346,12 +376,18 @@ class LeaseBook:
         failures = [entry.failure for entry in settlement.entries if entry.failure is not None]
         if not settlement.acked:
             acked = await self.frontier.ack(
-                self.worker_id, [e.lease.lease_id for e in succeeded], call_id=settlement.ack_call
+                self.worker_id,
+                [e.lease.lease_id for e in succeeded],
+                revisits=_revisits(succeeded),
+                call_id=settlement.ack_call,
             )
             settlement.acked = True
             settlement.lost_acks = acked.count(False)
         if not settlement.failed:
-            codes = await self.frontier.fail(self.worker_id, failures, call_id=settlement.fail_call)
+            failed = [entry for entry in settlement.entries if entry.failure is not None]
+            codes = await self.frontier.fail(
+                self.worker_id, failures, revisits=_revisits(failed), call_id=settlement.fail_call
+            )
             settlement.failed = True
             settlement.lost_fails = sum(1 for code in codes if code is FailOutcome.NOT_OWNER)
         for entry in settlement.entries:
@@ -479,3 +515,10 @@ class LeaseBook:
             self.counters["leases_lost"] += count
             self.metrics.observe_leases_lost(count)
             log.warning("%d lease(s) were lost before completion", count, extra={"layer": "flow"})
+
+
+def _revisits(entries: Sequence[Entry]) -> dict[str, Revisit] | None:
+    """The revisits of a settlement's leases, by lease token; None when none has one (a job
+    without rules sends the one-shot call)."""
+    found = {e.lease.lease_id: e.revisit for e in entries if e.revisit is not None}
+    return found or None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterable, Mapping
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.memory import ByteBudget
 from crawlfleet.crawler.links.scope import ScopeVerdict
+from crawlfleet.crawljob import Change
+from crawlfleet.frontier.models import LAG_BUCKETS_SECONDS
 from crawlfleet.frontier.robots_cache import RobotsCacheState
 
 __all__ = [
@@ -84,6 +86,8 @@ LINK_DROP_REASONS: Final = frozenset(
 #: set of about 130), an OSError without one under ``unknown``.
 OUTPUT_WRITE_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "EROFS", "EACCES")
 _ERRNO_NAMES: Final = frozenset(errno.errorcode.values())
+#: The ``change`` label of ``revisits_total``: what a visit of a tracked URL found.
+_CHANGES: Final[tuple[str, ...]] = get_args(Change)
 
 StatusClass = Literal["2xx", "3xx", "4xx", "5xx", "none", "other"]
 BloomResult = Literal["new", "duplicate"]
@@ -267,6 +271,24 @@ class WorkerMetrics:
             " (backpressure), else 0.",
             registry=reg,
         )
+        self.revisits = Counter(
+            _PREFIX + "revisits_total",
+            "Visits of URLs with a recrawl rule, by what they found: new (first visit),"
+            " changed, unchanged (same body digest), not_modified (a 304 to a conditional"
+            " request), gone (404/410 after a 200).",
+            ["change"],
+            registry=reg,
+        )
+        self.revisit_lag = Histogram(
+            _PREFIX + "revisit_lag_seconds",
+            "Time from a tracked URL becoming due to its revisit's response (the frontier"
+            " keeps the fleet's histogram in the same buckets).",
+            buckets=LAG_BUCKETS_SECONDS,
+            registry=reg,
+        )
+        self._revisits_by_change = {
+            change: self.revisits.labels(change=change) for change in _CHANGES
+        }
         self._pages_by_class = {
             label: self.pages_fetched.labels(status_class=label) for label in _STATUS_CLASSES
         }
@@ -300,6 +322,20 @@ class WorkerMetrics:
             self._pages_by_class[label].inc(count)
         if total_bytes:
             self.response_bytes.inc(total_bytes)
+
+    def observe_revisits(self, visits: Iterable[tuple[str, float | None]]) -> None:
+        """Visits of tracked URLs, as (change, lag in seconds or None on a first visit): one
+        call per batch. An unknown change is refused, like an unknown failure class."""
+        counts: dict[str, int] = {}
+        observe = self.revisit_lag.observe
+        for change, lag_seconds in visits:
+            if change not in self._revisits_by_change:
+                raise ValueError(f"unknown change {change!r}")
+            counts[change] = counts.get(change, 0) + 1
+            if lag_seconds is not None:
+                observe(max(0.0, lag_seconds))
+        for change, count in counts.items():
+            self._revisits_by_change[change].inc(count)
 
     def set_in_flight(self, count: int) -> None:
         self.in_flight.set(count)

@@ -23,7 +23,7 @@ from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJob, read_seed_file
 from crawlfleet.errors import ConfigError
 from crawlfleet.frontier import Frontier, FrontierSettings
-from crawlfleet.output.stores import checked_store
+from crawlfleet.output.stores import checked_store, open_store
 
 __all__ = ["run_worker"]
 
@@ -67,7 +67,9 @@ async def run_worker(
 
     The output goes to ``config.destination`` (``--output``), else the spec's
     ``output.destination``, else the folder ``config.output_dir``; a destination it cannot
-    write to is an :class:`~crawlfleet.errors.OutputError` before anything is claimed.
+    write to is an :class:`~crawlfleet.errors.OutputError` before anything is claimed. A
+    scheduled job's worker writes under ``runs/<run-id>/`` of it, the run the frontier began
+    last (workers start after the run began, and are gone before the next one begins).
     ``guard`` is the address guard, the spec's (``allowPrivateNetworks``, the system's DNS)
     unless an embedder or a test gives its own.
     """
@@ -87,6 +89,11 @@ async def run_worker(
     frontier: Frontier | None = None
     try:
         frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
+        run = await frontier.current_run() if spec.schedule is not None else None
+        if run is not None and store is not None:
+            # A scheduled job's run writes under runs/<run-id>/, manifest and all: the same
+            # store as the one just checked, one prefix down.
+            store = open_store(store.destination.for_run(run), spec.output.s3, config.output)
         if exit_when_done:
             # A worker on its own seeds its job (idempotent: the filter refuses repeats). A
             # fleet's workers (--keep-running) never do: the steering tick seeds, once, and

@@ -12,7 +12,11 @@ worker's files, in the same layout in every destination (docs/output.md):
 * ``warc/<worker>-<incarnation>-<n>.warc.gz`` (format ``warc``): a ``warcinfo`` record at the
   head of each file, then a ``request`` + ``response`` pair per fetched page
   (``WARC-Concurrent-To`` links them), one gzip member per record so any file can be read from
-  any record boundary.
+  any record boundary. A revisit that found the page as it was (a 304, or a 200 with the same
+  payload digest: ``crawler/worker/revisits.py``) gets a ``revisit`` record instead of the
+  response, of profile ``server-not-modified`` or ``identical-payload-digest``, carrying
+  ``WARC-Refers-To-Target-URI`` and, when they are known, ``WARC-Refers-To-Date`` and the
+  original ``WARC-Payload-Digest``: what replay tools (pywb, wabac.js) resolve it by.
 
 **Durable before ack** (DESIGN §8). Pages are written into the worker's current *generation*:
 one page file and, for WARC, one archive with the same number, spooled to local disk as the
@@ -74,11 +78,13 @@ from urllib.parse import urlsplit
 from crawlfleet.errors import OutputWriteError
 
 if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every worker
+    from warcio.recordloader import ArcWarcRecord
     from warcio.statusandheaders import StatusAndHeaders
     from warcio.warcwriter import WARCWriter
 
     from crawlfleet.crawler.harvest.extract import Item
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.revisits import WarcRevisitRef
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 
@@ -139,6 +145,9 @@ class PageRecord:
     #: The ``<lastmod>`` of the sitemap entry that queued the URL (``scope.sitemaps``), as the
     #: site wrote it (a W3C datetime); None, and absent from the line, for every other page.
     lastmod: str | None = None
+    #: What a visit of a URL with a recrawl rule found (``crawljob.recrawl.Change``: new,
+    #: changed, unchanged, not_modified, gone); None, and absent from the line, for the rest.
+    change: str | None = None
 
     def to_json(self) -> str:
         # Field by field: dataclasses.asdict deep-copies and was a visible cost per page.
@@ -148,11 +157,13 @@ class PageRecord:
             fields["content_truncated"] = self.content_truncated
         if self.lastmod is not None:
             fields["lastmod"] = self.lastmod
+        if self.change is not None:
+            fields["change"] = self.change
         return _ENCODER.encode(fields)
 
 
 # Written only when set: most records have none of them.
-_OPTIONAL_FIELDS: Final = frozenset({"content", "content_truncated", "lastmod"})
+_OPTIONAL_FIELDS: Final = frozenset({"content", "content_truncated", "lastmod", "change"})
 _RECORD_FIELDS = tuple(
     f.name for f in dataclasses.fields(PageRecord) if f.name not in _OPTIONAL_FIELDS
 )
@@ -165,7 +176,8 @@ class PageOutput:
     """A page for :meth:`OutputSink.write`: its record plus what a WARC archives.
 
     ``body`` is the decoded body as the crawler read it; without a body or a status the page
-    gets no WARC records (there is nothing to archive), only its JSONL line.
+    gets no WARC records (there is nothing to archive), only its JSONL line. ``revisit`` makes
+    its WARC records a ``request`` and a ``revisit`` (no payload) instead.
     """
 
     record: PageRecord
@@ -174,6 +186,7 @@ class PageOutput:
     body: bytes | None = None
     #: What ``spec.extract`` made of the page: one line each in the generation's items file.
     items: Sequence[Item] = ()
+    revisit: WarcRevisitRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -750,22 +763,25 @@ def _item_lines(pages: Sequence[PageOutput]) -> list[bytes]:
 
 
 def _write_warc(writer: WARCWriter, page: PageOutput) -> int:
-    """A page's request and response records; 0 when it has nothing to archive, else 1."""
+    """A page's request and response (or revisit) records; 0 when it has nothing to archive,
+    else 1."""
     record = page.record
-    if page.body is None or record.status is None:
+    if record.status is None or (page.body is None and page.revisit is None):
         return 0
-    from warcio.timeutils import datetime_to_iso_date
-
     uri = record.final_url or record.url
-    date = datetime_to_iso_date(datetime.fromtimestamp(record.fetched_at, UTC).replace(tzinfo=None))
-    response = writer.create_warc_record(
-        uri,
-        "response",
-        payload=io.BytesIO(page.body),
-        length=len(page.body),
-        warc_headers_dict={"WARC-Date": date},
-        http_headers=_response_head(record.status, page.response_headers, len(page.body)),
-    )
+    date = _warc_date(record.fetched_at)
+    if page.revisit is not None:
+        response = _revisit_record(writer, uri, date, record.status, page)
+    else:
+        assert page.body is not None
+        response = writer.create_warc_record(
+            uri,
+            "response",
+            payload=io.BytesIO(page.body),
+            length=len(page.body),
+            warc_headers_dict={"WARC-Date": date},
+            http_headers=_response_head(record.status, page.response_headers, len(page.body)),
+        )
     request = writer.create_warc_record(
         uri,
         "request",
@@ -776,15 +792,50 @@ def _write_warc(writer: WARCWriter, page: PageOutput) -> int:
     return 1
 
 
+def _warc_date(seconds: float) -> str:
+    """A record's ``WARC-Date`` (whole seconds): a revisit's ``WARC-Refers-To-Date`` is made
+    the same way from the stored capture second, so the two match exactly."""
+    from warcio.timeutils import datetime_to_iso_date
+
+    date: str = datetime_to_iso_date(datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None))
+    return date
+
+
+def _revisit_record(
+    writer: WARCWriter, uri: str, date: str, status: int, page: PageOutput
+) -> ArcWarcRecord:
+    """A ``revisit`` record: the response's head, no payload, and what it refers to (WARC
+    1.1 §6.7; ``WARC-Profile`` in the writer's WARC version)."""
+    revisit = page.revisit
+    assert revisit is not None
+    version = "1.1" if writer.warc_version.endswith("1.1") else "1.0"
+    headers = {
+        "WARC-Date": date,
+        "WARC-Profile": f"http://netpreserve.org/warc/{version}/revisit/{revisit.profile}",
+        "WARC-Refers-To-Target-URI": revisit.refers_to_uri,
+    }
+    if revisit.payload_digest is not None:
+        headers["WARC-Payload-Digest"] = revisit.payload_digest
+    if revisit.refers_to_date is not None:
+        headers["WARC-Refers-To-Date"] = _warc_date(revisit.refers_to_date)
+    return writer.create_warc_record(
+        uri,
+        "revisit",
+        warc_headers_dict=headers,
+        http_headers=_response_head(status, page.response_headers, None),
+    )
+
+
 def _json_line(value: Mapping[str, object]) -> bytes:
     text = _ENCODER.encode(value)
     return (text + "\n").encode("utf-8", errors="replace")
 
 
 def _response_head(
-    status: int, headers: Mapping[str, str] | None, body_length: int
+    status: int, headers: Mapping[str, str] | None, body_length: int | None
 ) -> StatusAndHeaders:
-    """The archived status line and headers, describing the decoded body that follows."""
+    """The archived status line and headers, describing the decoded body that follows (None:
+    a revisit record's head, which no body follows and whose length is the original's)."""
     from warcio.statusandheaders import StatusAndHeaders
 
     try:
@@ -792,7 +843,8 @@ def _response_head(
     except ValueError:
         reason = ""
     kept = [(k, v) for k, v in (headers or {}).items() if k.lower() not in _WIRE_HEADERS]
-    kept.append(("Content-Length", str(body_length)))
+    if body_length is not None:
+        kept.append(("Content-Length", str(body_length)))
     return StatusAndHeaders(f"{status} {reason}".rstrip(), kept, protocol="HTTP/1.1")
 
 

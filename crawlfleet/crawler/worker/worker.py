@@ -16,6 +16,14 @@ or failed once the file holding its record is durable (DESIGN §8, ``sinks.py``)
 meanwhile; released at shutdown -- is the lease book's (``leases.py``), which the Scrapy runtime
 shares. The sink's backpressure (a failing destination, too many files waiting) stops claiming.
 
+With ``spec.recrawl`` (DESIGN §10) each claimed batch's revisit states are read in one more
+round trip; a URL with validators is fetched conditionally, and ``revisits.py`` judges what the
+visit found. A 304 or an unchanged body is an entry only (``change`` in its record, no content,
+no items, no links: its links were admitted the first time, so extracting them again is skipped)
+with a WARC revisit record; a new or changed page is written as ever. Each tracked lease's ack or
+fail carries its :class:`~crawlfleet.frontier.Revisit`. Without rules nothing of this runs: the
+one-shot crawl's round trips are unchanged.
+
 With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
 ``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
 and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are admitted with the
@@ -36,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from urllib.parse import urljoin
 
+from crawlfleet.crawler.fetching.conditional import Conditional
 from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, fate
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.fetching.memory import ByteBudget, Reservation
@@ -67,6 +76,7 @@ from crawlfleet.crawler.worker.flow import (
 from crawlfleet.crawler.worker.gate import Deferred, RequestGate
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
 from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.crawljob.recrawl import DocumentKind
@@ -77,6 +87,7 @@ from crawlfleet.frontier import (
     Frontier,
     FrontierStats,
     Lease,
+    Revisit,
     host_of,
     try_canonicalize,
 )
@@ -87,7 +98,7 @@ from crawlfleet.frontier.parents import (
     sitemap_task,
     split_parent,
 )
-from crawlfleet.output.manifest import finish_output_once
+from crawlfleet.output.manifest import finish_output, finish_output_once
 from crawlfleet.output.stores import OutputStore
 from crawlfleet.urls import origin_of
 
@@ -117,6 +128,10 @@ class _Outcome:
     #: Links the page offered that extraction left out: past the cap, nofollow.
     over_cap: int = 0
     nofollow: int = 0
+    #: What a visit of a tracked URL found (``revisits.py``), and what its settlement tells the
+    #: frontier about the URL's next visit.
+    visit: Visit | None = None
+    revisit: Revisit | None = None
     #: The page waits for its content or items (``crawler/harvest/harvest.py``), made at flush time.
     wants_harvest: bool = False
     harvest: Harvest | None = None
@@ -178,6 +193,8 @@ class Worker:
         #: None when the job wants neither content nor items: its pages cost nothing more.
         self.harvester = Harvester.from_spec(spec)
         self._read_sitemaps = spec.scope.sitemaps
+        #: The job's recrawl rules; empty: a one-shot crawl, no revisit state read or sent.
+        self._recrawl = spec.recrawl
         self._admission = LinkAdmission(self.scope)
         self._rng = rng or random.Random()
         #: The fetch task of each lease in its fetching stage.
@@ -278,6 +295,8 @@ class Worker:
                     return
                 await self._wait(self.options.idle_poll_seconds)
                 continue
+            if self._recrawl and not await self._read_revisit_states(leases):
+                return  # stopping with Redis away: the book releases them at shutdown
             for lease in leases:
                 deadline = (
                     sent_at + lease.fetch_deadline_at - lease.claimed_at
@@ -286,6 +305,28 @@ class Worker:
                 )
                 self._inflight[lease.lease_id] = asyncio.create_task(self._process(lease, deadline))
             self.metrics.set_in_flight(len(self._inflight))
+
+    async def _read_revisit_states(self, leases: list[Lease]) -> bool:
+        """The batch's revisit states (one round trip), retried while Redis is away: a tracked
+        URL fetched without its state would be judged new and asked unconditionally. False
+        when stop was requested before Redis answered."""
+        while True:
+            try:
+                await self.leases.read_revisit_states(leases)
+            except FrontierUnavailable as exc:
+                if self._stopping:
+                    return False
+                wait = self.leases.outage.failed()
+                log.warning(
+                    "reading revisit states failed, retrying in %.1f s: %s",
+                    wait,
+                    exc,
+                    extra={"layer": "flow"},
+                )
+                await self._wait(wait)
+                continue
+            self.leases.outage.succeeded()
+            return True
 
     async def _idle_and_complete(self) -> bool:
         """Nothing to claim and nothing in hand: seal the open output file if the frontier has
@@ -296,8 +337,8 @@ class Worker:
             stats = await self.frontier.stats()
             if stats.queued == 0 and stats.delayed == 0:
                 self.output.rotate()
-        if self.leases.generations:
-            return False
+        if self.leases.generations or self.spec.keeps_going:
+            return False  # a job that keeps going is never complete: its revisits come due
         if not self.options.exit_when_done:
             if time.monotonic() - self._finish_checked_at >= _FINISH_CHECK_SECONDS:
                 self._finish_checked_at = time.monotonic()
@@ -311,11 +352,15 @@ class Worker:
         if self._output_finished or self.store is None or len(self.leases):
             return
         stats = stats or await self.frontier.stats()
+        if self.spec.keeps_going:
+            await self._snapshot_output(stats)
+            return
         if not stats.complete:
             return
         job_id = self.frontier.keys.job_id
+        run = await self.frontier.current_run() if self.spec.schedule is not None else None
         counts = await finish_output_once(
-            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id
+            self.frontier, self.store, job_id, self.spec, stats, writer=self.worker_id, run_id=run
         )
         if counts is None:
             return  # another worker holds the claim and writes them
@@ -326,6 +371,23 @@ class Worker:
             extra={"layer": "output", "worker": self.worker_id},
         )
         self._output_finished = True
+
+    async def _snapshot_output(self, stats: FrontierStats) -> None:
+        """A job that keeps going never completes, so its closing files are a snapshot, written
+        by a worker that drains (suspend, delete, Ctrl-C, a scale-down while the job waits for
+        its revisits) once no lease is held anywhere: every acked page's file is listed. Not
+        elected nor marked: the next drain writes a newer one over it."""
+        if not self._stopping or stats.leased:
+            return
+        assert self.store is not None
+        job_id = self.frontier.keys.job_id
+        manifest = await finish_output(self.frontier, self.store, job_id, self.spec, stats)
+        log.info(
+            "output snapshot: %d files, %d page records",
+            manifest["counts"]["files"],
+            manifest["counts"]["pageRecords"],
+            extra={"layer": "output", "worker": self.worker_id},
+        )
 
     async def _wait(self, seconds: float) -> None:
         await wait_for_wake(self._wake, seconds)
@@ -382,6 +444,7 @@ class Worker:
                 await self._add_robots_sitemaps(lease, refused)  # robots.txt may still name some
             return refused
         depth, home = lease.depth, lease.host
+        state = self.leases.state_of(lease.lease_id)
         reservation = self.memory.reservation()
         try:
             result = await self.fetcher.fetch(
@@ -392,11 +455,61 @@ class Worker:
                 pace=lambda url: self._pace(url, home),
                 reservation=reservation,
                 deadline=deadline,
+                conditional=(
+                    Conditional(state.validators.etag, state.validators.last_modified)
+                    if state is not None
+                    else None
+                ),
             )
         except BaseException:
             reservation.release()
             raise
         self.leases.fetched(lease.lease_id)  # the response is in: the slot goes back now
+        if not self._recrawl:
+            return await self._read_response(lease, result, reservation, sitemap)
+        visit = judge(
+            state=state,
+            status=result.status,
+            succeeded=result.failure is None,
+            body=result.body,
+            headers=result.headers,
+            url=result.final_url,
+            fetched_at=result.fetched_at,
+            whole_digest=self.spec.output.format == "warc",
+        )
+        if visit is not None and visit.entry_only:
+            reservation.release()
+            outcome = self._revisited(lease, result, visit)
+        else:
+            outcome = await self._read_response(lease, result, reservation, sitemap)
+        if sitemap is not None:
+            outcome.kind = "sitemap"
+        rule = rule_of(self._recrawl, lease.url, outcome.kind, tracked=state is not None)
+        if visit is not None and (rule is not None or state is not None):
+            outcome.visit = visit
+            outcome.record = replace(outcome.record, change=visit.change)
+            # A gone URL is forgotten: by its fail, or (a host's guessed sitemap root, whose
+            # 404 is no failure) by an ack without a revisit.
+            if visit.change != "gone" or outcome.failure is not None:
+                outcome.revisit = visit.revisit(rule)
+        return outcome
+
+    def _revisited(self, lease: Lease, result: FetchResult, visit: Visit) -> _Outcome:
+        """A tracked page found as it was (a 304, or the same body): an entry only. Its links
+        and items were taken the first time: nothing is extracted again."""
+        self.limit.record(True)
+        record = self._record(lease, result, None, None, 0)
+        result.body = b""  # the digest is all an unchanged body was read for
+        return _Outcome(lease=lease, record=record, result=result)
+
+    async def _read_response(
+        self,
+        lease: Lease,
+        result: FetchResult,
+        reservation: Reservation,
+        sitemap: SitemapTask | None,
+    ) -> _Outcome:
+        """The outcome of a response read as a sitemap or a page (links, content, items)."""
         if sitemap is not None:
             self.limit.record(result.failure is None)
             return await self._sitemap_outcome(lease, sitemap, result, reservation)
@@ -745,17 +858,7 @@ class Worker:
         self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
         for outcome in batch:  # a batch the output refuses is written again, not admitted again
             outcome.forget_links()
-        generation = self.output.write(
-            [
-                PageOutput(
-                    outcome.record,
-                    response_headers=outcome.result.headers if outcome.result else None,
-                    body=outcome.result.body if outcome.result else None,
-                    items=outcome.harvest.items if outcome.harvest else (),
-                )
-                for outcome in batch
-            ]
-        )
+        generation = self.output.write([_page_output(outcome) for outcome in batch])
         # Metrics per batch, not per page: each update takes a lock and a label lookup.
         self.metrics.observe_fetches(
             (result.status, result.elapsed_seconds, result.wire_bytes)
@@ -768,9 +871,17 @@ class Worker:
         self.metrics.set_in_flight(len(self._inflight))
         self.metrics.set_memory(self.memory)
         self.metrics.set_robots_cache(*self.robots.cache_states())
+        if self._recrawl:
+            self.metrics.observe_revisits(
+                (outcome.visit.change, outcome.visit.lag_seconds)
+                for outcome in batch
+                if outcome.visit is not None
+            )
         for outcome in batch:
             if outcome.failure is not None:
                 self.leases.fail_later(outcome.lease.lease_id, outcome.failure)
+            if outcome.revisit is not None:
+                self.leases.revisit_later(outcome.lease.lease_id, outcome.revisit)
         # Settled once ``generation`` is durable (now, when nothing was written: format none).
         await self.leases.written([outcome.lease.lease_id for outcome in batch], generation)
         self._report_output()
@@ -837,6 +948,25 @@ class Worker:
             outcome.let_go_of_body()
         self._done.clear()
         await self.leases.release_all("not durable at shutdown")
+
+
+def _page_output(outcome: _Outcome) -> PageOutput:
+    """What the sink writes of an outcome: a tracked page found as it was is an entry and, in
+    a WARC, a revisit record (no body); the rest as ever."""
+    result = outcome.result
+    visit = outcome.visit
+    if visit is not None and visit.entry_only:
+        return PageOutput(
+            outcome.record,
+            response_headers=result.headers if result else None,
+            revisit=visit.warc,
+        )
+    return PageOutput(
+        outcome.record,
+        response_headers=result.headers if result else None,
+        body=result.body if result else None,
+        items=outcome.harvest.items if outcome.harvest else (),
+    )
 
 
 def _dropped_links(

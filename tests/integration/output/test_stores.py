@@ -118,6 +118,27 @@ async def test_only_the_layout_is_listed(
     ]
 
 
+async def test_each_run_of_a_scheduled_job_is_listed_with_its_layout(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    store = bucket_store(s3_server, f"s3://{s3_bucket}/news/", tmp_path=tmp_path)
+    run = bucket_store(
+        s3_server,
+        parse_destination(f"s3://{s3_bucket}/news/").for_run("20261202T081500Z").url,
+        tmp_path=tmp_path,
+    )
+    await run.put("manifest.json", b"{}")
+    await run.put("pages/a.jsonl", b"x")
+    for key in ("runs/20261202T081500Z/notes.txt", "runs/x/.hidden/a", "runs/manifest.json"):
+        await obstore.put_async(store._store, "news/" + key, b"x")
+    assert run.destination.url == f"s3://{s3_bucket}/news/runs/20261202T081500Z/"
+    assert [f.key for f in await store.files()] == [
+        "runs/20261202T081500Z/manifest.json",
+        "runs/20261202T081500Z/pages/a.jsonl",
+    ]
+    assert [f.key for f in await run.files()] == ["manifest.json", "pages/a.jsonl"]
+
+
 async def test_a_wrong_secret_is_one_sentence_without_the_secret(
     s3_server: S3Server, s3_bucket: str, tmp_path: Path
 ) -> None:
@@ -215,6 +236,22 @@ async def test_a_folder_lists_only_the_layout(tmp_path: Path) -> None:
         ("dead-letters.jsonl", 0),
         ("pages/a.jsonl", 1),
     ]
+
+
+async def test_a_folder_lists_each_run_of_a_scheduled_job_with_its_layout(tmp_path: Path) -> None:
+    base = parse_destination(str(tmp_path))
+    run = FolderStore(base.for_run("20261202T081500Z"))
+    await run.put("manifest.json", b"{}")
+    await run.put("pages/a.jsonl", b"x")
+    for name in ("runs/20261202T081500Z/x.txt", "runs/.partial/pages/a.jsonl", "runs/y.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    assert run.destination.path == f"{tmp_path}/runs/20261202T081500Z"
+    assert [f.key for f in await FolderStore(base).files()] == [
+        "runs/20261202T081500Z/manifest.json",
+        "runs/20261202T081500Z/pages/a.jsonl",
+    ]
+    assert [f.key for f in await run.files()] == ["manifest.json", "pages/a.jsonl"]
 
 
 async def test_no_credentials_at_all_is_one_sentence_that_says_where_they_go(

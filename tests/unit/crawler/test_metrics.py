@@ -178,3 +178,16 @@ def test_the_robots_caches_say_what_they_hold_and_count_what_they_drop() -> None
     assert value(metrics, "robots_cache_bytes", cache="local") == 900
     assert value(metrics, "robots_cache_evictions_total", cache="shared") == 7  # 2, then 5 more
     assert value(metrics, "robots_cache_evictions_total", cache="local") == 1
+
+
+def test_revisits_are_counted_by_change_and_their_lag_observed() -> None:
+    metrics = WorkerMetrics()
+    assert value(metrics, "revisits_total", change="gone") == 0  # created at zero
+    metrics.observe_revisits([("new", None), ("not_modified", 12.0), ("unchanged", 400.0)])
+    metrics.observe_revisits([("not_modified", 0.5)])
+    assert value(metrics, "revisits_total", change="not_modified") == 2
+    assert value(metrics, "revisits_total", change="new") == 1
+    assert value(metrics, "revisit_lag_seconds_count") == 3  # a first visit has no lag
+    assert value(metrics, "revisit_lag_seconds_bucket", le="15.0") == 2
+    with pytest.raises(ValueError, match="unknown change"):
+        metrics.observe_revisits([("moved", None)])

@@ -11,6 +11,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,12 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawlfleet.crawler.harvest.extract import Item
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.worker.revisits import (
+    RevisitProfile,
+    WarcRevisitRef,
+    body_digest,
+    payload_digest,
+)
 from crawlfleet.crawler.worker.sinks import (
     DurableFile,
     OutputSink,
@@ -114,8 +121,9 @@ async def test_records_are_durable_only_once_sealed_and_then_handed_on(tmp_path:
     assert path.name.startswith("worker-1-")
     assert path.name.endswith("-00000.jsonl")
     lines = read_lines(path)
-    # content: none writes neither content field, and a page no sitemap listed has no lastmod
-    content = {"content", "content_truncated", "lastmod"}
+    # content: none writes neither content field, a page no sitemap listed has no lastmod,
+    # and one of a job without recrawl rules no change
+    content = {"content", "content_truncated", "lastmod", "change"}
     without_content = [
         {k: v for k, v in dataclasses.asdict(r).items() if k not in content}
         for r in (first, second)
@@ -425,3 +433,68 @@ def test_a_sitemap_lastmod_is_on_the_line_only_when_the_page_has_one() -> None:
     listed = json.loads(record(lastmod="2026-01-15").to_json())
     assert listed["lastmod"] == "2026-01-15"
     assert "lastmod" not in json.loads(record().to_json())
+
+
+def test_a_change_is_on_the_line_only_for_a_tracked_url() -> None:
+    tracked = json.loads(record(change="not_modified", status=304, length=0).to_json())
+    assert tracked["change"] == "not_modified"
+    assert "content" not in tracked
+    assert "change" not in json.loads(record().to_json())
+
+
+@pytest.mark.parametrize(
+    ("profile", "status"), [("server-not-modified", 304), ("identical-payload-digest", 200)]
+)
+async def test_a_revisit_record_refers_to_the_capture_it_found_unchanged(
+    tmp_path: Path, profile: RevisitProfile, status: int
+) -> None:
+    """A revisit written long after its capture names the capture's URI, date and payload
+    digest exactly as the capture's response record has them (what replay tools look up)."""
+    url = "https://example.com/news"
+    captured = record(url)
+    revisit = WarcRevisitRef(
+        profile,
+        url,
+        refers_to_date=math.floor(captured.fetched_at),
+        payload_digest=payload_digest(body_digest(BODY)),
+    )
+    later = record(url, status=status, fetched_at=captured.fetched_at + 3600, change="unchanged")
+    sink = sink_for(tmp_path, format="warc")
+    sink.write([PageOutput(captured, response_headers={"ETag": '"v1"'}, body=BODY)])
+    sink.write([PageOutput(later, response_headers={"ETag": '"v1"'}, revisit=revisit)])
+    await sink.drain(5)
+
+    (warc,) = sorted((tmp_path / "warc").glob("*.warc.gz"))
+    with warc.open("rb") as stream:
+        records = {
+            r.rec_type: (r.rec_headers, r.http_headers, r.content_stream().read())
+            for r in ArchiveIterator(stream)
+            if r.rec_type in ("response", "revisit")
+        }
+    original, _, _ = records["response"]
+    headers, head, payload = records["revisit"]
+    assert (
+        headers.get_header("WARC-Profile") == f"http://netpreserve.org/warc/1.0/revisit/{profile}"
+    )
+    assert headers.get_header("WARC-Refers-To-Target-URI") == original.get_header("WARC-Target-URI")
+    assert headers.get_header("WARC-Refers-To-Date") == original.get_header("WARC-Date")
+    assert headers.get_header("WARC-Payload-Digest") == original.get_header("WARC-Payload-Digest")
+    assert headers.get_header("WARC-Date") == "2023-11-14T23:13:20Z"  # the revisit's own time
+    assert head.get_statuscode() == str(status)
+    assert head.get_header("ETag") == '"v1"'
+    assert payload == b""
+
+
+async def test_a_revisit_whose_capture_is_unknown_names_it_by_its_uri_alone(
+    tmp_path: Path,
+) -> None:
+    revisit = WarcRevisitRef("server-not-modified", "https://example.com/a", None, None)
+    sink = sink_for(tmp_path, format="warc")
+    sink.write([PageOutput(record(status=304), revisit=revisit)])
+    await sink.drain(5)
+    (warc,) = sorted((tmp_path / "warc").glob("*.warc.gz"))
+    with warc.open("rb") as stream:
+        [found] = [r.rec_headers for r in ArchiveIterator(stream) if r.rec_type == "revisit"]
+    assert found.get_header("WARC-Refers-To-Date") is None
+    assert found.get_header("WARC-Payload-Digest") is None
+    assert found.get_header("WARC-Refers-To-Target-URI") == "https://example.com/a"

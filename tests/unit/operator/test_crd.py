@@ -251,8 +251,11 @@ def test_printer_columns(crd_doc: dict[str, Any], root: dict[str, Any]) -> None:
     columns = version["additionalPrinterColumns"]
     default = [c["name"].upper() for c in columns if not c.get("priority")]
     wide = [c["name"].upper() for c in columns if c.get("priority") == 1]
-    assert default == ["PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "AGE"]
-    assert wide == ["IN-FLIGHT", "SEEN", "RATE", "MESSAGE"]
+    assert default == [
+        "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "NEXT-REVISIT", "NEXT-RUN",
+        "AGE",
+    ]  # fmt: skip
+    assert wide == ["IN-FLIGHT", "SEEN", "RATE", "DUE", "MESSAGE"]
     for column in columns:
         path = column["jsonPath"].removeprefix(".")
         if path.startswith("metadata."):
@@ -260,6 +263,16 @@ def test_printer_columns(crd_doc: dict[str, Any], root: dict[str, Any]) -> None:
         node = at(root, path)
         assert column["type"] == node["type"], column
         assert column["description"]
+
+
+def test_a_scheduled_job_has_its_phase_history_and_next_run(root: dict[str, Any]) -> None:
+    assert "Scheduled" in at(root, "status.phase")["enum"]
+    assert at(root, "status.nextRunAt")["format"] == "date-time"
+    runs = at(root, "status.runs")
+    assert runs["type"] == "array"
+    entry = runs["items"]["properties"]
+    assert set(entry) >= {"id", "startedAt", "endedAt", "pages", "changed", "unchanged", "outcome"}
+    assert entry["outcome"]["enum"] == ["Running", "Succeeded", "Failed", "Cancelled"]
 
 
 def test_status_workers_is_ready_over_desired() -> None:

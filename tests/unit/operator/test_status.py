@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from crawlfleet.fleet import WorkersFailing
-from crawlfleet.fleet.waiting import WaitCause, Waiting
+from crawlfleet.crawljob import CrawlJobStatus
+from crawlfleet.fleet import Freshness, WorkersFailing
+from crawlfleet.fleet.waiting import WaitCause, Waiting, next_revisit
 from crawlfleet.fleet.watchdog import Stall, StalledStage
 from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
+from crawlfleet.frontier.models import LAG_BUCKETS_SECONDS, LagHistogram
 from crawlfleet.operator.status import (
     CONDITION_TYPES,
     Observed,
@@ -203,3 +205,46 @@ def test_stalled_leases_are_a_condition_with_the_stage_and_the_workers_reason() 
     assert conditions(job_status({}, observed(), generation=1, now=T0))["Stalled"]["status"] == (
         "False"
     )
+
+
+def test_a_job_that_revisits_shows_its_freshness_and_what_it_waits_for() -> None:
+    revisits = FrontierStats(
+        seeded=True,
+        crawled=40,
+        tracked=12,
+        revisits_due=3,
+        next_revisit_in_seconds=299.6,
+        changed=5,
+        unchanged=7,
+        not_modified=20,
+        gone=1,
+        revisit_lag=LagHistogram((4, 5, 1) + (0,) * (len(LAG_BUCKETS_SECONDS) - 2)),
+    )
+    now = T0.timestamp()
+    waiting = Waiting((next_revisit(revisits, now),))
+    status = job_status(
+        {},
+        observed(stats=revisits, waiting=waiting, freshness=Freshness.of(revisits, now=now)),
+        generation=1,
+        now=T0,
+    )
+    assert status["freshness"] == {
+        "tracked": 12,
+        "due": 3,
+        "nextRevisitAt": "2026-11-29T12:05:00Z",
+        "lagP50Seconds": 5.0,  # the upper bound of the bucket that holds the median
+        "lagP95Seconds": 15.0,
+        "changed": 5,
+        "unchanged": 7,
+        "notModified": 20,
+        "gone": 1,
+    }
+    assert status["waiting"] == "NextRevisit"
+    by_type = conditions(status)
+    assert by_type["Waiting"]["reason"] == "NextRevisit"
+    assert by_type["Waiting"]["message"] == "next revisit due at 2026-11-29T12:05:00Z (12 tracked)"
+    assert by_type["Stalled"]["status"] == "False"
+    # The shape the CRD's schema gives status.freshness (its model) reads it back.
+    assert CrawlJobStatus.model_validate(status).freshness is not None
+    # A job without revisit rules says nothing of freshness.
+    assert "freshness" not in job_status({}, observed(), generation=1, now=T0)

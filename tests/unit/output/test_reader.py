@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +71,39 @@ async def test_items_of_the_latest_fetch_once_per_url_source_and_position(tmp_pa
 async def test_no_items_folder_no_items(tmp_path: Path) -> None:
     write(tmp_path, "pages/a-0.jsonl", [page("http://shop.test/", "a-1", 1.0)])
     assert await read(FolderStore(parse_destination(str(tmp_path)))) == []
+
+
+async def test_a_revisit_that_found_the_page_as_it_was_never_hides_its_capture(
+    tmp_path: Path,
+) -> None:
+    """A tracked page: captured, then found not modified and unchanged, then changed, then
+    unchanged again. The capture that stands is read back with its items; a URL whose only
+    records are such entries (captured in an earlier run) still has its latest one."""
+    front, other = "http://news.test/", "http://news.test/old"
+    write(tmp_path, "pages/a-0.jsonl", [
+        page(front, "a-1", 10.0),
+        {**page(front, "a-2", 20.0), "status": 304, "change": "not_modified"},
+        {**page(front, "a-3", 30.0), "change": "unchanged"},
+        {**page(other, "a-4", 31.0), "status": 304, "change": "not_modified"},
+        {**page(other, "a-5", 32.0), "status": 304, "change": "not_modified"},
+    ])  # fmt: skip
+    write(tmp_path, "items/a-0.jsonl", [item(front, "a-1", 10.0, 0, 0)])
+    store = FolderStore(parse_destination(str(tmp_path)))
+
+    latest = {r["url"]: r["fetch_id"] async for r in _pages(store)}
+    assert latest == {front: "a-1", other: "a-5"}
+    assert [i["fetch_id"] for i in await read(store)] == ["a-1"]
+
+    write(tmp_path, "pages/a-1.jsonl", [
+        {**page(front, "a-6", 40.0), "change": "changed"},
+        {**page(front, "a-7", 50.0), "change": "unchanged"},
+    ])  # fmt: skip
+    write(tmp_path, "items/a-1.jsonl", [item(front, "a-6", 40.0, 0, 0)])
+    latest = {r["url"]: r["fetch_id"] async for r in _pages(store)}
+    assert latest[front] == "a-6"
+    assert [i["fetch_id"] for i in await read(store)] == ["a-6"]
+
+
+async def _pages(store: FolderStore) -> AsyncIterator[dict[str, Any]]:
+    async for line in page_records(store):
+        yield json.loads(line)
