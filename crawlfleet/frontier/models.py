@@ -317,6 +317,10 @@ class Validators:
     etag: str | None = None
     last_modified: str | None = None
     digest: str | None = None
+    #: When the body ``digest`` describes was fetched (whole seconds since the epoch): the
+    #: ``WARC-Date`` of its response record, which a WARC revisit record refers to. Kept
+    #: through unchanged and not-modified visits; None: unknown (no date is then claimed).
+    captured_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
