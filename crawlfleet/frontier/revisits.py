@@ -11,11 +11,12 @@ module reads:
 
 - one flags byte (:data:`_DIGEST` … :data:`_ETAG_WEAK`);
 - the digest: 8 bytes when it is 16 lowercase hex digits (the worker's usual), a length
-  byte and its bytes when it is another even number of them (a whole SHA-1's 40), else a
-  length byte and its text. Not kept beside an ETag: the ETag changes whenever the body
-  does (a weak one whenever it changes in meaning, RFC 9110 §8.8.1), and ``If-None-Match``
-  compares ETags weakly anyway, so a 200 whose ETag equals the kept one is unchanged and one
-  with another ETag is changed: the digest would say nothing more;
+  byte and its bytes when it is another even number of them (a whole SHA-1's 40, which a
+  job writing WARC keeps for its revisit records' payload digest), else a length byte and
+  its text. The 16-digit digest is not kept beside an ETag: the ETag changes whenever the
+  body does (a weak one whenever it changes in meaning, RFC 9110 §8.8.1), and
+  ``If-None-Match`` compares ETags weakly anyway, so a 200 whose ETag equals the kept one is
+  unchanged and one with another ETag is changed: that digest would say nothing more;
 - Last-Modified: 4 bytes (seconds) when the header is an IMF-fixdate that formats back to
   the very same text, else a length byte and the text as received. Not kept beside an
   ETag: a server ignores ``If-Modified-Since`` in a request that has ``If-None-Match``
@@ -154,8 +155,10 @@ def pack_validators(validators: Validators) -> bytes:
     """The validators' kept form (see the module's docstring); b"\\x00" when none is kept."""
     flags, etag = _pack_etag(validators.etag) if validators.etag else (0, b"")
     parts = []
+    digest = validators.digest
+    short = digest is not None and _HEX16.fullmatch(digest) is not None
     for value, pack in (
-        (None if flags else validators.digest, _pack_digest),
+        (None if flags and short else digest, _pack_digest),
         (None if flags else validators.last_modified, _pack_modified),
     ):
         if value:

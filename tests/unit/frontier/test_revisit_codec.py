@@ -30,11 +30,14 @@ def test_an_etag_packs_small_and_comes_back_the_same(etag: str, packed_size: int
     assert unpack_validators(packed) == Validators(etag=etag)
 
 
-def test_beside_an_etag_neither_last_modified_nor_digest_is_kept() -> None:
+def test_beside_an_etag_neither_last_modified_nor_a_short_digest_is_kept() -> None:
     """If-None-Match outranks If-Modified-Since (RFC 9110 §13.1.3), and an equal ETag on a
-    200 says as much as an equal digest."""
+    200 says as much as an equal digest; a whole SHA-1 (a WARC job's, which its revisit
+    records name) is kept."""
     full = Validators(etag='"abc"', last_modified=MODIFIED, digest="0123456789abcdef")
     assert unpack_validators(pack_validators(full)) == Validators(etag='"abc"')
+    warc = Validators(etag='"abc"', last_modified=MODIFIED, digest="ab" * 20, captured_at=7)
+    assert unpack_validators(pack_validators(warc)) == Validators('"abc"', None, "ab" * 20, 7)
 
 
 def test_without_an_etag_the_date_and_digest_are_kept_exactly() -> None:
