@@ -10,19 +10,22 @@ leased, ``rv-states`` holds ``<state><validators>`` under its URL. The validator
 module reads:
 
 - one flags byte (:data:`_DIGEST` … :data:`_ETAG_WEAK`);
-- the digest: 8 bytes when it is 16 lowercase hex digits (the worker's usual), else a
-  length byte and its text. Not kept beside an ETag: the ETag changes whenever the body
-  does (a weak one whenever it changes in meaning, RFC 9110 §8.8.1), and ``If-None-Match``
-  compares ETags weakly anyway, so a 200 whose ETag equals the kept one is unchanged and one
-  with another ETag is changed: the digest would say nothing more;
+- the digest: 8 bytes when it is 16 lowercase hex digits (the worker's usual), a length
+  byte and its bytes when it is another even number of them (a whole SHA-1's 40, which a
+  job writing WARC keeps for its revisit records' payload digest), else a length byte and
+  its text. The 16-digit digest is not kept beside an ETag: the ETag changes whenever the
+  body does (a weak one whenever it changes in meaning, RFC 9110 §8.8.1), and
+  ``If-None-Match`` compares ETags weakly anyway, so a 200 whose ETag equals the kept one is
+  unchanged and one with another ETag is changed: that digest would say nothing more;
 - Last-Modified: 4 bytes (seconds) when the header is an IMF-fixdate that formats back to
   the very same text, else a length byte and the text as received. Not kept beside an
   ETag: a server ignores ``If-Modified-Since`` in a request that has ``If-None-Match``
   (RFC 9110 §13.1.3), so it would never be read;
+- the capture time (``captured_at``, whole seconds): 4 bytes;
 - the ETag, to the end: its quoted value packed when it is lowercase hex groups joined by
   ``-`` (Apache, nginx, S3 MD5s: two digits a byte), the last group possibly base64 (the
-  frameworks' ``W/"<size>-<27 base64 digits of a SHA-1>"``: three bytes per four digits);
-  else its text.
+  frameworks' ``W/"<size>-<27 base64 digits of a SHA-1>"``: three bytes per four digits,
+  the group count's high bit set); else its text.
 
 The server gets back exactly the text it sent, never a reconstruction: a value that would
 not pack exactly is kept as text. An ETag whose kept form is longer than
@@ -59,10 +62,15 @@ MAX_ETAG_BYTES: Final = 48
 #: Longest Last-Modified or digest kept as text (a length byte): past it, not kept.
 _MAX_TEXT = 64
 
-_DIGEST, _DIGEST_TEXT, _MODIFIED, _MODIFIED_TEXT, _ETAG, _ETAG_HEX, _ETAG_WEAK, _ETAG_B64 = (
+_DIGEST, _DIGEST_TEXT, _MODIFIED, _MODIFIED_TEXT, _ETAG, _ETAG_HEX, _ETAG_WEAK, _CAPTURED = (
     1 << bit for bit in range(8)
 )
+#: Both digest flags: a hex digest of another length, as a length byte and its bytes.
+_DIGEST_HEX = _DIGEST | _DIGEST_TEXT
+#: The ETag's group count's high bit: its last group is base64.
+_B64_TAIL = 0x80
 _HEX16 = re.compile(r"[0-9a-f]{16}")
+_HEX_EVEN = re.compile(r"(?:[0-9a-f]{2}){1,64}")
 _HEX = re.compile(r"[0-9a-f]{1,255}")
 _B64 = re.compile(r"[A-Za-z0-9+/]{2,255}")
 _QUOTED = re.compile(r'(W/)?"([^"]*)"')
@@ -76,6 +84,8 @@ def _text(value: str) -> bytes | None:
 def _pack_digest(digest: str) -> tuple[int, bytes]:
     if _HEX16.fullmatch(digest):
         return _DIGEST, bytes.fromhex(digest)
+    if _HEX_EVEN.fullmatch(digest):
+        return _DIGEST_HEX, bytes([len(digest) // 2]) + bytes.fromhex(digest)
     text = _text(digest)
     return (_DIGEST_TEXT, text) if text is not None else (0, b"")
 
@@ -113,22 +123,21 @@ def _pack_etag(value: str) -> tuple[int, bytes]:
         return (_ETAG, text) if len(text) <= MAX_ETAG_BYTES else (0, b"")
     digits = "".join(hexes)
     packed = (
-        bytes([len(groups), *(len(group) for group in groups)])
+        bytes([len(groups) | (_B64_TAIL if tail else 0), *(len(group) for group in groups)])
         + bytes.fromhex(digits + "0" * (len(digits) % 2))
         + tail
     )
     if len(packed) > MAX_ETAG_BYTES:
         return 0, b""
-    weak = _ETAG_WEAK if quoted[1] else 0
-    return _ETAG | _ETAG_HEX | weak | (_ETAG_B64 if tail else 0), packed
+    return _ETAG | _ETAG_HEX | (_ETAG_WEAK if quoted[1] else 0), packed
 
 
 def _unpack_etag(flags: int, blob: bytes) -> str:
     if not flags & _ETAG_HEX:
         return blob.decode("utf-8", "surrogateescape")
-    count = blob[0]
+    count = blob[0] & ~_B64_TAIL
     sizes = list(blob[1 : 1 + count])
-    b64_size = sizes.pop() if flags & _ETAG_B64 else 0
+    b64_size = sizes.pop() if blob[0] & _B64_TAIL else 0
     digit_count = sum(sizes)
     body_at = 1 + count
     tail_at = body_at + (digit_count + 1) // 2
@@ -146,14 +155,20 @@ def pack_validators(validators: Validators) -> bytes:
     """The validators' kept form (see the module's docstring); b"\\x00" when none is kept."""
     flags, etag = _pack_etag(validators.etag) if validators.etag else (0, b"")
     parts = []
+    digest = validators.digest
+    short = digest is not None and _HEX16.fullmatch(digest) is not None
     for value, pack in (
-        (None if flags else validators.digest, _pack_digest),
+        (None if flags and short else digest, _pack_digest),
         (None if flags else validators.last_modified, _pack_modified),
     ):
         if value:
             flag, part = pack(value)
             flags |= flag
             parts.append(part)
+    captured = validators.captured_at
+    if captured is not None and 0 <= captured < 1 << 32:
+        flags |= _CAPTURED
+        parts.append(_DUE.pack(captured))
     return bytes([flags]) + b"".join(parts) + etag
 
 
@@ -168,7 +183,11 @@ def unpack_validators(blob: bytes) -> Validators:
         return Validators()
     flags, at = blob[0], 1
     digest = modified = etag = None
-    if flags & _DIGEST:
+    captured = None
+    if flags & _DIGEST_HEX == _DIGEST_HEX:
+        size = blob[at]
+        digest, at = blob[at + 1 : at + 1 + size].hex(), at + 1 + size
+    elif flags & _DIGEST:
         digest, at = blob[at : at + 8].hex(), at + 8
     elif flags & _DIGEST_TEXT:
         digest, at = _unpack_text(blob, at)
@@ -178,9 +197,12 @@ def unpack_validators(blob: bytes) -> Validators:
         at += 4
     elif flags & _MODIFIED_TEXT:
         modified, at = _unpack_text(blob, at)
+    if flags & _CAPTURED:
+        (captured,) = _DUE.unpack_from(blob, at)
+        at += 4
     if flags & _ETAG:
         etag = _unpack_etag(flags, blob[at:])
-    return Validators(etag=etag, last_modified=modified, digest=digest)
+    return Validators(etag=etag, last_modified=modified, digest=digest, captured_at=captured)
 
 
 def read_state(url: CanonicalURL, value: bytes) -> RevisitState:
