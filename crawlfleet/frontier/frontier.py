@@ -22,6 +22,7 @@ from operator import methodcaller
 from typing import Any, Final, cast
 
 import redis.asyncio as aioredis
+from redis.client import NEVER_DECODE
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError, ResponseError
 
@@ -62,6 +63,7 @@ from crawlfleet.frontier.models import (
     FrontierStats,
     FrontierWaits,
     HeartbeatValue,
+    LagHistogram,
     Lease,
     Link,
     MemoryState,
@@ -74,6 +76,7 @@ from crawlfleet.frontier.models import (
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.parents import sitemap_roots
+from crawlfleet.frontier.revisits import pack_validators, read_state
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
 from crawlfleet.urls import CanonicalURL, canonicalize
@@ -96,7 +99,20 @@ _STAT_FIELDS = (
     "released",
     "over_limit",
     "over_budget",
+    "tracked",
+    "revisits_due",
+    "changed",
+    "unchanged",
+    "not_modified",
+    "gone",
+    "new_tracked",
+    "revisit_failures",
+    "untracked",
 )
+#: The revisit-lag histogram's counters in K.stats (lib.lua's LAG_BOUNDS).
+_LAG_FIELDS = tuple(f"lag_{i}" for i in range(len(LagHistogram().counts)))
+#: What a worker may report of a tracked URL (crawljob.recrawl.Change).
+_CHANGES = frozenset({"new", "changed", "unchanged", "not_modified", "gone"})
 _MAX_BATCH = 10_000
 
 #: The key layout this code reads and writes, kept in the job's meta. A frontier written by
@@ -104,8 +120,9 @@ _MAX_BATCH = 10_000
 #: epochs; 2: epochs, loss detection and backpressure; 3: a Bloom filter that grows in
 #: layers (bloom:<layer>:<segment>, the schedule in the meta); 4: compact queues (a list
 #: per host and depth, q:<depth>:<host>, parents once per run); 5: triple hashing over
-#: prime-sized Bloom segments (16-byte digests).
-LAYOUT_VERSION: Final = "5"
+#: prime-sized Bloom segments (16-byte digests); 6: revisit state (rv:<k>:<host> chunks, rv-index,
+#: rv-open, rv-states, the committed run:... copy) and three more fixed script keys.
+LAYOUT_VERSION: Final = "6"
 
 #: The one maxmemory-policy under which Redis never drops a key to make room.
 _SAFE_POLICY = "noeviction"
@@ -494,6 +511,7 @@ class Frontier:
         With ``scope.sitemaps`` each seed origin's ``/sitemap.xml`` is queued with them, marked
         as that host's sitemap root (``parents.py``); it is not counted as a seed.
         Seeding twice is harmless: the Bloom filter refuses what was seeded before.
+        Returns how many were queued with ``every_run``.
         """
         links = [Link(canonicalize(url), 0, "") for url in urls]
         if not links:
@@ -501,7 +519,13 @@ class Frontier:
         seeds = len(links)
         if self.settings.sitemaps:
             links += sitemap_roots([link.url for link in links])
-        outcome = await self.enqueue(links, seeding=True)
+        if every_run:
+            outcome = []
+            for start in range(0, len(links), _MAX_BATCH):
+                mode = "3" if start + _MAX_BATCH >= len(links) else "4"
+                outcome += await self._enqueue_script(links[start : start + _MAX_BATCH], mode)
+        else:
+            outcome = await self.enqueue(links, seeding=True)
         return sum(1 for code in outcome[:seeds] if code is Admission.NEW)
 
     # -- leases ---------------------------------------------------------------------------
@@ -567,7 +591,11 @@ class Frontier:
         if not lease_ids:
             return Outcomes()
         raw = await self._run_once(
-            self._scripts.ack, _worker_id(worker), *lease_ids, call_id=call_id
+            self._scripts.ack,
+            _worker_id(worker),
+            *_revisit_args(lease_ids, revisits),
+            *lease_ids,
+            call_id=call_id,
         )
         return Outcomes.of(raw[0], (code == 1 for code in raw[1:]))
 
@@ -587,7 +615,10 @@ class Frontier:
         dead-lettered; a Revisit whose change is "gone" dead-letters it and forgets it."""
         if not failures:
             return Outcomes()
-        args: list[str | int] = [_worker_id(worker)]
+        args: list[str | int | bytes] = [
+            _worker_id(worker),
+            *_revisit_args([f.lease_id for f in failures], revisits),
+        ]
         for f in failures:
             args += (
                 f.lease_id,
@@ -606,24 +637,58 @@ class Frontier:
     ) -> dict[CanonicalURL, RevisitState]:
         """The revisit state of claimed (or queued) tracked URLs, in one round trip; URLs
         without one (not tracked) are left out."""
-        raise NotImplementedError
+        if not urls:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command("HMGET", self.keys.key("rv-states"), *urls, **{NEVER_DECODE: True})
+        pipe.hget(self.keys.key("meta"), "epoch")
+        values, epoch = await call(pipe.execute())
+        await self._check_epoch(epoch)
+        return {
+            url: read_state(url, value)
+            for url, value in zip(urls, values, strict=True)
+            if value is not None
+        }
 
     async def promote_due(self, limit: int = 1000) -> int:
         """Move up to ``limit`` due tracked URLs into their host queues (claims do it too);
         returns how many."""
-        raise NotImplementedError
+        return int(await self._run(self._scripts.promote, max(1, limit)))
+
+    async def tracked_bytes(self) -> int:
+        """Redis memory (``MEMORY USAGE``) of the tracked URLs at rest: every chunk of them,
+        their index and the hosts' open chunks; divided by ``stats().tracked`` it is the
+        figure docs/frontier.md gives. One pipeline of one read per chunk (128 URLs)."""
+        chunks = await self._checked("ZRANGE", self.keys.key("rv-index"), 0, -1)
+        pipe = self.client.pipeline(transaction=False)
+        for name in ("rv-index", "rv-open"):
+            pipe.memory_usage(self.keys.key(name), samples=0)
+        for chunk in chunks:
+            pipe.memory_usage(self.keys.revisits(chunk), samples=0)
+        return sum(int(size or 0) for size in await call(pipe.execute()))
 
     async def begin_run(self, run_id: str) -> RunStart:
         """Start a recurring run: drop the transient state (queues, leases, retries, dead
         letters, counters, output ledger) and restore the dedup filter and revisit schedule
         the last :meth:`commit_run` kept, or start empty. Seed it with ``seed(...,
         every_run=True)`` next."""
-        raise NotImplementedError
+        restored, tracked = await self._run(self._scripts.begin_run, _run_id(run_id))
+        if self.backend == "native" and not restored:
+            await self._reserve_native(self.client, self.keys, self.bloom, created=True)
+        return RunStart(run_id, str(restored) or None, int(tracked))
 
     async def commit_run(self, run_id: str) -> None:
         """Keep this run's dedup filter and revisit schedule as the committed state the next
-        :meth:`begin_run` restores (a run that fails never calls it: it commits nothing)."""
-        raise NotImplementedError
+        :meth:`begin_run` restores (a run that fails never calls it: it commits nothing).
+
+        Refused (``ValueError``) unless ``run_id`` is the run begun last: a run that was
+        replaced must not commit over its successor."""
+        status, found = await self._run(self._scripts.commit_run, _run_id(run_id))
+        if status != "ok":
+            raise ValueError(
+                f"job {self.keys.job_id}: run {run_id!r} cannot commit: the run in progress "
+                f"is {found!r}"
+            )
 
     async def extend(
         self, worker: str, lease_ids: Sequence[str], ttl_seconds: float | None = None
@@ -652,8 +717,8 @@ class Frontier:
 
         URLs past ``taskAttempts`` go to the dead-letter set instead, counted apart.
         """
-        requeued, dead, at_ms = await self._run_once(self._scripts.requeue, "expired", limit)
-        return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
+        requeued, dead, at_ms, kept = await self._run_once(self._scripts.requeue, "expired", limit)
+        return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0, int(kept))
 
     async def requeue_owner(self, worker: str, *, ended: bool = False) -> Requeued:
         """Return every lease of a worker found dead or gone (attempt counted).
@@ -663,10 +728,10 @@ class Frontier:
         stopped heartbeating, and may be hung rather than dead) the slots of its unfinished
         fetches stay counted until their fetch deadline, so a host never sees more than
         ``perHost`` requests from the fleet."""
-        requeued, dead, at_ms = await self._run_once(
+        requeued, dead, at_ms, kept = await self._run_once(
             self._scripts.requeue, "owner", _worker_id(worker), "1" if ended else "0"
         )
-        return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0)
+        return Requeued(int(requeued), int(dead), int(at_ms) / 1000.0, int(kept))
 
     async def set_host_delay(self, host: str, delay_seconds: float | None) -> None:
         """A host's own delay between fetches (robots Crawl-delay); None forgets it. Its
@@ -744,7 +809,11 @@ class Frontier:
             "pressure_links_per_page",
             "pressure_claims_per_s",
             "bloom_layers",
+            "run_cutoff_s",
         )
+        pipe.hmget(self.keys.key("stats"), _LAG_FIELDS)
+        # The earliest tracked URL at rest (seconds), from the chunks' index: O(log n).
+        pipe.zrange(self.keys.key("rv-index"), 0, 0, withscores=True)
         # The earliest retry's due time (ms) against the server's clock: the fleet brain
         # wakes a worker for it (a claim is what promotes a due retry).
         pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)
@@ -761,14 +830,15 @@ class Frontier:
             # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
-        values, meta, earliest, (seconds, micros), finished, *rest = await call(
+        values, meta, lags, first_due, earliest, (seconds, micros), finished, *rest = await call(
             pipe.execute(raise_on_error=False)
         )
         held_back, native = rest[:6], rest[6:]
-        for reply in (values, meta, earliest, finished, *held_back, native[0] if native else None):
+        replies = (values, meta, lags, first_due, earliest, finished, *held_back)
+        for reply in (*replies, native[0] if native else None):
             if isinstance(reply, Exception):
                 raise translate(reply) from reply
-        epoch, seeded, level, links_per_page, claims_per_s, layers = meta
+        epoch, seeded, level, links_per_page, claims_per_s, layers, cutoff = meta
         await self._check_epoch(epoch)
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
         if native:  # the native filter counts what BF.INSERT added outside our scripts too
@@ -781,8 +851,19 @@ class Frontier:
             )
         else:
             bloom = self.bloom.estimate(counts["seen"], int(layers or 1))
+        now = seconds + micros / 1e6
+        next_revisit = first_due[0][1] - now if first_due else None
+        # A recurring run takes the revisits due by its start only; the rest are the next run's.
+        revisits_waiting = (
+            next_revisit is not None
+            and next_revisit <= 0
+            and (cutoff is None or first_due[0][1] <= int(cutoff))
+        )
         return FrontierStats(
             **cast("dict[str, Any]", counts),
+            next_revisit_in_seconds=next_revisit,
+            revisits_waiting=revisits_waiting,
+            revisit_lag=LagHistogram(tuple(int(v or 0) for v in lags)),
             seeded=seeded is not None,
             bloom_backend=self.backend,
             bloom_fill_ratio=bloom.fill_ratio,
@@ -916,6 +997,40 @@ class Frontier:
 
 #: Received call ids one state change names for Redis to drop (a call id is 16 characters).
 _RECEIVED_PER_CALL: Final = 32
+
+
+def _run_id(run_id: str) -> str:
+    if not run_id or any(c.isspace() for c in run_id) or len(run_id) > 253:
+        raise ValueError(f"bad run id {run_id!r}")
+    return run_id
+
+
+def _revisit_args(
+    lease_ids: Sequence[str], revisits: Mapping[str, Revisit] | None
+) -> list[str | int | bytes]:
+    """ack.lua's and fail.lua's revisit arguments (lib.lua's read_revisits): a count, then
+    per revisit the lease's index (1-based) among ``lease_ids``, interval ms, change, lag ms
+    ('' for none) and the packed validators."""
+    if not revisits:
+        return [0]
+    index = {lease_id: i for i, lease_id in enumerate(lease_ids, 1)}
+    args: list[str | int | bytes] = [len(revisits)]
+    for lease_id, revisit in revisits.items():
+        if lease_id not in index:
+            raise ValueError(f"a revisit for a lease not in this call: {lease_id!r}")
+        if revisit.change not in _CHANGES:
+            raise ValueError(f"unknown change {revisit.change!r}; one of {sorted(_CHANGES)}")
+        if not 0 < revisit.interval_seconds < 2**32 / 1000:
+            raise ValueError(f"revisit interval out of range: {revisit.interval_seconds!r}")
+        lag = "" if revisit.lag_seconds is None else max(0, round(revisit.lag_seconds * 1000))
+        args += (
+            index[lease_id],
+            round(revisit.interval_seconds * 1000),
+            revisit.change,
+            lag,
+            pack_validators(revisit.validators),
+        )
+    return args
 
 
 def _worker_id(worker: str) -> str:

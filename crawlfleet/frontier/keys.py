@@ -8,9 +8,12 @@ Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and
 ``ARGV[1]``; the keys whose names depend on data are derived from the prefix in the script:
 the per-host queues (``q:<depth>:<host>``), the robots.txt fetch locks
 (``robots-lock:<origin>``) and the Bloom segments (``bloom:<layer>:<segment>``, as many as
-the filter has grown to).
-``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock` and
-:meth:`JobKeys.bloom_segment` do; they carry the job's hash tag, so they share its slot.
+the filter has grown to), the chunks of tracked URLs at rest per host (``rv:<k>:<host>``)
+and the committed copy a recurring run restores (``run:…``: ``run:meta``, ``run:rv-index``,
+``run:rv-open``, ``run:rv:<k>:<host>``, ``run:bloom:<layer>:<segment>``, ``run:bf``).
+``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock`,
+:meth:`JobKeys.bloom_segment`, :meth:`JobKeys.revisits` and :meth:`JobKeys.committed` do;
+they carry the job's hash tag, so they share its slot.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "robots-waits",
     "robots-wait-status",
     "robots-used",
+    "rv-index",
+    "rv-open",
+    "rv-states",
 )
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -85,6 +91,15 @@ class JobKeys:
     def queue(self, host: str, depth: int) -> str:
         """One host's queued tasks of one depth (a list; see lib.lua for its entries)."""
         return f"{self.prefix}q:{depth}:{host}"
+
+    def revisits(self, chunk: str) -> str:
+        """One chunk (``<k>:<host>``, a member of ``rv-index``) of a host's tracked URLs at
+        rest (a list; see revisits.py)."""
+        return f"{self.prefix}rv:{chunk}"
+
+    def committed(self, name: str) -> str:
+        """A key of the committed copy of the last successful run (``committed("rv-index")``)."""
+        return f"{self.prefix}run:{name}"
 
     @property
     def robots(self) -> str:

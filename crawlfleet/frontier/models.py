@@ -133,15 +133,17 @@ class Outcomes(list[_T]):
 
 
 class Requeued(NamedTuple):
-    """What a requeue did: URLs back in their queues, URLs dead-lettered, server time."""
+    """What a requeue did: URLs back in their queues, URLs dead-lettered, server time, and
+    tracked URLs past their attempts scheduled again instead of dead-lettered."""
 
     requeued: int
     dead: int
     at: float
+    rescheduled: int = 0
 
     @property
     def total(self) -> int:
-        return self.requeued + self.dead
+        return self.requeued + self.dead + self.rescheduled
 
 
 class Link(NamedTuple):
@@ -458,6 +460,11 @@ class FrontierStats:
     new_tracked: int = 0
     #: Tracked URLs whose failure was final, scheduled again instead of dead-lettered.
     revisit_failures: int = 0
+    #: Tracked URLs acked without a revisit (no rule matches them any more): forgotten.
+    untracked: int = 0
+    #: Tracked URLs due (by the recurring run's start, in a run) and not yet promoted into
+    #: their queues: work, though nothing is queued yet (a claim or ``promote_due`` moves them).
+    revisits_waiting: bool = False
     #: Revisit lag (due → fetched) of completed revisits.
     revisit_lag: LagHistogram = field(default_factory=LagHistogram)
 
@@ -477,4 +484,4 @@ class FrontierStats:
 
     @property
     def complete(self) -> bool:
-        return self.seeded and self.pending == 0
+        return self.seeded and self.pending == 0 and not self.revisits_waiting

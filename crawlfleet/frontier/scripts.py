@@ -7,12 +7,13 @@ redis-py's Script objects run them with EVALSHA and reload them on NOSCRIPT.
 On Redis 7 and later each script declares its flags in a shebang line (``#!lua flags=…``):
 Redis then decides before a script starts whether it may run past ``maxmemory``. The scripts
 that finish or give back work (ack, fail, release, requeue, and claim, extend, heartbeat,
-pace, set_host_delay, defer_host, set_pressure, guarded, which overwrite or move what exists,
-or write a few small values) are ``allow-oom``:
+pace, set_host_delay, defer_host, set_pressure, guarded, promote, begin_run, which overwrite or
+move what exists, or write a few small values) are ``allow-oom``:
 a full Redis under ``noeviction`` must still let a crawl shrink its queues, and the fleet
 must still be able to turn backpressure on. ``contains`` is ``no-writes``. The rest (init,
-enqueue, add_if_new, robots_lock, robots_store) may grow memory without bound, so Redis refuses them
-whole, before their first write, when it is past ``maxmemory``.
+enqueue, add_if_new, robots_lock, robots_store, commit_run: a copy of the filter) may grow
+memory without bound, so Redis refuses them whole, before their first write, when it is
+past ``maxmemory``.
 
 Claims, acks, fails, releases and requeues apply at most once per call (``ONCE_SCRIPTS``):
 redis-py re-sends a command after a connection error, and a script that ran before the
@@ -56,6 +57,9 @@ SCRIPT_NAMES = (
     "robots_store",
     "set_pressure",
     "guarded",
+    "promote",
+    "begin_run",
+    "commit_run",
 )
 
 #: Each script's Redis 7 flags ('' for none: refused whole past maxmemory).
@@ -78,6 +82,9 @@ SCRIPT_FLAGS: Final[dict[str, str]] = {
     "robots_store": "",
     "set_pressure": "allow-oom",
     "guarded": "allow-oom",
+    "promote": "allow-oom",
+    "begin_run": "allow-oom",
+    "commit_run": "",
 }
 
 
@@ -123,6 +130,9 @@ class Scripts:
     robots_store: AsyncScript
     set_pressure: AsyncScript
     guarded: AsyncScript
+    promote: AsyncScript
+    begin_run: AsyncScript
+    commit_run: AsyncScript
 
     @classmethod
     def register(cls, client: aioredis.Redis, *, flagged: bool = True) -> Scripts:

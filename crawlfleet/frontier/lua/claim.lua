@@ -8,7 +8,8 @@
 -- Politeness: a host gives at most perHost - inFlight URLs, and only one when it has a delay
 -- between fetches (hostDelaySeconds or its robots Crawl-delay); its next allowed time moves
 -- by that delay. Due delayed retries are moved to their host queues first, and the slots of
--- dead workers' leases whose fetch deadline has passed are given back (release_held).
+-- dead workers' leases whose fetch deadline has passed are given back (release_held); due
+-- revisits of tracked URLs are promoted into their host queues (promote_revisits).
 -- Memory pressure (set_pressure.lua) may cap claims per second for the whole job: a token
 -- bucket in K.stats holding at most one second of claims, written only when URLs are taken.
 local worker, n = ARGV[3], tonumber(ARGV[4])
@@ -46,6 +47,9 @@ if #due > 0 then
   redis.call('HINCRBY', K.stats, 'delayed', -#due)
   redis.call('HINCRBY', K.stats, 'queued', #due)
 end
+
+-- 1b. Promote due revisits the same way (a job without recrawl rules reads no revisit key).
+if cfg.tracking then promote_revisits(cfg, now, 1000) end
 
 -- 2. Lease from ready hosts, earliest-ready first.
 local out = {now, expires}

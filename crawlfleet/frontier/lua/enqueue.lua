@@ -6,12 +6,16 @@
 --       values per link: url, depth, parent, digest ('' for native; '!' queues the link
 --       without asking the filter, for a request that must be fetched again, Scrapy's
 --       dont_filter: it is neither checked nor added, nor counted as seen).
+--       Modes '3' and '4' are '1' and '2' for the seeds of a recurring run (every_run): each
+--       seed is queued whatever the filter says (and added to it), and a tracked seed is
+--       taken from its host's revisit set into its queue, due now (its validators kept).
 -- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
 -- 3 refused: over the per-page budget of memory pressure (set_pressure.lua). Refused links
 -- are not added to the filter, so they can still be admitted later.
 local backend = ARGV[3]
 local seeding = ARGV[4] ~= '0'
-local last_seeds = ARGV[4] == '1'
+local last_seeds = ARGV[4] == '1' or ARGV[4] == '3'
+local every_run = ARGV[4] == '3' or ARGV[4] == '4'
 local native_key = ARGV[5]
 local FIRST = 6
 local cfg = settings()
@@ -36,6 +40,13 @@ if backend == 'native' and not limited and budget < 0 then
   bulk = native_multi('BF.MADD', native_key, urls)
 end
 
+-- A seed of a recurring run that is tracked: queued now from its chunk (true), or already
+-- queued or leased (true, nothing to do); false when it is not tracked.
+local function promote_tracked_seed(url)
+  if redis.call('HEXISTS', K.rv_states, url) == 1 then return true end
+  return promote_at_rest(url, cfg, now)
+end
+
 -- New tasks grouped by host and depth, in the order they came.
 local result, queues, hosts = {}, {}, {}
 local new, dup, refused, over_budget, unfiltered = 0, 0, 0, 0, 0
@@ -45,7 +56,9 @@ for i = 0, count - 1 do
   local page = parent
   if budget >= 0 then page = string.match(parent, '^[^#]*') end
   local code
-  if limited and admitted >= cfg.max_pages then
+  if every_run and cfg.tracking and promote_tracked_seed(url) then
+    code = 4
+  elseif limited and admitted >= cfg.max_pages then
     code = 2
   elseif budget >= 0 and (per_parent[page] or 0) >= budget then
     code = 3
@@ -60,6 +73,10 @@ for i = 0, count - 1 do
       is_new = redis.call('BF.ADD', native_key, url) == 1
     else
       is_new = bloom_add(filter, ARGV[base + 3])
+    end
+    if every_run and not is_new then
+      is_new = true
+      unfiltered = unfiltered + 1
     end
     code = is_new and 1 or 0
   end
@@ -83,6 +100,8 @@ for i = 0, count - 1 do
     per_parent[page] = (per_parent[page] or 0) + 1
   elseif code == 0 then
     dup = dup + 1
+  elseif code == 4 then
+    code = 1 -- queued (promote_tracked_seed counted it)
   elseif code == 2 then
     refused = refused + 1
   else

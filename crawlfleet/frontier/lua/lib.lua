@@ -1,6 +1,6 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..14] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
+-- KEYS[1..17] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
 -- prefix, from which the keys named by data are derived: the queues ("q:<depth>:<host>"),
 -- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
 -- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
@@ -36,7 +36,7 @@ local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
   held = KEYS[11], robots_waits = KEYS[12], robots_wait_status = KEYS[13],
-  robots_used = KEYS[14],
+  robots_used = KEYS[14], rv_index = KEYS[15], rv_open = KEYS[16], rv_states = KEYS[17],
 }
 local PREFIX = ARGV[1]
 -- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>/<received ids>" for a script run
@@ -83,17 +83,20 @@ end
 -- are the fleet's backpressure (set_pressure.lua): links admitted per page (-1: no budget)
 -- and claims per second for the whole job (0: no limit). fetch_budget_ms is how long after
 -- its claim a worker may still send requests for a lease (0: a frontier opened before it
--- was kept: no slot is held past a death).
+-- was kept: no slot is held past a death). tracking is '1' once any URL has revisit state
+-- (a job without recrawl rules never touches a revisit key), run_cutoff_s the start of the
+-- recurring run in progress (revisits due later wait for the next run; nil: no run).
 local function settings()
   local v = redis.call('HMGET', K.meta, 'epoch', 'per_host', 'host_delay_ms', 'task_attempts',
     'lease_ttl_ms', 'max_pages', 'pressure_links_per_page', 'pressure_claims_per_s',
-    'fetch_budget_ms')
+    'fetch_budget_ms', 'tracking', 'run_cutoff_s')
   if v[1] ~= EPOCH then lost(v[1]) end
   return {
     per_host = tonumber(v[2]), host_delay_ms = tonumber(v[3]),
     task_attempts = tonumber(v[4]), lease_ttl_ms = tonumber(v[5]),
     max_pages = tonumber(v[6]), links_per_page = tonumber(v[7]) or -1,
     claims_per_s = tonumber(v[8]) or 0, fetch_budget_ms = tonumber(v[9]) or 0,
+    tracking = v[10] == '1', run_cutoff_s = tonumber(v[11]),
   }
 end
 
@@ -410,11 +413,14 @@ end
 -- delay_ms > 0: the delayed set; otherwise the host queue, at its back, or at its front with
 -- `front` (work a gone worker held: the crawl resumes where it stopped). Returns 'dead',
 -- 'delayed', 'retry'. The caller passes requeued hosts to release_slots, so they are placed in
--- the index.
-local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, now, front)
+-- the index. `keep` (optional) is asked first about a failure that is final: when it answers
+-- true (a tracked URL it scheduled again: see revisit_failed) the URL is not dead-lettered,
+-- and the answer is 'kept'.
+local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, now, front, keep)
   local attempts, depth, url, parent = split_task(task)
   attempts = attempts + 1
   if (not retryable) or attempts >= cfg.task_attempts then
+    if keep and keep(url, depth) then return 'kept' end
     redis.call('HSET', K.dead, url, cjson.encode({
       failure_class = fclass, message = message, attempts = attempts, depth = depth,
       parent = parent, at_ms = now,
@@ -567,6 +573,265 @@ local function native_multi(cmd, key, items)
     for i = 1, #r do out[#out + 1] = r[i] end
   end
   return out
+end
+
+-- Revisit state (revisits.py has the layout). Tracked URLs at rest live in per-host chunks:
+-- lists "rv:<k>:<host>" of at most CHUNK elements, each "<state><entry>\t<validators>": the
+-- state is struct ">I4I3BB" (due time in whole seconds, interval seconds up to 194 days,
+-- visits up to 255, depth up to 255), the entry the URL after its host, its scheme letter
+-- standing for the path's leading slash too ('s'/'h': "https://<host>/", 'S'/'H': without
+-- the slash), the validators opaque here. Lists, not sorted sets: a list is listpack-encoded
+-- at any entry size, where a sorted set of members over 64 bytes needs a server setting that
+-- would slow every small sorted set of the job (the leases among them). K.rv_index scores
+-- each chunk ("<k>:<host>") by its earliest due time, so due work is found in O(log n) and a
+-- chunk is read whole (CHUNK elements at most) to take its due URLs; K.rv_open names each
+-- host's chunk that takes new URLs. While a tracked URL is queued or leased its state waits in
+-- K.rv_states under its URL, "<state><validators>": the worker reads it in one HMGET, and
+-- ack/fail schedule it again from it. Stats: tracked (URLs with state), revisits_due (in
+-- rv_states: promoted, not settled), what the visits found (changed, ...), and lag_<i>, a
+-- histogram over LAG_BOUNDS (models.LAG_BUCKETS_SECONDS, in ms here).
+local STATE = '>I4I3BB'
+local STATE_SIZE, MAX_INTERVAL_S, CHUNK = 9, 16777215, 128
+local LAG_BOUNDS = {1000, 5000, 15000, 30000, 60000, 120000, 300000, 600000, 1800000, 3600000,
+  7200000, 21600000, 86400000}
+local CHANGES = {changed = true, unchanged = true, not_modified = true}
+
+local function rvkey(chunk) return PREFIX .. 'rv:' .. chunk end
+local function chunk_host(chunk) return string.match(chunk, '^%d+:(.*)$') end
+
+local function rv_entry(url, host)
+  local https = string.byte(url, 5) == 115
+  local rest = string.sub(url, (https and 9 or 8) + #host)
+  if string.byte(rest, 1) == 47 then return (https and 's' or 'h') .. string.sub(rest, 2) end
+  return (https and 'S' or 'H') .. rest
+end
+
+local function entry_url(entry, host)
+  local letter = string.byte(entry, 1)
+  local url = ((letter == 115 or letter == 83) and 'https://' or 'http://') .. host
+  if letter == 115 or letter == 104 then url = url .. '/' end
+  return url .. string.sub(entry, 2)
+end
+
+-- An element's entry (between its state and the tab) and its state with the validators.
+local function split_element(element)
+  local tab = string.find(element, '\t', STATE_SIZE + 1, true)
+  return string.sub(element, STATE_SIZE + 1, tab - 1),
+    string.sub(element, 1, STATE_SIZE) .. string.sub(element, tab + 1)
+end
+
+local function due_of(element) return (struct.unpack('>I4', element)) end
+
+-- Index a chunk at its earliest due time (nil: it is empty, and leaves the index).
+local function index_chunk(chunk, earliest)
+  if earliest then
+    redis.call('ZADD', K.rv_index, earliest, chunk)
+  else
+    redis.call('ZREM', K.rv_index, chunk)
+  end
+end
+
+-- Schedule a URL at now + interval with its state (visits so far, depth, validators blob):
+-- appended to its host's open chunk, or to a new one when that is full.
+local function schedule_revisit(url, depth, interval_ms, visits, blob, now)
+  local host = host_of(url)
+  local interval_s = math.min(MAX_INTERVAL_S, math.max(1, math.floor(interval_ms / 1000 + 0.5)))
+  local due = math.floor(now / 1000 + interval_s + 0.5)
+  local k = tonumber(redis.call('HGET', K.rv_open, host)) or 0
+  local chunk = k .. ':' .. host
+  if k == 0 or redis.call('LLEN', rvkey(chunk)) >= CHUNK then
+    k = k + 1
+    chunk = k .. ':' .. host
+    redis.call('HSET', K.rv_open, host, k)
+  end
+  redis.call('RPUSH', rvkey(chunk), struct.pack(STATE, due, interval_s, math.min(visits, 255),
+    math.min(depth, 255)) .. rv_entry(url, host) .. '\t' .. blob)
+  redis.call('ZADD', K.rv_index, 'LT', due, chunk)
+end
+
+-- Take one element at rest into its host's queue, due at `due` (the caller removes it from
+-- its chunk, counts it and places the host): its state waits in K.rv_states meanwhile.
+local function promote_element(host, element, due, st, by_depth)
+  local entry, state = split_element(element)
+  local url = entry_url(entry, host)
+  local _, _, _, depth = struct.unpack(STATE, state)
+  redis.call('HSET', K.rv_states, url, struct.pack('>I4', due) .. string.sub(state, 5))
+  local urls = by_depth[depth]
+  if not urls then
+    urls = {}
+    by_depth[depth] = urls
+  end
+  urls[#urls + 1] = url
+  note_depth(st, depth)
+end
+
+local function queue_promoted(host, st, by_depth, cfg, now)
+  for depth, urls in pairs(by_depth) do
+    local parents = {}
+    for i = 1, #urls do parents[i] = '' end
+    push_back(host, depth, urls, parents)
+  end
+  settle_host(host, st, cfg, now)
+end
+
+-- Move up to `limit` due URLs at rest into their host queues, earliest chunks first, each
+-- chunk's in due order (a recurring run takes only those due by its start). Returns how many.
+local function promote_revisits(cfg, now, limit)
+  local upto = math.floor(now / 1000)
+  if cfg.run_cutoff_s and cfg.run_cutoff_s < upto then upto = cfg.run_cutoff_s end
+  local chunks = redis.call('ZRANGEBYSCORE', K.rv_index, '-inf', upto, 'LIMIT', 0, limit)
+  local moved = 0
+  for _, chunk in ipairs(chunks) do
+    if moved >= limit then break end
+    local key, host = rvkey(chunk), chunk_host(chunk)
+    local due, keep = {}, {}
+    for _, element in ipairs(redis.call('LRANGE', key, 0, -1)) do
+      local at = due_of(element)
+      if at <= upto then due[#due + 1] = {at, element} else keep[#keep + 1] = element end
+    end
+    table.sort(due, function(a, b) return a[1] < b[1] end)
+    local take = math.min(#due, limit - moved)
+    local st, by_depth = load_host(host), {}
+    for i = 1, take do promote_element(host, due[i][2], due[i][1], st, by_depth) end
+    for i = take + 1, #due do keep[#keep + 1] = due[i][2] end
+    redis.call('DEL', key)
+    local earliest = nil
+    if #keep > 0 then
+      chunked('RPUSH', key, keep)
+      for _, element in ipairs(keep) do
+        local at = due_of(element)
+        if not earliest or at < earliest then earliest = at end
+      end
+    end
+    index_chunk(chunk, earliest)
+    if take > 0 then queue_promoted(host, st, by_depth, cfg, now) end
+    moved = moved + take
+  end
+  if moved > 0 then
+    redis.call('HINCRBY', K.stats, 'queued', moved)
+    redis.call('HINCRBY', K.stats, 'revisits_due', moved)
+  end
+  return moved
+end
+
+-- Take one URL at rest out of its chunks into its queue, due now (a recurring run's seed).
+-- Reads every chunk of its host (only seeds ask). Returns whether it was tracked at rest.
+local function promote_at_rest(url, cfg, now)
+  local host = host_of(url)
+  local entry = rv_entry(url, host)
+  for k = 1, tonumber(redis.call('HGET', K.rv_open, host)) or 0 do
+    local chunk = k .. ':' .. host
+    local elements = redis.call('LRANGE', rvkey(chunk), 0, -1)
+    for _, element in ipairs(elements) do
+      if split_element(element) == entry then
+        redis.call('LREM', rvkey(chunk), 1, element)
+        local earliest = nil
+        for _, other in ipairs(elements) do
+          local at = due_of(other)
+          if other ~= element and (not earliest or at < earliest) then earliest = at end
+        end
+        index_chunk(chunk, earliest)
+        local st, by_depth = load_host(host), {}
+        promote_element(host, element, math.floor(now / 1000), st, by_depth)
+        queue_promoted(host, st, by_depth, cfg, now)
+        redis.call('HINCRBY', K.stats, 'queued', 1)
+        redis.call('HINCRBY', K.stats, 'revisits_due', 1)
+        return true
+      end
+    end
+  end
+  return false
+end
+
+-- A revisit the worker reported (ack, fail), from ARGV: 5 values per revisit after a count
+-- at ARGV[at]: the lease's index among the script's tokens, interval ms, change, lag ms
+-- ('' for none), validators blob. Returns them by token index, and the index after them.
+local function read_revisits(at)
+  local count, found = tonumber(ARGV[at]), {}
+  for i = 0, count - 1 do
+    local a = at + 1 + i * 5
+    found[tonumber(ARGV[a])] = {interval_ms = tonumber(ARGV[a + 1]), change = ARGV[a + 2],
+      lag_ms = tonumber(ARGV[a + 3]), blob = ARGV[a + 4]}
+  end
+  return found, at + 1 + count * 5
+end
+
+-- The tracked state of a URL that was queued or leased, taken out of K.rv_states (nil: the
+-- URL was not tracked): {due_s, interval_s, visits, blob}.
+local function take_revisit_state(url)
+  local value = redis.call('HGET', K.rv_states, url)
+  if not value then return nil end
+  redis.call('HDEL', K.rv_states, url)
+  redis.call('HINCRBY', K.stats, 'revisits_due', -1)
+  local due, interval_s, visits = struct.unpack(STATE, value)
+  return {due_s = due, interval_s = interval_s, visits = visits,
+    blob = string.sub(value, STATE_SIZE + 1)}
+end
+
+local function forget_revisit(old)
+  if old then redis.call('HINCRBY', K.stats, 'tracked', -1) end
+end
+
+-- A completed visit of a URL: schedule it again with what the worker reported (rv), or
+-- forget it ("gone", or no revisit for a tracked URL: no rule matches it any more).
+local function settle_revisit(url, depth, rv, now, cfg)
+  local old = nil
+  if cfg.tracking then old = take_revisit_state(url) end
+  if not rv then
+    if old then
+      forget_revisit(old)
+      redis.call('HINCRBY', K.stats, 'untracked', 1)
+    end
+    return
+  end
+  if rv.change == 'gone' then
+    forget_revisit(old)
+    redis.call('HINCRBY', K.stats, 'gone', 1)
+    return
+  end
+  if not old then
+    -- a first visit (a URL at rest is never queued besides: the filter refuses it as a link,
+    -- and a recurring run's seeds take it from its set)
+    redis.call('HINCRBY', K.stats, 'tracked', 1)
+    redis.call('HINCRBY', K.stats, 'new_tracked', 1)
+    if not cfg.tracking then
+      redis.call('HSET', K.meta, 'tracking', '1')
+      cfg.tracking = true
+    end
+  end
+  if CHANGES[rv.change] then redis.call('HINCRBY', K.stats, rv.change, 1) end
+  if rv.lag_ms then
+    local bucket = #LAG_BOUNDS
+    for i, bound in ipairs(LAG_BOUNDS) do
+      if rv.lag_ms <= bound then
+        bucket = i - 1
+        break
+      end
+    end
+    redis.call('HINCRBY', K.stats, 'lag_' .. bucket, 1)
+  end
+  schedule_revisit(url, depth, rv.interval_ms, (old and old.visits or 0) + 1, rv.blob, now)
+end
+
+-- A final failure of a URL (retry_or_bury's keep): a tracked one is scheduled again, with
+-- the worker's revisit or its kept state, and counted (revisit_failures); "gone" and an
+-- untracked URL are dead-lettered as before (false).
+local function revisit_failed(url, depth, rv, now, cfg)
+  if rv and rv.change == 'gone' then
+    settle_revisit(url, depth, rv, now, cfg)
+    return false
+  end
+  if rv then
+    settle_revisit(url, depth, {interval_ms = rv.interval_ms, change = 'failed',
+      blob = rv.blob}, now, cfg)
+  else
+    if not cfg.tracking then return false end
+    local old = take_revisit_state(url)
+    if not old then return false end
+    schedule_revisit(url, depth, old.interval_s * 1000, old.visits, old.blob, now)
+  end
+  redis.call('HINCRBY', K.stats, 'revisit_failures', 1)
+  return true
 end
 
 -- Run a script's body (a function returning its reply and whether it changed anything) once

@@ -13,7 +13,9 @@
 -- equal the leases that exist), and its URLs go back to the front of their host's queue, so
 -- the crawl resumes where that worker stopped (a lease that expired goes to the back).
 -- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
--- Returns {requeued, dead, server time ms}.
+-- A tracked URL past taskAttempts is scheduled again with its kept state instead (never
+-- lost; counted in revisit_failures and returned as rescheduled).
+-- Returns {requeued, dead, server time ms, rescheduled}.
 local cfg = settings()
 local now = now_ms()
 local ids, fclass, message = {}, nil, nil
@@ -30,11 +32,18 @@ local ended = ARGV[3] == 'owner' and ARGV[5] == '1'
 local hold_at = now
 if ended then hold_at = nil end
 local taken, per_host = take_leases(ids, false, hold_at)
-local requeued, dead, back = 0, 0, {}
+local requeued, dead, kept, back = 0, 0, 0, {}
+local keep = nil
+if cfg.tracking then
+  keep = function(url, depth) return revisit_failed(url, depth, nil, now, cfg) end
+end
 for i = 1, #ids do
   if taken[i] then
-    if retry_or_bury(taken[i].task, fclass, message, 0, true, cfg, now, ended) == 'dead' then
+    local fate = retry_or_bury(taken[i].task, fclass, message, 0, true, cfg, now, ended, keep)
+    if fate == 'dead' then
       dead = dead + 1
+    elseif fate == 'kept' then
+      kept = kept + 1
     else
       requeued = requeued + 1
       back[taken[i].host] = true
@@ -42,10 +51,10 @@ for i = 1, #ids do
   end
 end
 release_slots(per_host, cfg, now, back)
-if requeued + dead > 0 then
-  redis.call('HINCRBY', K.stats, 'leased', -(requeued + dead))
+if requeued + dead + kept > 0 then
+  redis.call('HINCRBY', K.stats, 'leased', -(requeued + dead + kept))
   redis.call('HINCRBY', K.stats, 'requeued', requeued)
   redis.call('HINCRBY', K.stats, 'queued', requeued)
   if dead > 0 then redis.call('HINCRBY', K.stats, 'dead', dead) end
 end
-return {requeued, dead, now}, requeued + dead > 0
+return {requeued, dead, now, kept}, requeued + dead + kept > 0
