@@ -34,7 +34,11 @@ Rules, and where a CRD generator finds them:
   message and the same rule in CEL (for ``x-kubernetes-validations``). They are:
   workers ``minReplicas <= maxReplicas``; lease ``heartbeatSeconds < deadAfterSeconds`` and
   ``heartbeatSeconds < ttlSeconds``; retry ``backoffMaxSeconds >= backoffBaseSeconds``; redis
-  "at most one of url, secretRef, managed".
+  "at most one of url, secretRef, managed"; a recrawl rule's "exactly one of match and kind",
+  ``minInterval <= maxInterval`` and ``interval`` between them; among others (the CRD test
+  counts them all).
+* durations (``recrawl[].interval``) are Go duration strings in YAML, checked by CEL's
+  ``duration()``, and seconds in Python (``durations.DurationRange``).
 * two defaults depend on other fields and so cannot be CRD defaults: ``scope.allowedDomains``
   (the seed hosts) and ``redis.managed`` (when neither url nor secretRef is given). The models fill
   them, so every consumer sees them filled.

@@ -18,8 +18,9 @@ less a floor of 10 seconds: revisiting a page more often is polling, not crawlin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import AfterValidator, Field
@@ -166,14 +167,16 @@ RecrawlRules = Annotated[
 
 #: The rule a document of a kind gets when the job has rules but none of that kind: a feed is
 #: where news shows first, so it is read often; a sitemap changes more slowly.
-KIND_DEFAULTS: Final[dict[DocumentKind, RecrawlRule]] = {
-    "feed": RecrawlRule(
-        kind="feed", interval=15 * _MINUTE, min_interval=5 * _MINUTE, max_interval=24 * _HOUR
-    ),
-    "sitemap": RecrawlRule(
-        kind="sitemap", interval=_HOUR, min_interval=15 * _MINUTE, max_interval=7 * 24 * _HOUR
-    ),
-}
+KIND_DEFAULTS: Final[Mapping[DocumentKind, RecrawlRule]] = MappingProxyType(
+    {
+        "feed": RecrawlRule(
+            kind="feed", interval=15 * _MINUTE, min_interval=5 * _MINUTE, max_interval=24 * _HOUR
+        ),
+        "sitemap": RecrawlRule(
+            kind="sitemap", interval=_HOUR, min_interval=15 * _MINUTE, max_interval=7 * 24 * _HOUR
+        ),
+    }
+)
 
 
 def rule_for(

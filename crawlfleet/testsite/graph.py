@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 
+from crawlfleet.testsite.feeds import FEED_HEAD_LINKS
+
 __all__ = [
     "DIRECTORIES",
     "MAX_TREE_BRANCHING",
@@ -97,6 +99,9 @@ class SiteConfig:
     hostile_slow: bool = True
     #: With ``hostile``: also link ``/big`` and ``/bomb`` (costs crawlers bandwidth/CPU).
     hostile_heavy: bool = True
+    #: Every in-scope host serves an RSS and an Atom feed listing pages no page links, and
+    #: every normal page announces both with ``<link rel="alternate">`` (testsite/feeds.py).
+    feeds: bool = False
     #: ``Crawl-delay`` advertised in host 1's robots.txt (``None`` = no Crawl-delay line).
     crawl_delay_seconds: float | None = None
     #: Extra latency added before every response (simulates a slow origin).
@@ -461,6 +466,7 @@ class SiteGraph:
             f"<title>{title}</title>\n",
             f'<meta name="crawlfleet-page" content="{host}:{index}">\n',
             base_tag,
+            FEED_HEAD_LINKS if cfg.feeds else "",
             "</head>\n<body>\n<header><nav>",
             '<a href="/">Home</a> ',
             # Fragment-only links resolve against <base>, so only where there is none.

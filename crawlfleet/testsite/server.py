@@ -98,6 +98,11 @@ for ever. ``refusal_links_per_page`` links every normal page to that many
 ``/search/<page>-<k>`` paths, which every host's robots.txt then disallows, and to the cloud
 metadata address (refusals a crawler decides before any request).
 
+``feeds`` makes every in-scope host serve ``/feeds/rss.xml`` (as ``text/xml``) and
+``/feeds/atom.xml`` (as ``application/atom+xml``), announced by ``<link rel="alternate">`` in
+every normal page's head, listing ``/news/rss-<n>.html`` and ``/news/atom-<n>.html`` pages that
+no page links (:mod:`crawlfleet.testsite.feeds`).
+
 Where they are linked (hostile mode; page index taken modulo ``pages_per_host``):
 host-0 page 1 links ``/status/404``, ``/status/410``, ``/private/secret``, ``/file.pdf`` and
 the out-of-scope host; page 2 ``/ratelimited``, ``/flaky/0``, ``/flaky/1``, ``/empty``;
@@ -148,7 +153,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from crawlfleet.testsite import hostile, shop, sitemaps
+from crawlfleet.testsite import feeds, hostile, shop, sitemaps
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
 from crawlfleet.testsite.revisions import Revisions
 
@@ -456,6 +461,7 @@ class SiteServer:
         }
         self._products = {product.path: product for product in shop.PRODUCTS}
         self._listed = frozenset(page.path for page in sitemaps.LISTED_PAGES)
+        self._feed_pages = frozenset(page.path for page in feeds.RSS_ONLY + feeds.ATOM_ONLY)
         # Sitemap bodies name the hosts' ports: built at the first request, then kept.
         self._sitemap_bodies: dict[str, bytes] = {}
 
@@ -587,6 +593,10 @@ class SiteServer:
             if host == 0 and self.config.hostile:
                 robots += f"Sitemap: http://{self.netloc(0)}{sitemaps.INDEX_PATH}\n".encode()
             return web.Response(body=robots, headers={"Content-Type": "text/plain"})
+        if self.config.feeds and host < self.config.hosts:
+            fed = self._feed_route(host, path)
+            if fed is not None:
+                return fed
         if host != 0:
             return _not_found()
         handler = self._exact.get(path)
@@ -667,6 +677,23 @@ class SiteServer:
             self._sitemap_bodies[path] = body
         kind = "application/xml" if path.endswith(".xml") else "application/gzip"
         return web.Response(body=body, headers={"Content-Type": kind})
+
+    def _feed_route(self, host: int, path: str) -> web.Response | None:
+        """A host's feeds and the pages only they list (:mod:`crawlfleet.testsite.feeds`)."""
+        if path in (feeds.RSS_PATH, feeds.ATOM_PATH):
+            base, elsewhere = f"http://{self.netloc(host)}", f"http://{self.out_of_scope_host}"
+            if path == feeds.RSS_PATH:
+                body, kind = feeds.render_rss(base, elsewhere), feeds.RSS_CONTENT_TYPE
+            else:
+                body, kind = feeds.render_atom(base, elsewhere), feeds.ATOM_CONTENT_TYPE
+            return web.Response(body=body, headers={"Content-Type": kind})
+        if path == feeds.HOSTILE_PATH:
+            headers = {"Content-Type": "application/rss+xml"}
+            return web.Response(body=feeds.render_hostile(), headers=headers)
+        if path in self._feed_pages:
+            body = self.graph.render_leaf(host, path, "Listed in a feed, linked from nowhere")
+            return web.Response(body=body, headers=_HTML_HEADERS)
+        return None
 
     def _leaf(self, path: str, title: str) -> web.Response:
         body = self._leaf_cache.get((0, path))

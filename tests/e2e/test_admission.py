@@ -131,6 +131,25 @@ def test_a_minimal_job_is_accepted_and_the_api_server_fills_the_models_defaults(
     assert CrawlJobSpec.from_mapping(stored) == CrawlJobSpec.from_mapping({"seeds": [SEED]})
 
 
+def test_recrawl_rules_and_a_schedule_get_the_models_defaults_as_durations(jobs: Jobs) -> None:
+    # Durations are strings to the API server (CEL's duration() checks them) and seconds to
+    # the model: the defaults the CRD fills must read back to the model's own.
+    spec = {
+        "seeds": [SEED],
+        "recrawl": [{"kind": "feed", "interval": "10m"}, {"match": "/news/"}],
+        "schedule": {"cron": "*/15 6-22 * * MON-FRI", "timeZone": "Europe/Berlin"},
+    }
+
+    created = jobs.create(spec)
+
+    stored = jobs.get(created["metadata"]["name"])["spec"]
+    by_model = CrawlJobSpec.from_mapping(spec).to_mapping()
+    assert stored["recrawl"] == by_model["recrawl"]
+    assert stored["recrawl"][1]["maxInterval"] == "720h"
+    assert stored["schedule"] == by_model["schedule"]
+    assert CrawlJobSpec.from_mapping(stored) == CrawlJobSpec.from_mapping(spec)
+
+
 def test_the_example_job_is_accepted_and_reads_back_as_written(jobs: Jobs) -> None:
     example = yaml.safe_load((REPO / "examples" / "crawljob.yaml").read_text())
 

@@ -59,8 +59,10 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
     tmp_path: Path,
 ) -> None:
     install_crd(cluster)
-    # One host, one fetch at a time, 0.2 s apart: the crawl is still running when seeds come.
-    config = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.05)
+    # One host, one fetch at a time, 0.2 s apart: the crawl lasts at least 20 s, so it is
+    # still running when the seeds come (three `crawlfleet enqueue` processes on a loaded
+    # machine took longer than the 8 s a 40-page site lasted).
+    config = SiteConfig(hosts=1, pages_per_host=100, hostile=False, latency_seconds=0.05)
     with TestSite(config) as site:
         job = crawljob(
             "grows",

@@ -45,6 +45,18 @@ OUTSIDE_THE_TREE = {
     "crawlfleet.crawler.links.sitemaps.SitemapRefused": (
         "a sitemap could not be read: the worker turns it into the sitemap's failure class"
     ),
+    "crawlfleet.crawler.links.feeds.FeedRefused": (
+        "a feed could not be read: the worker turns it into the feed's failure class"
+    ),
+    "crawlfleet.crawler.links.xml_input.DocumentRefused": (
+        "the base of SitemapRefused and FeedRefused, which the worker handles alike"
+    ),
+    "crawlfleet.crawler.links.xml_input.DocumentTooLarge": (
+        "a hostile XML document past its bound: each reader turns it into its own refusal"
+    ),
+    "crawlfleet.crawler.links.xml_input.MalformedDocument": (
+        "a hostile XML document not well-formed: each reader turns it into its own refusal"
+    ),
     "crawlfleet.scrapy.payload.Unserializable": (
         "a Scrapy request the frontier cannot carry: the runtime counts it dropped and logs it"
     ),

@@ -75,6 +75,9 @@ class FailureClass(StrEnum):
     #: (``crawler/links/sitemaps.py``): the site would send the same document again.
     SITEMAP_TOO_LARGE = "sitemap_too_large"
     SITEMAP_INVALID = "sitemap_invalid"
+    #: The same for an RSS or Atom feed (``crawler/links/feeds.py``).
+    FEED_TOO_LARGE = "feed_too_large"
+    FEED_INVALID = "feed_invalid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,8 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.PARSER_ERROR: _PERMANENT,
     FailureClass.SITEMAP_TOO_LARGE: _PERMANENT,
     FailureClass.SITEMAP_INVALID: _PERMANENT,
+    FailureClass.FEED_TOO_LARGE: _PERMANENT,
+    FailureClass.FEED_INVALID: _PERMANENT,
 }
 
 

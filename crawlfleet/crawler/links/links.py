@@ -27,6 +27,12 @@ query is percent-encoded, as browsers do (a path is always UTF-8).
 A page gives at most ``max_links`` links (the first ones, in document order); the anchors past
 the cap are not even resolved, only counted (``PageLinks.over_cap``), as are the links skipped
 for ``nofollow`` (``PageLinks.nofollow``): every link left out has a counted reason.
+
+Feeds a page announces (``<link rel="alternate" type="application/rss+xml">`` or Atom's type,
+where sites and browsers discover them) come first, as the head comes first, counted in
+``PageLinks.feeds``: at most :data:`MAX_FEED_LINKS_PER_PAGE`, outside ``max_links`` (a page
+announces one or two; the bound, whose excess counts in ``over_cap``, stops a page from
+announcing thousands).
 """
 
 from __future__ import annotations
@@ -44,7 +50,14 @@ from w3lib.url import safe_url_string
 from crawlfleet.hosts import normalize_host
 from crawlfleet.urls import DEFAULT_PORTS, authority_prefix
 
-__all__ = ["INVISIBLE_ELEMENTS", "PARSER_NAME", "PageLinks", "extract_links", "visible_text"]
+__all__ = [
+    "INVISIBLE_ELEMENTS",
+    "MAX_FEED_LINKS_PER_PAGE",
+    "PARSER_NAME",
+    "PageLinks",
+    "extract_links",
+    "visible_text",
+]
 
 
 class _Node(Protocol):
@@ -112,6 +125,9 @@ _MAX_URL_LENGTH = 4096
 # page cannot fill the cache with megabytes).
 _CACHE_ENTRIES = 8192
 _MAX_CACHED_LENGTH = 512
+#: Feed links taken from one page's ``<link rel="alternate">`` elements.
+MAX_FEED_LINKS_PER_PAGE: Final = 8
+_FEED_LINK_TYPES: Final = frozenset({"application/rss+xml", "application/atom+xml"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +145,8 @@ class PageLinks:
     nofollow: int = 0
     #: The page's visible text, when asked for (``text=True``); else None.
     text: str | None = None
+    #: Of ``links``, the feeds the page announces (``<link rel="alternate">``), first.
+    feeds: int = 0
 
 
 def visible_text(html: bytes | str) -> str:
@@ -196,23 +214,38 @@ def _read_links(
         areas = document.tags("area")
         nodes = document.css(_LINK_SELECTOR) if areas else document.tags("a")
         meta_nodes = document.tags("meta") if respect_nofollow else []
+        feed_nodes = _feed_nodes(document.tags("link"))
     except _PARSE_ERRORS:
         return PageLinks(title=None, links=[])
 
     title = _title_text(titles[0] if titles else None)
     if respect_nofollow and _meta_says_nofollow(meta_nodes):
-        return PageLinks(title=title, links=[], nofollow=len(nodes))
+        return PageLinks(title=title, links=[], nofollow=len(nodes) + len(feed_nodes))
 
     resolver = _Resolver(_base_url(bases, page_url), encoding)
     links: list[str] = []
     seen_links: set[str] = set()
     seen_hrefs: set[str] = set()
+    nofollow = feeds_over_cap = 0
+    for feed_href, feed_rel in feed_nodes:
+        if respect_nofollow and "nofollow" in feed_rel:
+            nofollow += 1
+        elif len(links) >= MAX_FEED_LINKS_PER_PAGE:
+            feeds_over_cap += 1
+        elif (url := resolver.resolve(feed_href)) is not None and url not in seen_links:
+            seen_links.add(url)
+            links.append(url)
+    feeds = len(links)
     cap = len(nodes) if max_links is None else max_links
-    nofollow = 0
+    cap += feeds
     for position, node in enumerate(nodes):
         if len(links) >= cap:
             return PageLinks(
-                title=title, links=links, over_cap=len(nodes) - position, nofollow=nofollow
+                title=title,
+                links=links,
+                over_cap=len(nodes) - position + feeds_over_cap,
+                nofollow=nofollow,
+                feeds=feeds,
             )
         try:
             attributes = node.attributes
@@ -234,7 +267,26 @@ def _read_links(
         if url is not None and url not in seen_links:
             seen_links.add(url)
             links.append(url)
-    return PageLinks(title=title, links=links, nofollow=nofollow)
+    return PageLinks(
+        title=title, links=links, over_cap=feeds_over_cap, nofollow=nofollow, feeds=feeds
+    )
+
+
+def _feed_nodes(nodes: list[_Node]) -> list[tuple[str, list[str]]]:
+    """The ``(href, rel words)`` of the ``<link>`` elements that announce an RSS or Atom feed
+    (``rel`` holding ``alternate``, ``type`` one of theirs), in document order."""
+    found: list[tuple[str, list[str]]] = []
+    for node in nodes:
+        try:
+            attributes = node.attributes
+        except _PARSE_ERRORS:
+            continue
+        rel = (attributes.get("rel") or "").lower().split()
+        media_type = (attributes.get("type") or "").split(";", 1)[0].strip().lower()
+        href = attributes.get("href")
+        if href and "alternate" in rel and media_type in _FEED_LINK_TYPES:
+            found.append((href, rel))
+    return found
 
 
 def _title_text(node: _Node | None) -> str | None:

@@ -3,17 +3,14 @@
 A sitemap is whatever a server sends, so it is read as hostile input: its cost is bounded and
 anything wrong with it costs that one sitemap (:class:`SitemapRefused`), never the worker.
 
-* **gzip** (a ``.xml.gz`` file, recognised by its magic bytes; a ``Content-Encoding`` was already
-  undone by the fetcher) is inflated in steps of :data:`_INFLATE_STEP_BYTES`, so a gzip bomb
-  stops one step past the bound instead of filling memory.
+* **gzip**, the **XML** parser (no DTD, no entity substituted, no network) and the steps the
+  body is fed in are ``crawler/links/xml_input.py``'s, shared with the feed reader. Elements
+  are dropped as soon as they are read, so memory follows one entry, not the document.
 * **size**: at most :data:`MAX_SITEMAP_BYTES` of XML after decompression (the sitemaps
   protocol's own limit); a larger document is refused whole, ``sitemap_too_large``: the URLs
   read before the bound would be an arbitrary prefix of the site, and a refusal says so.
-* **XML** is parsed with lxml's pull parser, fed as it is inflated: no DTD loaded, no entity
-  substituted (an entity-expansion bomb expands to nothing), no network, libxml2's default
-  limits on depth and text size (``huge_tree`` off). Elements are dropped as soon as they are
-  read, so memory follows one entry, not the document. Malformed XML, or a root that is
-  neither ``urlset`` nor ``sitemapindex``, is ``sitemap_invalid``.
+  Malformed XML, or a root that is neither ``urlset`` nor ``sitemapindex``, is
+  ``sitemap_invalid``.
 * **entries**: the first :data:`MAX_URLS_PER_SITEMAP` ``<url>`` entries of a urlset, the first
   :data:`MAX_SITEMAPS_PER_INDEX` ``<sitemap>`` entries of an index; the rest are counted
   (``Sitemap.over_cap``) for the worker's dropped-link reasons. Elements are matched by local
@@ -26,12 +23,21 @@ in a thread: a 50 MB document is seconds of parsing the event loop must not wait
 
 from __future__ import annotations
 
-import re
-import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from lxml import etree
+
+from crawlfleet.crawler.links.xml_input import (
+    MAX_DOCUMENT_URL_CHARS,
+    W3C_DATETIME,
+    DocumentRefused,
+    DocumentTooLarge,
+    MalformedDocument,
+    local_name,
+    parse_bounded,
+)
 
 __all__ = [
     "DEFAULT_SITEMAP_LIMITS",
@@ -55,17 +61,6 @@ MAX_SITEMAPS_PER_INDEX: Final = 1_000
 #: sitemaps only); sites nest one more level in practice. Deeper ones are not fetched.
 MAX_SITEMAP_INDEX_DEPTH: Final = 2
 
-_GZIP_MAGIC: Final = b"\x1f\x8b"
-# Compressed bytes fed to zlib at a time, and the most XML one step may yield.
-_FEED_BYTES: Final = 64 * 1024
-_INFLATE_STEP_BYTES: Final = 1024 * 1024
-# W3C datetime (the protocol's lastmod): YYYY, YYYY-MM, YYYY-MM-DD, with a time and zone.
-_W3C_DATETIME: Final = re.compile(
-    r"\d{4}(?:-\d{2}(?:-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?"
-    r"(?:Z|[+-]\d{2}:\d{2})?)?)?)?"
-)
-_MAX_LOC_CHARS: Final = 8192
-
 
 @dataclass(frozen=True, slots=True)
 class SitemapLimits:
@@ -80,18 +75,13 @@ class SitemapLimits:
 DEFAULT_SITEMAP_LIMITS: Final = SitemapLimits()
 
 
-class SitemapRefused(ValueError):
-    """A sitemap that is not read: ``failure_class`` says why, the message what was found.
-
-    Raised by a pure reader; the worker turns it into the sitemap's failure (a dead letter).
-    """
+class SitemapRefused(DocumentRefused):
+    """A sitemap that is not read (``sitemap_too_large`` or ``sitemap_invalid``)."""
 
     def __init__(
         self, failure_class: Literal["sitemap_too_large", "sitemap_invalid"], message: str
     ) -> None:
-        super().__init__(message)
-        self.failure_class = failure_class
-        self.message = message
+        super().__init__(failure_class, message)
 
 
 @dataclass(slots=True)
@@ -113,51 +103,20 @@ def read_sitemap(body: bytes, limits: SitemapLimits = DEFAULT_SITEMAP_LIMITS) ->
     over ``limits.max_bytes`` or is not a well-formed sitemap."""
     reader = _Reader(limits)
     try:
-        if body.startswith(_GZIP_MAGIC):
-            _inflate_into(reader, body)
-        else:  # in steps too: libxml2 refuses one feed larger than its buffer limit (10 MB)
-            for start in range(0, len(body), _INFLATE_STEP_BYTES):
-                reader.feed(body[start : start + _INFLATE_STEP_BYTES])
-        return reader.close()
-    except etree.LxmlError as exc:
-        raise SitemapRefused("sitemap_invalid", f"not well-formed XML: {exc}"[:500]) from None
-
-
-def _inflate_into(reader: _Reader, body: bytes) -> None:
-    """Feed ``reader`` the XML a gzip body inflates to, one bounded step at a time (the reader
-    counts the bytes and refuses past its bound)."""
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        for start in range(0, len(body), _FEED_BYTES):
-            data = body[start : start + _FEED_BYTES]
-            while data and not inflater.eof:
-                reader.feed(inflater.decompress(data, _INFLATE_STEP_BYTES))
-                data = inflater.unconsumed_tail
-            if inflater.eof:
-                break
-        if not inflater.eof:
-            reader.feed(inflater.flush())
-            raise SitemapRefused("sitemap_invalid", "the gzip stream is truncated")
-    except zlib.error as exc:
-        raise SitemapRefused("sitemap_invalid", f"not a readable gzip stream: {exc}") from None
+        root = parse_bounded(body, limits.max_bytes, reader.read)
+    except DocumentTooLarge as exc:
+        raise SitemapRefused("sitemap_too_large", f"sitemap {exc}") from None
+    except MalformedDocument as exc:
+        raise SitemapRefused("sitemap_invalid", str(exc)) from None
+    return reader.close(root)
 
 
 class _Reader:
-    """An lxml pull parser that keeps the entries, counts the bytes and drops every element
-    once it is read: memory follows the entry being read, whatever else the document holds."""
+    """Keeps the entries of the elements the parser hands it and drops every element once it
+    is read: memory follows the entry being read, whatever else the document holds."""
 
     def __init__(self, limits: SitemapLimits) -> None:
         self._limits = limits
-        self._bytes = 0
-        self._parser = etree.XMLPullParser(
-            events=("end",),
-            resolve_entities=False,
-            load_dtd=False,
-            no_network=True,
-            huge_tree=False,
-            remove_comments=True,
-            remove_pis=True,
-        )
         self._urls: list[str] = []
         self._lastmods: list[str | None] = []
         # Which kind of entry each kept URL came from ("url" or "sitemap").
@@ -166,22 +125,8 @@ class _Reader:
         self._loc: str | None = None
         self._lastmod: str | None = None
 
-    def feed(self, data: bytes) -> None:
-        if not data:
-            return
-        self._bytes += len(data)
-        if self._bytes > self._limits.max_bytes:
-            raise SitemapRefused(
-                "sitemap_too_large",
-                f"sitemap over {self._limits.max_bytes} bytes of XML (after decompression)",
-            )
-        self._parser.feed(data)
-        self._read_events()
-
-    def close(self) -> Sitemap:
-        root = self._parser.close()
-        self._read_events()
-        kind = _local_name(root.tag)
+    def close(self, root: etree._Element) -> Sitemap:
+        kind = local_name(root.tag)
         if kind not in ("urlset", "sitemapindex"):
             raise SitemapRefused(
                 "sitemap_invalid", f"root element {kind[:80]!r} is neither urlset nor sitemapindex"
@@ -196,15 +141,15 @@ class _Reader:
         over_cap = self._entries[entry] - len(urls)
         return Sitemap("urlset" if kind == "urlset" else "sitemapindex", urls, lastmods, over_cap)
 
-    def _read_events(self) -> None:
-        for _, element in self._parser.read_events():
-            name = _local_name(element.tag)
+    def read(self, elements: Iterator[etree._Element]) -> None:
+        for element in elements:
+            name = local_name(element.tag)
             if name == "loc":
                 text = (element.text or "").strip()
-                self._loc = text if 0 < len(text) <= _MAX_LOC_CHARS else None
+                self._loc = text if 0 < len(text) <= MAX_DOCUMENT_URL_CHARS else None
             elif name == "lastmod":
                 text = (element.text or "").strip()
-                self._lastmod = text if _W3C_DATETIME.fullmatch(text) else None
+                self._lastmod = text if W3C_DATETIME.fullmatch(text) else None
             elif name in ("url", "sitemap"):
                 cap = self._limits.max_urls if name == "url" else self._limits.max_sitemaps
                 if self._loc is not None:  # an entry without a usable <loc> offers nothing
@@ -217,8 +162,3 @@ class _Reader:
             parent = element.getparent()
             if parent is not None:  # the root stays: close() reads its name
                 parent.remove(element)
-
-
-def _local_name(tag: object) -> str:
-    """An element's name without its namespace ('' for comments and the like)."""
-    return tag.rpartition("}")[2] if isinstance(tag, str) else ""

@@ -71,6 +71,8 @@ LINK_DROP_REASONS: Final = frozenset(
         "sitemap_url_cap",
         "sitemap_count",
         "sitemap_depth",
+        # RSS and Atom feeds (crawler/links/feeds.py): entries past a feed's bound
+        "feed_entry_cap",
         # crawlfleet.scrapy: a request the frontier cannot carry (a lambda callback, a meta
         # value JSON cannot hold), and an item from a spider's start() (no page to hold it)
         "scrapy_unserializable",
@@ -182,6 +184,12 @@ class WorkerMetrics:
             " too_many_path_segments and repeated_path_segments), invalid_url, bad_scheme,"
             " max_pages, memory_pressure. Repeats the worker already settled are not counted.",
             ["reason"],
+            registry=reg,
+        )
+        self.feed_links_found = Counter(
+            _PREFIX + "feed_links_found_total",
+            "Feeds pages announce (<link rel=alternate> of an RSS or Atom type), found and"
+            " handed to admission like any link (scope, robots and dedup then apply).",
             registry=reg,
         )
         self.robots_deferrals = Counter(
@@ -366,6 +374,10 @@ class WorkerMetrics:
                 raise ValueError(f"unknown link drop reason {reason!r}")
             if count:
                 self.links_dropped.labels(reason=reason).inc(count)
+
+    def observe_feed_links(self, count: int) -> None:
+        if count > 0:
+            self.feed_links_found.inc(count)
 
     def set_memory(self, budget: ByteBudget) -> None:
         """The memory budget's state, once per flush."""

@@ -27,7 +27,9 @@ one-shot crawl's round trips are unchanged.
 With ``scope.sitemaps`` a lease may be a sitemap document (its parent says so,
 ``frontier/parents.py``): it is fetched like a page, through the same robots check, host slot
 and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are admitted with the
-batch's other links, so they pass scope, robots and dedup the same way.
+batch's other links, so they pass scope, robots and dedup the same way. A response that is an
+RSS or Atom feed (by its content type or root element, ``crawler/links/feeds.py``) is read
+the same way, whatever its lease: a seed, a page's ``<link rel="alternate">``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from urllib.parse import urljoin
@@ -50,6 +52,7 @@ from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.crawler.harvest.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.links.admission import LinkAdmission, PageLinksToAdmit
 from crawlfleet.crawler.links.charset import decode_html
+from crawlfleet.crawler.links.feeds import Feed, FeedRefused, is_feed, read_feed
 from crawlfleet.crawler.links.links import PageLinks, extract_links
 from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.crawler.links.sitemaps import (
@@ -58,6 +61,7 @@ from crawlfleet.crawler.links.sitemaps import (
     SitemapRefused,
     read_sitemap,
 )
+from crawlfleet.crawler.links.xml_input import DocumentRefused
 from crawlfleet.crawler.politeness.concurrency import AdaptiveLimit
 from crawlfleet.crawler.politeness.robots import RobotsPolicy
 from crawlfleet.crawler.worker.flow import (
@@ -493,6 +497,8 @@ class Worker:
             self.limit.record(False)
             return self._failed(lease, result, result.failure, result.message)
         self.limit.record(True)
+        if is_feed(result.content_type, result.body):
+            return await self._feed_outcome(lease, result, reservation)
         page = _NO_LINKS
         wants_harvest = False
         if _is_html(result.content_type):
@@ -507,6 +513,7 @@ class Worker:
                 encoding=encoding,
                 text=wants_harvest and self.spec.output.content == "text",
             )
+            self.metrics.observe_feed_links(page.feeds)
         return _Outcome(
             lease=lease,
             record=self._record(lease, result, None, page.title, len(page.links)),
@@ -546,16 +553,7 @@ class Worker:
         try:
             document, by_lastmod = await asyncio.to_thread(_read_grouped, result.body)
         except SitemapRefused as refused:
-            reservation.release()
-            log.warning(
-                "sitemap %s refused (%s): %s",
-                lease.url,
-                refused.failure_class,
-                refused.message,
-                extra={"layer": "task"},
-            )
-            failure_class = FailureClass(refused.failure_class)
-            outcome = self._failed(lease, result, failure_class, refused.message)
+            outcome = self._refused_document(lease, result, reservation, refused, "sitemap")
             if task.root:
                 await self._add_robots_sitemaps(lease, outcome)
             return outcome
@@ -564,6 +562,7 @@ class Worker:
             record=self._record(lease, result, None, None, len(document.urls)),
             result=result,
             reservation=reservation,
+            kind="sitemap",
         )
         found_in = lease.url  # canonical, so no '#' of its own before a mark (parents.py)
         if document.kind == "sitemapindex":
@@ -591,6 +590,58 @@ class Worker:
                 outcome.refused["sitemap_url_cap"] = document.over_cap
         if task.root:
             await self._add_robots_sitemaps(lease, outcome)
+        return outcome
+
+    async def _feed_outcome(
+        self, lease: Lease, result: FetchResult, reservation: Reservation
+    ) -> _Outcome:
+        """A fetched RSS or Atom feed: read like a urlset. Its entries become links, one group
+        per date (the entry's updated, else published date) carried in their parent as a
+        sitemap's lastmod is, so each page's record has it. They keep the feed's depth: a feed
+        is the site's own list of what is new, as a sitemap is of what it holds. A refused
+        feed fails as its reason (``feed_too_large``, ``feed_invalid``), a dead letter.
+        """
+        try:
+            feed, by_date = await asyncio.to_thread(_read_feed_grouped, result)
+        except FeedRefused as refused:
+            return self._refused_document(lease, result, reservation, refused, "feed")
+        outcome = _Outcome(
+            lease=lease,
+            record=self._record(lease, result, None, feed.title, len(feed.entries)),
+            result=result,
+            reservation=reservation,
+            kind="feed",
+        )
+        found_in = lease.url  # canonical, so no '#' of its own before a mark (parents.py)
+        outcome.link_groups.extend(
+            PageLinksToAdmit(urls, lease.depth, listed_parent(found_in, date))
+            for date, urls in by_date.items()
+        )
+        if feed.over_cap:
+            outcome.refused["feed_entry_cap"] = feed.over_cap
+        return outcome
+
+    def _refused_document(
+        self,
+        lease: Lease,
+        result: FetchResult,
+        reservation: Reservation,
+        refused: DocumentRefused,
+        kind: DocumentKind,
+    ) -> _Outcome:
+        """A sitemap or feed its reader refused: failed as its reason, with a log line."""
+        reservation.release()
+        log.warning(
+            "%s %s refused (%s): %s",
+            kind,
+            lease.url,
+            refused.failure_class,
+            refused.message,
+            extra={"layer": "task"},
+        )
+        failure_class = FailureClass(refused.failure_class)
+        outcome = self._failed(lease, result, failure_class, refused.message)
+        outcome.kind = kind
         return outcome
 
     async def _add_robots_sitemaps(self, lease: Lease, outcome: _Outcome) -> None:
@@ -922,10 +973,21 @@ def _dropped_links(
 def _read_grouped(body: bytes) -> tuple[Sitemap, dict[str | None, list[str]]]:
     """A sitemap's entries and its URLs by lastmod: both in the worker thread, off the loop."""
     document = read_sitemap(body)
-    by_lastmod: dict[str | None, list[str]] = {}
-    for url, lastmod in zip(document.urls, document.lastmods, strict=True):
-        by_lastmod.setdefault(lastmod, []).append(url)
-    return document, by_lastmod
+    return document, _by_date(zip(document.urls, document.lastmods, strict=True))
+
+
+def _read_feed_grouped(result: FetchResult) -> tuple[Feed, dict[str | None, list[str]]]:
+    """A feed's entries (relative to the URL it came from) and their URLs by date, off the loop."""
+    feed = read_feed(result.body, result.final_url)
+    return feed, _by_date((entry.url, entry.lastmod) for entry in feed.entries)
+
+
+def _by_date(entries: Iterable[tuple[str, str | None]]) -> dict[str | None, list[str]]:
+    """URLs grouped by their date, first-seen order: one parent per date (parents.py)."""
+    by_date: dict[str | None, list[str]] = {}
+    for url, date in entries:
+        by_date.setdefault(date, []).append(url)
+    return by_date
 
 
 def _is_html(content_type: str | None) -> bool:

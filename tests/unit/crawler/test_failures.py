@@ -96,6 +96,8 @@ PERMANENT = {
     F.PARSER_ERROR,
     F.SITEMAP_TOO_LARGE,
     F.SITEMAP_INVALID,
+    F.FEED_TOO_LARGE,
+    F.FEED_INVALID,
 }
 SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE}
 
@@ -157,6 +159,8 @@ def test_class_values_are_the_brief_names() -> None:
         "invalid_url",
         "sitemap_too_large",
         "sitemap_invalid",
+        "feed_too_large",
+        "feed_invalid",
     }
     assert f"{F.HTTP_404}" == "http_404"  # StrEnum: formats as its value
 

@@ -10,6 +10,7 @@ from urllib.parse import urljoin, urlsplit
 import pytest
 
 from crawlfleet.crawler.links.links import (
+    MAX_FEED_LINKS_PER_PAGE,
     PARSER_NAME,
     PageLinks,
     _clean_base,
@@ -362,3 +363,36 @@ def test_a_query_is_encoded_in_the_page_encoding_and_a_path_in_utf8() -> None:
         "http://a.test/%C3%BC?q=%C3%BC",
         "http://a.test/%C3%A4?q=%C3%A4",
     ]
+
+
+FEED_HEAD = (
+    '<link rel="alternate" type="application/rss+xml" title="News" href="/feed.xml">'
+    '<link rel="Alternate" type="application/atom+xml; charset=utf-8" href="atom.xml">'
+    '<link rel="alternate" type="text/html" hreflang="fr" href="/fr/">'  # a translation
+    '<link rel="stylesheet" type="text/css" href="/s.css">'
+    '<link rel="alternate" type="application/rss+xml">'  # no href
+)
+
+
+def test_feeds_a_page_announces_come_first_and_are_counted() -> None:
+    page = extract_links(anchors("/a", "/feed.xml", extra=FEED_HEAD), PAGE, max_links=1)
+    assert page.links == [
+        "https://example.com/feed.xml",
+        "https://example.com/dir/atom.xml",
+        "https://example.com/a",
+    ]
+    assert (page.feeds, page.over_cap) == (2, 1)  # outside the anchors' cap; /feed.xml once
+
+
+def test_feed_links_past_their_bound_and_nofollow_ones_are_counted() -> None:
+    many = "".join(
+        f'<link rel="alternate" type="application/rss+xml" href="/f{n}.xml">'
+        for n in range(MAX_FEED_LINKS_PER_PAGE + 3)
+    )
+    page = extract_links(anchors(extra=many), PAGE)
+    assert (len(page.links), page.feeds, page.over_cap) == (MAX_FEED_LINKS_PER_PAGE,) * 2 + (3,)
+    hidden = '<link rel="alternate nofollow" type="application/rss+xml" href="/f.xml">'
+    page = extract_links(anchors(extra=hidden), PAGE)
+    assert (page.links, page.feeds, page.nofollow) == ([], 0, 1)
+    robots = '<meta name="robots" content="nofollow">' + FEED_HEAD
+    assert extract_links(anchors("/a", extra=robots), PAGE).nofollow == 3
