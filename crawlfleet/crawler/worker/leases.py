@@ -51,7 +51,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier import FailOutcome, Failure, Frontier, Lease, Revisit, RevisitState
+from crawlfleet.frontier import (
+    FailOutcome,
+    Failure,
+    Frontier,
+    Lease,
+    Outcomes,
+    Revisit,
+    RevisitState,
+)
 
 if TYPE_CHECKING:
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
@@ -375,19 +383,11 @@ class LeaseBook:
         succeeded = [entry for entry in settlement.entries if entry.failure is None]
         failures = [entry.failure for entry in settlement.entries if entry.failure is not None]
         if not settlement.acked:
-            acked = await self.frontier.ack(
-                self.worker_id,
-                [e.lease.lease_id for e in succeeded],
-                revisits=_revisits(succeeded),
-                call_id=settlement.ack_call,
-            )
+            acked = await self._ack(succeeded, settlement.ack_call)
             settlement.acked = True
             settlement.lost_acks = acked.count(False)
         if not settlement.failed:
-            failed = [entry for entry in settlement.entries if entry.failure is not None]
-            codes = await self.frontier.fail(
-                self.worker_id, failures, revisits=_revisits(failed), call_id=settlement.fail_call
-            )
+            codes = await self._fail(settlement.entries, failures, settlement.fail_call)
             settlement.failed = True
             settlement.lost_fails = sum(1 for code in codes if code is FailOutcome.NOT_OWNER)
         for entry in settlement.entries:
@@ -402,6 +402,28 @@ class LeaseBook:
             len(succeeded) - settlement.lost_acks,
             len(failures) - settlement.lost_fails,
             lost,
+        )
+
+    async def _ack(self, entries: Sequence[Entry], call_id: str) -> Outcomes[bool]:
+        """Ack ``entries``, with their revisits when any has one: a job without rules (and a
+        frontier that knows nothing of revisits) gets the one-shot call, unchanged."""
+        lease_ids = [entry.lease.lease_id for entry in entries]
+        revisits = _revisits(entries)
+        if revisits is None:
+            return await self.frontier.ack(self.worker_id, lease_ids, call_id=call_id)
+        return await self.frontier.ack(
+            self.worker_id, lease_ids, revisits=revisits, call_id=call_id
+        )
+
+    async def _fail(
+        self, entries: Sequence[Entry], failures: list[Failure], call_id: str
+    ) -> Outcomes[FailOutcome]:
+        """Fail ``failures`` (those of ``entries``), with their revisits when any has one."""
+        revisits = _revisits([entry for entry in entries if entry.failure is not None])
+        if revisits is None:
+            return await self.frontier.fail(self.worker_id, failures, call_id=call_id)
+        return await self.frontier.fail(
+            self.worker_id, failures, revisits=revisits, call_id=call_id
         )
 
     async def release(self, lease_ids: Sequence[str], why: str) -> int:
@@ -518,7 +540,6 @@ class LeaseBook:
 
 
 def _revisits(entries: Sequence[Entry]) -> dict[str, Revisit] | None:
-    """The revisits of a settlement's leases, by lease token; None when none has one (a job
-    without rules sends the one-shot call)."""
+    """The revisits of a settlement's leases, by lease token; None when none has one."""
     found = {e.lease.lease_id: e.revisit for e in entries if e.revisit is not None}
     return found or None
