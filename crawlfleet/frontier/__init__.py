@@ -33,13 +33,11 @@ from crawlfleet.frontier.models import (
     Validators,
     WorkerHeartbeat,
 )
-from crawlfleet.frontier.revisits import REDIS_SERVER_ARGS
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 from crawlfleet.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
 
 __all__ = [
     "HIGH_PRESSURE_LINKS_PER_PAGE",
-    "REDIS_SERVER_ARGS",
     "Admission",
     "Backpressure",
     "BloomBackend",

@@ -120,8 +120,8 @@ _MAX_BATCH = 10_000
 #: epochs; 2: epochs, loss detection and backpressure; 3: a Bloom filter that grows in
 #: layers (bloom:<layer>:<segment>, the schedule in the meta); 4: compact queues (a list
 #: per host and depth, q:<depth>:<host>, parents once per run); 5: triple hashing over
-#: prime-sized Bloom segments (16-byte digests); 6: revisit state (rv:<host>, rv-hosts,
-#: rv-states, the committed run:... copy) and two more fixed script keys.
+#: prime-sized Bloom segments (16-byte digests); 6: revisit state (rv:<k>:<host> chunks, rv-index,
+#: rv-open, rv-states, the committed run:... copy) and three more fixed script keys.
 LAYOUT_VERSION: Final = "6"
 
 #: The one maxmemory-policy under which Redis never drops a key to make room.
@@ -656,14 +656,15 @@ class Frontier:
         return int(await self._run(self._scripts.promote, max(1, limit)))
 
     async def tracked_bytes(self) -> int:
-        """Redis memory (``MEMORY USAGE``) of the tracked URLs at rest: every host's revisit
-        set and their index; divided by ``stats().tracked`` it is the figure docs/frontier.md
-        gives. One pipeline of one read per host with tracked URLs."""
-        hosts = await self._checked("ZRANGE", self.keys.key("rv-hosts"), 0, -1)
+        """Redis memory (``MEMORY USAGE``) of the tracked URLs at rest: every chunk of them,
+        their index and the hosts' open chunks; divided by ``stats().tracked`` it is the
+        figure docs/frontier.md gives. One pipeline of one read per chunk (128 URLs)."""
+        chunks = await self._checked("ZRANGE", self.keys.key("rv-index"), 0, -1)
         pipe = self.client.pipeline(transaction=False)
-        pipe.memory_usage(self.keys.key("rv-hosts"), samples=0)
-        for host in hosts:
-            pipe.memory_usage(self.keys.revisits(host), samples=0)
+        for name in ("rv-index", "rv-open"):
+            pipe.memory_usage(self.keys.key(name), samples=0)
+        for chunk in chunks:
+            pipe.memory_usage(self.keys.revisits(chunk), samples=0)
         return sum(int(size or 0) for size in await call(pipe.execute()))
 
     async def begin_run(self, run_id: str) -> RunStart:
@@ -811,8 +812,8 @@ class Frontier:
             "run_cutoff_s",
         )
         pipe.hmget(self.keys.key("stats"), _LAG_FIELDS)
-        # The earliest tracked URL at rest (seconds), from the hosts' index: O(log n).
-        pipe.zrange(self.keys.key("rv-hosts"), 0, 0, withscores=True)
+        # The earliest tracked URL at rest (seconds), from the chunks' index: O(log n).
+        pipe.zrange(self.keys.key("rv-index"), 0, 0, withscores=True)
         # The earliest retry's due time (ms) against the server's clock: the fleet brain
         # wakes a worker for it (a claim is what promotes a due retry).
         pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)

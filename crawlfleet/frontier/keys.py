@@ -8,9 +8,9 @@ Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and
 ``ARGV[1]``; the keys whose names depend on data are derived from the prefix in the script:
 the per-host queues (``q:<depth>:<host>``), the robots.txt fetch locks
 (``robots-lock:<origin>``) and the Bloom segments (``bloom:<layer>:<segment>``, as many as
-the filter has grown to), the tracked URLs at rest per host (``rv:<host>``) and the
-committed copy a recurring run restores (``run:…``: ``run:meta``, ``run:rv-hosts``,
-``run:rv:<host>``, ``run:bloom:<layer>:<segment>``, ``run:bf``).
+the filter has grown to), the chunks of tracked URLs at rest per host (``rv:<k>:<host>``)
+and the committed copy a recurring run restores (``run:…``: ``run:meta``, ``run:rv-index``,
+``run:rv-open``, ``run:rv:<k>:<host>``, ``run:bloom:<layer>:<segment>``, ``run:bf``).
 ``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock`,
 :meth:`JobKeys.bloom_segment`, :meth:`JobKeys.revisits` and :meth:`JobKeys.committed` do;
 they carry the job's hash tag, so they share its slot.
@@ -41,7 +41,8 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "robots-waits",
     "robots-wait-status",
     "robots-used",
-    "rv-hosts",
+    "rv-index",
+    "rv-open",
     "rv-states",
 )
 
@@ -91,12 +92,13 @@ class JobKeys:
         """One host's queued tasks of one depth (a list; see lib.lua for its entries)."""
         return f"{self.prefix}q:{depth}:{host}"
 
-    def revisits(self, host: str) -> str:
-        """One host's tracked URLs at rest, scored by due time (seconds; see revisits.py)."""
-        return f"{self.prefix}rv:{host}"
+    def revisits(self, chunk: str) -> str:
+        """One chunk (``<k>:<host>``, a member of ``rv-index``) of a host's tracked URLs at
+        rest (a list; see revisits.py)."""
+        return f"{self.prefix}rv:{chunk}"
 
     def committed(self, name: str) -> str:
-        """A key of the committed copy of the last successful run (``committed("rv-hosts")``)."""
+        """A key of the committed copy of the last successful run (``committed("rv-index")``)."""
         return f"{self.prefix}run:{name}"
 
     @property

@@ -20,7 +20,6 @@ from types import TracebackType
 from urllib.parse import quote
 
 from crawlfleet.errors import ConfigError, FrontierUnavailable
-from crawlfleet.frontier import REDIS_SERVER_ARGS
 from crawlfleet.local.lifetime import die_with_parent
 
 __all__ = ["RedisServer", "find_redis_server", "free_port"]
@@ -111,7 +110,6 @@ class RedisServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "everysec",
             "--logfile", str(self.data_dir / "redis.log"),
-            *REDIS_SERVER_ARGS,
         ]  # fmt: skip
         for module in self.modules:
             args += ["--loadmodule", str(module)]

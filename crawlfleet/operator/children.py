@@ -24,7 +24,6 @@ import yaml
 
 from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec, ManagedRedis
-from crawlfleet.frontier import REDIS_SERVER_ARGS
 from crawlfleet.networks import METADATA_ADDRESSES, PRIVATE_NETWORKS
 
 __all__ = [
@@ -221,7 +220,7 @@ def _redis_args(managed: ManagedRedis) -> list[str]:
     The append-only file is fsynced every second and is the only persistence (no RDB
     snapshots); ``maxmemory`` is a share of the container's limit with ``noeviction``, so a
     full Redis refuses writes instead of dropping queued URLs, and the fleet's backpressure
-    keeps it from getting there. Revisit sets stay compact (REDIS_SERVER_ARGS).
+    keeps it from getting there.
     """
     return [
         "--include", f"{REDIS_AUTH_DIR}/{REDIS_AUTH_FILE}",
@@ -232,7 +231,6 @@ def _redis_args(managed: ManagedRedis) -> list[str]:
         "--save", "",
         "--maxmemory", str(managed.max_memory_bytes),
         "--maxmemory-policy", "noeviction",
-        *REDIS_SERVER_ARGS,
     ]  # fmt: skip
 
 

@@ -4,8 +4,8 @@ URL paths follow the shapes of well-known news and reference sites (section page
 article slugs, numeric ids, feeds), with slugs of 3 to 12 words; validators follow what
 common servers send: nginx (``"<mtime hex>-<size hex>"``) and Apache (``"<size>-<mtime>"``)
 strong ETags, S3/CDN MD5 ETags (32 hex digits), framework weak ETags (``W/"<size>-<27
-base64>"``), Last-Modified on most, and a 16-hex-digit body digest on every URL. Seeded, so a
-figure measured twice is the same figure.
+base64>"``), Last-Modified on most, a 16-hex-digit body digest and a capture time on every
+URL, as the worker reports them. Seeded, so a figure measured twice is the same figure.
 """
 
 from __future__ import annotations
@@ -121,7 +121,9 @@ def _validators(rng: random.Random) -> Validators:
         if rng.random() < 0.8
         else None
     )
-    return Validators(etag=etag, last_modified=modified, digest=f"{rng.getrandbits(64):016x}")
+    digest = f"{rng.getrandbits(64):016x}"
+    captured = rng.randint(1_760_000_000, 1_790_000_000)
+    return Validators(etag=etag, last_modified=modified, digest=digest, captured_at=captured)
 
 
 def tracked_urls(count: int, hosts: int, seed: int = 23) -> Iterator[tuple[str, Validators]]:

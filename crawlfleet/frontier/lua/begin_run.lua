@@ -40,12 +40,12 @@ for _, host in ipairs(redis.call('HKEYS', K.hosts)) do
     for depth = st.dmin, st.dmax do redis.call('DEL', qkey(host, depth)) end
   end
 end
-for _, host in ipairs(redis.call('ZRANGE', K.rv_hosts, 0, -1)) do redis.call('DEL', rvkey(host)) end
+for _, chunk in ipairs(redis.call('ZRANGE', K.rv_index, 0, -1)) do redis.call('DEL', rvkey(chunk)) end
 for _, pair in ipairs(bloom_keys(tonumber(redis.call('HGET', K.meta, 'bloom_layers')) or 1, '')) do
   redis.call('DEL', pair[1])
 end
 redis.call('DEL', K.ready, K.hosts, K.delayed, K.leases, K.dead, K.held, K.robots_waits,
-  K.robots_wait_status, K.rv_hosts, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
+  K.robots_wait_status, K.rv_index, K.rv_open, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
   PREFIX .. 'output-finished', PREFIX .. 'output-finisher')
 local sequence = redis.call('HGET', K.stats, 'lease_seq')
 redis.call('DEL', K.stats)
@@ -59,10 +59,17 @@ local layers, tracked = tonumber(committed[2]) or 1, tonumber(committed[4]) or 0
 if committed[1] then
   for _, pair in ipairs(bloom_keys(layers, 'run:')) do copy(pair[2], pair[1]) end
   copy(PREFIX .. 'run:bf', PREFIX .. 'bf')
-  for _, host in ipairs(redis.call('ZRANGE', PREFIX .. 'run:rv-hosts', 0, -1)) do
-    copy(PREFIX .. 'run:rv:' .. host, rvkey(host))
+  -- each host's chunks numbered 1..m again (the ids grow as chunks fill and drain), so a
+  -- tracked seed is looked for in the chunks its host has, no more (promote_at_rest)
+  local chunks, count = redis.call('ZRANGE', PREFIX .. 'run:rv-index', 0, -1, 'WITHSCORES'), {}
+  for i = 1, #chunks, 2 do
+    local host = chunk_host(chunks[i])
+    count[host] = (count[host] or 0) + 1
+    local chunk = count[host] .. ':' .. host
+    copy(PREFIX .. 'run:rv:' .. chunks[i], rvkey(chunk))
+    redis.call('ZADD', K.rv_index, chunks[i + 1], chunk)
   end
-  copy(PREFIX .. 'run:rv-hosts', K.rv_hosts)
+  for host, last in pairs(count) do redis.call('HSET', K.rv_open, host, last) end
   redis.call('HSET', K.stats, 'seen', committed[3] or 0, 'tracked', tracked)
   if tracked > 0 then redis.call('HSET', K.meta, 'tracking', '1') end
 end

@@ -18,8 +18,8 @@ local RUN = PREFIX .. 'run:'
 
 -- 1. Drop the copy before.
 local before = redis.call('HGET', RUN .. 'meta', 'bloom_layers')
-for _, host in ipairs(redis.call('ZRANGE', RUN .. 'rv-hosts', 0, -1)) do
-  redis.call('DEL', RUN .. 'rv:' .. host)
+for _, chunk in ipairs(redis.call('ZRANGE', RUN .. 'rv-index', 0, -1)) do
+  redis.call('DEL', RUN .. 'rv:' .. chunk)
 end
 local specs = {}
 for spec in string.gmatch(redis.call('HGET', K.meta, 'bloom_schedule') or '', '[^,]+') do
@@ -34,24 +34,34 @@ local function each_segment(layers, fn)
   end
 end
 each_segment(tonumber(before) or 0, function(name) redis.call('DEL', RUN .. name) end)
-redis.call('DEL', RUN .. 'rv-hosts', RUN .. 'bf', RUN .. 'meta')
+redis.call('DEL', RUN .. 'rv-index', RUN .. 'rv-open', RUN .. 'bf', RUN .. 'meta')
 
 -- 2. Copy this run's.
 local layers = tonumber(redis.call('HGET', K.meta, 'bloom_layers')) or 1
 each_segment(layers, function(name) copy(PREFIX .. name, RUN .. name) end)
 copy(PREFIX .. 'bf', RUN .. 'bf')
-for _, host in ipairs(redis.call('ZRANGE', K.rv_hosts, 0, -1)) do
-  copy(rvkey(host), RUN .. 'rv:' .. host)
+for _, chunk in ipairs(redis.call('ZRANGE', K.rv_index, 0, -1)) do
+  copy(rvkey(chunk), RUN .. 'rv:' .. chunk)
 end
-copy(K.rv_hosts, RUN .. 'rv-hosts')
+copy(K.rv_index, RUN .. 'rv-index')
+copy(K.rv_open, RUN .. 'rv-open')
+-- each host's tracked URLs still queued or leased: a chunk of their own in the copy, past
+-- the host's open one
 local pending = redis.call('HGETALL', K.rv_states)
+local folded = {}
 for i = 1, #pending, 2 do
   local url, value = pending[i], pending[i + 1]
   local host = host_of(url)
-  local due = struct.unpack('>I4', value)
-  redis.call('ZADD', RUN .. 'rv:' .. host, due,
-    rv_entry(url, host) .. '\t' .. string.sub(value, 5))
-  redis.call('ZADD', RUN .. 'rv-hosts', 'LT', due, host)
+  local k = folded[host]
+  if not k then
+    k = (tonumber(redis.call('HGET', RUN .. 'rv-open', host)) or 0) + 1
+    folded[host] = k
+    redis.call('HSET', RUN .. 'rv-open', host, k)
+  end
+  local chunk = k .. ':' .. host
+  redis.call('RPUSH', RUN .. 'rv:' .. chunk, string.sub(value, 1, STATE_SIZE) ..
+    rv_entry(url, host) .. '\t' .. string.sub(value, STATE_SIZE + 1))
+  redis.call('ZADD', RUN .. 'rv-index', 'LT', due_of(value), chunk)
 end
 local stats = redis.call('HMGET', K.stats, 'seen', 'tracked')
 redis.call('HSET', RUN .. 'meta', 'run_id', ARGV[3], 'committed_ms', now_ms(),

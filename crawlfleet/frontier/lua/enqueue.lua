@@ -40,21 +40,11 @@ if backend == 'native' and not limited and budget < 0 then
   bulk = native_multi('BF.MADD', native_key, urls)
 end
 
--- A seed of a recurring run that is tracked: queued now from its revisit set (true), or
--- already queued or leased (true, nothing to do); false when it is not tracked.
+-- A seed of a recurring run that is tracked: queued now from its chunk (true), or already
+-- queued or leased (true, nothing to do); false when it is not tracked.
 local function promote_tracked_seed(url)
   if redis.call('HEXISTS', K.rv_states, url) == 1 then return true end
-  local host = host_of(url)
-  local member = find_revisit(host, rv_entry(url, host))
-  if not member then return false end
-  local st, by_depth = load_host(host), {}
-  redis.call('ZREM', rvkey(host), member)
-  promote_member(host, member, math.floor(now / 1000), st, by_depth)
-  queue_promoted(host, st, by_depth, cfg, now)
-  reindex_revisits(host)
-  redis.call('HINCRBY', K.stats, 'queued', 1)
-  redis.call('HINCRBY', K.stats, 'revisits_due', 1)
-  return true
+  return promote_at_rest(url, cfg, now)
 end
 
 -- New tasks grouped by host and depth, in the order they came.

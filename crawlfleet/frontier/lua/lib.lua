@@ -1,6 +1,6 @@
 -- lib.lua: shared helpers, prepended to every script by scripts.py (Lua has no include).
 --
--- KEYS[1..16] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
+-- KEYS[1..17] are the job's fixed keys in keys.SCRIPT_KEYS order. ARGV[1] is the job's key
 -- prefix, from which the keys named by data are derived: the queues ("q:<depth>:<host>"),
 -- the robots.txt fetch locks ("robots-lock:<origin>") and the Bloom segments
 -- ("bloom:<layer>:<segment>"); they carry the job's hash tag too. ARGV[2] is the frontier epoch the caller opened (init.lua wrote it into K.meta):
@@ -36,7 +36,7 @@ local K = {
   meta = KEYS[1], stats = KEYS[2], ready = KEYS[3], hosts = KEYS[4], delayed = KEYS[5],
   leases = KEYS[6], dead = KEYS[7], workers = KEYS[8], heartbeats = KEYS[9], robots = KEYS[10],
   held = KEYS[11], robots_waits = KEYS[12], robots_wait_status = KEYS[13],
-  robots_used = KEYS[14], rv_hosts = KEYS[15], rv_states = KEYS[16],
+  robots_used = KEYS[14], rv_index = KEYS[15], rv_open = KEYS[16], rv_states = KEYS[17],
 }
 local PREFIX = ARGV[1]
 -- ARGV[2] is "<epoch>", or "<epoch>/<call id>/<keep ms>/<received ids>" for a script run
@@ -575,29 +575,29 @@ local function native_multi(cmd, key, items)
   return out
 end
 
--- Revisit state (revisits.py has the layout). A tracked URL at rest is one member of its host's
--- sorted set rv:<host>, "<entry>\t<state>" scored by its due time in whole seconds (a small
--- listpack integer). The entry is the URL after its host, its scheme a letter standing for
--- the path's leading slash too ('s'/'h': "https://<host>/", 'S'/'H': without the slash).
--- K.rv_hosts indexes the hosts by their earliest due time, so due work is found in
--- O(log n). The state is struct ">I3BB" (interval seconds up to 194 days, visits up to
--- 255, depth up to 255) followed by the validators, opaque here. While a tracked URL is queued or leased its state
--- waits in K.rv_states under its URL, "<due seconds (>I4)><state>": the worker reads it in
--- one HMGET, and ack/fail schedule it again from it. Stats: tracked (URLs with state),
--- revisits_due (in rv_states: promoted, not settled), what the visits found (changed, ...),
--- and lag_<i>, a histogram over LAG_BOUNDS (models.LAG_BUCKETS_SECONDS, in ms here).
-local HEADER = '>I3BB'
-local HEADER_SIZE, MAX_INTERVAL_S = 5, 16777215
+-- Revisit state (revisits.py has the layout). Tracked URLs at rest live in per-host chunks:
+-- lists "rv:<k>:<host>" of at most CHUNK elements, each "<state><entry>\t<validators>": the
+-- state is struct ">I4I3BB" (due time in whole seconds, interval seconds up to 194 days,
+-- visits up to 255, depth up to 255), the entry the URL after its host, its scheme letter
+-- standing for the path's leading slash too ('s'/'h': "https://<host>/", 'S'/'H': without
+-- the slash), the validators opaque here. Lists, not sorted sets: a list is listpack-encoded
+-- at any entry size, where a sorted set of members over 64 bytes needs a server setting that
+-- would slow every small sorted set of the job (the leases among them). K.rv_index scores
+-- each chunk ("<k>:<host>") by its earliest due time, so due work is found in O(log n) and a
+-- chunk is read whole (CHUNK elements at most) to take its due URLs; K.rv_open names each
+-- host's chunk that takes new URLs. While a tracked URL is queued or leased its state waits in
+-- K.rv_states under its URL, "<state><validators>": the worker reads it in one HMGET, and
+-- ack/fail schedule it again from it. Stats: tracked (URLs with state), revisits_due (in
+-- rv_states: promoted, not settled), what the visits found (changed, ...), and lag_<i>, a
+-- histogram over LAG_BOUNDS (models.LAG_BUCKETS_SECONDS, in ms here).
+local STATE = '>I4I3BB'
+local STATE_SIZE, MAX_INTERVAL_S, CHUNK = 9, 16777215, 128
 local LAG_BOUNDS = {1000, 5000, 15000, 30000, 60000, 120000, 300000, 600000, 1800000, 3600000,
   7200000, 21600000, 86400000}
 local CHANGES = {changed = true, unchanged = true, not_modified = true}
 
-local function rvkey(host) return PREFIX .. 'rv:' .. host end
-
-local function split_member(member)
-  local tab = string.find(member, '\t', 1, true)
-  return string.sub(member, 1, tab - 1), string.sub(member, tab + 1)
-end
+local function rvkey(chunk) return PREFIX .. 'rv:' .. chunk end
+local function chunk_host(chunk) return string.match(chunk, '^%d+:(.*)$') end
 
 local function rv_entry(url, host)
   local https = string.byte(url, 5) == 115
@@ -613,47 +613,49 @@ local function entry_url(entry, host)
   return url .. string.sub(entry, 2)
 end
 
--- Put a host in K.rv_hosts at its earliest due time, or take it out when it has none.
-local function reindex_revisits(host)
-  local first = redis.call('ZRANGE', rvkey(host), 0, 0, 'WITHSCORES')
-  if first[2] then
-    redis.call('ZADD', K.rv_hosts, first[2], host)
+-- An element's entry (between its state and the tab) and its state with the validators.
+local function split_element(element)
+  local tab = string.find(element, '\t', STATE_SIZE + 1, true)
+  return string.sub(element, STATE_SIZE + 1, tab - 1),
+    string.sub(element, 1, STATE_SIZE) .. string.sub(element, tab + 1)
+end
+
+local function due_of(element) return (struct.unpack('>I4', element)) end
+
+-- Index a chunk at its earliest due time (nil: it is empty, and leaves the index).
+local function index_chunk(chunk, earliest)
+  if earliest then
+    redis.call('ZADD', K.rv_index, earliest, chunk)
   else
-    redis.call('ZREM', K.rv_hosts, host)
+    redis.call('ZREM', K.rv_index, chunk)
   end
 end
 
--- The member of a URL at rest (nil: none), found by its entry: a host's set is small (a
--- listpack: one ZSCAN call reads it whole). Only for seeds and first visits.
-local function find_revisit(host, entry)
-  local pattern = string.gsub(entry, '[%*%?%[%]\\]', '\\%0') .. '\t*'
-  local cursor = '0'
-  repeat
-    local page = redis.call('ZSCAN', rvkey(host), cursor, 'MATCH', pattern, 'COUNT', 1000)
-    cursor = page[1]
-    if page[2][1] then return page[2][1] end
-  until cursor == '0'
-  return nil
-end
-
--- Schedule a URL at now + interval with its state (visits so far, depth, validators blob).
+-- Schedule a URL at now + interval with its state (visits so far, depth, validators blob):
+-- appended to its host's open chunk, or to a new one when that is full.
 local function schedule_revisit(url, depth, interval_ms, visits, blob, now)
   local host = host_of(url)
   local interval_s = math.min(MAX_INTERVAL_S, math.max(1, math.floor(interval_ms / 1000 + 0.5)))
   local due = math.floor(now / 1000 + interval_s + 0.5)
-  local member = rv_entry(url, host) .. '\t' ..
-    struct.pack(HEADER, interval_s, math.min(visits, 255), math.min(depth, 255)) .. blob
-  redis.call('ZADD', rvkey(host), due, member)
-  redis.call('ZADD', K.rv_hosts, 'LT', due, host)
+  local k = tonumber(redis.call('HGET', K.rv_open, host)) or 0
+  local chunk = k .. ':' .. host
+  if k == 0 or redis.call('LLEN', rvkey(chunk)) >= CHUNK then
+    k = k + 1
+    chunk = k .. ':' .. host
+    redis.call('HSET', K.rv_open, host, k)
+  end
+  redis.call('RPUSH', rvkey(chunk), struct.pack(STATE, due, interval_s, math.min(visits, 255),
+    math.min(depth, 255)) .. rv_entry(url, host) .. '\t' .. blob)
+  redis.call('ZADD', K.rv_index, 'LT', due, chunk)
 end
 
--- Take one URL at rest into its host's queue (the caller counts it and places the host):
--- its state waits in K.rv_states meanwhile.
-local function promote_member(host, member, due, st, by_depth)
-  local entry, state = split_member(member)
+-- Take one element at rest into its host's queue, due at `due` (the caller removes it from
+-- its chunk, counts it and places the host): its state waits in K.rv_states meanwhile.
+local function promote_element(host, element, due, st, by_depth)
+  local entry, state = split_element(element)
   local url = entry_url(entry, host)
-  local _, _, depth = struct.unpack(HEADER, state)
-  redis.call('HSET', K.rv_states, url, struct.pack('>I4', due) .. state)
+  local _, _, _, depth = struct.unpack(STATE, state)
+  redis.call('HSET', K.rv_states, url, struct.pack('>I4', due) .. string.sub(state, 5))
   local urls = by_depth[depth]
   if not urls then
     urls = {}
@@ -672,35 +674,73 @@ local function queue_promoted(host, st, by_depth, cfg, now)
   settle_host(host, st, cfg, now)
 end
 
--- Move up to `limit` due URLs at rest into their host queues, hosts in due order, each
--- host's in due order (a recurring run takes only those due by its start). Returns how many.
+-- Move up to `limit` due URLs at rest into their host queues, earliest chunks first, each
+-- chunk's in due order (a recurring run takes only those due by its start). Returns how many.
 local function promote_revisits(cfg, now, limit)
   local upto = math.floor(now / 1000)
   if cfg.run_cutoff_s and cfg.run_cutoff_s < upto then upto = cfg.run_cutoff_s end
-  local hosts = redis.call('ZRANGEBYSCORE', K.rv_hosts, '-inf', upto, 'LIMIT', 0, limit)
+  local chunks = redis.call('ZRANGEBYSCORE', K.rv_index, '-inf', upto, 'LIMIT', 0, limit)
   local moved = 0
-  for _, host in ipairs(hosts) do
+  for _, chunk in ipairs(chunks) do
     if moved >= limit then break end
-    local key = rvkey(host)
-    local due = redis.call('ZRANGEBYSCORE', key, '-inf', upto, 'WITHSCORES', 'LIMIT', 0,
-      limit - moved)
-    local members, by_depth, st = {}, {}, load_host(host)
-    for i = 1, #due, 2 do
-      members[#members + 1] = due[i]
-      promote_member(host, due[i], tonumber(due[i + 1]), st, by_depth)
+    local key, host = rvkey(chunk), chunk_host(chunk)
+    local due, keep = {}, {}
+    for _, element in ipairs(redis.call('LRANGE', key, 0, -1)) do
+      local at = due_of(element)
+      if at <= upto then due[#due + 1] = {at, element} else keep[#keep + 1] = element end
     end
-    if #members > 0 then
-      chunked('ZREM', key, members)
-      queue_promoted(host, st, by_depth, cfg, now)
+    table.sort(due, function(a, b) return a[1] < b[1] end)
+    local take = math.min(#due, limit - moved)
+    local st, by_depth = load_host(host), {}
+    for i = 1, take do promote_element(host, due[i][2], due[i][1], st, by_depth) end
+    for i = take + 1, #due do keep[#keep + 1] = due[i][2] end
+    redis.call('DEL', key)
+    local earliest = nil
+    if #keep > 0 then
+      chunked('RPUSH', key, keep)
+      for _, element in ipairs(keep) do
+        local at = due_of(element)
+        if not earliest or at < earliest then earliest = at end
+      end
     end
-    reindex_revisits(host)
-    moved = moved + #members
+    index_chunk(chunk, earliest)
+    if take > 0 then queue_promoted(host, st, by_depth, cfg, now) end
+    moved = moved + take
   end
   if moved > 0 then
     redis.call('HINCRBY', K.stats, 'queued', moved)
     redis.call('HINCRBY', K.stats, 'revisits_due', moved)
   end
   return moved
+end
+
+-- Take one URL at rest out of its chunks into its queue, due now (a recurring run's seed).
+-- Reads every chunk of its host (only seeds ask). Returns whether it was tracked at rest.
+local function promote_at_rest(url, cfg, now)
+  local host = host_of(url)
+  local entry = rv_entry(url, host)
+  for k = 1, tonumber(redis.call('HGET', K.rv_open, host)) or 0 do
+    local chunk = k .. ':' .. host
+    local elements = redis.call('LRANGE', rvkey(chunk), 0, -1)
+    for _, element in ipairs(elements) do
+      if split_element(element) == entry then
+        redis.call('LREM', rvkey(chunk), 1, element)
+        local earliest = nil
+        for _, other in ipairs(elements) do
+          local at = due_of(other)
+          if other ~= element and (not earliest or at < earliest) then earliest = at end
+        end
+        index_chunk(chunk, earliest)
+        local st, by_depth = load_host(host), {}
+        promote_element(host, element, math.floor(now / 1000), st, by_depth)
+        queue_promoted(host, st, by_depth, cfg, now)
+        redis.call('HINCRBY', K.stats, 'queued', 1)
+        redis.call('HINCRBY', K.stats, 'revisits_due', 1)
+        return true
+      end
+    end
+  end
+  return false
 end
 
 -- A revisit the worker reported (ack, fail), from ARGV: 5 values per revisit after a count
@@ -723,9 +763,9 @@ local function take_revisit_state(url)
   if not value then return nil end
   redis.call('HDEL', K.rv_states, url)
   redis.call('HINCRBY', K.stats, 'revisits_due', -1)
-  local due, interval_s, visits = struct.unpack('>I4' .. HEADER, value)
+  local due, interval_s, visits = struct.unpack(STATE, value)
   return {due_s = due, interval_s = interval_s, visits = visits,
-    blob = string.sub(value, 5 + HEADER_SIZE)}
+    blob = string.sub(value, STATE_SIZE + 1)}
 end
 
 local function forget_revisit(old)

@@ -288,12 +288,32 @@ async def test_a_run_takes_only_the_revisits_due_by_its_start(open_frontier: Ope
     assert await frontier.promote_due() == 1
 
 
-@pytest.mark.parametrize("backend", ["bitmap"])  # the revisit sets do not depend on it
+async def test_a_tracked_seed_is_found_in_any_chunk_of_its_host(
+    open_frontier: OpenFrontier,
+) -> None:
+    """A host's tracked URLs fill chunks of 128; the seed is in the second one."""
+    frontier = await open_frontier(concurrency={"perHost": 256})
+    urls = [f"http://a.com/p/{i}" for i in range(130)]
+    await frontier.begin_run("r1")
+    await track(frontier, urls, interval=3600.0)
+    await frontier.commit_run("r1")
+    assert (await frontier.begin_run("r2")).tracked == 130
+    assert await frontier.seed([urls[-1]], every_run=True) == 1
+    [lease] = await frontier.claim("w", 5)
+    assert lease.url == urls[-1]
+    assert (await frontier.revisit_states([lease.url]))[lease.url].validators == Validators(
+        etag=ETAG.etag
+    )
+    stats = await frontier.stats()
+    assert (stats.tracked, stats.revisits_due, stats.queued) == (130, 1, 0)
+
+
+@pytest.mark.parametrize("backend", ["bitmap"])  # the revisit chunks do not depend on it
 async def test_a_tracked_url_costs_at_most_100_bytes_of_redis(
     open_frontier: OpenFrontier,
 ) -> None:
     """10,000 URLs shaped like a news site's (mean length 81) over 100 hosts, with the ETag
-    and Last-Modified mix common servers send: MEMORY USAGE of every revisit set and their
+    and Last-Modified mix common servers send: MEMORY USAGE of every chunk of them and their
     index, over the URLs tracked. docs/frontier.md gives the figure."""
     frontier = await open_frontier(concurrency={"perHost": 256}, dedup={"capacity": 20_000})
     validators = {canonicalize(url): v for url, v in tracked_urls(10_000, hosts=100)}

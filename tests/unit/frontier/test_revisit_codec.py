@@ -42,10 +42,21 @@ def test_without_an_etag_the_date_and_digest_are_kept_exactly() -> None:
         Validators(last_modified=MODIFIED, digest="0123456789abcdef"),  # 1 + 8 + 4 bytes
         Validators(last_modified="Wed, 21 Oct 2015 07:28:00 +0000", digest="short"),  # as text
         Validators(last_modified="yesterday"),
+        Validators(digest="ab" * 20, captured_at=1_764_662_400),  # a whole SHA-1: 1 + 20
         Validators(),
     ):
         assert unpack_validators(pack_validators(validators)) == validators
     assert len(pack_validators(Validators(last_modified=MODIFIED, digest="0" * 16))) == 13
+    assert len(pack_validators(Validators(digest="0" * 40))) == 22
+
+
+def test_the_capture_time_is_kept_beside_any_validator() -> None:
+    for validators in (
+        Validators(etag='W/"1d4f-aBcDeFgHiJkLmNoPqRsTuVwXyZ0"', captured_at=1_764_662_400),
+        Validators(etag='"Xyz"', captured_at=0),
+        Validators(digest="0123456789abcdef", captured_at=2**32 - 1),
+    ):
+        assert unpack_validators(pack_validators(validators)) == validators
 
 
 def test_a_value_too_long_to_keep_is_dropped_not_hashed() -> None:
@@ -59,10 +70,11 @@ def test_a_value_too_long_to_keep_is_dropped_not_hashed() -> None:
 
 def test_a_realistic_mix_round_trips() -> None:
     for _, validators in tracked_urls(2000, hosts=20):
+        captured = validators.captured_at
         expected = (
-            Validators(etag=validators.etag)
+            Validators(etag=validators.etag, captured_at=captured)
             if validators.etag
-            else Validators(last_modified=validators.last_modified, digest=validators.digest)
+            else Validators(validators.etag, validators.last_modified, validators.digest, captured)
         )
         assert unpack_validators(pack_validators(validators)) == expected
 
