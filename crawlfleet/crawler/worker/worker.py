@@ -487,8 +487,11 @@ class Worker:
         rule = rule_of(self._recrawl, lease.url, outcome.kind, tracked=state is not None)
         if visit is not None and (rule is not None or state is not None):
             outcome.visit = visit
-            outcome.revisit = visit.revisit(rule)
             outcome.record = replace(outcome.record, change=visit.change)
+            # A gone URL is forgotten: by its fail, or (a host's guessed sitemap root, whose
+            # 404 is no failure) by an ack without a revisit.
+            if visit.change != "gone" or outcome.failure is not None:
+                outcome.revisit = visit.revisit(rule)
         return outcome
 
     def _revisited(self, lease: Lease, result: FetchResult, visit: Visit) -> _Outcome:
