@@ -140,6 +140,20 @@ def test_dropped_links_are_counted_by_a_closed_set_of_reasons() -> None:
         metrics.observe_dropped_links({"https://a.test/": 1})
 
 
+def test_feeds_pages_announce_and_entries_past_a_feeds_cap_are_counted() -> None:
+    metrics = WorkerMetrics()
+    metrics.observe_feed_links(0)
+    metrics.observe_feed_links(2)
+    assert metrics.registry.get_sample_value("crawlfleet_worker_feed_links_found_total") == 2
+    metrics.observe_dropped_links({"feed_entry_cap": 5})
+    assert (
+        metrics.registry.get_sample_value(
+            "crawlfleet_worker_links_dropped_total", {"reason": "feed_entry_cap"}
+        )
+        == 5
+    )
+
+
 def test_output_write_errors_are_counted_by_errno_name_a_closed_set() -> None:
     metrics = WorkerMetrics()
     # The usual ones exist at zero before the first error, so an alert sees the series.
