@@ -312,11 +312,6 @@ class Observation:
     def demand_in_flight(self) -> int:
         return self.in_flight if self.fetching is None else min(self.fetching, self.in_flight)
 
-    @property
-    def next_due_in_seconds(self) -> float | None:
-        """The earliest of a delayed retry and a revisit: either is work coming due."""
-        return _earliest(self.next_retry_in_seconds, self.next_revisit_in_seconds)
-
 
 def _earliest(*seconds: float | None) -> float | None:
     known = [each for each in seconds if each is not None]
@@ -589,13 +584,23 @@ def demand(
     is due within ``retry_lead_seconds``: a worker claims them as they come due (a claim moves
     due retries into their queues), and then they count as queued like any other URL. Without
     this, ``minReplicas: 0`` with only retries left would wait for them forever. A revisit
-    due soon (``next_retry_in_seconds`` is then the earlier of the two, see
-    :attr:`Observation.next_due_in_seconds`) wakes a worker ahead of its time the same way.
+    due soon wakes a worker ahead of its time the same way (``next_retry_in_seconds`` is then
+    the earlier of the two: see ``_due_in``).
     """
     wanted = math.ceil((queued + in_flight) / max(1, policy.target_backlog_per_replica))
     if next_retry_in_seconds is not None and next_retry_in_seconds <= policy.retry_lead_seconds:
         wanted = max(wanted, 1)
     return max(policy.min_replicas, min(policy.max_replicas, wanted))
+
+
+def _due_in(policy: FleetPolicy, seen: Observation, memory: FleetMemory) -> float | None:
+    """When work comes due, for the lead that wakes a worker ahead of it. A fleet still up
+    keeps its worker for a revisit due within the scale-down delay (besides the lead): it
+    would be stopped only to be started again, which the delay is there to prevent."""
+    revisit_in = seen.next_revisit_in_seconds
+    if revisit_in is not None and memory.replicas > 0:
+        revisit_in -= policy.scale_down_delay_seconds
+    return _earliest(seen.next_retry_in_seconds, revisit_in)
 
 
 def _wanted(policy: FleetPolicy, queued: int, in_flight: int, retry_in: float | None) -> int:
@@ -806,7 +811,7 @@ def _steer(
     else:
         idle_since = None
 
-    wanted = _wanted(policy, seen.queued, seen.demand_in_flight, seen.next_due_in_seconds)
+    wanted = _wanted(policy, seen.queued, seen.demand_in_flight, _due_in(policy, seen, memory))
     if closing:
         wanted = max(wanted, 1)
     current = memory.replicas

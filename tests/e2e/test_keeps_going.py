@@ -9,18 +9,28 @@ work as for any job. The site counts every fetch server-side.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from crawlfleet.frontier import canonicalize
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.fleets import ClusterFleet, fetches, wait_for, wait_phase
+from tests.e2e.operator_support import get_job
 from tests.e2e.test_steering import FleetOf, fleet_of, scales  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
 #: The shortest interval a rule may have (crawljob/recrawl.py's floor).
 INTERVAL = "10s"
+
+
+def _revisited(fleet: ClusterFleet) -> dict[str, Any] | None:
+    """status.freshness once it counts a revisit (the operator patches it every tick)."""
+    status = get_job(fleet.cluster, fleet.namespace, fleet.name).get("status", {})
+    fresh: dict[str, Any] = status.get("freshness") or {}
+    seen = fresh.get("changed", 0) + fresh.get("unchanged", 0) + fresh.get("notModified", 0)
+    return fresh if seen else None
 
 
 def test_a_job_that_keeps_going_is_woken_by_its_revisits_and_suspends_resumes_and_deletes(
@@ -51,6 +61,10 @@ def test_a_job_that_keeps_going_is_woken_by_its_revisits_and_suspends_resumes_an
         wait_for(lambda: fetches(site)[tracked] >= 2, fleet, "the revisit", timeout=60)
         moves = scales(fleet)
         assert (0, 1) in moves[moves.index((1, 0)) :], moves  # woken from zero
+        if isinstance(fleet, ClusterFleet):  # status.freshness, as kubectl shows it
+            fresh = wait_for(lambda: _revisited(fleet), fleet, "freshness in status", 30)
+            assert fresh["tracked"] == 1
+            assert fresh["nextRevisitAt"].endswith("Z")
 
         fleet.suspend(True)
         wait_phase(fleet, "Suspended", timeout=30)

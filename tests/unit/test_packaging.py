@@ -376,6 +376,10 @@ DASHBOARD_METRICS = (
     "crawlfleet_bloom_fill_ratio",
     "crawlfleet_bloom_layer_fill_ratio",
     "crawlfleet_bloom_false_positive_rate",
+    "crawlfleet_job_revisits_tracked",
+    "crawlfleet_job_revisits_due",
+    "crawlfleet_job_revisit_lag_seconds",
+    "crawlfleet_job_revisits_total",
 )
 
 

@@ -21,10 +21,9 @@ from crawlfleet.crawler.worker.flow import WorkerOptions
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJob, read_seed_file
-from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError
 from crawlfleet.frontier import Frontier, FrontierSettings
-from crawlfleet.output.stores import checked_store
+from crawlfleet.output.stores import checked_store, open_store
 
 __all__ = ["run_worker"]
 
@@ -81,6 +80,7 @@ async def run_worker(
             " scope.allowedDomains, or give the list as seedsFrom.file"
         )
     destination = config.destination or spec.output.destination or str(config.output_dir)
+    store = await checked_store(spec, destination, config.output)
     memory = _memory_budget(config, spec.fetch.max_decompressed_bytes)
     if guard is None:
         guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
@@ -90,9 +90,10 @@ async def run_worker(
     try:
         frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))
         run = await frontier.current_run() if spec.schedule is not None else None
-        if run is not None:  # a scheduled job's run writes under runs/<run-id>/, manifest and all
-            destination = parse_destination(destination).for_run(run).url
-        store = await checked_store(spec, destination, config.output)
+        if run is not None and store is not None:
+            # A scheduled job's run writes under runs/<run-id>/, manifest and all: the same
+            # store as the one just checked, one prefix down.
+            store = open_store(store.destination.for_run(run), spec.output.s3, config.output)
         if exit_when_done:
             # A worker on its own seeds its job (idempotent: the filter refuses repeats). A
             # fleet's workers (--keep-running) never do: the steering tick seeds, once, and

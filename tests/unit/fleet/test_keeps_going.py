@@ -101,6 +101,19 @@ def test_a_revisit_due_soon_wakes_one_worker_ahead_of_its_time(
     assert decision.desired_replicas == wanted
 
 
+def test_a_worker_that_would_be_woken_again_within_the_scale_down_delay_stays() -> None:
+    """Revisits 65 s apart, a 60 s delay and a 10 s lead: stopping the worker between them
+    would only start it again."""
+    memory = FleetMemory(replicas=1, low_demand_since=NOW - 120)
+    decision, _ = decide(POLICY, drained(NOW, next_revisit_in=65.0), memory)
+    assert decision.desired_replicas == 1
+    decision, _ = decide(POLICY, drained(NOW, next_revisit_in=75.0), memory)
+    assert decision.desired_replicas == 0  # further than the delay and the lead: it goes
+    # A fleet at zero is woken only by the lead: the delay is no reason to start one.
+    decision, _ = decide(POLICY, drained(NOW, next_revisit_in=65.0), FleetMemory())
+    assert decision.desired_replicas == 0
+
+
 def test_due_revisits_promoted_into_their_queues_are_backlog_like_any_url() -> None:
     decision, _ = decide(POLICY, drained(NOW, queued=250, next_revisit_in=120), FleetMemory())
     assert decision.desired_replicas == 3
