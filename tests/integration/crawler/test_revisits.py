@@ -41,11 +41,11 @@ INTERVAL_SECONDS = 0.5
 #: How long a round of visits may take: the interval, a flush, an output file's age (1 s).
 ROUND_SECONDS = 20.0
 PAGE = page_path(1)
-#: A page the first test leaves alone (it edits and removes PAGE on the module's site).
+#: A page the first test leaves alone (it edits and removes PAGE).
 UNTOUCHED = page_path(2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def site() -> Iterator[TestSite]:
     config = SiteConfig(
         hosts=3, pages_per_host=4, hostile=False, etag_hosts=(0,), last_modified_hosts=(1,)
