@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from operator import methodcaller
 from typing import Any, Final, cast
@@ -1016,9 +1017,11 @@ def _revisit_args(
 ) -> list[str | int | bytes]:
     """ack.lua's and fail.lua's revisit arguments (lib.lua's read_revisits): a count, then
     per revisit the lease's index (1-based) among ``lease_ids``, interval ms, change, lag ms
-    ('' for none) and the packed validators."""
+    ('' for none), the packed validators and ms since the visit was fetched (read on this
+    machine's clock, as ``fetched_at`` was: a difference, so no clock skew enters)."""
     if not revisits:
         return [0]
+    now = time.time()
     index = {lease_id: i for i, lease_id in enumerate(lease_ids, 1)}
     args: list[str | int | bytes] = [len(revisits)]
     for lease_id, revisit in revisits.items():
@@ -1035,6 +1038,7 @@ def _revisit_args(
             revisit.change,
             lag,
             pack_validators(revisit.validators),
+            0 if revisit.fetched_at is None else max(0, round((now - revisit.fetched_at) * 1000)),
         )
     return args
 

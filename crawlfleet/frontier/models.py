@@ -345,12 +345,16 @@ class Revisit:
     The URL is scheduled again at now + ``interval_seconds`` with ``validators`` in the same
     script as the ack; ``change`` is one of ``crawljob.recrawl.Change`` ("gone" forgets the URL:
     it is not revisited). ``lag_seconds``: fetched minus due (None: a first visit).
+    ``fetched_at``: when the visit's response arrived (the worker's clock, seconds since the
+    epoch): the next visit is due an interval after it, however long the output took to make
+    the record durable before the ack (None: an interval after the ack).
     """
 
     interval_seconds: float
     validators: Validators
     change: str
     lag_seconds: float | None = None
+    fetched_at: float | None = None
 
 
 #: Upper bounds (seconds) of the revisit-lag histogram's buckets, the last one open; fixed so

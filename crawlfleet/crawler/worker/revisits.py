@@ -101,15 +101,18 @@ class Visit:
         pages are written as ever, and a gone one fails as any 404/410 does."""
         return self.change in ("not_modified", "unchanged")
 
-    def revisit(self, rule: RecrawlRule | None) -> Revisit | None:
-        """What the lease's ack or fail tells the frontier: the next visit under ``rule``, or
+    def revisit(self, rule: RecrawlRule | None, *, fetched_at: float | None) -> Revisit | None:
+        """What the lease's ack or fail tells the frontier: the next visit under ``rule``, an
+        interval after ``fetched_at`` (not after the ack, which waits for the output), or
         (gone) that the URL is no more; None when no rule tracks the URL (it is forgotten)."""
         if self.change == "gone":
-            return Revisit(self.interval_seconds or 0.0, self.validators, "gone", self.lag_seconds)
+            return Revisit(
+                self.interval_seconds or 0.0, self.validators, "gone", self.lag_seconds, fetched_at
+            )
         if rule is None:
             return None
         interval = next_interval(rule, self.interval_seconds, self.change)
-        return Revisit(interval, self.validators, self.change, self.lag_seconds)
+        return Revisit(interval, self.validators, self.change, self.lag_seconds, fetched_at)
 
 
 def body_digest(body: bytes, *, whole: bool = True) -> str:

@@ -491,7 +491,7 @@ class Worker:
             # A gone URL is forgotten: by its fail, or (a host's guessed sitemap root, whose
             # 404 is no failure) by an ack without a revisit.
             if visit.change != "gone" or outcome.failure is not None:
-                outcome.revisit = visit.revisit(rule)
+                outcome.revisit = visit.revisit(rule, fetched_at=result.fetched_at)
         return outcome
 
     def _revisited(self, lease: Lease, result: FetchResult, visit: Visit) -> _Outcome:

@@ -1,9 +1,9 @@
 -- ack.lua: complete leases the worker still owns (fencing: anyone else's ack is refused).
 -- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
--- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] count of revisits, then 5 values per
+-- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] count of revisits, then 6 values per
 -- revisit (read_revisits in lib.lua: the lease's index among the tokens, interval ms, change,
--- lag ms, validators), then lease tokens.
--- A lease with a revisit is scheduled again at now + interval with its validators; a tracked
+-- lag ms, validators, ms since its fetch), then lease tokens.
+-- A lease with a revisit is scheduled again an interval after its fetch with its validators; a tracked
 -- URL without one is forgotten (settle_revisit).
 -- Returns the server time (ms) it applied at, then per id 1 (acked) or 0 (not the owner's
 -- any more: expired, requeued or reassigned).

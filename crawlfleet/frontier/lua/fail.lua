@@ -1,6 +1,6 @@
 -- fail.lua: record failed attempts of leases the worker still owns.
 -- Applied once per call id (once() in lib.lua): the body returns its reply and whether it changed state.
--- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] count of revisits, then 5 values per
+-- ARGV: [1] prefix, [2] epoch, [3] worker id, [4] count of revisits, then 6 values per
 --       revisit (as ack.lua's), then 5 values per lease:
 --       lease token, retryable '1'|'0', retry delay ms, failure class, message.
 -- A final failure of a tracked URL schedules it again instead (revisit_failed; answered 1),

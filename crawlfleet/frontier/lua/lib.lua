@@ -631,12 +631,12 @@ local function index_chunk(chunk, earliest)
   end
 end
 
--- Schedule a URL at now + interval with its state (visits so far, depth, validators blob):
+-- Schedule a URL at `from` (ms: now, or when its visit was fetched) + interval with its state (visits so far, depth, validators blob):
 -- appended to its host's open chunk, or to a new one when that is full.
-local function schedule_revisit(url, depth, interval_ms, visits, blob, now)
+local function schedule_revisit(url, depth, interval_ms, visits, blob, from)
   local host = host_of(url)
   local interval_s = math.min(MAX_INTERVAL_S, math.max(1, math.floor(interval_ms / 1000 + 0.5)))
-  local due = math.floor(now / 1000 + interval_s + 0.5)
+  local due = math.ceil(from / 1000 + interval_s) -- whole seconds, never early
   local k = tonumber(redis.call('HGET', K.rv_open, host)) or 0
   local chunk = k .. ':' .. host
   if k == 0 or redis.call('LLEN', rvkey(chunk)) >= CHUNK then
@@ -665,11 +665,12 @@ local function promote_element(host, element, due, st, by_depth)
   note_depth(st, depth)
 end
 
+-- Due revisits go to the front of their depth's queue, in due order: they are what a crawl
+-- that keeps sites fresh is for, and behind a backlog of a host's new links a listing page
+-- due now would wait for all of them.
 local function queue_promoted(host, st, by_depth, cfg, now)
   for depth, urls in pairs(by_depth) do
-    local parents = {}
-    for i = 1, #urls do parents[i] = '' end
-    push_back(host, depth, urls, parents)
+    for i = #urls, 1, -1 do push_front(make_task(0, depth, urls[i], '')) end
   end
   settle_host(host, st, cfg, now)
 end
@@ -743,17 +744,20 @@ local function promote_at_rest(url, cfg, now)
   return false
 end
 
--- A revisit the worker reported (ack, fail), from ARGV: 5 values per revisit after a count
+-- A revisit the worker reported (ack, fail), from ARGV: 6 values per revisit after a count
 -- at ARGV[at]: the lease's index among the script's tokens, interval ms, change, lag ms
--- ('' for none), validators blob. Returns them by token index, and the index after them.
+-- ('' for none), validators blob, and ms since the visit's response arrived (the next visit
+-- is due an interval after the fetch, not after the output that holds its record became
+-- durable, which may be maxFileAgeSeconds later). Returns them by token index, and the
+-- index after them.
 local function read_revisits(at)
   local count, found = tonumber(ARGV[at]), {}
   for i = 0, count - 1 do
-    local a = at + 1 + i * 5
+    local a = at + 1 + i * 6
     found[tonumber(ARGV[a])] = {interval_ms = tonumber(ARGV[a + 1]), change = ARGV[a + 2],
-      lag_ms = tonumber(ARGV[a + 3]), blob = ARGV[a + 4]}
+      lag_ms = tonumber(ARGV[a + 3]), blob = ARGV[a + 4], since_ms = tonumber(ARGV[a + 5]) or 0}
   end
-  return found, at + 1 + count * 5
+  return found, at + 1 + count * 6
 end
 
 -- The tracked state of a URL that was queued or leased, taken out of K.rv_states (nil: the
@@ -810,7 +814,8 @@ local function settle_revisit(url, depth, rv, now, cfg)
     end
     redis.call('HINCRBY', K.stats, 'lag_' .. bucket, 1)
   end
-  schedule_revisit(url, depth, rv.interval_ms, (old and old.visits or 0) + 1, rv.blob, now)
+  schedule_revisit(url, depth, rv.interval_ms, (old and old.visits or 0) + 1, rv.blob,
+    now - (rv.since_ms or 0))
 end
 
 -- A final failure of a URL (retry_or_bury's keep): a tracked one is scheduled again, with
@@ -823,7 +828,7 @@ local function revisit_failed(url, depth, rv, now, cfg)
   end
   if rv then
     settle_revisit(url, depth, {interval_ms = rv.interval_ms, change = 'failed',
-      blob = rv.blob}, now, cfg)
+      blob = rv.blob, since_ms = rv.since_ms}, now, cfg)
   else
     if not cfg.tracking then return false end
     local old = take_revisit_state(url)

@@ -76,6 +76,12 @@ CALLS: dict[str, Call] = {
     "ping": lambda f: f.ping(),
     "memory": lambda f: f.memory(),
     "set_pressure": lambda f: f.set_pressure(Backpressure()),
+    "revisit_states": lambda f: f.revisit_states([URL]),
+    "promote_due": lambda f: f.promote_due(),
+    "begin_run": lambda f: f.begin_run("20261202T081500Z"),
+    "commit_run": lambda f: f.commit_run("20261202T081500Z"),
+    "current_run": lambda f: f.current_run(),
+    "tracked_bytes": lambda f: f.tracked_bytes(),
     "robots.read": lambda f: f.robots.read(["http://a.example"]),
     "robots.fetch_once": _robots_fetch_once,
 }

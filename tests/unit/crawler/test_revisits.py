@@ -64,7 +64,7 @@ def test_a_first_visit_is_new_and_keeps_what_the_response_offers() -> None:
     assert found.change == "new"
     assert found.validators == Validators('"a"', DATE, DIGEST, captured_at=1_800_000_100)
     assert (found.lag_seconds, found.warc, found.entry_only) == (None, None, False)
-    revisit = found.revisit(RULE)
+    revisit = found.revisit(RULE, fetched_at=None)
     assert revisit is not None
     assert (revisit.interval_seconds, revisit.change, revisit.lag_seconds) == (600.0, "new", None)
 
@@ -79,7 +79,7 @@ def test_a_304_is_not_modified_keeps_digest_and_capture_and_takes_fresh_validato
     assert found.warc is not None
     assert found.warc.profile == "server-not-modified"
     assert (found.warc.refers_to_uri, found.warc.refers_to_date) == (URL, 1_700_000_000)
-    revisit = found.revisit(RULE)
+    revisit = found.revisit(RULE, fetched_at=None)
     assert revisit is not None
     assert revisit.interval_seconds == pytest.approx(1400.0)  # grown by Nutch's 1.4
 
@@ -133,7 +133,7 @@ def test_a_different_body_is_changed_and_a_new_capture() -> None:
     assert (found.change, found.entry_only, found.warc) == ("changed", False, None)
     assert found.validators.digest == body_digest(BODY + b"<p>more</p>")
     assert found.validators.captured_at == 1_800_000_100
-    revisit = found.revisit(RULE)
+    revisit = found.revisit(RULE, fetched_at=None)
     assert revisit is not None
     assert revisit.interval_seconds == pytest.approx(800.0)  # shrunk by Nutch's 0.8
 
@@ -144,7 +144,8 @@ def test_404_or_410_after_a_200_is_gone(status: int) -> None:
     found = visit(held, status, succeeded=False, body=b"")
     assert found is not None
     assert (found.change, found.entry_only) == ("gone", False)
-    revisit = found.revisit(None)  # gone needs no rule: the frontier forgets the URL
+    # gone needs no rule: the frontier forgets the URL
+    revisit = found.revisit(None, fetched_at=None)
     assert revisit is not None
     assert (revisit.change, revisit.validators) == ("gone", held.validators)
 
@@ -167,7 +168,7 @@ def test_an_unasked_for_304_on_a_first_visit_judges_nothing() -> None:
 def test_without_a_rule_a_url_is_not_rescheduled() -> None:
     found = visit(None, 200)
     assert found is not None
-    assert found.revisit(None) is None
+    assert found.revisit(None, fetched_at=None) is None
 
 
 def test_the_payload_digest_is_warcios_sha1_in_base_32() -> None:
