@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_MIN_INTERVAL_SECONDS",
     "DEFAULT_WHEN_CHANGED",
     "DEFAULT_WHEN_UNCHANGED",
+    "FILE_AGE_SHARE_OF_INTERVAL",
     "KIND_DEFAULTS",
     "MAX_RECRAWL_RULES",
     "Adaptive",
@@ -45,6 +46,7 @@ __all__ = [
     "RecrawlRule",
     "RecrawlRules",
     "next_interval",
+    "output_file_age_seconds",
     "rule_for",
 ]
 
@@ -177,6 +179,22 @@ KIND_DEFAULTS: Final[Mapping[DocumentKind, RecrawlRule]] = MappingProxyType(
         ),
     }
 )
+
+
+#: The share of a job's shortest revisit interval an output file may stay open: a page is
+#: acked, and only then scheduled again, once the file holding its record is durable, so a
+#: file open for ``maxFileAgeSeconds`` (30 s by default) would put off a 10 s rule's revisits.
+FILE_AGE_SHARE_OF_INTERVAL: Final = 0.5
+
+
+def output_file_age_seconds(rules: Sequence[RecrawlRule], configured: float) -> float:
+    """How long a worker keeps an output file open: ``output.maxFileAgeSeconds``, shortened
+    for a job whose rules revisit more often than that allows (never under one second, the
+    field's own floor). Rules only tighten it: a one-shot job keeps what it asked for."""
+    if not rules:
+        return configured
+    shortest = min(rule.min_interval for rule in rules)
+    return max(1.0, min(configured, shortest * FILE_AGE_SHARE_OF_INTERVAL))
 
 
 def rule_for(

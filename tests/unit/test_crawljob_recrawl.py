@@ -14,8 +14,10 @@ from crawlfleet.crawljob.recrawl import (
     DEFAULT_INTERVAL_SECONDS,
     DEFAULT_MAX_INTERVAL_SECONDS,
     DEFAULT_MIN_INTERVAL_SECONDS,
+    FILE_AGE_SHARE_OF_INTERVAL,
     KIND_DEFAULTS,
     Adaptive,
+    output_file_age_seconds,
 )
 from crawlfleet.errors import ConfigError
 
@@ -220,3 +222,12 @@ def test_match_patterns_too_large_together_are_refused_for_the_list() -> None:
     rules = [{"match": f"[a-z]{{1,1000}}x{index}"} for index in range(64)]
     with pytest.raises(ConfigError, match=r"spec\.recrawl: have match patterns that are too large"):
         CrawlJobSpec.from_mapping({"seeds": [SEED], "recrawl": rules})
+
+
+def test_output_files_of_a_job_with_rules_close_within_half_its_shortest_interval() -> None:
+    fast = RecrawlRule(match="/news/", interval=20, min_interval=10, max_interval=60)
+    slow = RecrawlRule(match="/about", interval=3600, min_interval=600, max_interval=7200)
+    assert output_file_age_seconds((), 30.0) == 30.0  # a one-shot job keeps what it asked
+    assert output_file_age_seconds((slow,), 30.0) == 30.0  # rules only tighten it
+    assert output_file_age_seconds((slow, fast), 30.0) == 10 * FILE_AGE_SHARE_OF_INTERVAL
+    assert output_file_age_seconds((fast,), 2.0) == 2.0

@@ -79,7 +79,7 @@ from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
 from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
-from crawlfleet.crawljob.recrawl import DocumentKind
+from crawlfleet.crawljob.recrawl import DocumentKind, output_file_age_seconds
 from crawlfleet.errors import FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import (
     Admission,
@@ -210,8 +210,13 @@ class Worker:
         #: The address guard and robots.txt, before any request (with allowPrivateNetworks the
         #: guard still refuses cloud metadata addresses).
         self.gate = RequestGate.from_spec(spec, self.leases, robots=robots, guard=guard)
+        file_age = output_file_age_seconds(spec.recrawl, spec.output.max_file_age_seconds)
         self.output = worker_output(
-            store, options, spec.output, on_durable=self._settle_generation, metrics=metrics
+            store,
+            options,
+            spec.output.model_copy(update={"max_file_age_seconds": file_age}),
+            on_durable=self._settle_generation,
+            metrics=metrics,
         )
 
     # -- control ------------------------------------------------------------------------
