@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client
 
 from crawlfleet.testsite import TestSite
-from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.client import Cluster, wait_established, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.support.runs import crawlfleet_done
 
@@ -50,16 +50,7 @@ def apply(cluster: Cluster, *documents: dict[str, Any], namespace: str | None = 
 
 def install_crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
-    # Polled, not `kubectl wait`: that fails outright on a CRD whose status has no conditions
-    # yet (".status.conditions accessor error"), which a loaded machine shows; so does the
-    # jsonpath filter ("<nil> is not array or slice"): a failed read is "not yet".
-    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
-    crd = "crd/crawljobs.crawlfleet.io"
-    wait_until(
-        lambda: cluster.kubectl("get", crd, "-o", established, check=False).stdout == "True",
-        timeout=30,
-        what="the CrawlJob CRD Established",
-    )
+    wait_established(cluster, "crawljobs.crawlfleet.io")
 
 
 def crawljob(name: str, site: TestSite, **spec: Any) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.errors import ConfigError
 from crawlfleet.operator import crd
-from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.client import Cluster, wait_established, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = "https://books.example/"
@@ -37,7 +37,7 @@ def crawljob_crd(cluster: Cluster) -> None:
         "apply", "--server-side", "--force-conflicts", "--field-manager=admission-test",
         "-f", str(REPO / crd.CRD_FILE),
     )  # fmt: skip
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=30s", f"crd/{crd.CRD_NAME}")
+    wait_established(cluster, crd.CRD_NAME)
     # Discovery (kubectl's short names, explain) can trail Established by a moment.
     wait_until(
         lambda: "crawljobs" in cluster.kubectl("api-resources", "--api-group=crawlfleet.io").stdout,
@@ -395,18 +395,26 @@ def test_kubectl_get_prints_the_columns_from_status(cluster: Cluster, jobs: Jobs
             "pagesPerSecond": 41.5,
             "message": "crawling",
             "waiting": "RobotsTxt",
+            "freshness": {"tracked": 40, "due": 3, "nextRevisitAt": "2026-12-02T10:30:00Z"},
+            "nextRunAt": "2026-12-03T06:00:00Z",
         },
     )
 
     table = cluster.kubectl("get", "crawljobs", name, "-n", jobs.namespace).stdout.split("\n")
     assert table[0].split() == [
-        "NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "AGE"
+        "NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED", "WAITING", "NEXT-REVISIT",
+        "NEXT-RUN", "AGE",
     ]  # fmt: skip
-    assert table[1].split()[:7] == [name, "Running", "2/3", "1210", "388", "2", "RobotsTxt"]
+    assert table[1].split()[:9] == [
+        name, "Running", "2/3", "1210", "388", "2", "RobotsTxt", "2026-12-02T10:30:00Z",
+        "2026-12-03T06:00:00Z",
+    ]  # fmt: skip
 
     wide = cluster.kubectl("get", "crawljobs", name, "-n", jobs.namespace, "-o", "wide")
-    assert wide.stdout.split("\n")[0].split()[-4:] == ["IN-FLIGHT", "SEEN", "RATE", "MESSAGE"]
-    assert wide.stdout.split("\n")[1].split()[-4:] == ["16", "1614", "41.5", "crawling"]
+    assert wide.stdout.split("\n")[0].split()[-5:] == [
+        "IN-FLIGHT", "SEEN", "RATE", "DUE", "MESSAGE"
+    ]  # fmt: skip
+    assert wide.stdout.split("\n")[1].split()[-5:] == ["16", "1614", "41.5", "3", "crawling"]
 
     short = cluster.kubectl("get", "cjob", name, "-n", jobs.namespace)
     assert name in short.stdout

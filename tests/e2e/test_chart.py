@@ -42,7 +42,7 @@ from crawlfleet.operator.children import ChildNames, selector_string
 from crawlfleet.operator.output import DefaultOutput
 from crawlfleet.tenancy import SEED_LIST_LABEL, TenancyPolicy
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.client import Cluster, wait_established, wait_until
 from tests.e2e.cluster.controlplane import ControlPlane, binary_dir
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
@@ -164,9 +164,7 @@ def chart_crds(cluster: Cluster) -> list[str]:
         "apply", "--server-side", "--force-conflicts", "--field-manager=chart-test",
         "-f", str(CHART / "crds"),
     )  # fmt: skip
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=30s", *[f"crd/{n}" for n in names]
-    )
+    wait_established(cluster, *names)
     return names
 
 

@@ -39,7 +39,7 @@ from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.operator.children import JobRef, config_map, worker_deployment
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.client import Cluster, wait_established, wait_until
 from tests.e2e.cluster.controlplane import ControlPlane, binary_dir
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
@@ -281,9 +281,7 @@ def test_the_operator_image_reconciles_a_job_under_the_charts_deployment_and_rba
         "apply", "--server-side", "--force-conflicts", "--field-manager=images-test",
         "-f", str(CHART / "crds"),
     )  # fmt: skip
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=30s", "crd/crawljobs.crawlfleet.io"
-    )
+    wait_established(cluster, "crawljobs.crawlfleet.io")
     health, metrics = listen_port(), listen_port()
     values = [
         "--namespace", namespace,

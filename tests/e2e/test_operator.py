@@ -23,7 +23,7 @@ from kubernetes import client
 from crawlfleet.frontier import canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.client import Cluster, wait_established, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
     REPO,
@@ -274,9 +274,7 @@ def test_two_peered_operators_never_both_act_and_one_takes_over(
     cluster.kubectl(
         "apply", "-f", str(REPO / "charts" / "crawlfleet" / "crds" / "kopf-peering.yaml")
     )
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=30s", "crd/kopfpeerings.kopf.dev"
-    )
+    wait_established(cluster, "kopfpeerings.kopf.dev")
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "ha"}}
     apply(cluster, peering, namespace=namespace)
     first = OperatorProcess(cluster, namespace, tmp_path, peering="ha").start()

@@ -63,3 +63,22 @@ def wait_until(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def wait_established(cluster: Cluster, *crds: str, timeout: float = 30.0) -> None:
+    """Wait until every named CRD (``crawljobs.crawlfleet.io``) is Established.
+
+    Polled, not `kubectl wait`: that fails outright on a CRD whose status has no conditions
+    yet (".status.conditions accessor error"), which a loaded machine shows; so does the
+    jsonpath filter ("<nil> is not array or slice"): a failed read is "not yet".
+    """
+    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    for name in crds:
+        wait_until(
+            lambda name=name: (
+                cluster.kubectl("get", f"crd/{name}", "-o", established, check=False).stdout
+                == "True"
+            ),
+            timeout=timeout,
+            what=f"the CRD {name} Established",
+        )
