@@ -44,6 +44,17 @@ __all__ = ["CrawlJobSpec"]
 _MAX_SPEC_JSON_BYTES: Final = 880_000  # see CrawlJobSpec._fits_the_workers_config_map
 
 
+def _unset_with_scrapy(section: str, reason: str) -> Rule[CrawlJobSpec]:
+    """An optional section a Scrapy spider cannot honour (its name one word, the same in YAML
+    and Python), refused beside ``crawler.scrapy`` for ``reason``."""
+    return Rule(
+        field=section,
+        message=f"must not be set with crawler.scrapy: {reason}",
+        cel=f"!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.{section})",
+        holds=lambda spec: spec.scrapy is None or getattr(spec, section) is None,
+    )
+
+
 class CrawlJobSpec(Section):
     """What the user asks for; every default of a crawl lives here."""
 
@@ -172,12 +183,10 @@ class CrawlJobSpec(Section):
             cel="!has(self.crawler) || !has(self.crawler.scrapy) || size(self.recrawl) == 0",
             holds=lambda spec: spec.scrapy is None or not spec.recrawl,
         ),
-        Rule(
-            field="files",
-            message="must not be set with crawler.scrapy: a Scrapy spider downloads through its"
-            " own pipelines (FilesPipeline), and its workers have no streamed file downloads",
-            cel="!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.files)",
-            holds=lambda spec: spec.scrapy is None or spec.files is None,
+        _unset_with_scrapy(
+            "files",
+            "a Scrapy spider downloads through its own pipelines (FilesPipeline), and its"
+            " workers have no streamed file downloads",
         ),
         Rule(
             field="output.format",
@@ -185,12 +194,10 @@ class CrawlJobSpec(Section):
             cel="self.output.format != 'none' || !has(self.files)",
             holds=lambda spec: spec.output.format != "none" or spec.files is None,
         ),
-        Rule(
-            field="schedule",
-            message="must not be set with crawler.scrapy: runs of a Scrapy spider cannot yet"
-            " carry their state to the next run, so each would crawl everything again",
-            cel="!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.schedule)",
-            holds=lambda spec: spec.scrapy is None or spec.schedule is None,
+        _unset_with_scrapy(
+            "schedule",
+            "runs of a Scrapy spider cannot yet carry their state to the next run, so each"
+            " would crawl everything again",
         ),
     )
 
