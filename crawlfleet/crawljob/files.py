@@ -53,6 +53,7 @@ __all__ = [
     "FileRuleSpec",
     "FileRuleSpecs",
     "FilesSpec",
+    "files_characters",
 ]
 
 #: The elements a ``context`` may name: each links one resource by one attribute (``img``
@@ -207,4 +208,14 @@ class FilesSpec(Section):
             cel="self.rules.size() > 0",
             holds=lambda files: bool(files.rules),
         ),
+    )
+
+
+def files_characters(files: FilesSpec | None) -> int:
+    """The characters of the section's strings: most of what it adds to the spec's JSON."""
+    if files is None:
+        return 0
+    return sum(
+        len(rule.match or "") + sum(len(kind) for kind in rule.content_types)
+        for rule in files.rules
     )

@@ -27,7 +27,7 @@ from crawlfleet.crawljob.extract import ExtractRules, extract_characters
 from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec, UserAgent
 from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
-from crawlfleet.crawljob.files import FilesSpec
+from crawlfleet.crawljob.files import FilesSpec, files_characters
 from crawlfleet.crawljob.output import OutputSpec
 from crawlfleet.crawljob.recrawl import RecrawlRules
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
@@ -276,7 +276,8 @@ class CrawlJobSpec(Section):
         # ConfigMap holds is at most ~15 % larger: a list item's "- " and indent against '",').
         lists = (self.seeds, self.scope.include, self.scope.exclude, self.scope.allowed_domains)
         listed = sum(len(item) for values in lists for item in values)
-        if listed + extract_characters(self.extract) < _MAX_SPEC_JSON_BYTES // 2:
+        strings = listed + extract_characters(self.extract) + files_characters(self.files)
+        if strings < _MAX_SPEC_JSON_BYTES // 2:
             return self  # far below: spare the serialisation
         size = len(json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True)))
         if size > _MAX_SPEC_JSON_BYTES:
