@@ -77,6 +77,7 @@ from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.status import (
     Condition,
     CrawlJobStatus,
+    FilesStatus,
     FleetStatus,
     FreshnessStatus,
     Phase,
@@ -104,6 +105,7 @@ __all__ = [
     "ExtractRule",
     "ExtractSelector",
     "FetchSpec",
+    "FilesStatus",
     "FleetStatus",
     "FreshnessStatus",
     "LeaseSpec",
