@@ -204,6 +204,7 @@ class FleetPolicy:
             stall_after_seconds=stall_after_seconds(spec),
             keeps_going=spec.keeps_going,
             revisits=bool(spec.recrawl),
+            files=spec.files is not None,
         )
 
 

@@ -56,7 +56,7 @@ from crawlfleet.fleet.recurring import (
     step,
 )
 from crawlfleet.fleet.runs import RunBook
-from crawlfleet.fleet.waiting import duration
+from crawlfleet.fleet.waiting import duration, plural
 from crawlfleet.frontier import FileStats, Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
@@ -1060,7 +1060,5 @@ class _Progress:
 def _files_text(files: FileStats) -> str:
     """A job with file rules, in the local run's lines: ``3 files (512.0 MiB)``, and the
     duplicates when there are any (their bytes were stored before, so they are not counted)."""
-    text = f"{files.stored} files ({files.bytes / 2**20:.1f} MiB)"
-    if files.duplicates:
-        text += f", {files.duplicates} duplicate{'s' if files.duplicates != 1 else ''}"
-    return text
+    text = f"{plural(files.stored, 'file')} ({files.bytes / 2**20:.1f} MiB)"
+    return text + (f", {plural(files.duplicates, 'duplicate')}" if files.duplicates else "")
