@@ -1,9 +1,9 @@
 """One file download: streamed into its part, resumed with ``Range``, verified at the end.
 
-:func:`fetch_file` fetches a file with everything ``Fetcher.fetch`` does for a page (the address
-guard on the URL and every redirect hop, the caller's scope and robots checks of each hop,
-request-layer retries with backoff, failure classes), through ``Fetcher.stream``, and differs
-where a file must:
+``Fetcher.fetch_file(url, FileRequest(...))`` fetches a file with everything ``Fetcher.fetch``
+does for a page (the address guard on the URL and every redirect hop, the caller's scope and
+robots checks of each hop, request-layer retries with backoff, failure classes), through
+``Fetcher.stream``, and differs where a file must:
 
 * ``Accept-Encoding: identity``: bytes on the wire are the bytes stored, so a range means what
   it says;
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from crawlfleet.crawler.fetching.failures import FailureClass
-from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, HopCheck
-from crawlfleet.crawler.fetching.streaming import Consumed
+from crawlfleet.crawler.fetching.fetch import FetchResult
+from crawlfleet.crawler.fetching.streaming import Consumed, StreamedBody
 from crawlfleet.crawler.files.parts import PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
     Append,
@@ -65,7 +65,6 @@ __all__ = [
     "FileRequest",
     "FileResult",
     "Throttle",
-    "fetch_file",
 ]
 
 #: Fresh requests without a range after a mismatched answer, per attempt: a server that answers
@@ -135,7 +134,9 @@ class FileLimits(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FileRequest:
-    """One download's inputs: its rule, its open part and how it is paced and stopped."""
+    """One download: its rule, its open part, how it is paced and stopped; ``Fetcher.fetch_file``
+    carries it out (``fetcher.fetch_file(request.url, request, allow_url=..., check_hop=...,
+    pace=...)`` -> :class:`FileResult`), see the module docstring."""
 
     url: str
     rule: FileLimits
@@ -148,6 +149,21 @@ class FileRequest:
     verify_type: bool = True
     #: Called with the bytes the part holds after each chunk (metrics, a stall watch).
     on_progress: Callable[[int], None] | None = None
+
+    async def run(self, stream: Callable[[StreamedBody], Awaitable[FetchResult]]) -> FileResult:
+        """The download (``fetching.fetch.Download``): ``stream`` is ``Fetcher.stream`` of this
+        URL with the caller's checks. Network failures and what verification finds come back
+        as the result's ``failure``; a part that cannot be written raises
+        :class:`~crawlfleet.errors.OutputUnavailable`."""
+        started = time.monotonic()
+        download = _Download(self)
+        await download.begin()
+        if self.stop.is_set():
+            await download.checkpoint()
+            return download.result(None, time.monotonic() - started, stopped=True)
+        fetched = await stream(download)
+        await download.checkpoint()  # what came is kept for the next attempt (if anything did)
+        return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
 
 
 @dataclass(slots=True)
@@ -190,40 +206,11 @@ class FileResult:
     stored: StoredFile | None = field(default=None)
 
 
-async def fetch_file(
-    fetcher: Fetcher,
-    url: str,
-    request: FileRequest,
-    *,
-    allow_url: Callable[[str], bool] | None = None,
-    check_hop: HopCheck | None = None,
-    pace: Callable[[str], Awaitable[None]] | None = None,
-) -> FileResult:
-    """Download ``url`` into ``request.part``; see the module docstring.
-
-    ``allow_url``, ``check_hop`` and ``pace`` are ``Fetcher.fetch``'s (scope and robots of every
-    redirect hop, the host's pacing before every request after the first). Network failures and
-    what verification finds come back as the result's ``failure``; a part that cannot be
-    written raises :class:`~crawlfleet.errors.OutputUnavailable`.
-    """
-    started = time.monotonic()
-    download = _Download(url, request)
-    await download.begin()
-    if request.stop.is_set():
-        await download.checkpoint()
-        return download.result(None, time.monotonic() - started, stopped=True)
-    fetched = await fetcher.stream(
-        url, download, allow_url=allow_url, check_hop=check_hop, pace=pace
-    )
-    await download.checkpoint()  # whatever came is kept for the next attempt (a no-op if none)
-    return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
-
-
 class _Download:
     """The streamed body of one download (``fetching.streaming.StreamedBody``) and its tally."""
 
-    def __init__(self, url: str, request: FileRequest) -> None:
-        self.url = url
+    def __init__(self, request: FileRequest) -> None:
+        self.url = request.url
         self.request = request
         self.part = request.part
         self.resumed_from = request.part.state.offset

@@ -26,7 +26,7 @@ import pytest
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.fetching.safety import AddressGuard
-from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle, fetch_file
+from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle
 from crawlfleet.crawler.files.parts import WRITE_BUFFER_BYTES, LocalParts, PartWriter, content_key
 from crawlfleet.testsite.files import FileKind, FileSite, FileSiteConfig, file_etag
 from tests.support.specs import job_spec
@@ -107,7 +107,7 @@ async def download(
     """One attempt, as a worker makes it: open the part (a new LocalParts: another process),
     download, and close the part unless the file is complete (then the test finishes it)."""
     part = await LocalParts(root).open(url)
-    result = await fetch_file(fetcher, url, request_for(url, part, **options))
+    result = await fetcher.fetch_file(url, request_for(url, part, **options))
     if result.failure is not None or result.stopped:
         await part.close()  # it stays for the next attempt
     return result, part
@@ -138,7 +138,7 @@ async def test_a_file_streams_whole_into_its_part(
 ) -> None:
     url = site.file_url("ranges", "clip.mp4")
     part = await LocalParts(tmp_path).open(url)
-    result = await fetch_file(fetcher, url, request_for(url, part))
+    result = await fetcher.fetch_file(url, request_for(url, part))
 
     assert result.failure is None, result.message
     assert (result.status, result.size, result.wire_bytes) == (200, SIZE, SIZE)
@@ -319,7 +319,7 @@ async def test_the_type_check_can_be_turned_off(
     part = await LocalParts(tmp_path).open(url)
     request = request_for(url, part, limits=Limits(min_bytes=1))
     unchecked = FileRequest(**{**_fields(request), "verify_type": False})
-    result = await fetch_file(fetcher, url, unchecked)
+    result = await fetcher.fetch_file(url, unchecked)
     assert result.failure is None, result.message
     assert result.sniffed == "html"
 
@@ -419,7 +419,7 @@ async def test_a_hop_check_refuses_a_redirect(
 
     async with Redirector(site.file_url("ranges", "doc.pdf")) as url:
         part = await LocalParts(tmp_path).open(url)
-        result = await fetch_file(fetcher, url, request_for(url, part), check_hop=robots)
+        result = await fetcher.fetch_file(url, request_for(url, part), check_hop=robots)
     assert result.failure is FailureClass.ROBOTS_DISALLOWED
     assert site.requests() == []
 
