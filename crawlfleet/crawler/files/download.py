@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from crawlfleet.crawler.fetching.failures import FailureClass
-from crawlfleet.crawler.fetching.fetch import FetchResult
+from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, HopCheck
 from crawlfleet.crawler.fetching.streaming import Consumed, StreamedBody
 from crawlfleet.crawler.files.parts import PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
@@ -65,6 +65,7 @@ __all__ = [
     "FileRequest",
     "FileResult",
     "Throttle",
+    "fetch_file",
 ]
 
 #: Fresh requests without a range after a mismatched answer, per attempt: a server that answers
@@ -204,6 +205,22 @@ class FileResult:
     stopped: bool = False
     #: Set by the worker after ``part.finish``.
     stored: StoredFile | None = field(default=None)
+
+
+async def fetch_file(
+    fetcher: Fetcher,
+    url: str,
+    request: FileRequest,
+    *,
+    allow_url: Callable[[str], bool] | None = None,
+    check_hop: HopCheck | None = None,
+    pace: Callable[[str], Awaitable[None]] | None = None,
+) -> FileResult:
+    """``fetcher.fetch_file(url, request, ...)`` spelled as a function (callers written against
+    either spelling work)."""
+    return await fetcher.fetch_file(
+        url, request, allow_url=allow_url, check_hop=check_hop, pace=pace
+    )
 
 
 class _Download:

@@ -26,7 +26,7 @@ import pytest
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.fetching.safety import AddressGuard
-from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle
+from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle, fetch_file
 from crawlfleet.crawler.files.parts import WRITE_BUFFER_BYTES, LocalParts, PartWriter, content_key
 from crawlfleet.testsite.files import FileKind, FileSite, FileSiteConfig, file_etag
 from tests.support.specs import job_spec
@@ -409,6 +409,16 @@ async def test_the_address_guard_applies_to_a_downloads_redirects(
         result, part = await download(fetcher, tmp_path, url)
     assert result.failure is FailureClass.FORBIDDEN_ADDRESS
     assert (result.status, part.state.offset) == (302, 0)
+
+
+async def test_fetch_file_is_also_a_function(
+    fetcher: Fetcher, site: FileSite, tmp_path: Path
+) -> None:
+    url = site.file_url("ranges", "doc.pdf", 100_000)
+    part = await LocalParts(tmp_path).open(url)
+    result = await fetch_file(fetcher, url, request_for(url, part))
+    assert result.failure is None, result.message
+    assert result.sha256 == site.sha256("doc.pdf", 100_000)
 
 
 async def test_a_hop_check_refuses_a_redirect(
