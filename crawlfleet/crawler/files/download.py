@@ -243,12 +243,9 @@ class _Download:
         self._head = bytearray()
 
     async def begin(self) -> None:
-        """Before the first request: hash what the part already holds (or restart it when it
-        cannot be resumed: no validator)."""
-        if self.held <= 0:
-            return
-        if if_range(self.part.state) is None:
-            await self._restart("no_validator")
+        """Before the first request: hash what the part already holds (a part without a
+        validator is restarted by :meth:`prepare` instead)."""
+        if self.held <= 0 or if_range(self.part.state) is None:
             return
         try:
             async for chunk in self.part.durable_bytes():
@@ -265,6 +262,8 @@ class _Download:
 
     async def prepare(self) -> Mapping[str, str]:
         await self.checkpoint()  # a retry after a reset: what came is durable before we go on
+        if self.held > 0 and if_range(self.part.state) is None:
+            await self._restart("no_validator")  # cut short, and its response had no validator
         self._asked = self.held
         return {**_FILE_REQUEST_HEADERS, **range_headers(self.part.state, self.held)}
 

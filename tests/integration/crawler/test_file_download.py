@@ -362,18 +362,20 @@ async def test_the_address_guard_applies_to_a_download(site: FileSite, tmp_path:
     assert site.requests() == []
 
 
-class Redirector:
-    """A loopback server whose every answer is a 302 to ``target`` (the file site has none)."""
+class RawServer:
+    """A loopback server that writes ``answers[n]`` for its request ``n`` (the last repeats)
+    and closes: what the file site never does (redirects, a body cut short without
+    validators). ``heads`` are the requests as they came."""
 
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.paths: list[str] = []
+    def __init__(self, *answers: bytes) -> None:
+        self.answers = answers
+        self.heads: list[bytes] = []
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> str:
         self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/get/it"
+        return f"http://127.0.0.1:{port}/get/it.pdf"
 
     async def __aexit__(self, *_: object) -> None:
         if self._server is not None:
@@ -381,21 +383,21 @@ class Redirector:
             await self._server.wait_closed()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        self.paths.append(head.split(b" ", 2)[1].decode())
-        writer.write(
-            f"HTTP/1.1 302 Found\r\nLocation: {self.target}\r\nContent-Length: 0\r\n"
-            "Connection: close\r\n\r\n".encode()
-        )
+        self.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(self.answers[min(len(self.heads), len(self.answers)) - 1])
         await writer.drain()
         writer.close()
+
+
+def redirect(target: str) -> bytes:
+    return f"HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n".encode()
 
 
 async def test_a_redirect_is_followed_into_the_file(
     fetcher: Fetcher, site: FileSite, tmp_path: Path
 ) -> None:
     target = site.file_url("ranges", "doc.pdf", 100_000)
-    async with Redirector(target) as url:
+    async with RawServer(redirect(target)) as url:
         result, _ = await download(fetcher, tmp_path, url)
     assert result.failure is None, result.message
     assert (result.final_url, result.redirects, result.attempts) == (target, [target], 2)
@@ -405,10 +407,28 @@ async def test_a_redirect_is_followed_into_the_file(
 async def test_the_address_guard_applies_to_a_downloads_redirects(
     fetcher: Fetcher, tmp_path: Path
 ) -> None:
-    async with Redirector("http://169.254.169.254/latest/meta-data/video.mp4") as url:
+    async with RawServer(redirect("http://169.254.169.254/latest/meta-data/video.mp4")) as url:
         result, part = await download(fetcher, tmp_path, url)
     assert result.failure is FailureClass.FORBIDDEN_ADDRESS
     assert (result.status, part.state.offset) == (302, 0)
+
+
+async def test_a_body_cut_short_without_validators_restarts_on_the_retry(
+    fetcher: Fetcher, tmp_path: Path
+) -> None:
+    body = b"%PDF-1.7\n" + bytes(range(256)) * 400
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/pdf\r\nContent-Length: {len(body)}"
+    server = RawServer(
+        f"{head}\r\n\r\n".encode() + body[: len(body) // 2],  # then the connection closes
+        f"{head}\r\n\r\n".encode() + body,
+    )
+    async with server as url:
+        result, _ = await download(fetcher, tmp_path, url)
+    assert result.failure is None, result.message
+    assert (result.restarts, result.attempts) == (["no_validator"], 2)
+    assert result.sha256 == hashlib.sha256(body).hexdigest()
+    assert len(server.heads) == 2
+    assert all(b"range:" not in head.lower() for head in server.heads)  # nothing to splice
 
 
 async def test_fetch_file_is_also_a_function(
@@ -427,7 +447,7 @@ async def test_a_hop_check_refuses_a_redirect(
     async def robots(url: str) -> tuple[FailureClass, str] | None:
         return FailureClass.ROBOTS_DISALLOWED, f"{url} is disallowed"
 
-    async with Redirector(site.file_url("ranges", "doc.pdf")) as url:
+    async with RawServer(redirect(site.file_url("ranges", "doc.pdf"))) as url:
         part = await LocalParts(tmp_path).open(url)
         result = await fetcher.fetch_file(url, request_for(url, part), check_hop=robots)
     assert result.failure is FailureClass.ROBOTS_DISALLOWED
