@@ -12,7 +12,9 @@ robots checks of each hop, request-layer retries with backoff, failure classes),
   mid-body is retried from the last byte received: what came is checkpointed first;
 * the answer decides: a matching 206 appends, a 200 restarts the part with its body, a
   mismatched 206, a 416 or a changed validator restart it and ask again without a range: a
-  file is never spliced from two versions, and every restart is counted by its reason;
+  file is never spliced from two versions, and every restart is counted by its reason; a 206
+  that ends short of the total (a server that serves a range in pieces) is followed at once by
+  a request for the rest;
 * the body streams chunk by chunk into the part with an incremental sha256 (on resume, the
   durable bytes are hashed first; a part that cannot read them back leaves ``sha256`` None and
   the worker hashes the finished object), checkpointed every ``part_size`` bytes and on stop;
@@ -75,6 +77,7 @@ MAX_RESTARTS_PER_ATTEMPT: Final = 3
 _BURST_SECONDS: Final = 0.25
 #: What a download accepts: any type (the rule and the verification judge it), no coding.
 _FILE_REQUEST_HEADERS: Final = {"Accept": "*/*", "Accept-Encoding": "identity"}
+_PARTIAL_CONTENT: Final = 206
 _RANGE_NOT_SATISFIABLE: Final = 416
 
 
@@ -273,6 +276,30 @@ class _Download:
     async def consume(
         self, status: int, headers: Mapping[str, str], chunks: AsyncIterator[bytes]
     ) -> Consumed:
+        refused = await self._answer(status, headers)
+        if refused is not None:
+            return refused
+        started_at = self.held
+        max_bytes = self.request.rule.max_bytes
+        async for chunk in chunks:
+            if self.held + len(chunk) > max_bytes:
+                return Consumed(
+                    FailureClass.FILE_TOO_LARGE, f"more than maxBytes {max_bytes} bytes sent"
+                )
+            await self._take(chunk)
+            if self.request.stop.is_set():
+                self.stopped = True
+                return Consumed(message=f"stopped at byte {self.held}")
+        total = self.part.state.total
+        if status == _PARTIAL_CONTENT and total is not None and started_at < self.held < total:
+            # A server that sends a range in pieces (some CDNs cap a 206): ask for the rest.
+            return Consumed(again=True)
+        return await self._verify(status)
+
+    async def _answer(self, status: int, headers: Mapping[str, str]) -> Consumed | None:
+        """Judge a response before its body (``resume.judge``): restart the part when the
+        answer says so, record what it says of the file; a ``Consumed`` to end with, or None to
+        read its body."""
         state = self.part.state
         decision = judge(state, status, headers, self._asked)
         if isinstance(decision, Restart):
@@ -295,16 +322,7 @@ class _Download:
                 FailureClass.FILE_TOO_LARGE,
                 f"HTTP {status}: declares {state.total} bytes, over maxBytes {max_bytes}",
             )
-        async for chunk in chunks:
-            if self.held + len(chunk) > max_bytes:
-                return Consumed(
-                    FailureClass.FILE_TOO_LARGE, f"more than maxBytes {max_bytes} bytes sent"
-                )
-            await self._take(chunk)
-            if self.request.stop.is_set():
-                self.stopped = True
-                return Consumed(message=f"stopped at byte {self.held}")
-        return await self._verify(status)
+        return None
 
     # -- the bytes ---------------------------------------------------------------------------
 

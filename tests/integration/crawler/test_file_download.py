@@ -431,6 +431,29 @@ async def test_a_body_cut_short_without_validators_restarts_on_the_retry(
     assert all(b"range:" not in head.lower() for head in server.heads)  # nothing to splice
 
 
+async def test_a_range_served_in_pieces_is_asked_for_the_rest(
+    fetcher: Fetcher, tmp_path: Path
+) -> None:
+    body = b"%PDF-1.7\n" + bytes(range(256)) * 40
+    total = len(body)
+
+    def piece(start: int, end: int) -> bytes:
+        return (
+            f'HTTP/1.1 206 Partial Content\r\nContent-Type: application/pdf\r\nETag: "p"\r\n'
+            f"Content-Range: bytes {start}-{end - 1}/{total}\r\nContent-Length: {end - start}"
+            "\r\n\r\n"
+        ).encode() + body[start:end]
+
+    server = RawServer(piece(0, 4000), piece(4000, 8000), piece(8000, total))
+    async with server as url:
+        result, _ = await download(fetcher, tmp_path, url)
+    assert result.failure is None, result.message
+    assert (result.size, result.restarts, result.attempts) == (total, [], 3)
+    assert result.sha256 == hashlib.sha256(body).hexdigest()
+    assert [b"range: bytes=4000-" in head.lower() for head in server.heads] == [False, True, False]
+    assert b'if-range: "p"' in server.heads[2].lower()
+
+
 async def test_fetch_file_is_also_a_function(
     fetcher: Fetcher, site: FileSite, tmp_path: Path
 ) -> None:
