@@ -35,9 +35,9 @@ and capped on the wire and after decoding).
 machinery, but the body of a response the caller's ``StreamedBody`` takes is handed to it chunk
 by chunk, nothing is held, and there is no total deadline (a body of gigabytes may take hours:
 the per-read timeout catches a stall). ``fetch_file`` runs a ``Download`` (a file download,
-``crawlfleet.crawler.files.download.FileRequest``) over it. ``fetch`` may also stop
-after a 2xx's headers when the caller's ``stop_for_type`` wants its content type as a file
-(``FetchResult.file_type``): the worker then downloads that URL with ``stream``.
+``crawlfleet.crawler.files.download.FileRequest``) over it. ``fetch`` may also stop after a
+2xx's headers when the caller's ``stop_for_type`` wants its content type as a file
+(``FetchResult.file_type``): the worker then downloads that URL with ``fetch_file``.
 
 ``FetchResult.attempts`` counts every HTTP request sent for the fetch: retries and redirect
 hops alike (so retries = ``attempts - 1 - len(redirects)`` when the chain did not fail).
