@@ -8,20 +8,18 @@ Another process, another pod, opens the same URL's part and continues where the 
 end; ``.parts`` starts with a dot, so the output's listing never shows it.
 
 **What is durable where.** Bytes written go to a local buffer file (an anonymous temporary
-file in the store's spool folder: an emptyDir in a pod, never memory). A checkpoint uploads
-what the buffer holds as the next part (``UploadPart``, with its ``Content-MD5`` so the store
-refuses torn bytes), then rewrites the sidecar; ``state.offset`` counts uploaded bytes only. S3
-refuses to complete an upload with a part under 5 MiB that is not the last, so a checkpoint
-before 5 MiB have gathered (a stop, a retry after a reset) uploads them as a *provisional*
-part: the same part number is uploaded again, with the bytes written since, at the next
-checkpoint, until it reaches :data:`MIN_PART_BYTES` and the buffer starts afresh. In this
-process a provisional part counts (the buffer still holds its bytes, so the part can grow); a
-later process cannot grow it (S3 cannot read an unfinished upload back), so when it resumes it
-drops a trailing part under 5 MiB and asks the server for those bytes again: a pod that dies
-costs at most the bytes since the last uploaded part of 5 MiB or more, and never a byte of
-the parts before. Parts are normally ``files.partSizeBytes`` (the download checkpoints at
-each multiple of it); a file declared larger than ``partSizeBytes`` x 10,000 gathers bigger
-parts, since an upload holds at most :data:`MAX_PARTS`.
+file in the output store's spool folder: an emptyDir in a pod; never memory). A checkpoint
+uploads the buffer as the next part (``UploadPart``, with its ``Content-MD5`` so that the store
+refuses torn bytes) once it holds at least 5 MiB (:data:`MIN_PART_BYTES`: S3 refuses to
+complete an upload with a smaller part that is not the last), then rewrites the sidecar and
+starts the buffer afresh. ``state.offset`` counts uploaded parts only: a checkpoint before 5 MiB
+have gathered (a stop, a retry after a reset) leaves them in the buffer file, where this
+process continues from them (the download asks for the bytes after what the part *holds*,
+buffered ones included) but no other process can: a pod that dies costs the bytes since its
+last uploaded part, never a byte of the parts before. Parts are normally
+``files.partSizeBytes`` (the download checkpoints at each multiple of it); a file declared
+larger than ``partSizeBytes`` x 10,000 gathers bigger parts (a checkpoint uploads only once the
+buffer holds the file's size / 9,999), since an upload holds at most :data:`MAX_PARTS`.
 
 **Resume.** The sidecar says which upload; ``ListParts`` says what it holds, and wins when the
 two disagree (a sidecar write lost after its ``UploadPart``). An upload the store no longer
@@ -55,9 +53,9 @@ boto3's newer default CRC headers are turned off, since several S3-compatible st
 them.
 
 **Memory** per open part: the write buffer (:data:`WRITE_BUFFER_BYTES`, 1 MiB) plus boto3's
-read block while it sends a part from the buffer file (a few hundred KiB), so about 2 MiB; a
-part's bytes wait on local disk (at most one part: ``partSizeBytes``, more only for files past
-10,000 parts), never in memory.
+read block while it sends a part from the buffer file (tens of KiB), so under 2 MiB whatever
+the file's size; a part's bytes wait on local disk (about ``partSizeBytes`` per download, more
+only for files past 10,000 parts), never in memory.
 """
 
 from __future__ import annotations
@@ -264,7 +262,6 @@ class BucketPart:
         self._buffer: IO[bytes] | None = None  # the bytes of the part being gathered
         self._buffered = 0  # bytes in the buffer file
         self._buffer_md5 = hashlib.md5(usedforsecurity=False)
-        self._provisional = False  # the last of state.parts is the buffer's, uploaded early
         self._completed = False  # CompleteMultipartUpload done (read back, or finishing)
 
     def __repr__(self) -> str:
@@ -352,22 +349,16 @@ class BucketPart:
         return tempfile.TemporaryFile(dir=self._parts.spool_dir, prefix="part-")
 
     async def checkpoint(self) -> None:
+        """Upload the buffer as the next part once it holds enough for one; until then its
+        bytes wait in the local buffer file (``state.offset`` counts uploaded parts only)."""
         await self._flush()
-        if self._buffered == 0 or (self._provisional and self._uploaded_size == self._buffered):
-            return  # nothing new since the last upload
-        await self._upload_buffer(last=False)
+        if self._buffered >= self._part_floor():
+            await self._upload_buffer()
 
-    @property
-    def _uploaded_size(self) -> int:
-        """The provisional part's size (the buffer's bytes already uploaded), else 0."""
-        return _part_size(self.state.parts[-1]) if self._provisional else 0
-
-    async def _upload_buffer(self, *, last: bool) -> None:
-        """The buffer as the next part (or as the provisional part again, grown); the sidecar
-        after it. The buffer starts afresh when the part is big enough to stay (or ``last``)."""
+    async def _upload_buffer(self) -> None:
+        """The buffer as the next part, then the sidecar; the buffer starts afresh."""
         upload_id = await self._upload_id()
-        final = self.state.parts[:-1] if self._provisional else self.state.parts
-        number = len(final) + 1
+        number = len(self.state.parts) + 1
         if number > MAX_PARTS:
             raise OutputError(
                 f"output destination {self._parts.where}: {self.state.url} needs more than"
@@ -391,11 +382,9 @@ class BucketPart:
             return answer["ETag"]
 
         etag = await self._parts.call(upload)
-        self.state.parts = [*final, {"number": number, "etag": etag, "size": size}]
+        self.state.parts = [*self.state.parts, {"number": number, "etag": etag, "size": size}]
         self.state.offset = _size(self.state.parts)
-        self._provisional = not last and size < self._part_floor()
-        if not self._provisional:
-            await self._reset_buffer()
+        await self._reset_buffer()
         await self._save_state()
 
     def _part_floor(self) -> int:
@@ -421,7 +410,6 @@ class BucketPart:
         self._pending = bytearray()
         self._buffered = 0
         self._buffer_md5 = hashlib.md5(usedforsecurity=False)
-        self._provisional = False
         buffer = self._buffer
         if buffer is not None:
 
@@ -482,7 +470,7 @@ class BucketPart:
         if not self._completed:
             await self._flush()
             if await self._exists(target):  # a duplicate: no need to assemble it at all
-                size = self.state.offset + self._buffered - self._uploaded_size
+                size = self.state.offset + self._buffered
                 await self.discard()
                 return StoredFile(key=key, size=size, duplicate=True)
             await self._complete()
@@ -500,8 +488,8 @@ class BucketPart:
         if self._completed:
             return
         await self._flush()
-        if self._buffered > self._uploaded_size or not self.state.parts:
-            await self._upload_buffer(last=True)  # an empty file is one empty part
+        if self._buffered or not self.state.parts:
+            await self._upload_buffer()  # the last part may be small; an empty file, empty
         upload_id = await self._upload_id()
         parts: list[CompletedPartTypeDef] = [
             {"PartNumber": _part_number(part), "ETag": str(part["etag"])}
@@ -576,7 +564,6 @@ class BucketPart:
         self._pending = bytearray()
         buffer, self._buffer = self._buffer, None
         self._buffered = 0
-        self._provisional = False
         if buffer is not None:
             await self._local(buffer.close)
 
@@ -593,7 +580,8 @@ class BucketPart:
 
 def _resumable(listed: list[dict[str, object]]) -> list[dict[str, object]]:
     """The parts a later process can build on: numbered 1, 2, ... without a gap, each at least
-    :data:`MIN_PART_BYTES` (a smaller one was provisional: its bytes are asked for again)."""
+    :data:`MIN_PART_BYTES` (a smaller one could only be a last part, of an upload completed
+    already: it is asked for again)."""
     kept: list[dict[str, object]] = []
     for part in sorted(listed, key=_part_number):
         if _part_number(part) != len(kept) + 1 or _part_size(part) < MIN_PART_BYTES:

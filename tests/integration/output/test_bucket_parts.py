@@ -1,11 +1,12 @@
 """A download's part in a bucket, against the real S3 server (versitygw).
 
 What the worker relies on: uploaded parts outlive the process (a new ``BucketParts``, as another
-pod builds it, continues from their end), a checkpoint before 5 MiB is uploaded early and grown
-in place, the finished file lands whole at its content key (checked on the server's own disk,
-not through the client under test), a duplicate stores nothing new, and restart, discard and
-finish leave no parts behind (versitygw keeps an upload's parts in the bucket's ``.sgwtmp``
-folder until it is completed or aborted: that folder is where an orphan would show).
+pod builds it, continues from their end; ListParts wins over the sidecar), bytes short of a part
+wait in the local buffer, the finished file lands whole at its content key (checked on the
+server's own disk, not through the client under test), a duplicate stores nothing new, and
+restart, discard and finish leave no parts behind (versitygw keeps an upload's parts in the
+bucket's ``.sgwtmp`` folder until it is completed or aborted: that folder is where an orphan
+would show).
 """
 
 from __future__ import annotations
@@ -129,37 +130,57 @@ async def test_three_parts_outlive_the_process_and_another_finishes_the_file(
     assert leftovers(s3_server, s3_bucket) == []
 
 
-async def test_a_part_under_5_mib_is_uploaded_early_grown_in_place_and_asked_again_later(
+async def test_bytes_short_of_a_part_wait_in_the_buffer_and_a_later_process_asks_again(
     s3_server: S3Server, s3_bucket: str, tmp_path: Path
 ) -> None:
     data = data_of(PART + 3 * MIB, seed=2)
     part = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
     await part.write(data[: 2 * MIB])
-    await part.checkpoint()  # a stop or a retry after 2 MiB: they are uploaded, as part 1
-    assert part.state.offset == 2 * MIB
-    state = sidecar(s3_server, s3_bucket)
-    assert state is not None
-    assert state.offset == 2 * MIB
-    await part.write(data[2 * MIB : PART + 2 * MIB])
-    await part.checkpoint()  # part 1 again, grown to 7 MiB: it stays
+    await part.checkpoint()  # a stop or a retry after 2 MiB: S3 takes no part that small
+    assert (part.state.offset, part.state.parts) == (0, [])
+    assert sidecar(s3_server, s3_bucket) is None
+    await part.write(data[2 * MIB : PART + 2 * MIB])  # this process goes on from what it holds
+    await part.checkpoint()
     assert [(p["number"], p["size"]) for p in part.state.parts] == [(1, PART + 2 * MIB)]
     await part.write(data[PART + 2 * MIB :])
-    await part.checkpoint()  # 1 MiB more: part 2, early again
-    assert [(p["number"], p["size"]) for p in part.state.parts] == [(1, PART + 2 * MIB), (2, MIB)]
-    assert part.state.offset == len(data)
+    await part.checkpoint()  # 1 MiB more: in the buffer only
+    assert part.state.offset == PART + 2 * MIB
+    state = sidecar(s3_server, s3_bucket)
+    assert state is not None
+    assert (state.offset, state.upload_id) == (PART + 2 * MIB, part.state.upload_id)
     await part.close()
 
-    # A later process cannot grow part 2 (S3 cannot read it back): it asks for those bytes again.
-    # The sidecar says 8 MiB; ListParts wins, and the trailing part under 5 MiB is dropped.
+    # A later process has only the uploaded part: it asks for the rest again.
     later = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
     assert later.state.offset == PART + 2 * MIB
-    assert [p["number"] for p in later.state.parts] == [1]
     await later.write(data[PART + 2 * MIB :])
     sha256 = hashlib.sha256(data).hexdigest()
     stored = await later.finish(sha256)
     objects = s3_server.stored_objects(s3_bucket)
     assert objects[f"crawls/{stored.key}"].read_bytes() == data
     assert leftovers(s3_server, s3_bucket) == []
+
+
+async def test_list_parts_wins_over_the_sidecar(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    data = data_of(2 * PART, seed=5)
+    part = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    await write(part, data)
+    assert part.state.offset == 2 * PART
+    # The sidecar written after part 1 only (its rewrite after part 2 was lost): ListParts says 2.
+    stale = PartState.from_json(part.state.to_json())
+    stale.offset, stale.parts = PART, stale.parts[:1]
+    client(s3_server, tmp_path).put_object(
+        Bucket=s3_bucket, Key=staging_key(part).replace(".data", ".json"), Body=stale.to_json()
+    )
+    await part.close()
+
+    later = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    assert later.state.offset == 2 * PART
+    assert [p["number"] for p in later.state.parts] == [1, 2]
+    stored = await later.finish(hashlib.sha256(data).hexdigest())
+    assert s3_server.stored_objects(s3_bucket)[f"crawls/{stored.key}"].read_bytes() == data
 
 
 async def test_the_same_bytes_from_another_url_are_a_duplicate_and_store_nothing_new(
