@@ -352,7 +352,7 @@ class BucketPart:
         """Upload the buffer as the next part once it holds enough for one; until then its
         bytes wait in the local buffer file (``state.offset`` counts uploaded parts only)."""
         await self._flush()
-        if self._buffered >= self._part_floor():
+        if self._buffered >= _part_floor(self.state.total):
             await self._upload_buffer()
 
     async def _upload_buffer(self) -> None:
@@ -386,12 +386,6 @@ class BucketPart:
         self.state.offset = _size(self.state.parts)
         await self._reset_buffer()
         await self._save_state()
-
-    def _part_floor(self) -> int:
-        """The size at which a part stays: S3's minimum, or more for a file that would need
-        more than :data:`MAX_PARTS` parts of ``partSizeBytes``."""
-        total = self.state.total or 0
-        return max(MIN_PART_BYTES, -(-total // (MAX_PARTS - 1)))
 
     async def _upload_id(self) -> str:
         if self.state.upload_id is None:
@@ -576,6 +570,12 @@ class BucketPart:
                 f"the spool folder {self._parts.spool_dir} (CRAWLFLEET_SPOOL_DIR): cannot buffer"
                 f" a part of {self.state.url}: {error.strerror or error}"
             ) from error
+
+
+def _part_floor(total: int | None) -> int:
+    """The bytes a checkpoint gathers before it uploads them as a part: S3's minimum, or more
+    for a file declared so large that parts of that size would pass :data:`MAX_PARTS`."""
+    return max(MIN_PART_BYTES, -(-(total or 0) // (MAX_PARTS - 1)))
 
 
 def _resumable(listed: list[dict[str, object]]) -> list[dict[str, object]]:
