@@ -44,7 +44,7 @@ by a download resumed across processes.
 call (``put`` with ``use_multipart``, or a writer object): it exposes no upload id, no
 ``UploadPart`` of a chosen number and no ``ListParts``, so an upload cannot outlive the process
 that began it. boto3 speaks the low-level calls; it is synchronous, so each call runs in a
-thread (``asyncio.to_thread``). Its client is built from the output store's
+thread of the parts' own pool. Its client is built from the output store's
 :class:`~crawlfleet.output.stores.S3Connection` (same endpoint, region, addressing and
 credentials); every error it raises becomes an
 :class:`~crawlfleet.errors.OutputUnavailable` of one sentence naming the destination, never
@@ -67,6 +67,7 @@ import io
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, TypeVar
 
@@ -106,6 +107,9 @@ MAX_PARTS: Final = 10_000
 COPY_PART_LIMIT_BYTES: Final = 5 * 1024 * _MIB
 #: Parts of a multipart copy in flight at once (server-side: no bytes pass through the worker).
 _COPY_CONCURRENCY: Final = 4
+#: Threads of the S3 calls, apart from the event loop's default pool (which also resolves host
+#: names): a part upload holds its thread for seconds, and must not queue a DNS lookup behind it.
+_CALL_THREADS: Final = 8
 #: Bytes read at once when the finished object is read back to hash it.
 _READ_BYTES: Final = _MIB
 #: boto3's own retries of a request (throttling, 5xx, dropped connections), with its standard
@@ -164,6 +168,7 @@ class BucketParts:
         #: Above this, the finished file is copied to its content key in parts of this size.
         self.copy_part_limit_bytes = copy_part_limit_bytes
         self._client = client
+        self._threads = ThreadPoolExecutor(_CALL_THREADS, thread_name_prefix="crawlfleet-s3-parts")
         self._prefix = prefix.strip("/")
 
     def __repr__(self) -> str:
@@ -206,8 +211,9 @@ class BucketParts:
         return part
 
     async def call(self, work: Callable[[S3Client], _T]) -> _T:
-        """``work`` with the client, in a thread; boto3's errors as :class:`OutputUnavailable`
-        (one sentence naming the destination, the store's error code in brackets)."""
+        """``work`` with the client, in one of the parts' threads; boto3's errors as
+        :class:`OutputUnavailable` (one sentence naming the destination, the store's error code
+        in brackets)."""
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -218,7 +224,9 @@ class BucketParts:
         )
 
         try:
-            return await asyncio.to_thread(work, self._client)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._threads, work, self._client
+            )
         except ClientError as error:
             raise OutputUnavailable(
                 f"output destination {describe_s3_error(self.where, error, unreachable=False)}"
