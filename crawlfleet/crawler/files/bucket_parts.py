@@ -53,9 +53,10 @@ boto3's newer default CRC headers are turned off, since several S3-compatible st
 them.
 
 **Memory** per open part: the write buffer (:data:`WRITE_BUFFER_BYTES`, 1 MiB) plus boto3's
-read block while it sends a part from the buffer file (tens of KiB), so under 2 MiB whatever
-the file's size; a part's bytes wait on local disk (about ``partSizeBytes`` per download, more
-only for files past 10,000 parts), never in memory.
+read block while it sends a part from the buffer file (1 MiB while it hashes the payload to sign
+it, over http), so about 2 MiB whatever the file's size (a test holds it under 4 MiB); a part's
+bytes wait on local disk (about ``partSizeBytes`` per download, more only for files past 10,000
+parts), never in memory.
 """
 
 from __future__ import annotations
@@ -339,7 +340,7 @@ class BucketPart:
     async def _flush(self) -> None:
         if not self._pending:
             return
-        data, self._pending = bytes(self._pending), bytearray()
+        data, self._pending = self._pending, bytearray()  # handed over, not copied
         if self._buffer is None:
             self._buffer = await self._local(self._new_buffer)
         buffer = self._buffer
@@ -404,8 +405,10 @@ class BucketPart:
                 )
                 return answer["UploadId"]
 
-            self.state.upload_id = await self._parts.call(create)
-            self.state.parts, self.state.offset = [], 0
+            upload_id = await self._parts.call(create)
+            self.state.upload_id, self.state.parts, self.state.offset = upload_id, [], 0
+            await self._save_state()  # at once: an upload no sidecar names is never aborted
+            return upload_id
         return self.state.upload_id
 
     async def _reset_buffer(self) -> None:
