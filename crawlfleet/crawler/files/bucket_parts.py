@@ -157,7 +157,6 @@ class BucketParts:
         prefix: str,
         where: str,
         spool_dir: Path,
-        part_size_bytes: int,
         copy_part_limit_bytes: int = COPY_PART_LIMIT_BYTES,
     ) -> None:
         self.bucket = bucket
@@ -165,7 +164,6 @@ class BucketParts:
         self.where = where
         #: Where the local buffer files go (the output store's spool folder).
         self.spool_dir = spool_dir
-        self.part_size_bytes = part_size_bytes
         #: Above this, the finished file is copied to its content key in parts of this size.
         self.copy_part_limit_bytes = copy_part_limit_bytes
         self._client = client
@@ -176,7 +174,7 @@ class BucketParts:
         return f"BucketParts({self.where!r})"
 
     @classmethod
-    def from_store(cls, store: BucketStore, *, part_size_bytes: int) -> BucketParts:
+    def from_store(cls, store: BucketStore) -> BucketParts:
         """Parts beside ``store``'s output: same bucket, prefix, endpoint and credentials."""
         destination = store.destination
         return cls(
@@ -185,16 +183,15 @@ class BucketParts:
             prefix=destination.prefix,
             where=f"{destination.url} at {store.connection.where}",
             spool_dir=store.spool_dir / _BUFFER_FOLDER,
-            part_size_bytes=part_size_bytes,
         )
 
     @classmethod
     def from_spec(cls, store: BucketStore, spec: CrawlJobSpec) -> BucketParts:
-        """The parts of a job with ``files`` rules writing to ``store``."""
-        files = getattr(spec, "files", None)
-        if files is None:
+        """The parts of a job with ``files`` rules writing to ``store``. The part size is the
+        download's (it checkpoints at each multiple of ``files.partSizeBytes``), not theirs."""
+        if getattr(spec, "files", None) is None:
             raise ValueError("a job without files rules downloads no files")
-        return cls.from_store(store, part_size_bytes=int(files.part_size_bytes))
+        return cls.from_store(store)
 
     def key(self, relative: str) -> str:
         """The object key of ``relative`` (a key of the layout) under the destination's prefix."""

@@ -50,7 +50,7 @@ def parts_of(
     """Parts as a worker builds them: from the output store's connection (a new client each
     time, as another process would have)."""
     store = bucket_store(server, f"s3://{bucket}/{prefix}", credentials, tmp_path=tmp_path)
-    parts = BucketParts.from_store(store, part_size_bytes=PART)
+    parts = BucketParts.from_store(store)
     if copy_part_limit_bytes is not None:
         parts.copy_part_limit_bytes = copy_part_limit_bytes
     return parts
