@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import redis
 
 from crawlfleet.config import WorkerConfig
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
@@ -29,10 +30,13 @@ from crawlfleet.crawler.worker.flow import WorkerOptions
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.destinations import parse_destination
 from crawlfleet.frontier import Frontier, FrontierSettings, Lease, Outcomes, canonicalize
 from crawlfleet.local.redis_server import RedisServer
-from crawlfleet.output.stores import checked_store
+from crawlfleet.output.reader import verify
+from crawlfleet.output.stores import FolderStore, checked_store
 from crawlfleet.testsite.files import FileSite, FileSiteConfig
+from tests.support.slots import read_slots
 from tests.support.specs import job_spec
 
 pytestmark = pytest.mark.slow
@@ -314,3 +318,59 @@ async def test_stop_mid_download_releases_the_lease_and_keeps_the_part(
     part = running.out / "files" / ".parts" / f"{key}.part"
     state = json.loads((running.out / "files" / ".parts" / f"{key}.json").read_bytes())
     assert 0 < state["offset"] <= part.stat().st_size < size
+
+
+async def test_a_download_outlives_its_lease_ttl_and_fetch_deadline_and_holds_no_page_slot(
+    site: FileSite, crawl: Callable[..., Any], redis_server: RedisServer
+) -> None:
+    site.reset()
+    size = 1_500_000
+    url = site.file_url("ranges", "longer.mp4", size)
+    site.throttle(300_000)  # about 5 s: past the lease's 2 s ttl and its 2 s fetch deadline
+    try:
+        running: Running = await crawl(
+            files_spec(
+                [url],
+                [{"match": r"\.mp4"}],
+                lease={"ttlSeconds": 2, "heartbeatSeconds": 0.5, "deadAfterSeconds": 1.5},
+                fetch={
+                    "connectTimeoutSeconds": 2,
+                    "readTimeoutSeconds": 2,
+                    "totalTimeoutSeconds": 2,
+                },
+            )
+        )
+        await running.until("3 s into the download", lambda: site.bytes_sent(url) > 900_000)
+        client = redis.Redis.from_url(redis_server.url)
+        try:
+            account = read_slots(client, running.frontier.keys.job_id)
+        finally:
+            client.close()
+        assert account.wrong == {}
+        assert sum(account.counted.values()) == 0  # its file slot counts it, not a page slot
+        assert await running.finished() == 0
+    finally:
+        site.throttle(0)
+    assert_stored(running, site, {"longer.mp4": size})
+    assert running.worker.counters["leases_lost"] == 0
+
+
+async def test_the_manifest_counts_the_files_and_verify_rehashes_them(
+    site: FileSite, crawl: Callable[..., Any]
+) -> None:
+    site.reset()
+    seeds = [site.file_url(kind, "same.pdf", 80_000) for kind in ("ranges", "norange")]
+    seeds.append(site.file_url("ranges", "other.pdf", 90_000))
+    running: Running = await crawl(files_spec(seeds, [{"match": r"\.pdf"}]), exit_when_done=False)
+    manifest_path = running.out / "manifest.json"
+    await running.until("the manifest is written", manifest_path.exists)
+    counts = json.loads(manifest_path.read_text())["counts"]
+    assert (counts["fileRecords"], counts["storedFiles"], counts["fileBytes"]) == (3, 2, 170_000)
+    store = FolderStore(parse_destination(str(running.out)))
+    result = await verify(store, deep=True)
+    assert result.ok
+    assert (result.files_checked, result.unlisted) == (2, [])
+    stored = next(iter(running.out.glob("files/sha256/*/*")))
+    stored.write_bytes(b"%PDF-" + b"\0" * (stored.stat().st_size - 5))  # same size, other bytes
+    assert (await verify(store)).ok
+    assert not (await verify(store, deep=True)).ok
