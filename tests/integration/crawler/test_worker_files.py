@@ -22,22 +22,19 @@ from typing import Any, ClassVar
 import pytest
 import redis
 
-from crawlfleet.config import WorkerConfig
-from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
+from crawlfleet.crawler.fetching.fetch import Fetcher
 from crawlfleet.crawler.files.parts import part_key
-from crawlfleet.crawler.politeness.robots import RobotsPolicy, robots_fetch
-from crawlfleet.crawler.worker.flow import WorkerOptions
-from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.destinations import parse_destination
-from crawlfleet.frontier import Frontier, FrontierSettings, Lease, Outcomes, canonicalize
+from crawlfleet.frontier import Frontier, Lease, Outcomes, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.output.reader import verify
-from crawlfleet.output.stores import FolderStore, checked_store
+from crawlfleet.output.stores import FolderStore
 from crawlfleet.testsite.files import FileSite, FileSiteConfig
 from tests.support.slots import read_slots
 from tests.support.specs import job_spec
+from tests.support.workers import in_process_worker
 
 pytestmark = pytest.mark.slow
 
@@ -131,21 +128,13 @@ async def crawl(redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[Call
         AckCheckingFrontier.out = out
         AckCheckingFrontier.claimed = {}
         AckCheckingFrontier.acked_before_written = []
-        config = WorkerConfig(output_dir=out)
-        store = await checked_store(spec, str(out), config.output)
-        fetcher = Fetcher(FetchSettings.from_spec(spec))
-        frontier = await AckCheckingFrontier.connect(
-            redis_server.url, FrontierSettings.from_spec(job_id, spec)
-        )
-        await frontier.seed(spec.seeds)
-        worker = Worker(
-            spec=spec,
-            frontier=frontier,
-            fetcher=fetcher,
-            robots=RobotsPolicy.from_spec(frontier.robots, robots_fetch(fetcher), spec),
-            store=store,
-            metrics=WorkerMetrics(),
-            options=WorkerOptions.from_config("w1", config, exit_when_done=exit_when_done),
+        worker, fetcher, frontier = await in_process_worker(
+            spec,
+            redis_server.url,
+            job_id,
+            out,
+            frontier_class=AckCheckingFrontier,
+            exit_when_done=exit_when_done,
         )
         running = Running(worker, asyncio.create_task(worker.run()), out, frontier)
         started.append((running, fetcher))
