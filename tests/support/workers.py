@@ -30,11 +30,13 @@ async def in_process_worker(
     *,
     frontier_class: type[Frontier] = Frontier,
     exit_when_done: bool = False,
+    destination: str | None = None,
+    worker_id: str = "w1",
 ) -> tuple[Worker, Fetcher, Frontier]:
-    """A worker ``w1`` of ``spec`` writing to ``out``, its seeds queued; the caller runs it
-    and closes the fetcher and the frontier after."""
+    """A worker of ``spec`` writing to ``destination`` (default the folder ``out``, also its
+    spool), its seeds queued; the caller runs it and closes the fetcher and the frontier."""
     config = WorkerConfig(output_dir=out)
-    store = await checked_store(spec, str(out), config.output)
+    store = await checked_store(spec, destination or str(out), config.output)
     fetcher = Fetcher(FetchSettings.from_spec(spec))
     frontier = await frontier_class.connect(redis_url, FrontierSettings.from_spec(job_id, spec))
     await frontier.seed(spec.seeds)
@@ -45,6 +47,6 @@ async def in_process_worker(
         robots=RobotsPolicy.from_spec(frontier.robots, robots_fetch(fetcher), spec),
         store=store,
         metrics=WorkerMetrics(),
-        options=WorkerOptions.from_config("w1", config, exit_when_done=exit_when_done),
+        options=WorkerOptions.from_config(worker_id, config, exit_when_done=exit_when_done),
     )
     return worker, fetcher, frontier
