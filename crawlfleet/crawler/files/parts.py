@@ -14,7 +14,10 @@ Two kinds share one small Protocol (:class:`PartStore` opens a :class:`PartWrite
   fsynced, renamed, its folder fsynced), so the sidecar never claims a byte the disk does not
   hold. Bytes written after the last checkpoint are not trusted: opening a part cuts the data
   back to the sidecar's offset. ``.parts`` starts with a dot, so the output's listing never
-  shows it (``crawlfleet.output.stores``).
+  shows it (``crawlfleet.output.stores``). An open part holds an exclusive ``flock`` on its data:
+  a second writer (a worker that got the lease while the first, cut off from Redis, still
+  downloads) is refused with :class:`~crawlfleet.errors.OutputUnavailable` instead of
+  interleaving its bytes with the first's.
 * ``crawlfleet.crawler.files.bucket_parts.BucketParts`` (an S3 destination): an S3 multipart
   upload, imported by :func:`open_parts` only when a job writes to a bucket (its own module
   describes it).
@@ -28,6 +31,7 @@ never taken for a network failure of the download.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import hashlib
 import importlib
@@ -70,6 +74,8 @@ WRITE_BUFFER_BYTES: Final = 1024 * 1024
 _READ_BYTES: Final = 1024 * 1024
 _CONTENT_FOLDER: Final = f"{FILES_FOLDER}/sha256"
 _BUCKET_PARTS_MODULE: Final = "crawlfleet.crawler.files.bucket_parts"
+#: Opens of a part's path before giving up, when another writer keeps finishing it under us.
+_LOCK_TRIES: Final = 3
 
 _T = TypeVar("_T")
 
@@ -234,9 +240,9 @@ class LocalParts:
 
     def _open(self, url: str, data_path: Path, state_path: Path) -> tuple[PartState, int]:
         _make_folders(self.folder, self.root)
-        state = _read_state(state_path, url)
-        descriptor = os.open(data_path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = _locked(data_path)
         try:
+            state = _read_state(state_path, url)  # read under the lock: the writer's last word
             size = os.fstat(descriptor).st_size
             if size < state.offset:  # the data lost bytes the sidecar promised: start again
                 state = PartState(url=url, restarts=state.restarts)
@@ -247,6 +253,35 @@ class LocalParts:
             os.close(descriptor)
             raise
         return state, descriptor
+
+
+def _locked(data_path: Path) -> int:
+    """The part's data file, opened (made if missing) and exclusively locked.
+
+    The lock is taken on the file the path names *after* the lock is held: a writer that
+    finished meanwhile renamed its data to a content key, and that file must never be opened
+    as a part (it would be cut back to an empty sidecar's offset), so a moved file is let go
+    and the path opened again.
+    """
+    for _ in range(_LOCK_TRIES):
+        descriptor = os.open(data_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise OutputUnavailable(f"{data_path}: another download is writing this part") from None
+        except BaseException:
+            os.close(descriptor)
+            raise
+        opened = os.fstat(descriptor)
+        try:
+            named = os.stat(data_path)
+        except FileNotFoundError:
+            named = None
+        if named is not None and (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino):
+            return descriptor
+        os.close(descriptor)
+    raise OutputUnavailable(f"{data_path}: the part keeps moving away (finished elsewhere)")
 
 
 def _read_state(state_path: Path, url: str) -> PartState:
