@@ -485,3 +485,13 @@ def test_status_keeps_only_the_models_fields(jobs: Jobs) -> None:
     assert status["phase"] == "Running"
     assert status["crawled"] == 0  # the counters' defaults, so columns never show blanks
     assert status["conditions"] == []
+
+
+def test_status_keeps_what_a_job_with_files_stored(jobs: Jobs) -> None:
+    # The operator writes status.files for a job with spec.files; the schema must not prune it.
+    name = jobs.create({"seeds": [SEED]})["metadata"]["name"]
+    files = {"stored": 3, "bytes": 3 * 2**30, "duplicates": 1}
+
+    status = jobs.patch_status(name, {"phase": "Running", "files": files})["status"]
+
+    assert status["files"] == files
