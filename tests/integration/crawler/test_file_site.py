@@ -121,6 +121,7 @@ def test_a_single_range_gets_206_with_its_bytes(
     last = site.requests("ranges")[-1]
     assert (last.range_header, last.status, last.bytes_sent) == (range_header, 206, end - start)
     assert last.completed
+    assert last.ended is None or last.ended >= last.at
 
 
 @pytest.mark.parametrize("first", [SIZE, SIZE + 1, 10 * SIZE])
