@@ -343,7 +343,7 @@ def memory_run(site: FileSite, size: int, tmp: Path) -> dict[str, Any]:
     try:
         pid = run.worker()
         before = _status_kib(pid, "VmRSS")
-        while not site.requests("ranges"):
+        while not any(r.path.startswith("/files/") for r in site.requests("ranges")):
             before = _status_kib(pid, "VmRSS") or before
             run._check_running()
             time.sleep(0.01)
