@@ -15,6 +15,12 @@ per-host concurrency maxima are, and are reported in the summary.
 that gain an article per host every ``--publish-interval`` seconds, on the wall clock from
 start-up); its readiness line is ``{"hosts": [...], "seeds": [...], "feeds": [...]}``, and
 ``--record-file`` then gets every request with its site time and whether it was conditional.
+
+``--files`` serves the file site (:mod:`crawlfleet.testsite.files`: large generated files from
+hosts that honour ``Range``, ignore it, change files, reset mid-body…), ``--bytes-per-second``
+capping each response; its readiness line is ``{"hosts": {kind: netloc}, "bases": {kind:
+"http://…"}}``, and ``--record-file`` gets every request with its ``Range``, status and bytes
+sent.
 """
 
 from __future__ import annotations
@@ -27,10 +33,13 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from crawlfleet.testsite.files import FileServer, FileSiteConfig
 from crawlfleet.testsite.graph import SiteConfig
 from crawlfleet.testsite.news import NewsConfig, NewsServer
 from crawlfleet.testsite.server import SiteServer
 from crawlfleet.testsite.threaded import Startable
+
+_SITE_BASE_ADDRESS = "127.0.0.2"
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -48,7 +57,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--crawl-delay", type=float, default=None, help="Crawl-delay for host 1")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every response")
-    p.add_argument("--base-address", default="127.0.0.2", help="address of host 0")
+    p.add_argument(
+        "--base-address",
+        default=_SITE_BASE_ADDRESS,
+        help="address of host 0 (the file site's default: 127.0.24.1)",
+    )
     p.add_argument("--keep-records", action="store_true", help="keep every request record")
     p.add_argument("--news", action="store_true", help="serve the news site instead")
     p.add_argument(
@@ -56,6 +69,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=NewsConfig().publish_interval_seconds,
         help="news site: seconds between two articles of one host",
+    )
+    p.add_argument("--files", action="store_true", help="serve the file site instead")
+    p.add_argument(
+        "--bytes-per-second",
+        type=int,
+        default=FileSiteConfig().bytes_per_second,
+        help="file site: rate cap of each response (0: none)",
     )
     p.add_argument(
         "--record-file",
@@ -102,9 +122,32 @@ async def _serve_news(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _serve_files(args: argparse.Namespace) -> int:
+    base = args.base_address if args.base_address != _SITE_BASE_ADDRESS else None
+    config = FileSiteConfig(bytes_per_second=args.bytes_per_second)
+    server = FileServer(config) if base is None else FileServer(config, base_address=base)
+    await _until_signalled(
+        server,
+        lambda: {"hosts": server.netlocs, "bases": {k: server.base(k) for k in server.netlocs}},
+    )
+    requests = server.log.requests()
+    if args.record_file is not None:
+        rows = (
+            {"url": r.url, "range": r.range_header, "if_range": r.if_range, "status": r.status,
+             "bytes_sent": r.bytes_sent, "completed": r.completed}
+            for r in requests
+        )  # fmt: skip
+        _write_records(args.record_file, rows)
+    sent = sum(r.bytes_sent for r in requests)
+    print(json.dumps({"requests": len(requests), "bytes_sent": sent}), file=sys.stderr, flush=True)
+    return 0
+
+
 async def _serve(args: argparse.Namespace) -> int:
     if args.news:
         return await _serve_news(args)
+    if args.files:
+        return await _serve_files(args)
     config = SiteConfig(
         hosts=args.hosts,
         pages_per_host=args.pages_per_host,
