@@ -18,6 +18,7 @@ from crawlfleet.crawljob.validation import problem
 from crawlfleet.patterns import PatternError, compile_patterns
 
 __all__ = [
+    "CONTENT_TYPE",
     "CRON_SCHEDULE",
     "DAY_SECONDS",
     "GIB",
@@ -117,6 +118,12 @@ TIME_ZONE: Final = Pattern(
     "an IANA time zone name such as UTC, Europe/Berlin or America/New_York",
     max_length=64,
 )
+#: A media type a files rule accepts: ``type/subtype`` or ``type/*`` (never ``*/*``: every page).
+CONTENT_TYPE: Final = Pattern(
+    r"[A-Za-z0-9][-A-Za-z0-9!#$&^_.+]*/(\*|[A-Za-z0-9][-A-Za-z0-9!#$&^_.+]*)",
+    "a media type such as video/mp4, or a type with any subtype such as video/*",
+    max_length=127,
+)
 #: Every string shape, for the CRD generator to find each one's message by its pattern.
 STRING_SHAPES: Final = (
     OBJECT_NAME,
@@ -131,6 +138,7 @@ STRING_SHAPES: Final = (
     DURATION,
     CRON_SCHEDULE,
     TIME_ZONE,
+    CONTENT_TYPE,
 )
 
 

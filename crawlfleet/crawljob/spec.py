@@ -27,6 +27,7 @@ from crawlfleet.crawljob.extract import ExtractRules, extract_characters
 from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec, UserAgent
 from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
+from crawlfleet.crawljob.files import FilesSpec
 from crawlfleet.crawljob.output import OutputSpec
 from crawlfleet.crawljob.recrawl import RecrawlRules
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
@@ -98,6 +99,12 @@ class CrawlJobSpec(Section):
     match or documents by kind, with an interval that adapts to how often a page changes. A URL
     no rule names is fetched once. With rules and no schedule the job keeps going: it never
     completes by itself, and waits for the next URL that is due. See docs/recrawl.md."""
+    files: FilesSpec | None = None
+    """Which URLs are downloaded as files into files/ of the destination (streamed, resumed
+    after an interruption, verified, stored once by content) rather than read as pages: rules
+    by URL pattern, by the element a page links them from, or by the response's content type,
+    with a size cap per file and a byte budget per job. Unset: every URL is a page, read whole
+    up to fetch.maxBodyBytes. See docs/files.md."""
     schedule: ScheduleSpec | None = None
     """Run the job again at the times of a cron schedule: each run starts from the seeds and
     from what the last successful run kept (revisited URLs, seen URLs), and writes under its own
@@ -164,6 +171,19 @@ class CrawlJobSpec(Section):
             " (its scheduler has no way back to a URL yet), so revisit rules would be ignored",
             cel="!has(self.crawler) || !has(self.crawler.scrapy) || size(self.recrawl) == 0",
             holds=lambda spec: spec.scrapy is None or not spec.recrawl,
+        ),
+        Rule(
+            field="files",
+            message="must not be set with crawler.scrapy: a Scrapy spider downloads through its"
+            " own pipelines (FilesPipeline), and its workers have no streamed file downloads",
+            cel="!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.files)",
+            holds=lambda spec: spec.scrapy is None or spec.files is None,
+        ),
+        Rule(
+            field="output.format",
+            message="must not be none with files: the downloaded files' records would go nowhere",
+            cel="self.output.format != 'none' || !has(self.files)",
+            holds=lambda spec: spec.output.format != "none" or spec.files is None,
         ),
         Rule(
             field="schedule",

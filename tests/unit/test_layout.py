@@ -106,7 +106,7 @@ GROUND_FLOOR = FLOORS[0]
 #: The crawler's rooms (crawlfleet/crawler/__init__.py), on floors of their own, lowest first.
 CRAWLER_ROOMS: tuple[tuple[str, ...], ...] = (
     ("crawlfleet.crawler.fetching", "crawlfleet.crawler.links"),
-    ("crawlfleet.crawler.politeness", "crawlfleet.crawler.harvest"),
+    ("crawlfleet.crawler.politeness", "crawlfleet.crawler.harvest", "crawlfleet.crawler.files"),
     ("crawlfleet.crawler.worker",),
 )
 #: Every package whose parts stand on floors: the package and its table.
@@ -126,6 +126,7 @@ PACKAGES = (
     "crawlfleet",
     "crawlfleet.crawler",
     "crawlfleet.crawler.fetching",
+    "crawlfleet.crawler.files",
     "crawlfleet.crawler.harvest",
     "crawlfleet.crawler.links",
     "crawlfleet.crawler.politeness",
