@@ -7,11 +7,13 @@ tested in tests/unit/crawler/test_file_rules.py.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from crawlfleet.crawljob import CrawlJobSpec, FilesSpec
+from crawlfleet.crawler.files.rules import FileRules
+from crawlfleet.crawljob import CrawlJobSpec, FilesSpec, load_crawljob
 from crawlfleet.crawljob.files import (
     DEFAULT_BANDWIDTH_BYTES_PER_SECOND,
     DEFAULT_MAX_FILE_BYTES,
@@ -175,3 +177,29 @@ def test_every_problem_of_the_section_is_reported_at_once() -> None:
 def test_python_callers_may_build_the_section_by_name() -> None:
     files = FilesSpec.model_validate({"rules": [{"match": "x"}], "per_host": 3})
     assert files.per_host == 3
+
+
+# --- the examples -------------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def test_the_batch_example_downloads_every_seed_and_reads_no_page() -> None:
+    job = load_crawljob(EXAMPLES / "files-batch.yaml")
+    assert job.spec.scope.max_depth == 0
+    rules = FileRules.from_spec(job.spec.files)
+    assert [rules.for_url(seed, None) is not None for seed in job.spec.seeds] == [True] * 3
+    assert not rules.response_types_matter  # no page fetch needs to stop after the headers
+
+
+def test_the_pdf_example_keeps_linked_pdfs_and_crawls_pages() -> None:
+    job = load_crawljob(EXAMPLES / "files-pdfs.yaml")
+    rules = FileRules.from_spec(job.spec.files)
+    (seed,) = job.spec.seeds
+    assert rules.for_url(seed, None) is None  # the seed is a page
+    report = "https://www.example.org/publications/2026/annual.pdf"
+    assert rules.for_link(report, "a") is not None
+    assert rules.for_link("https://www.example.org/publications/2026/", "a") is None
+    assert rules.response_types_matter
+    assert rules.for_response("application/pdf", None) is not None
+    assert rules.for_response("text/html", None) is None

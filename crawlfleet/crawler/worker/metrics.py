@@ -475,22 +475,23 @@ class WorkerMetrics:
 
     def observe_file(
         self,
-        outcome: str,
+        outcome: str | None,
         *,
         received_bytes: int = 0,
         resumed_bytes: int = 0,
         restarts: Iterable[str] = (),
     ) -> None:
-        """A file download that ended: its outcome (one of :data:`FILE_OUTCOMES`), the bytes
-        it received, the bytes its part saved it, and its restarts (each one of
-        :data:`FILE_RESTART_REASONS`; another reason is refused)."""
-        if outcome not in FILE_OUTCOMES:
+        """A file download that ended: its outcome (one of :data:`FILE_OUTCOMES`; None: it
+        stopped at shutdown, to be resumed), the bytes it received, the bytes its part saved
+        it, and its restarts (each one of :data:`FILE_RESTART_REASONS`; another is refused)."""
+        if outcome is not None and outcome not in FILE_OUTCOMES:
             raise ValueError(f"unknown file outcome {outcome!r}")
         reasons = list(restarts)
         for reason in reasons:
             if reason not in FILE_RESTART_REASONS:
                 raise ValueError(f"unknown file restart reason {reason!r}")
-        self.files.labels(outcome=outcome).inc()
+        if outcome is not None:
+            self.files.labels(outcome=outcome).inc()
         if received_bytes > 0:
             self.file_bytes.inc(received_bytes)
         if resumed_bytes > 0:

@@ -175,7 +175,8 @@ def test_embedded_files_are_admitted_one_level_past_max_depth_and_no_further() -
     ]
     assert pending.dropped == {"too_deep": 1}
     plain = admission.prepare([page(["http://a.test/page.html"], depth=4)])
-    assert plain.links == [] and plain.dropped == {"too_deep": 1}
+    assert plain.links == []
+    assert plain.dropped == {"too_deep": 1}
     outside = admission.prepare(
         [PageLinksToAdmit(["http://b.test/x.png", "http://a.test/private/y.png"], 4, "p", True)]
     )

@@ -567,6 +567,7 @@ async def test_a_generation_of_downloads_only_commits_no_empty_page_file(tmp_pat
     sink.write([PageOutput(record(), file=file_record()), PageOutput(record(), file=file_record())])
     assert await sink.drain(5) == []
     assert pages(tmp_path) == []
-    assert sink.store is not None and not any(sink.store.spool_dir.iterdir())
+    assert sink.store is not None
+    assert not any(sink.store.spool_dir.iterdir())
     ((_, files),) = durable.calls
     assert [(file.key.split("/")[0], file.records) for file in files] == [("files", 2)]

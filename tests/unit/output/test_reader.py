@@ -156,13 +156,16 @@ async def test_verify_checks_each_stored_download_and_deep_rehashes(tmp_path: Pa
     store = FolderStore(parse_destination(str(tmp_path)))
 
     result = await verify(store)
-    assert result.ok and result.files_checked == 2 and result.unlisted == []
+    assert result.ok
+    assert result.files_checked == 2
+    assert result.unlisted == []
     assert stored_files(await store.files()) == (2, len(b"%PDF-1.7 good") * 2 + 4)
 
     (tmp_path / bad["stored"]).write_bytes(b"%PDF-1.7 will ROT")  # same size, other bytes
     assert (await verify(store)).ok  # a shallow check sees the size only
     deep = await verify(store, deep=True)
-    assert not deep.ok and deep.files_changed == [(bad["stored"], bad["url"])]
+    assert not deep.ok
+    assert deep.files_changed == [(bad["stored"], bad["url"])]
 
     (tmp_path / good["stored"]).unlink()
     gone = await verify(store)
