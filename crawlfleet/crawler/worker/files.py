@@ -154,6 +154,7 @@ class FileDownloads:
         verify_type: bool,
         throttle: Throttle | None,
         slot_ttl_seconds: float,
+        task_attempts: int,
     ) -> None:
         self.rules = rules
         self.frontier = frontier
@@ -168,6 +169,8 @@ class FileDownloads:
         self.verify_type = verify_type
         self.throttle = throttle
         self.slot_ttl_seconds = slot_ttl_seconds
+        #: ``retry.taskAttempts``: a failure at the last one is dead-lettered, its part dropped.
+        self.task_attempts = task_attempts
         #: The file slots held, lease id -> host (the heartbeat extends them).
         self._slots: dict[str, str] = {}
         #: The running downloads' requests, lease id -> request (SIGTERM stops them).
@@ -213,6 +216,7 @@ class FileDownloads:
             verify_type=files.verify_type,
             throttle=Throttle(bandwidth) if bandwidth > 0 else None,
             slot_ttl_seconds=spec.lease.ttl_seconds,
+            task_attempts=spec.retry.task_attempts,
         )
 
     # -- deciding -------------------------------------------------------------------------
@@ -314,8 +318,10 @@ class FileDownloads:
             return GivenBack.STOPPED
         if result.failure is not None:
             failure_class = FailureClass(result.failure)
-            if not fate(failure_class).retryable:
-                await part.discard()  # never tried again: nothing to resume
+            if not fate(failure_class).retryable or lease.attempts + 1 >= self.task_attempts:
+                # Never tried again (a permanent class, or the last attempt: the frontier
+                # dead-letters it): nothing will resume the part, so nothing keeps it.
+                await part.discard()
             # Else the part keeps what can be resumed (fetch_file dropped bytes that failed
             # verification: an error page, a tiny body).
             return self._failed(failure_class, result.message, result)

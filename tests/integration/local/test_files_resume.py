@@ -15,8 +15,8 @@ replaces it (the killed worker's leases are requeued at once) and the next attem
 
 A second run covers the answers that must not be stored as they are: an empty 200 (retried and
 counted as ``file_too_small``, then stored right) and an HTML error page for an ``.mp4``
-(``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/``; that it leaves no
-part behind either is the xfail below, a bug found here).
+(``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/``, and no part left
+behind: its last attempt drops it).
 
 Runtime: about 20 s for the kill (three 200 MB files at 25 MB/s each, half of them sent
 twice), 5 s for the other.
@@ -177,13 +177,6 @@ def test_an_empty_answer_is_retried_and_an_error_page_is_never_stored(
     assert list(stored_blobs(objects)) == [content_key(sha256)]  # the error page: nowhere
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="crawler/worker/files.py keeps the part of a retryable failure (file_type_mismatch,"
-    " file_size_mismatch...) and nothing discards it once the frontier dead-letters the URL"
-    " at its last attempt: files/.parts/<key>.part and .json stay (in a bucket: an open"
-    " multipart upload)",
-)
 def test_a_download_that_ends_in_the_dead_letters_leaves_no_part(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
