@@ -63,7 +63,7 @@ from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle,
 from crawlfleet.crawler.files.parts import PartStore, PartWriter, StoredFile, open_parts
 from crawlfleet.crawler.files.rules import FileRule, FileRules
 from crawlfleet.crawler.worker.sinks import FileRecord
-from crawlfleet.errors import OutputUnavailable
+from crawlfleet.errors import FrontierUnavailable, OutputUnavailable
 from crawlfleet.frontier.parents import file_mark, split_parent
 
 if TYPE_CHECKING:
@@ -263,8 +263,7 @@ class FileDownloads:
         """Download the lease's URL as a file of ``rule``; see the module docstring. A
         :class:`GivenBack` lease is no longer in the book."""
         if not await self._take_slot(lease):
-            await self.leases.release([lease.lease_id], GivenBack.NO_SLOT.value)
-            return GivenBack.NO_SLOT
+            return await self._give_back(lease, GivenBack.NO_SLOT)
         # Its file slot counts it now: the host's page slot goes back with the next claim.
         self.leases.fetched(lease.lease_id)
         try:
@@ -313,9 +312,8 @@ class FileDownloads:
             self.fetcher, lease.url, request, allow_url=allow_url, check_hop=check_hop, pace=pace
         )
         if result.stopped:
-            await self.leases.release([lease.lease_id], GivenBack.STOPPED.value)
             self._count(None, result)
-            return GivenBack.STOPPED
+            return await self._give_back(lease, GivenBack.STOPPED)
         if result.failure is not None:
             failure_class = FailureClass(result.failure)
             if not fate(failure_class).retryable or lease.attempts + 1 >= self.task_attempts:
@@ -407,6 +405,29 @@ class FileDownloads:
             digest.update(chunk)
         return digest.hexdigest()
 
+    async def _give_back(self, lease: Lease, why: GivenBack) -> GivenBack:
+        """Release the lease (no attempt counted), again after the book's backoff while Redis
+        does not answer: a lease left in the book would be extended for as long as the worker
+        lives. Stopping, it is left to the release of everything at shutdown."""
+        while True:
+            try:
+                await self.leases.release([lease.lease_id], why.value)
+            except FrontierUnavailable as exc:
+                if self._stopping:
+                    return why
+                wait = self.leases.outage.failed()
+                log.warning(
+                    "could not give back %s, again in %.1f s: %s",
+                    lease.url,
+                    wait,
+                    exc,
+                    extra={"layer": "task"},
+                )
+                await asyncio.sleep(wait)
+                continue
+            self.leases.outage.succeeded()
+            return why
+
     async def _part_failed(self, lease: Lease, error: OutputUnavailable) -> GivenBack:
         """The part could not be written: the destination's fault, not the URL's, so no
         attempt is counted; the lease goes back after :data:`PART_FAILURE_WAIT_SECONDS`."""
@@ -419,8 +440,7 @@ class FileDownloads:
         )
         if not self._stopping:
             await asyncio.sleep(PART_FAILURE_WAIT_SECONDS)
-        await self.leases.release([lease.lease_id], GivenBack.NO_PART.value)
-        return GivenBack.NO_PART
+        return await self._give_back(lease, GivenBack.NO_PART)
 
     def _failed(
         self, failure_class: FailureClass, message: str, result: FileResult | None = None
