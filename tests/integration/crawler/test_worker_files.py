@@ -363,3 +363,21 @@ async def test_the_manifest_counts_the_files_and_verify_rehashes_them(
     stored.write_bytes(b"%PDF-" + b"\0" * (stored.stat().st_size - 5))  # same size, other bytes
     assert (await verify(store)).ok
     assert not (await verify(store, deep=True)).ok
+
+
+async def test_a_link_marked_as_a_file_is_not_also_crawled_as_a_page(
+    site: FileSite, crawl: Callable[..., Any]
+) -> None:
+    site.reset()
+    rule = {"match": r"\.pdf$", "context": ["a"]}
+    running: Running = await crawl(
+        files_spec([site.page_url("ranges", 0)], [rule], scope={"maxDepth": 1})
+    )
+    assert await running.finished() == 0
+    # report-1.pdf is linked from page 1, at maxDepth: its file one level past it.
+    assert_stored(running, site, {"report-0.pdf": SMALL, "report-1.pdf": SMALL})
+    pages = {r["url"] for r in _lines(running.out.glob("pages/*.jsonl"))}
+    assert canonicalize(site.page_url("ranges", 1)) in pages
+    assert not any(".pdf" in url for url in pages)
+    asked = [r.path for r in site.requests("ranges") if "report-" in r.path]
+    assert sorted(asked) == ["/files/report-0.pdf", "/files/report-1.pdf"]  # once each
