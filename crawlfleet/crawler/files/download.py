@@ -62,6 +62,7 @@ from crawlfleet.crawler.files.resume import request_headers as range_headers
 from crawlfleet.crawler.files.sniff import HEAD_BYTES, check, min_bytes
 
 __all__ = [
+    "MAX_PIECES_PER_ATTEMPT",
     "MAX_RESTARTS_PER_ATTEMPT",
     "FileLimits",
     "FileRequest",
@@ -73,6 +74,10 @@ __all__ = [
 #: Fresh requests without a range after a mismatched answer, per attempt: a server that answers
 #: even those badly is failed (``protocol_error``), not asked forever.
 MAX_RESTARTS_PER_ATTEMPT: Final = 3
+#: Requests for the rest of a range a server sends in pieces, per attempt: enough for a file of
+#: gigabytes in the pieces CDNs send, and a server that sends a byte at a time costs a bounded
+#: number of requests before the attempt ends (``file_size_mismatch``, resumed next time).
+MAX_PIECES_PER_ATTEMPT: Final = 1000
 #: The most bytes a throttle lets through at once after a pause (as a share of a second).
 _BURST_SECONDS: Final = 0.25
 #: What a download accepts: any type (the rule and the verification judge it), no coding.
@@ -242,6 +247,7 @@ class _Download:
         self._pending = 0  # bytes written since the last checkpoint
         self._asked = 0  # the offset the current request asked a range from (0: none)
         self._fresh_requests = 0
+        self._pieces = 0
         self._hasher: hashlib._Hash | None = hashlib.sha256()
         self._head = bytearray()
 
@@ -293,7 +299,9 @@ class _Download:
         total = self.part.state.total
         if status == _PARTIAL_CONTENT and total is not None and started_at < self.held < total:
             # A server that sends a range in pieces (some CDNs cap a 206): ask for the rest.
-            return Consumed(again=True)
+            self._pieces += 1
+            if self._pieces < MAX_PIECES_PER_ATTEMPT:
+                return Consumed(again=True)
         return await self._verify(status)
 
     async def _answer(self, status: int, headers: Mapping[str, str]) -> Consumed | None:

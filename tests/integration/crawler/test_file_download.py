@@ -26,6 +26,7 @@ import pytest
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.files import download as download_module
 from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle, fetch_file
 from crawlfleet.crawler.files.parts import WRITE_BUFFER_BYTES, LocalParts, PartWriter, content_key
 from crawlfleet.testsite.files import FileKind, FileSite, FileSiteConfig, file_etag
@@ -431,27 +432,44 @@ async def test_a_body_cut_short_without_validators_restarts_on_the_retry(
     assert all(b"range:" not in head.lower() for head in server.heads)  # nothing to splice
 
 
+PIECES_BODY = b"%PDF-1.7\n" + bytes(range(256)) * 40
+
+
+def piece(start: int, end: int, body: bytes = PIECES_BODY) -> bytes:
+    """A 206 with bytes ``[start, end)`` of ``body``, whatever was asked."""
+    return (
+        f'HTTP/1.1 206 Partial Content\r\nContent-Type: application/pdf\r\nETag: "p"\r\n'
+        f"Content-Range: bytes {start}-{end - 1}/{len(body)}\r\nContent-Length: {end - start}"
+        "\r\n\r\n"
+    ).encode() + body[start:end]
+
+
 async def test_a_range_served_in_pieces_is_asked_for_the_rest(
     fetcher: Fetcher, tmp_path: Path
 ) -> None:
-    body = b"%PDF-1.7\n" + bytes(range(256)) * 40
-    total = len(body)
-
-    def piece(start: int, end: int) -> bytes:
-        return (
-            f'HTTP/1.1 206 Partial Content\r\nContent-Type: application/pdf\r\nETag: "p"\r\n'
-            f"Content-Range: bytes {start}-{end - 1}/{total}\r\nContent-Length: {end - start}"
-            "\r\n\r\n"
-        ).encode() + body[start:end]
-
+    total = len(PIECES_BODY)
     server = RawServer(piece(0, 4000), piece(4000, 8000), piece(8000, total))
     async with server as url:
         result, _ = await download(fetcher, tmp_path, url)
     assert result.failure is None, result.message
     assert (result.size, result.restarts, result.attempts) == (total, [], 3)
-    assert result.sha256 == hashlib.sha256(body).hexdigest()
+    assert result.sha256 == hashlib.sha256(PIECES_BODY).hexdigest()
     assert [b"range: bytes=4000-" in head.lower() for head in server.heads] == [False, True, False]
     assert b'if-range: "p"' in server.heads[2].lower()
+
+
+async def test_pieces_are_asked_a_bounded_number_of_times_per_attempt(
+    fetcher: Fetcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(download_module, "MAX_PIECES_PER_ATTEMPT", 2)
+    total = len(PIECES_BODY)
+    async with RawServer(piece(0, 4000), piece(4000, 8000), piece(8000, total)) as url:
+        cut, _ = await download(fetcher, tmp_path, url)
+        assert (cut.failure, cut.size, cut.attempts) == (FailureClass.FILE_SIZE_MISMATCH, 8000, 2)
+        result, _ = await download(fetcher, tmp_path, url)  # the next attempt goes on
+    assert result.failure is None, result.message
+    assert (result.resumed_from, result.size) == (8000, total)
+    assert result.sha256 == hashlib.sha256(PIECES_BODY).hexdigest()
 
 
 async def test_fetch_file_is_also_a_function(
