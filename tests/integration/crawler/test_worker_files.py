@@ -381,3 +381,20 @@ async def test_a_link_marked_as_a_file_is_not_also_crawled_as_a_page(
     assert not any(".pdf" in url for url in pages)
     asked = [r.path for r in site.requests("ranges") if "report-" in r.path]
     assert sorted(asked) == ["/files/report-0.pdf", "/files/report-1.pdf"]  # once each
+
+
+async def test_the_worker_bandwidth_cap_holds_for_all_its_downloads(
+    site: FileSite, crawl: Callable[..., Any]
+) -> None:
+    site.reset()
+    seeds = [site.file_url(kind, f"capped-{kind}.mp4", 200_000) for kind in ("ranges", "norange")]
+    started = time.monotonic()
+    running: Running = await crawl(
+        files_spec(seeds, [{"match": r"\.mp4"}], files={"bandwidthBytesPerSecond": 200_000})
+    )
+    assert await running.finished() == 0
+    elapsed = time.monotonic() - started
+    assert len(running.records()) == 2
+    # 400 kB at 200 kB/s for the two hosts together (a quarter second's burst aside): not the
+    # tenth of a second the loopback takes unthrottled.
+    assert elapsed >= 1.5
