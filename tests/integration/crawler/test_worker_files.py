@@ -293,9 +293,10 @@ async def test_stop_mid_download_releases_the_lease_and_keeps_the_part(
         running: Running = await crawl(
             files_spec([url], [{"match": r"\.mp4"}], files={"partSizeBytes": 5 * 1024 * 1024})
         )
-        await running.until("half sent", lambda: site.bytes_sent(url) > size // 2)
-        # A second into the download at least: its lease moves (the watchdog sees progress).
-        assert running.worker.leases.account()["oldest_processing_seconds"] < 1.5
+        await running.until("most of it sent", lambda: site.bytes_sent(url) > size * 4 // 5)
+        # Over three seconds into the download, its lease moved in the last two (each chunk
+        # tells the book, at most once a second): the watchdog sees progress, not a stall.
+        assert running.worker.leases.account()["oldest_processing_seconds"] < 2.0
         running.worker.request_stop()
         assert await running.finished() == 0
     finally:
