@@ -3,7 +3,8 @@
 ``crawlfleet run`` of seeds that are file URLs on the file test site, a ``files`` rule and
 ``maxDepth: 0``, one worker; the worker process is SIGKILLed when about half of each file has
 gone out (the site's own count), with no chance to checkpoint or release anything. The run
-replaces it (the killed worker's leases are requeued at once) and the next attempt:
+replaces it (the killed worker's leases are requeued at once, their file slots freed with
+them: each download goes on within seconds, not a lease ttl later) and the next attempt:
 
 * on a host that honours ``Range``: asks for the rest (``Range: bytes=N-``, N > 0, N at most
   what had been sent), so the site sends at most 1.2 times the file in all, and the stored
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 FILE_BYTES = 200_000_000
 #: Per response: half a file goes out in 4 s.
 BYTES_PER_SECOND = 25_000_000
+#: The lease ttl of the killed run, and how soon after the kill every download goes on.
+LEASE_SECONDS = 30
+RESUMED_WITHIN_SECONDS = 5
 SMALL_BYTES = 1_000_000
 FILE_RULE = {"match": r"/files/"}
 _FAILURES = 'crawlfleet_worker_failures_total{{failure_class="{}"}}'
@@ -67,7 +72,11 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
     files = {kind: f"{kind}.mp4" for kind in ("ranges", "norange", "changing")}
     with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
         seeds = [site.url(kind, f"/files/{name}?size={FILE_BYTES}") for kind, name in files.items()]
-        job = write_job(tmp_path, files_job("killed", seeds, [FILE_RULE]))
+        # A long lease: a killed worker's file slots must come back with its leases, at
+        # once, not when they expire (the frontier's requeue frees them).
+        job = write_job(
+            tmp_path, files_job("killed", seeds, [FILE_RULE], lease={"ttlSeconds": LEASE_SECONDS})
+        )
         out = tmp_path / "out"
         run = crawlfleet(
             "run", str(job), "--out", str(out), "--workers", "1", "--json",
@@ -76,6 +85,7 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
         at_kill = kill_at(
             site, [(kind, name, FILE_BYTES) for kind, name in files.items()], job, run
         )
+        killed_at = time.monotonic()  # the site's clock (FileRequestRecord.at)
         stdout, err = run.communicate(timeout=120)
         assert run.returncode == 0, err[-3000:]
         log = {kind: served(site, kind, name) for kind, name in files.items()}
@@ -85,6 +95,8 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
     assert summary["dead_lettered"] == 0
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert [e["why"] for e in events if e["kind"] == "LeasesRequeued"] == ["exited"]
+    waited = {kind: requests[-1].at - killed_at for kind, requests in log.items()}
+    assert max(waited.values()) < RESUMED_WITHIN_SECONDS, waited
     objects = folder_objects(out)
     records = {record["url"]: record for record in file_records(objects)}
     assert set(records) == set(seeds)
