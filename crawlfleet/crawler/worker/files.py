@@ -314,8 +314,9 @@ class FileDownloads:
             return GivenBack.STOPPED
         if result.failure is not None:
             failure_class = FailureClass(result.failure)
-            if not fate(failure_class).retryable:
-                await part.discard()  # never tried again: nothing to resume
+            last = lease.attempts + 1 >= self.frontier.settings.task_attempts
+            if last or not fate(failure_class).retryable:
+                await part.discard()  # never tried again (dead-lettered): nothing to resume
             # Else the part keeps what can be resumed (fetch_file dropped bytes that failed
             # verification: an error page, a tiny body).
             return self._failed(failure_class, result.message, result)
