@@ -16,8 +16,8 @@ them: each download goes on within seconds, not a lease ttl later) and the next 
 
 A second run covers the answers that must not be stored as they are: an empty 200 (retried and
 counted as ``file_too_small``, then stored right) and an HTML error page for an ``.mp4``
-(``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/``; that it leaves no
-part behind either is the xfail below, a bug found here).
+(``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/`` and no part left
+behind).
 
 Runtime: about 20 s for the kill (three 200 MB files at 25 MB/s each, half of them sent
 twice), 5 s for the other.
@@ -187,29 +187,4 @@ def test_an_empty_answer_is_retried_and_an_error_page_is_never_stored(
     assert summary["dead_lettered"] == 1
     assert summary["failed"] == 3  # every refused attempt, in the frontier's count too
     assert list(stored_blobs(objects)) == [content_key(sha256)]  # the error page: nowhere
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="crawler/worker/files.py keeps the part of a retryable failure (file_type_mismatch,"
-    " file_size_mismatch...) and nothing discards it once the frontier dead-letters the URL"
-    " at its last attempt: files/.parts/<key>.part and .json stay (in a bucket: an open"
-    " multipart upload)",
-)
-def test_a_download_that_ends_in_the_dead_letters_leaves_no_part(
-    tmp_path: Path, redis_server: RedisServer
-) -> None:
-    with FileSite(FileSiteConfig()) as site:
-        error = site.file_url("html_error", "error.mp4", SMALL_BYTES)
-        job = write_job(
-            tmp_path, files_job("buried", [error], [FILE_RULE], retry={"taskAttempts": 1})
-        )
-        out = tmp_path / "out"
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path,
-        )  # fmt: skip
-        stdout, err = run.communicate(timeout=120)
-        assert run.returncode == 0, err[-3000:]
-    assert summary_of(stdout)["dead_lettered"] == 1
-    assert part_leftovers(folder_objects(out)) == []
+    assert part_leftovers(objects) == []  # not even a part, once it is dead-lettered
