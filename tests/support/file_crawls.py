@@ -31,6 +31,7 @@ import yaml
 
 from crawlfleet.testsite.files import FileRequestRecord, FileSite
 from tests.support.processes import worker_processes
+from tests.support.runs import crawlfleet
 from tests.support.s3 import S3Server
 from tests.support.specs import merged
 
@@ -47,6 +48,7 @@ __all__ = [
     "part_leftovers",
     "range_start",
     "resumed_from",
+    "run_one_worker",
     "served",
     "sha256_of",
     "stored_blobs",
@@ -94,6 +96,22 @@ def write_job(directory: Path, document: Mapping[str, Any]) -> Path:
     path = directory / f"{document['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(dict(document)))
     return path
+
+
+def run_one_worker(
+    job_file: Path,
+    out: Path,
+    redis_url: str,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """``crawlfleet run --workers 1 --json`` of ``job_file`` into ``out`` (its folder, and its
+    destination unless ``extra`` names another), on the test's Redis; one worker at a time, so
+    the one to kill or to read the metrics of is the one there is."""
+    return crawlfleet(
+        "run", str(job_file), "--out", str(out), "--workers", "1", "--json",
+        "--redis-url", redis_url, *extra, cwd=job_file.parent, env=env,
+    )  # fmt: skip
 
 
 def summary_of(stdout: str) -> dict[str, Any]:

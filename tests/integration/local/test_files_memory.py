@@ -25,11 +25,12 @@ from tests.support.file_crawls import (
     file_records,
     files_job,
     folder_objects,
+    run_one_worker,
     summary_of,
     write_job,
 )
 from tests.support.processes import worker_processes
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
@@ -60,10 +61,7 @@ def test_four_one_gib_downloads_in_one_worker_stay_under_the_memory_bound(
         )
         job = write_job(tmp_path, document)
         started = time.monotonic()
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path,
-        )  # fmt: skip
+        run = run_one_worker(job, out, redis_server.url)
         peak_kib, sampled, side_by_side = 0, 0, 0
         deadline = started + 150
         while run.poll() is None and time.monotonic() < deadline:

@@ -44,13 +44,14 @@ from tests.support.file_crawls import (
     part_leftovers,
     range_start,
     resumed_from,
+    run_one_worker,
     served,
     sha256_of,
     stored_blobs,
     summary_of,
     write_job,
 )
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
@@ -78,10 +79,7 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
             tmp_path, files_job("killed", seeds, [FILE_RULE], lease={"ttlSeconds": LEASE_SECONDS})
         )
         out = tmp_path / "out"
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path,
-        )  # fmt: skip
+        run = run_one_worker(job, out, redis_server.url)
         at_kill = kill_at(
             site, [(kind, name, FILE_BYTES) for kind, name in files.items()], job, run
         )
@@ -156,10 +154,7 @@ def test_an_empty_answer_is_retried_and_an_error_page_is_never_stored(
         )
         out = tmp_path / "out"
         metrics.start()
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path, env=env,
-        )  # fmt: skip
+        run = run_one_worker(job, out, redis_server.url, env=env)
         try:
             stdout, err = run.communicate(timeout=120)
         finally:

@@ -29,13 +29,14 @@ from tests.support.file_crawls import (
     kill_at,
     part_leftovers,
     resumed_from,
+    run_one_worker,
     served,
     sha256_of,
     stored_blobs,
     summary_of,
     write_job,
 )
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 from tests.support.s3 import S3Server, aws_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
@@ -61,11 +62,10 @@ def test_a_killed_download_into_a_bucket_continues_its_multipart_upload(
         url = site.url("ranges", f"/files/{NAME}?size={FILE_BYTES}")
         job = write_job(tmp_path, files_job("into-bucket", [url], [{"match": r"\.mp4(\?|$)"}]))
         out = tmp_path / "run"
-        run = crawlfleet(
-            "run", str(job), "--output", f"s3://{s3_bucket}/{PREFIX}", "--out", str(out),
-            "--workers", "1", "--json", "--redis-url", redis_server.url,
-            cwd=tmp_path, env=aws_env(s3_server),
-        )  # fmt: skip
+        destination = f"s3://{s3_bucket}/{PREFIX}"
+        run = run_one_worker(
+            job, out, redis_server.url, "--output", destination, env=aws_env(s3_server)
+        )
         at_kill = kill_at(site, [("ranges", NAME, FILE_BYTES)], job, run)[NAME]
         stdout, err = run.communicate(timeout=120)
         assert run.returncode == 0, err[-3000:]
