@@ -19,8 +19,8 @@ counted as ``file_too_small``, then stored right) and an HTML error page for an 
 (``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/`` and no part left
 behind).
 
-Runtime: about 20 s for the kill (three 200 MB files at 25 MB/s each, half of them sent
-twice), 5 s for the other.
+Runtime: about 15 s for the kill (three 200 MB files at 25 MB/s each, half of them sent
+twice), 3 s for the other.
 """
 
 from __future__ import annotations
