@@ -80,6 +80,7 @@ from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.status import (
     Condition,
     CrawlJobStatus,
+    FilesStatus,
     FleetStatus,
     FreshnessStatus,
     Phase,
@@ -110,6 +111,7 @@ __all__ = [
     "FileElement",
     "FileRuleSpec",
     "FilesSpec",
+    "FilesStatus",
     "FleetStatus",
     "FreshnessStatus",
     "LeaseSpec",

@@ -26,9 +26,15 @@ from typing import Annotated, Any, ClassVar, Final, Literal, get_args
 from pydantic import AfterValidator
 
 from crawlfleet.crawljob.base import MaxLength, Range, Rule, Section
-from crawlfleet.crawljob.fields import CONTENT_TYPE, GIB, LIST_FROM_YAML, MIB, URLPattern, unique
-from crawlfleet.crawljob.validation import problem
-from crawlfleet.patterns import PatternError, compile_patterns
+from crawlfleet.crawljob.fields import (
+    CONTENT_TYPE,
+    GIB,
+    LIST_FROM_YAML,
+    MIB,
+    RULE_PATTERNS,
+    URLPattern,
+    unique,
+)
 
 __all__ = [
     "DEFAULT_BANDWIDTH_BYTES_PER_SECOND",
@@ -47,6 +53,7 @@ __all__ = [
     "FileRuleSpec",
     "FileRuleSpecs",
     "FilesSpec",
+    "files_characters",
 ]
 
 #: The elements a ``context`` may name: each links one resource by one attribute (``img``
@@ -159,22 +166,11 @@ class FileRuleSpec(Section):
     )
 
 
-def _match_patterns(rules: tuple[FileRuleSpec, ...]) -> tuple[FileRuleSpec, ...]:
-    """The rules' patterns compiled together, as the worker's ``FileRules`` compiles them."""
-    try:
-        compile_patterns([rule.match for rule in rules if rule.match is not None])
-    except PatternError as error:
-        if error.index is not None:  # each compiled alone already: cannot happen
-            raise
-        raise problem(f"have match patterns that {error.reason}") from None
-    return rules
-
-
 FileRuleSpecs = Annotated[
     tuple[FileRuleSpec, ...],
     LIST_FROM_YAML,
     MaxLength(MAX_FILE_RULES),
-    AfterValidator(_match_patterns),
+    RULE_PATTERNS,
 ]
 
 
@@ -212,4 +208,14 @@ class FilesSpec(Section):
             cel="self.rules.size() > 0",
             holds=lambda files: bool(files.rules),
         ),
+    )
+
+
+def files_characters(files: FilesSpec | None) -> int:
+    """The characters of the section's strings: most of what it adds to the spec's JSON."""
+    if files is None:
+        return 0
+    return sum(
+        len(rule.match or "") + sum(len(kind) for kind in rule.content_types)
+        for rule in files.rules
     )

@@ -26,8 +26,9 @@ connection broke would otherwise run again (a second claim, whose leases nobody 
 Redis 6 knows no shebang; there the scripts run bare, and Redis checks memory at a script's
 first write instead: a removal passes, a write that may grow memory is refused. The
 scripts that must pass start with a removal where they can (ack, fail, release, requeue
-remove the lease first; claim pops before it counts); heartbeat and extend cannot, so on
-Redis 6 only backpressure keeps them from being refused.
+remove the lease first; claim pops before it counts); heartbeat and extend cannot, nor can
+the file scripts (a slot, a reservation, an index entry or a counter is their first write), so
+on Redis 6 only backpressure keeps them from being refused.
 """
 
 from __future__ import annotations

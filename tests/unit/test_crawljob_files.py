@@ -26,6 +26,7 @@ from crawlfleet.crawljob.files import (
     MAX_PART_SIZE_BYTES,
     MAX_TOTAL_BYTES,
     MIN_PART_SIZE_BYTES,
+    files_characters,
 )
 from crawlfleet.errors import ConfigError
 
@@ -172,6 +173,13 @@ def test_every_problem_of_the_section_is_reported_at_once() -> None:
     )
     assert "spec.files.rules[2].match: is not a valid RE2 pattern" in message
     assert "spec.files.perHost: must be between 1 and 16" in message
+
+
+def test_the_sections_strings_count_toward_the_workers_config_map() -> None:
+    files = spec({"rules": [{"match": "abc", "contentTypes": ["a/b", "video/*"]}, {"context":
+                 ["img"]}]}).files  # fmt: skip
+    assert files_characters(files) == 3 + 3 + 7
+    assert files_characters(None) == 0
 
 
 def test_python_callers_may_build_the_section_by_name() -> None:

@@ -44,7 +44,7 @@ by a download resumed across processes.
 call (``put`` with ``use_multipart``, or a writer object): it exposes no upload id, no
 ``UploadPart`` of a chosen number and no ``ListParts``, so an upload cannot outlive the process
 that began it. boto3 speaks the low-level calls; it is synchronous, so each call runs in a
-thread (``asyncio.to_thread``). Its client is built from the output store's
+thread of the parts' own pool. Its client is built from the output store's
 :class:`~crawlfleet.output.stores.S3Connection` (same endpoint, region, addressing and
 credentials); every error it raises becomes an
 :class:`~crawlfleet.errors.OutputUnavailable` of one sentence naming the destination, never
@@ -53,9 +53,10 @@ boto3's newer default CRC headers are turned off, since several S3-compatible st
 them.
 
 **Memory** per open part: the write buffer (:data:`WRITE_BUFFER_BYTES`, 1 MiB) plus boto3's
-read block while it sends a part from the buffer file (tens of KiB), so under 2 MiB whatever
-the file's size; a part's bytes wait on local disk (about ``partSizeBytes`` per download, more
-only for files past 10,000 parts), never in memory.
+read block while it sends a part from the buffer file (1 MiB while it hashes the payload to sign
+it, over http), so about 2 MiB whatever the file's size (a test holds it under 4 MiB); a part's
+bytes wait on local disk (about ``partSizeBytes`` per download, more only for files past 10,000
+parts), never in memory.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ import io
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, TypeVar
 
@@ -106,6 +108,9 @@ MAX_PARTS: Final = 10_000
 COPY_PART_LIMIT_BYTES: Final = 5 * 1024 * _MIB
 #: Parts of a multipart copy in flight at once (server-side: no bytes pass through the worker).
 _COPY_CONCURRENCY: Final = 4
+#: Threads of the S3 calls, apart from the event loop's default pool (which also resolves host
+#: names): a part upload holds its thread for seconds, and must not queue a DNS lookup behind it.
+_CALL_THREADS: Final = 8
 #: Bytes read at once when the finished object is read back to hash it.
 _READ_BYTES: Final = _MIB
 #: boto3's own retries of a request (throttling, 5xx, dropped connections), with its standard
@@ -152,7 +157,6 @@ class BucketParts:
         prefix: str,
         where: str,
         spool_dir: Path,
-        part_size_bytes: int,
         copy_part_limit_bytes: int = COPY_PART_LIMIT_BYTES,
     ) -> None:
         self.bucket = bucket
@@ -160,17 +164,17 @@ class BucketParts:
         self.where = where
         #: Where the local buffer files go (the output store's spool folder).
         self.spool_dir = spool_dir
-        self.part_size_bytes = part_size_bytes
         #: Above this, the finished file is copied to its content key in parts of this size.
         self.copy_part_limit_bytes = copy_part_limit_bytes
         self._client = client
+        self._threads = ThreadPoolExecutor(_CALL_THREADS, thread_name_prefix="crawlfleet-s3-parts")
         self._prefix = prefix.strip("/")
 
     def __repr__(self) -> str:
         return f"BucketParts({self.where!r})"
 
     @classmethod
-    def from_store(cls, store: BucketStore, *, part_size_bytes: int) -> BucketParts:
+    def from_store(cls, store: BucketStore) -> BucketParts:
         """Parts beside ``store``'s output: same bucket, prefix, endpoint and credentials."""
         destination = store.destination
         return cls(
@@ -179,16 +183,15 @@ class BucketParts:
             prefix=destination.prefix,
             where=f"{destination.url} at {store.connection.where}",
             spool_dir=store.spool_dir / _BUFFER_FOLDER,
-            part_size_bytes=part_size_bytes,
         )
 
     @classmethod
     def from_spec(cls, store: BucketStore, spec: CrawlJobSpec) -> BucketParts:
-        """The parts of a job with ``files`` rules writing to ``store``."""
-        files = getattr(spec, "files", None)
-        if files is None:
+        """The parts of a job with ``files`` rules writing to ``store``. The part size is the
+        download's (it checkpoints at each multiple of ``files.partSizeBytes``), not theirs."""
+        if getattr(spec, "files", None) is None:
             raise ValueError("a job without files rules downloads no files")
-        return cls.from_store(store, part_size_bytes=int(files.part_size_bytes))
+        return cls.from_store(store)
 
     def key(self, relative: str) -> str:
         """The object key of ``relative`` (a key of the layout) under the destination's prefix."""
@@ -206,8 +209,9 @@ class BucketParts:
         return part
 
     async def call(self, work: Callable[[S3Client], _T]) -> _T:
-        """``work`` with the client, in a thread; boto3's errors as :class:`OutputUnavailable`
-        (one sentence naming the destination, the store's error code in brackets)."""
+        """``work`` with the client, in one of the parts' threads; boto3's errors as
+        :class:`OutputUnavailable` (one sentence naming the destination, the store's error code
+        in brackets)."""
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
@@ -218,7 +222,9 @@ class BucketParts:
         )
 
         try:
-            return await asyncio.to_thread(work, self._client)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._threads, work, self._client
+            )
         except ClientError as error:
             raise OutputUnavailable(
                 f"output destination {describe_s3_error(self.where, error, unreachable=False)}"
@@ -331,7 +337,7 @@ class BucketPart:
     async def _flush(self) -> None:
         if not self._pending:
             return
-        data, self._pending = bytes(self._pending), bytearray()
+        data, self._pending = self._pending, bytearray()  # handed over, not copied
         if self._buffer is None:
             self._buffer = await self._local(self._new_buffer)
         buffer = self._buffer
@@ -396,8 +402,10 @@ class BucketPart:
                 )
                 return answer["UploadId"]
 
-            self.state.upload_id = await self._parts.call(create)
-            self.state.parts, self.state.offset = [], 0
+            upload_id = await self._parts.call(create)
+            self.state.upload_id, self.state.parts, self.state.offset = upload_id, [], 0
+            await self._save_state()  # at once: an upload no sidecar names is never aborted
+            return upload_id
         return self.state.upload_id
 
     async def _reset_buffer(self) -> None:

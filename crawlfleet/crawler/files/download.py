@@ -1,9 +1,9 @@
 """One file download: streamed into its part, resumed with ``Range``, verified at the end.
 
-:func:`fetch_file` fetches a file with everything ``Fetcher.fetch`` does for a page (the address
-guard on the URL and every redirect hop, the caller's scope and robots checks of each hop,
-request-layer retries with backoff, failure classes), through ``Fetcher.stream``, and differs
-where a file must:
+``Fetcher.fetch_file(url, FileRequest(...))`` fetches a file with everything ``Fetcher.fetch``
+does for a page (the address guard on the URL and every redirect hop, the caller's scope and
+robots checks of each hop, request-layer retries with backoff, failure classes), through
+``Fetcher.stream``, and differs where a file must:
 
 * ``Accept-Encoding: identity``: bytes on the wire are the bytes stored, so a range means what
   it says;
@@ -12,7 +12,9 @@ where a file must:
   mid-body is retried from the last byte received: what came is checkpointed first;
 * the answer decides: a matching 206 appends, a 200 restarts the part with its body, a
   mismatched 206, a 416 or a changed validator restart it and ask again without a range: a
-  file is never spliced from two versions, and every restart is counted by its reason;
+  file is never spliced from two versions, and every restart is counted by its reason; a 206
+  that ends short of the total (a server that serves a range in pieces) is followed at once by
+  a request for the rest;
 * the body streams chunk by chunk into the part with an incremental sha256 (on resume, the
   durable bytes are hashed first; a part that cannot read them back leaves ``sha256`` None and
   the worker hashes the finished object), checkpointed every ``part_size`` bytes and on stop;
@@ -45,7 +47,7 @@ from typing import Final, Protocol
 
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, HopCheck
-from crawlfleet.crawler.fetching.streaming import Consumed
+from crawlfleet.crawler.fetching.streaming import Consumed, StreamedBody
 from crawlfleet.crawler.files.parts import PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
     Append,
@@ -60,6 +62,7 @@ from crawlfleet.crawler.files.resume import request_headers as range_headers
 from crawlfleet.crawler.files.sniff import HEAD_BYTES, check, min_bytes
 
 __all__ = [
+    "MAX_PIECES_PER_ATTEMPT",
     "MAX_RESTARTS_PER_ATTEMPT",
     "FileLimits",
     "FileRequest",
@@ -71,10 +74,15 @@ __all__ = [
 #: Fresh requests without a range after a mismatched answer, per attempt: a server that answers
 #: even those badly is failed (``protocol_error``), not asked forever.
 MAX_RESTARTS_PER_ATTEMPT: Final = 3
+#: Requests for the rest of a range a server sends in pieces, per attempt: enough for a file of
+#: gigabytes in the pieces CDNs send, and a server that sends a byte at a time costs a bounded
+#: number of requests before the attempt ends (``file_size_mismatch``, resumed next time).
+MAX_PIECES_PER_ATTEMPT: Final = 1000
 #: The most bytes a throttle lets through at once after a pause (as a share of a second).
 _BURST_SECONDS: Final = 0.25
 #: What a download accepts: any type (the rule and the verification judge it), no coding.
 _FILE_REQUEST_HEADERS: Final = {"Accept": "*/*", "Accept-Encoding": "identity"}
+_PARTIAL_CONTENT: Final = 206
 _RANGE_NOT_SATISFIABLE: Final = 416
 
 
@@ -135,7 +143,9 @@ class FileLimits(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FileRequest:
-    """One download's inputs: its rule, its open part and how it is paced and stopped."""
+    """One download: its rule, its open part, how it is paced and stopped; ``Fetcher.fetch_file``
+    carries it out (``fetcher.fetch_file(request.url, request, allow_url=..., check_hop=...,
+    pace=...)`` -> :class:`FileResult`), see the module docstring."""
 
     url: str
     rule: FileLimits
@@ -148,6 +158,21 @@ class FileRequest:
     verify_type: bool = True
     #: Called with the bytes the part holds after each chunk (metrics, a stall watch).
     on_progress: Callable[[int], None] | None = None
+
+    async def run(self, stream: Callable[[StreamedBody], Awaitable[FetchResult]]) -> FileResult:
+        """The download (``fetching.fetch.Download``): ``stream`` is ``Fetcher.stream`` of this
+        URL with the caller's checks. Network failures and what verification finds come back
+        as the result's ``failure``; a part that cannot be written raises
+        :class:`~crawlfleet.errors.OutputUnavailable`."""
+        started = time.monotonic()
+        download = _Download(self)
+        await download.begin()
+        if self.stop.is_set():
+            await download.checkpoint()
+            return download.result(None, time.monotonic() - started, stopped=True)
+        fetched = await stream(download)
+        await download.checkpoint()  # what came is kept for the next attempt (if anything did)
+        return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
 
 
 @dataclass(slots=True)
@@ -199,31 +224,18 @@ async def fetch_file(
     check_hop: HopCheck | None = None,
     pace: Callable[[str], Awaitable[None]] | None = None,
 ) -> FileResult:
-    """Download ``url`` into ``request.part``; see the module docstring.
-
-    ``allow_url``, ``check_hop`` and ``pace`` are ``Fetcher.fetch``'s (scope and robots of every
-    redirect hop, the host's pacing before every request after the first). Network failures and
-    what verification finds come back as the result's ``failure``; a part that cannot be
-    written raises :class:`~crawlfleet.errors.OutputUnavailable`.
-    """
-    started = time.monotonic()
-    download = _Download(url, request)
-    await download.begin()
-    if request.stop.is_set():
-        await download.checkpoint()
-        return download.result(None, time.monotonic() - started, stopped=True)
-    fetched = await fetcher.stream(
-        url, download, allow_url=allow_url, check_hop=check_hop, pace=pace
+    """``fetcher.fetch_file(url, request, ...)`` spelled as a function (callers written against
+    either spelling work)."""
+    return await fetcher.fetch_file(
+        url, request, allow_url=allow_url, check_hop=check_hop, pace=pace
     )
-    await download.checkpoint()  # whatever came is kept for the next attempt (a no-op if none)
-    return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
 
 
 class _Download:
     """The streamed body of one download (``fetching.streaming.StreamedBody``) and its tally."""
 
-    def __init__(self, url: str, request: FileRequest) -> None:
-        self.url = url
+    def __init__(self, request: FileRequest) -> None:
+        self.url = request.url
         self.request = request
         self.part = request.part
         self.resumed_from = request.part.state.offset
@@ -235,16 +247,14 @@ class _Download:
         self._pending = 0  # bytes written since the last checkpoint
         self._asked = 0  # the offset the current request asked a range from (0: none)
         self._fresh_requests = 0
+        self._pieces = 0
         self._hasher: hashlib._Hash | None = hashlib.sha256()
         self._head = bytearray()
 
     async def begin(self) -> None:
-        """Before the first request: hash what the part already holds (or restart it when it
-        cannot be resumed: no validator)."""
-        if self.held <= 0:
-            return
-        if if_range(self.part.state) is None:
-            await self._restart("no_validator")
+        """Before the first request: hash what the part already holds (a part without a
+        validator is restarted by :meth:`prepare` instead)."""
+        if self.held <= 0 or if_range(self.part.state) is None:
             return
         try:
             async for chunk in self.part.durable_bytes():
@@ -261,6 +271,8 @@ class _Download:
 
     async def prepare(self) -> Mapping[str, str]:
         await self.checkpoint()  # a retry after a reset: what came is durable before we go on
+        if self.held > 0 and if_range(self.part.state) is None:
+            await self._restart("no_validator")  # cut short, and its response had no validator
         self._asked = self.held
         return {**_FILE_REQUEST_HEADERS, **range_headers(self.part.state, self.held)}
 
@@ -270,6 +282,32 @@ class _Download:
     async def consume(
         self, status: int, headers: Mapping[str, str], chunks: AsyncIterator[bytes]
     ) -> Consumed:
+        refused = await self._answer(status, headers)
+        if refused is not None:
+            return refused
+        started_at = self.held
+        max_bytes = self.request.rule.max_bytes
+        async for chunk in chunks:
+            if self.held + len(chunk) > max_bytes:
+                return Consumed(
+                    FailureClass.FILE_TOO_LARGE, f"more than maxBytes {max_bytes} bytes sent"
+                )
+            await self._take(chunk)
+            if self.request.stop.is_set():
+                self.stopped = True
+                return Consumed(message=f"stopped at byte {self.held}")
+        total = self.part.state.total
+        if status == _PARTIAL_CONTENT and total is not None and started_at < self.held < total:
+            # A server that sends a range in pieces (some CDNs cap a 206): ask for the rest.
+            self._pieces += 1
+            if self._pieces < MAX_PIECES_PER_ATTEMPT:
+                return Consumed(again=True)
+        return await self._verify(status)
+
+    async def _answer(self, status: int, headers: Mapping[str, str]) -> Consumed | None:
+        """Judge a response before its body (``resume.judge``): restart the part when the
+        answer says so, record what it says of the file; a ``Consumed`` to end with, or None to
+        read its body."""
         state = self.part.state
         decision = judge(state, status, headers, self._asked)
         if isinstance(decision, Restart):
@@ -292,16 +330,7 @@ class _Download:
                 FailureClass.FILE_TOO_LARGE,
                 f"HTTP {status}: declares {state.total} bytes, over maxBytes {max_bytes}",
             )
-        async for chunk in chunks:
-            if self.held + len(chunk) > max_bytes:
-                return Consumed(
-                    FailureClass.FILE_TOO_LARGE, f"more than maxBytes {max_bytes} bytes sent"
-                )
-            await self._take(chunk)
-            if self.request.stop.is_set():
-                self.stopped = True
-                return Consumed(message=f"stopped at byte {self.held}")
-        return await self._verify(status)
+        return None
 
     # -- the bytes ---------------------------------------------------------------------------
 

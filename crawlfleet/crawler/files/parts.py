@@ -14,7 +14,10 @@ Two kinds share one small Protocol (:class:`PartStore` opens a :class:`PartWrite
   fsynced, renamed, its folder fsynced), so the sidecar never claims a byte the disk does not
   hold. Bytes written after the last checkpoint are not trusted: opening a part cuts the data
   back to the sidecar's offset. ``.parts`` starts with a dot, so the output's listing never
-  shows it (``crawlfleet.output.stores``).
+  shows it (``crawlfleet.output.stores``). An open part holds an exclusive ``flock`` on its data:
+  a second writer (a worker that got the lease while the first, cut off from Redis, still
+  downloads) is refused with :class:`~crawlfleet.errors.OutputUnavailable` instead of
+  interleaving its bytes with the first's.
 * ``crawlfleet.crawler.files.bucket_parts.BucketParts`` (an S3 destination): an S3 multipart
   upload, imported by :func:`open_parts` only when a job writes to a bucket (its own module
   describes it).
@@ -28,6 +31,7 @@ never taken for a network failure of the download.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import functools
 import hashlib
 import importlib
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
     from crawlfleet.crawljob import CrawlJobSpec
 
 __all__ = [
+    "EARLY_WRITEBACK",
     "FILES_FOLDER",
     "PARTS_FOLDER",
     "WRITE_BUFFER_BYTES",
@@ -64,12 +69,17 @@ __all__ = [
 FILES_FOLDER: Final = "files"
 #: Where parts live, under the destination: a dot name, so never listed as output.
 PARTS_FOLDER: Final = f"{FILES_FOLDER}/.parts"
+#: Local parts start writing their bytes back as each buffer is written (see ``_write_all``),
+#: where the platform can (Linux); elsewhere a checkpoint's fsync does it all.
+EARLY_WRITEBACK: Final = hasattr(os, "posix_fadvise")
 #: Unwritten bytes a local part buffers before it writes them (in a thread): one write per MiB
 #: keeps the event loop's thread hops few, and bounds what a download holds in memory.
 WRITE_BUFFER_BYTES: Final = 1024 * 1024
 _READ_BYTES: Final = 1024 * 1024
 _CONTENT_FOLDER: Final = f"{FILES_FOLDER}/sha256"
 _BUCKET_PARTS_MODULE: Final = "crawlfleet.crawler.files.bucket_parts"
+#: Opens of a part's path before giving up, when another writer keeps finishing it under us.
+_LOCK_TRIES: Final = 3
 
 _T = TypeVar("_T")
 
@@ -218,9 +228,10 @@ def open_parts(store: OutputStore, spec: CrawlJobSpec) -> PartStore:
 class LocalParts:
     """Parts in a folder destination: ``<root>/files/.parts/<key>.part`` and ``.json``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, early_writeback: bool = EARLY_WRITEBACK) -> None:
         self.root = root
         self.folder = root / PARTS_FOLDER
+        self.early_writeback = early_writeback and EARLY_WRITEBACK
 
     def __repr__(self) -> str:
         return f"LocalParts({str(self.root)!r})"
@@ -230,13 +241,20 @@ class LocalParts:
         data_path = self.folder / f"{key}.part"
         state_path = self.folder / f"{key}.json"
         state, descriptor = await _io(data_path, lambda: self._open(url, data_path, state_path))
-        return LocalPart(self.root, state, data_path, state_path, descriptor)
+        return LocalPart(
+            self.root,
+            state,
+            data_path,
+            state_path,
+            descriptor,
+            early_writeback=self.early_writeback,
+        )
 
     def _open(self, url: str, data_path: Path, state_path: Path) -> tuple[PartState, int]:
         _make_folders(self.folder, self.root)
-        state = _read_state(state_path, url)
-        descriptor = os.open(data_path, os.O_RDWR | os.O_CREAT, 0o644)
+        descriptor = _locked(data_path)
         try:
+            state = _read_state(state_path, url)  # read under the lock: the writer's last word
             size = os.fstat(descriptor).st_size
             if size < state.offset:  # the data lost bytes the sidecar promised: start again
                 state = PartState(url=url, restarts=state.restarts)
@@ -247,6 +265,35 @@ class LocalParts:
             os.close(descriptor)
             raise
         return state, descriptor
+
+
+def _locked(data_path: Path) -> int:
+    """The part's data file, opened (made if missing) and exclusively locked.
+
+    The lock is taken on the file the path names *after* the lock is held: a writer that
+    finished meanwhile renamed its data to a content key, and that file must never be opened
+    as a part (it would be cut back to an empty sidecar's offset), so a moved file is let go
+    and the path opened again.
+    """
+    for _ in range(_LOCK_TRIES):
+        descriptor = os.open(data_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            raise OutputUnavailable(f"{data_path}: another download is writing this part") from None
+        except BaseException:
+            os.close(descriptor)
+            raise
+        opened = os.fstat(descriptor)
+        try:
+            named = os.stat(data_path)
+        except FileNotFoundError:
+            named = None
+        if named is not None and (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino):
+            return descriptor
+        os.close(descriptor)
+    raise OutputUnavailable(f"{data_path}: the part keeps moving away (finished elsewhere)")
 
 
 def _read_state(state_path: Path, url: str) -> PartState:
@@ -265,9 +312,17 @@ class LocalPart:
     """One open local part (see :class:`LocalParts`); not safe for concurrent use."""
 
     def __init__(
-        self, root: Path, state: PartState, data_path: Path, state_path: Path, descriptor: int
+        self,
+        root: Path,
+        state: PartState,
+        data_path: Path,
+        state_path: Path,
+        descriptor: int,
+        *,
+        early_writeback: bool = EARLY_WRITEBACK,
     ) -> None:
         self.state = state
+        self._early_writeback = early_writeback
         self._root = root
         self._data_path = data_path
         self._state_path = state_path
@@ -293,7 +348,8 @@ class LocalPart:
             return
         data, self._buffer = self._buffer, bytearray()
         descriptor, position = self._open_descriptor(), self._written
-        await _io(self._data_path, lambda: _write_all(descriptor, data, position))
+        early = self._early_writeback
+        await _io(self._data_path, lambda: _write_all(descriptor, data, position, early))
         self._written += len(data)
 
     async def checkpoint(self) -> None:
@@ -390,11 +446,19 @@ async def _io(path: Path, work: Callable[[], _T]) -> _T:
         raise OutputUnavailable(f"{path}: {error.strerror or error}") from error
 
 
-def _write_all(descriptor: int, data: bytearray, position: int) -> None:
+def _write_all(descriptor: int, data: bytearray, position: int, early_writeback: bool) -> None:
+    """Write ``data`` at ``position``; with ``early_writeback``, ask the kernel to write it back
+    now: ``POSIX_FADV_DONTNEED`` on pages just written starts their writeback at once (and lets
+    them leave the page cache once clean), so a checkpoint's fsync waits for the last buffer, not
+    for the whole part, and a download of gigabytes does not push other files out of the cache
+    (docs/benchmarks.md, "Local parts")."""
+    start = position
     view = memoryview(data)
     while view:
         written = os.pwrite(descriptor, view, position)
         view, position = view[written:], position + written
+    if early_writeback:
+        os.posix_fadvise(descriptor, start, len(data), os.POSIX_FADV_DONTNEED)
 
 
 def _replace_durably(path: Path, data: bytes) -> None:

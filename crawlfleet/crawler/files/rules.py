@@ -89,6 +89,9 @@ class FileRules:
     )
 
     def __init__(self, rules: Sequence[FileRule]) -> None:
+        """``rules`` in the spec's order, each at its ``index`` (:meth:`from_spec` builds them)."""
+        if any(rule.index != position for position, rule in enumerate(rules)):
+            raise ValueError("each rule must sit at its index: a mark names a rule by position")
         self.rules: tuple[FileRule, ...] = tuple(rules)
         #: Elements whose links ``extract_links`` must report (``PageLinks.embedded``).
         self.contexts: frozenset[str] = frozenset(

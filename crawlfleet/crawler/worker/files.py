@@ -63,7 +63,7 @@ from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle,
 from crawlfleet.crawler.files.parts import PartStore, PartWriter, StoredFile, open_parts
 from crawlfleet.crawler.files.rules import FileRule, FileRules
 from crawlfleet.crawler.worker.sinks import FileRecord
-from crawlfleet.errors import OutputUnavailable
+from crawlfleet.errors import FrontierUnavailable, OutputUnavailable
 from crawlfleet.frontier.parents import file_mark, split_parent
 
 if TYPE_CHECKING:
@@ -154,6 +154,7 @@ class FileDownloads:
         verify_type: bool,
         throttle: Throttle | None,
         slot_ttl_seconds: float,
+        task_attempts: int,
     ) -> None:
         self.rules = rules
         self.frontier = frontier
@@ -168,6 +169,8 @@ class FileDownloads:
         self.verify_type = verify_type
         self.throttle = throttle
         self.slot_ttl_seconds = slot_ttl_seconds
+        #: ``retry.taskAttempts``: a failure at the last one is dead-lettered, its part dropped.
+        self.task_attempts = task_attempts
         #: The file slots held, lease id -> host (the heartbeat extends them).
         self._slots: dict[str, str] = {}
         #: The running downloads' requests, lease id -> request (SIGTERM stops them).
@@ -213,6 +216,7 @@ class FileDownloads:
             verify_type=files.verify_type,
             throttle=Throttle(bandwidth) if bandwidth > 0 else None,
             slot_ttl_seconds=spec.lease.ttl_seconds,
+            task_attempts=spec.retry.task_attempts,
         )
 
     # -- deciding -------------------------------------------------------------------------
@@ -259,8 +263,7 @@ class FileDownloads:
         """Download the lease's URL as a file of ``rule``; see the module docstring. A
         :class:`GivenBack` lease is no longer in the book."""
         if not await self._take_slot(lease):
-            await self.leases.release([lease.lease_id], GivenBack.NO_SLOT.value)
-            return GivenBack.NO_SLOT
+            return await self._give_back(lease, GivenBack.NO_SLOT)
         # Its file slot counts it now: the host's page slot goes back with the next claim.
         self.leases.fetched(lease.lease_id)
         try:
@@ -309,14 +312,14 @@ class FileDownloads:
             self.fetcher, lease.url, request, allow_url=allow_url, check_hop=check_hop, pace=pace
         )
         if result.stopped:
-            await self.leases.release([lease.lease_id], GivenBack.STOPPED.value)
             self._count(None, result)
-            return GivenBack.STOPPED
+            return await self._give_back(lease, GivenBack.STOPPED)
         if result.failure is not None:
             failure_class = FailureClass(result.failure)
-            last = lease.attempts + 1 >= self.frontier.settings.task_attempts
-            if last or not fate(failure_class).retryable:
-                await part.discard()  # never tried again (dead-lettered): nothing to resume
+            if not fate(failure_class).retryable or lease.attempts + 1 >= self.task_attempts:
+                # Never tried again (a permanent class, or the last attempt: the frontier
+                # dead-letters it): nothing will resume the part, so nothing keeps it.
+                await part.discard()
             # Else the part keeps what can be resumed (fetch_file dropped bytes that failed
             # verification: an error page, a tiny body).
             return self._failed(failure_class, result.message, result)
@@ -402,6 +405,29 @@ class FileDownloads:
             digest.update(chunk)
         return digest.hexdigest()
 
+    async def _give_back(self, lease: Lease, why: GivenBack) -> GivenBack:
+        """Release the lease (no attempt counted), again after the book's backoff while Redis
+        does not answer: a lease left in the book would be extended for as long as the worker
+        lives. Stopping, it is left to the release of everything at shutdown."""
+        while True:
+            try:
+                await self.leases.release([lease.lease_id], why.value)
+            except FrontierUnavailable as exc:
+                if self._stopping:
+                    return why
+                wait = self.leases.outage.failed()
+                log.warning(
+                    "could not give back %s, again in %.1f s: %s",
+                    lease.url,
+                    wait,
+                    exc,
+                    extra={"layer": "task"},
+                )
+                await asyncio.sleep(wait)
+                continue
+            self.leases.outage.succeeded()
+            return why
+
     async def _part_failed(self, lease: Lease, error: OutputUnavailable) -> GivenBack:
         """The part could not be written: the destination's fault, not the URL's, so no
         attempt is counted; the lease goes back after :data:`PART_FAILURE_WAIT_SECONDS`."""
@@ -414,8 +440,7 @@ class FileDownloads:
         )
         if not self._stopping:
             await asyncio.sleep(PART_FAILURE_WAIT_SECONDS)
-        await self.leases.release([lease.lease_id], GivenBack.NO_PART.value)
-        return GivenBack.NO_PART
+        return await self._give_back(lease, GivenBack.NO_PART)
 
     def _failed(
         self, failure_class: FailureClass, message: str, result: FileResult | None = None

@@ -515,9 +515,9 @@ class Worker:
             raise
         self.leases.fetched(lease.lease_id)  # the response is in: the slot goes back now
         if files is not None and result.file_type is not None:
-            reservation.release()  # nothing was read: the download streams to its part
             file_rule = files.rule_for_response(result.file_type, candidate)
             if file_rule is not None:
+                reservation.release()  # nothing was read: the download streams to its part
                 return await self._download(lease, file_rule, depth)
         if not self._recrawl:
             return await self._read_response(lease, result, reservation, sitemap)

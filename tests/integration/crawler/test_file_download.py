@@ -26,6 +26,7 @@ import pytest
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.files import download as download_module
 from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle, fetch_file
 from crawlfleet.crawler.files.parts import WRITE_BUFFER_BYTES, LocalParts, PartWriter, content_key
 from crawlfleet.testsite.files import FileKind, FileSite, FileSiteConfig, file_etag
@@ -107,7 +108,7 @@ async def download(
     """One attempt, as a worker makes it: open the part (a new LocalParts: another process),
     download, and close the part unless the file is complete (then the test finishes it)."""
     part = await LocalParts(root).open(url)
-    result = await fetch_file(fetcher, url, request_for(url, part, **options))
+    result = await fetcher.fetch_file(url, request_for(url, part, **options))
     if result.failure is not None or result.stopped:
         await part.close()  # it stays for the next attempt
     return result, part
@@ -138,7 +139,7 @@ async def test_a_file_streams_whole_into_its_part(
 ) -> None:
     url = site.file_url("ranges", "clip.mp4")
     part = await LocalParts(tmp_path).open(url)
-    result = await fetch_file(fetcher, url, request_for(url, part))
+    result = await fetcher.fetch_file(url, request_for(url, part))
 
     assert result.failure is None, result.message
     assert (result.status, result.size, result.wire_bytes) == (200, SIZE, SIZE)
@@ -319,7 +320,7 @@ async def test_the_type_check_can_be_turned_off(
     part = await LocalParts(tmp_path).open(url)
     request = request_for(url, part, limits=Limits(min_bytes=1))
     unchecked = FileRequest(**{**_fields(request), "verify_type": False})
-    result = await fetch_file(fetcher, url, unchecked)
+    result = await fetcher.fetch_file(url, unchecked)
     assert result.failure is None, result.message
     assert result.sniffed == "html"
 
@@ -362,18 +363,20 @@ async def test_the_address_guard_applies_to_a_download(site: FileSite, tmp_path:
     assert site.requests() == []
 
 
-class Redirector:
-    """A loopback server whose every answer is a 302 to ``target`` (the file site has none)."""
+class RawServer:
+    """A loopback server that writes ``answers[n]`` for its request ``n`` (the last repeats)
+    and closes: what the file site never does (redirects, a body cut short without
+    validators). ``heads`` are the requests as they came."""
 
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.paths: list[str] = []
+    def __init__(self, *answers: bytes) -> None:
+        self.answers = answers
+        self.heads: list[bytes] = []
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> str:
         self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/get/it"
+        return f"http://127.0.0.1:{port}/get/it.pdf"
 
     async def __aexit__(self, *_: object) -> None:
         if self._server is not None:
@@ -381,21 +384,21 @@ class Redirector:
             await self._server.wait_closed()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        self.paths.append(head.split(b" ", 2)[1].decode())
-        writer.write(
-            f"HTTP/1.1 302 Found\r\nLocation: {self.target}\r\nContent-Length: 0\r\n"
-            "Connection: close\r\n\r\n".encode()
-        )
+        self.heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(self.answers[min(len(self.heads), len(self.answers)) - 1])
         await writer.drain()
         writer.close()
+
+
+def redirect(target: str) -> bytes:
+    return f"HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n".encode()
 
 
 async def test_a_redirect_is_followed_into_the_file(
     fetcher: Fetcher, site: FileSite, tmp_path: Path
 ) -> None:
     target = site.file_url("ranges", "doc.pdf", 100_000)
-    async with Redirector(target) as url:
+    async with RawServer(redirect(target)) as url:
         result, _ = await download(fetcher, tmp_path, url)
     assert result.failure is None, result.message
     assert (result.final_url, result.redirects, result.attempts) == (target, [target], 2)
@@ -405,10 +408,78 @@ async def test_a_redirect_is_followed_into_the_file(
 async def test_the_address_guard_applies_to_a_downloads_redirects(
     fetcher: Fetcher, tmp_path: Path
 ) -> None:
-    async with Redirector("http://169.254.169.254/latest/meta-data/video.mp4") as url:
+    async with RawServer(redirect("http://169.254.169.254/latest/meta-data/video.mp4")) as url:
         result, part = await download(fetcher, tmp_path, url)
     assert result.failure is FailureClass.FORBIDDEN_ADDRESS
     assert (result.status, part.state.offset) == (302, 0)
+
+
+async def test_a_body_cut_short_without_validators_restarts_on_the_retry(
+    fetcher: Fetcher, tmp_path: Path
+) -> None:
+    body = b"%PDF-1.7\n" + bytes(range(256)) * 400
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/pdf\r\nContent-Length: {len(body)}"
+    server = RawServer(
+        f"{head}\r\n\r\n".encode() + body[: len(body) // 2],  # then the connection closes
+        f"{head}\r\n\r\n".encode() + body,
+    )
+    async with server as url:
+        result, _ = await download(fetcher, tmp_path, url)
+    assert result.failure is None, result.message
+    assert (result.restarts, result.attempts) == (["no_validator"], 2)
+    assert result.sha256 == hashlib.sha256(body).hexdigest()
+    assert len(server.heads) == 2
+    assert all(b"range:" not in head.lower() for head in server.heads)  # nothing to splice
+
+
+PIECES_BODY = b"%PDF-1.7\n" + bytes(range(256)) * 40
+
+
+def piece(start: int, end: int, body: bytes = PIECES_BODY) -> bytes:
+    """A 206 with bytes ``[start, end)`` of ``body``, whatever was asked."""
+    return (
+        f'HTTP/1.1 206 Partial Content\r\nContent-Type: application/pdf\r\nETag: "p"\r\n'
+        f"Content-Range: bytes {start}-{end - 1}/{len(body)}\r\nContent-Length: {end - start}"
+        "\r\n\r\n"
+    ).encode() + body[start:end]
+
+
+async def test_a_range_served_in_pieces_is_asked_for_the_rest(
+    fetcher: Fetcher, tmp_path: Path
+) -> None:
+    total = len(PIECES_BODY)
+    server = RawServer(piece(0, 4000), piece(4000, 8000), piece(8000, total))
+    async with server as url:
+        result, _ = await download(fetcher, tmp_path, url)
+    assert result.failure is None, result.message
+    assert (result.size, result.restarts, result.attempts) == (total, [], 3)
+    assert result.sha256 == hashlib.sha256(PIECES_BODY).hexdigest()
+    assert [b"range: bytes=4000-" in head.lower() for head in server.heads] == [False, True, False]
+    assert b'if-range: "p"' in server.heads[2].lower()
+
+
+async def test_pieces_are_asked_a_bounded_number_of_times_per_attempt(
+    fetcher: Fetcher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(download_module, "MAX_PIECES_PER_ATTEMPT", 2)
+    total = len(PIECES_BODY)
+    async with RawServer(piece(0, 4000), piece(4000, 8000), piece(8000, total)) as url:
+        cut, _ = await download(fetcher, tmp_path, url)
+        assert (cut.failure, cut.size, cut.attempts) == (FailureClass.FILE_SIZE_MISMATCH, 8000, 2)
+        result, _ = await download(fetcher, tmp_path, url)  # the next attempt goes on
+    assert result.failure is None, result.message
+    assert (result.resumed_from, result.size) == (8000, total)
+    assert result.sha256 == hashlib.sha256(PIECES_BODY).hexdigest()
+
+
+async def test_fetch_file_is_also_a_function(
+    fetcher: Fetcher, site: FileSite, tmp_path: Path
+) -> None:
+    url = site.file_url("ranges", "doc.pdf", 100_000)
+    part = await LocalParts(tmp_path).open(url)
+    result = await fetch_file(fetcher, url, request_for(url, part))
+    assert result.failure is None, result.message
+    assert result.sha256 == site.sha256("doc.pdf", 100_000)
 
 
 async def test_a_hop_check_refuses_a_redirect(
@@ -417,9 +488,9 @@ async def test_a_hop_check_refuses_a_redirect(
     async def robots(url: str) -> tuple[FailureClass, str] | None:
         return FailureClass.ROBOTS_DISALLOWED, f"{url} is disallowed"
 
-    async with Redirector(site.file_url("ranges", "doc.pdf")) as url:
+    async with RawServer(redirect(site.file_url("ranges", "doc.pdf"))) as url:
         part = await LocalParts(tmp_path).open(url)
-        result = await fetch_file(fetcher, url, request_for(url, part), check_hop=robots)
+        result = await fetcher.fetch_file(url, request_for(url, part), check_hop=robots)
     assert result.failure is FailureClass.ROBOTS_DISALLOWED
     assert site.requests() == []
 

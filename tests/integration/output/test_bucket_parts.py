@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import tracemalloc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +50,7 @@ def parts_of(
     """Parts as a worker builds them: from the output store's connection (a new client each
     time, as another process would have)."""
     store = bucket_store(server, f"s3://{bucket}/{prefix}", credentials, tmp_path=tmp_path)
-    parts = BucketParts.from_store(store, part_size_bytes=PART)
+    parts = BucketParts.from_store(store)
     if copy_part_limit_bytes is not None:
         parts.copy_part_limit_bytes = copy_part_limit_bytes
     return parts
@@ -286,3 +287,32 @@ async def test_a_refusal_is_one_sentence_naming_the_destination_never_the_secret
     assert message.startswith(f"output destination s3://{s3_bucket}/crawls/ at http://")
     assert "(SignatureDoesNotMatch)" in message
     assert wrong.secret_access_key not in message
+
+
+async def test_a_file_never_sits_in_memory(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    """Python's allocations while 4 parts stream through: the 1 MiB write buffer and the
+    client's blocks, never a part (5 MiB here) or the file (20 MiB)."""
+    parts = parts_of(s3_server, s3_bucket, tmp_path)
+    warm = await parts.open("http://files.test/warm-up")  # the client loads its models once
+    await write(warm, b"w" * 1024)
+    await warm.finish(hashlib.sha256(b"w" * 1024).hexdigest())
+    chunk = data_of(64 * 1024, seed=6)
+    chunks = 4 * PART // len(chunk)
+    digest = hashlib.sha256()
+    part = await parts.open(URL)
+
+    tracemalloc.start()
+    try:
+        for number in range(chunks):
+            await part.write(chunk)
+            digest.update(chunk)
+            if (number + 1) * len(chunk) % PART == 0:
+                await part.checkpoint()
+        await part.finish(digest.hexdigest())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MIB, f"{peak / MIB:.1f} MiB"
+    assert part.state.offset == 4 * PART

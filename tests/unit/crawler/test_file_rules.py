@@ -66,6 +66,14 @@ def test_a_rule_keeps_its_position_limits_and_lowercased_types() -> None:
     assert second.context == frozenset({"img", "video"})
 
 
+def test_rules_out_of_their_places_are_refused() -> None:
+    first, second = rules({"match": "a"}, {"match": "b"}).rules
+    with pytest.raises(ValueError, match="at its index"):
+        FileRules([second, first])
+    with pytest.raises(ValueError, match="at its index"):
+        FileRules([second])
+
+
 def test_contexts_are_every_element_any_rule_names() -> None:
     built = rules(
         {"context": ["img"]},

@@ -259,3 +259,15 @@ async def test_a_closed_part_refuses_writes(parts: LocalParts) -> None:
     await part.close()  # twice is fine
     with pytest.raises(ValueError, match="closed"):
         await part.checkpoint()
+
+
+async def test_a_part_has_one_writer_at_a_time(tmp_path: Path) -> None:
+    first = await LocalParts(tmp_path).open(URL)
+    with pytest.raises(OutputUnavailable, match="another download is writing this part"):
+        await LocalParts(tmp_path).open(URL)
+    await first.write(b"mine")
+    await first.checkpoint()
+    await first.close()
+    second = await LocalParts(tmp_path).open(URL)  # the first let go: the part is free
+    assert second.state.offset == 4
+    await second.close()
