@@ -217,6 +217,16 @@ async def test_a_stopped_download_is_resumed_by_another_process(
     await finished(part, result, tmp_path)
 
 
+async def test_a_download_stopped_before_it_began_sends_nothing(
+    fetcher: Fetcher, site: FileSite, tmp_path: Path
+) -> None:
+    stop = asyncio.Event()
+    stop.set()
+    result, _ = await download(fetcher, tmp_path, site.file_url("ranges", "clip.mp4"), stop=stop)
+    assert (result.stopped, result.failure, result.attempts, result.size) == (True, None, 0, 0)
+    assert site.requests() == []
+
+
 async def test_a_200_to_a_range_request_restarts_cleanly(
     fetcher: Fetcher, site: FileSite, tmp_path: Path
 ) -> None:
