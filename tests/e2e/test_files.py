@@ -37,6 +37,8 @@ from tests.e2e.fleets import ClusterFleet, wait_phase, wait_workers
 from tests.e2e.operator_support import install_crd
 from tests.e2e.test_output import credentials_secret, own_bucket
 from tests.support.file_crawls import (
+    KILLED_FILE_BYTES,
+    KILLED_FILE_BYTES_PER_SECOND,
     PART_BYTES,
     bucket_objects,
     content_key,
@@ -52,8 +54,7 @@ from tests.support.s3 import S3Server
 
 pytestmark = pytest.mark.slow
 
-FILE_BYTES = 200_000_000
-BYTES_PER_SECOND = 25_000_000
+FILE_BYTES = KILLED_FILE_BYTES
 NAME = "lecture.webm"
 #: A new pod started and the download going on, well within the 60 s lease.
 RESUMED_WITHIN_SECONDS = 30
@@ -85,7 +86,7 @@ def test_a_download_into_a_bucket_is_resumed_by_a_new_pod_after_its_pod_is_kille
 ) -> None:
     bucket = s3_server.create_bucket(f"files-{namespace}")
     credentials_secret(core, namespace, s3_server, "store-keys")
-    with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
+    with FileSite(FileSiteConfig(bytes_per_second=KILLED_FILE_BYTES_PER_SECOND)) as site:
         url = site.url("ranges", f"/files/{NAME}?size={FILE_BYTES}")
         batch = Batch(seeds=[url], hosts=[urlsplit(url).netloc])
         fleet = ClusterFleet(

@@ -36,6 +36,8 @@ from tests.support.s3 import S3Server
 from tests.support.specs import merged
 
 __all__ = [
+    "KILLED_FILE_BYTES",
+    "KILLED_FILE_BYTES_PER_SECOND",
     "PART_BYTES",
     "RESUME_OVERHEAD",
     "MetricsWatch",
@@ -59,6 +61,10 @@ __all__ = [
 
 #: The smallest part the spec allows: a kill costs at most this much fetched again.
 PART_BYTES = 5 * 1024 * 1024
+#: A file a kill lands in the middle of, with parts durable before it: half of it goes out
+#: in 4 s at the site's per-response rate.
+KILLED_FILE_BYTES = 200_000_000
+KILLED_FILE_BYTES_PER_SECOND = 25_000_000
 #: What a resumed download may cost the site in all, in files (issue 24's bound).
 RESUME_OVERHEAD = 1.2
 _HASH_CHUNK = 1 << 20

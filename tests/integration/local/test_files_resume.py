@@ -35,6 +35,8 @@ import pytest
 from crawlfleet.local.redis_server import RedisServer, free_port
 from crawlfleet.testsite.files import FileSite, FileSiteConfig
 from tests.support.file_crawls import (
+    KILLED_FILE_BYTES,
+    KILLED_FILE_BYTES_PER_SECOND,
     MetricsWatch,
     content_key,
     file_records,
@@ -55,10 +57,7 @@ from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
-#: Big enough that a kill lands mid-body with parts durable before it.
-FILE_BYTES = 200_000_000
-#: Per response: half a file goes out in 4 s.
-BYTES_PER_SECOND = 25_000_000
+FILE_BYTES = KILLED_FILE_BYTES
 #: The lease ttl of the killed run, and how soon after the kill every download goes on.
 LEASE_SECONDS = 30
 RESUMED_WITHIN_SECONDS = 5
@@ -71,7 +70,7 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
     files = {kind: f"{kind}.mp4" for kind in ("ranges", "norange", "changing")}
-    with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
+    with FileSite(FileSiteConfig(bytes_per_second=KILLED_FILE_BYTES_PER_SECOND)) as site:
         seeds = [site.url(kind, f"/files/{name}?size={FILE_BYTES}") for kind, name in files.items()]
         # A long lease: a killed worker's file slots must come back with its leases, at
         # once, not when they expire (the frontier's requeue frees them).

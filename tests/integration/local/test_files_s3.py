@@ -22,6 +22,8 @@ import pytest
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite.files import FileSite, FileSiteConfig
 from tests.support.file_crawls import (
+    KILLED_FILE_BYTES,
+    KILLED_FILE_BYTES_PER_SECOND,
     bucket_objects,
     content_key,
     file_records,
@@ -41,8 +43,7 @@ from tests.support.s3 import S3Server, aws_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
-FILE_BYTES = 200_000_000
-BYTES_PER_SECOND = 25_000_000
+FILE_BYTES = KILLED_FILE_BYTES
 NAME = "talk.mp4"
 PREFIX = "downloads/"
 
@@ -58,7 +59,7 @@ def open_uploads(server: S3Server, bucket: str) -> list[str]:
 def test_a_killed_download_into_a_bucket_continues_its_multipart_upload(
     tmp_path: Path, redis_server: RedisServer, s3_server: S3Server, s3_bucket: str
 ) -> None:
-    with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
+    with FileSite(FileSiteConfig(bytes_per_second=KILLED_FILE_BYTES_PER_SECOND)) as site:
         url = site.url("ranges", f"/files/{NAME}?size={FILE_BYTES}")
         job = write_job(tmp_path, files_job("into-bucket", [url], [{"match": r"\.mp4(\?|$)"}]))
         out = tmp_path / "run"
