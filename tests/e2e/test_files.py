@@ -11,7 +11,7 @@ site for the rest only and completes that upload: a ``Range: bytes=N-`` request 
 most 1.2 times the file sent in all, the stored object's sha256 the file's, and the record
 written by the new pod.
 
-Runtime: about 36 s, 45 s with the control plane started (the operator and two pods, a 200
+Runtime: about 30 s, 40 s with the control plane started (the operator and two pods, a 200
 MB file at 25 MB/s).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -36,6 +37,8 @@ from tests.e2e.fleets import ClusterFleet, wait_phase, wait_workers
 from tests.e2e.operator_support import install_crd
 from tests.e2e.test_output import credentials_secret, own_bucket
 from tests.support.file_crawls import (
+    KILLED_FILE_BYTES,
+    KILLED_FILE_BYTES_PER_SECOND,
     PART_BYTES,
     bucket_objects,
     content_key,
@@ -51,9 +54,10 @@ from tests.support.s3 import S3Server
 
 pytestmark = pytest.mark.slow
 
-FILE_BYTES = 200_000_000
-BYTES_PER_SECOND = 25_000_000
+FILE_BYTES = KILLED_FILE_BYTES
 NAME = "lecture.webm"
+#: A new pod started and the download going on, well within the 60 s lease.
+RESUMED_WITHIN_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def test_a_download_into_a_bucket_is_resumed_by_a_new_pod_after_its_pod_is_kille
 ) -> None:
     bucket = s3_server.create_bucket(f"files-{namespace}")
     credentials_secret(core, namespace, s3_server, "store-keys")
-    with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
+    with FileSite(FileSiteConfig(bytes_per_second=KILLED_FILE_BYTES_PER_SECOND)) as site:
         url = site.url("ranges", f"/files/{NAME}?size={FILE_BYTES}")
         batch = Batch(seeds=[url], hosts=[urlsplit(url).netloc])
         fleet = ClusterFleet(
@@ -94,11 +98,11 @@ def test_a_download_into_a_bucket_is_resumed_by_a_new_pod_after_its_pod_is_kille
                 files={"rules": [{"match": r"\.webm(\?|$)"}], "partSizeBytes": PART_BYTES},
                 output={**own_bucket(s3_server, bucket), "ephemeral": False},
                 workers={"minReplicas": 1, "maxReplicas": 1},
-                lease={"ttlSeconds": 10},
-            )
+            )  # the lease as operator_support's: 60 s, dead after 4 s without a heartbeat
             ((killed, pid),) = wait_workers(fleet, 1).items()
             at_kill = wait_sent(site, [("ranges", NAME, FILE_BYTES)])[NAME]
             os.kill(pid, signal.SIGKILL)  # the container's process, mid-body
+            killed_at = time.monotonic()  # the site's clock (FileRequestRecord.at)
             cluster.kubectl(
                 "delete", "pod", killed, "-n", namespace, "--grace-period=0", "--force",
                 "--wait=false",
@@ -110,6 +114,8 @@ def test_a_download_into_a_bucket_is_resumed_by_a_new_pod_after_its_pod_is_kille
 
     # The new pod asked for the rest only.
     start = resumed_from(log, at_kill, FILE_BYTES)
+    # Once the pod is gone its file slot comes back with its lease, not a lease ttl later.
+    assert log[-1].at - killed_at < RESUMED_WITHIN_SECONDS, log[-1].at - killed_at
 
     # It completed the same upload: the stored object is the file, written by the new pod.
     objects = bucket_objects(s3_server, bucket, "crawl/")

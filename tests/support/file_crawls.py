@@ -31,10 +31,13 @@ import yaml
 
 from crawlfleet.testsite.files import FileRequestRecord, FileSite
 from tests.support.processes import worker_processes
+from tests.support.runs import crawlfleet
 from tests.support.s3 import S3Server
 from tests.support.specs import merged
 
 __all__ = [
+    "KILLED_FILE_BYTES",
+    "KILLED_FILE_BYTES_PER_SECOND",
     "PART_BYTES",
     "RESUME_OVERHEAD",
     "MetricsWatch",
@@ -47,6 +50,7 @@ __all__ = [
     "part_leftovers",
     "range_start",
     "resumed_from",
+    "run_one_worker",
     "served",
     "sha256_of",
     "stored_blobs",
@@ -57,6 +61,10 @@ __all__ = [
 
 #: The smallest part the spec allows: a kill costs at most this much fetched again.
 PART_BYTES = 5 * 1024 * 1024
+#: A file a kill lands in the middle of, with parts durable before it: half of it goes out
+#: in 4 s at the site's per-response rate.
+KILLED_FILE_BYTES = 200_000_000
+KILLED_FILE_BYTES_PER_SECOND = 25_000_000
 #: What a resumed download may cost the site in all, in files (issue 24's bound).
 RESUME_OVERHEAD = 1.2
 _HASH_CHUNK = 1 << 20
@@ -94,6 +102,22 @@ def write_job(directory: Path, document: Mapping[str, Any]) -> Path:
     path = directory / f"{document['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(dict(document)))
     return path
+
+
+def run_one_worker(
+    job_file: Path,
+    out: Path,
+    redis_url: str,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """``crawlfleet run --workers 1 --json`` of ``job_file`` into ``out`` (its folder, and its
+    destination unless ``extra`` names another), on the test's Redis; one worker at a time, so
+    the one to kill or to read the metrics of is the one there is."""
+    return crawlfleet(
+        "run", str(job_file), "--out", str(out), "--workers", "1", "--json",
+        "--redis-url", redis_url, *extra, cwd=job_file.parent, env=env,
+    )  # fmt: skip
 
 
 def summary_of(stdout: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 ``crawlfleet run`` of seeds that are file URLs on the file test site, a ``files`` rule and
 ``maxDepth: 0``, one worker; the worker process is SIGKILLed when about half of each file has
 gone out (the site's own count), with no chance to checkpoint or release anything. The run
-replaces it (the killed worker's leases are requeued at once) and the next attempt:
+replaces it (the killed worker's leases are requeued at once, their file slots freed with
+them: each download goes on within seconds, not a lease ttl later) and the next attempt:
 
 * on a host that honours ``Range``: asks for the rest (``Range: bytes=N-``, N > 0, N at most
   what had been sent), so the site sends at most 1.2 times the file in all, and the stored
@@ -15,17 +16,18 @@ replaces it (the killed worker's leases are requeued at once) and the next attem
 
 A second run covers the answers that must not be stored as they are: an empty 200 (retried and
 counted as ``file_too_small``, then stored right) and an HTML error page for an ``.mp4``
-(``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/``, and no part left
-behind: its last attempt drops it).
+(``file_type_mismatch``, dead-lettered, nothing under ``files/sha256/`` and no part left
+behind).
 
-Runtime: about 20 s for the kill (three 200 MB files at 25 MB/s each, half of them sent
-twice), 5 s for the other.
+Runtime: about 15 s for the kill (three 200 MB files at 25 MB/s each, half of them sent
+twice), 3 s for the other.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,8 @@ import pytest
 from crawlfleet.local.redis_server import RedisServer, free_port
 from crawlfleet.testsite.files import FileSite, FileSiteConfig
 from tests.support.file_crawls import (
+    KILLED_FILE_BYTES,
+    KILLED_FILE_BYTES_PER_SECOND,
     MetricsWatch,
     content_key,
     file_records,
@@ -42,20 +46,21 @@ from tests.support.file_crawls import (
     part_leftovers,
     range_start,
     resumed_from,
+    run_one_worker,
     served,
     sha256_of,
     stored_blobs,
     summary_of,
     write_job,
 )
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
-#: Big enough that a kill lands mid-body with parts durable before it.
-FILE_BYTES = 200_000_000
-#: Per response: half a file goes out in 4 s.
-BYTES_PER_SECOND = 25_000_000
+FILE_BYTES = KILLED_FILE_BYTES
+#: The lease ttl of the killed run, and how soon after the kill every download goes on.
+LEASE_SECONDS = 30
+RESUMED_WITHIN_SECONDS = 5
 SMALL_BYTES = 1_000_000
 FILE_RULE = {"match": r"/files/"}
 _FAILURES = 'crawlfleet_worker_failures_total{{failure_class="{}"}}'
@@ -65,17 +70,19 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:
     files = {kind: f"{kind}.mp4" for kind in ("ranges", "norange", "changing")}
-    with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
+    with FileSite(FileSiteConfig(bytes_per_second=KILLED_FILE_BYTES_PER_SECOND)) as site:
         seeds = [site.url(kind, f"/files/{name}?size={FILE_BYTES}") for kind, name in files.items()]
-        job = write_job(tmp_path, files_job("killed", seeds, [FILE_RULE]))
+        # A long lease: a killed worker's file slots must come back with its leases, at
+        # once, not when they expire (the frontier's requeue frees them).
+        job = write_job(
+            tmp_path, files_job("killed", seeds, [FILE_RULE], lease={"ttlSeconds": LEASE_SECONDS})
+        )
         out = tmp_path / "out"
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path,
-        )  # fmt: skip
+        run = run_one_worker(job, out, redis_server.url)
         at_kill = kill_at(
             site, [(kind, name, FILE_BYTES) for kind, name in files.items()], job, run
         )
+        killed_at = time.monotonic()  # the site's clock (FileRequestRecord.at)
         stdout, err = run.communicate(timeout=120)
         assert run.returncode == 0, err[-3000:]
         log = {kind: served(site, kind, name) for kind, name in files.items()}
@@ -85,6 +92,8 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
     assert summary["dead_lettered"] == 0
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     assert [e["why"] for e in events if e["kind"] == "LeasesRequeued"] == ["exited"]
+    waited = {kind: requests[-1].at - killed_at for kind, requests in log.items()}
+    assert max(waited.values()) < RESUMED_WITHIN_SECONDS, waited
     objects = folder_objects(out)
     records = {record["url"]: record for record in file_records(objects)}
     assert set(records) == set(seeds)
@@ -144,10 +153,7 @@ def test_an_empty_answer_is_retried_and_an_error_page_is_never_stored(
         )
         out = tmp_path / "out"
         metrics.start()
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path, env=env,
-        )  # fmt: skip
+        run = run_one_worker(job, out, redis_server.url, env=env)
         try:
             stdout, err = run.communicate(timeout=120)
         finally:
@@ -175,22 +181,4 @@ def test_an_empty_answer_is_retried_and_an_error_page_is_never_stored(
     assert summary["dead_lettered"] == 1
     assert summary["failed"] == 3  # every refused attempt, in the frontier's count too
     assert list(stored_blobs(objects)) == [content_key(sha256)]  # the error page: nowhere
-
-
-def test_a_download_that_ends_in_the_dead_letters_leaves_no_part(
-    tmp_path: Path, redis_server: RedisServer
-) -> None:
-    with FileSite(FileSiteConfig()) as site:
-        error = site.file_url("html_error", "error.mp4", SMALL_BYTES)
-        job = write_job(
-            tmp_path, files_job("buried", [error], [FILE_RULE], retry={"taskAttempts": 1})
-        )
-        out = tmp_path / "out"
-        run = crawlfleet(
-            "run", str(job), "--out", str(out), "--workers", "1", "--json",
-            "--redis-url", redis_server.url, cwd=tmp_path,
-        )  # fmt: skip
-        stdout, err = run.communicate(timeout=120)
-        assert run.returncode == 0, err[-3000:]
-    assert summary_of(stdout)["dead_lettered"] == 1
-    assert part_leftovers(folder_objects(out)) == []
+    assert part_leftovers(objects) == []  # not even a part, once it is dead-lettered

@@ -9,7 +9,7 @@ finds it, asks the site for the rest only (``Range: bytes=N-``, N > 0: the site 
 key, read from the server's own disk and hashed here, is the file; nothing is left under
 ``files/.parts/`` and no multipart upload is left open.
 
-Runtime: about 15 s (a 200 MB file at 25 MB/s, half of it again after the kill).
+Runtime: about 12 s (a 200 MB file at 25 MB/s, half of it again after the kill).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import pytest
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite.files import FileSite, FileSiteConfig
 from tests.support.file_crawls import (
+    KILLED_FILE_BYTES,
+    KILLED_FILE_BYTES_PER_SECOND,
     bucket_objects,
     content_key,
     file_records,
@@ -29,19 +31,19 @@ from tests.support.file_crawls import (
     kill_at,
     part_leftovers,
     resumed_from,
+    run_one_worker,
     served,
     sha256_of,
     stored_blobs,
     summary_of,
     write_job,
 )
-from tests.support.runs import crawlfleet, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 from tests.support.s3 import S3Server, aws_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 
-FILE_BYTES = 200_000_000
-BYTES_PER_SECOND = 25_000_000
+FILE_BYTES = KILLED_FILE_BYTES
 NAME = "talk.mp4"
 PREFIX = "downloads/"
 
@@ -57,15 +59,14 @@ def open_uploads(server: S3Server, bucket: str) -> list[str]:
 def test_a_killed_download_into_a_bucket_continues_its_multipart_upload(
     tmp_path: Path, redis_server: RedisServer, s3_server: S3Server, s3_bucket: str
 ) -> None:
-    with FileSite(FileSiteConfig(bytes_per_second=BYTES_PER_SECOND)) as site:
+    with FileSite(FileSiteConfig(bytes_per_second=KILLED_FILE_BYTES_PER_SECOND)) as site:
         url = site.url("ranges", f"/files/{NAME}?size={FILE_BYTES}")
         job = write_job(tmp_path, files_job("into-bucket", [url], [{"match": r"\.mp4(\?|$)"}]))
         out = tmp_path / "run"
-        run = crawlfleet(
-            "run", str(job), "--output", f"s3://{s3_bucket}/{PREFIX}", "--out", str(out),
-            "--workers", "1", "--json", "--redis-url", redis_server.url,
-            cwd=tmp_path, env=aws_env(s3_server),
-        )  # fmt: skip
+        destination = f"s3://{s3_bucket}/{PREFIX}"
+        run = run_one_worker(
+            job, out, redis_server.url, "--output", destination, env=aws_env(s3_server)
+        )
         at_kill = kill_at(site, [("ranges", NAME, FILE_BYTES)], job, run)[NAME]
         stdout, err = run.communicate(timeout=120)
         assert run.returncode == 0, err[-3000:]
