@@ -397,8 +397,9 @@ class FileRequestRecord:
     method: str = "GET"
     #: The file version served (``changing`` bumps it per request); ``None`` for non-files.
     version: int | None = None
-    #: ``time.monotonic()`` at arrival.
+    #: ``time.monotonic()`` at arrival, and when the handler was done (``None`` until then).
     at: float = 0.0
+    ended: float | None = None
 
     @property
     def url(self) -> str:
@@ -536,7 +537,10 @@ class FileServer:
                 at=time.monotonic(),
             )
             self.log.add(record)
-            return await self._respond(kind, request, record)
+            try:
+                return await self._respond(kind, request, record)
+            finally:
+                record.ended = time.monotonic()
 
         return handle
 

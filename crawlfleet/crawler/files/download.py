@@ -360,10 +360,12 @@ class _Download:
             self._head += data[: HEAD_BYTES - len(self._head)]
 
     async def _restart(self, reason: RestartReason) -> None:
-        """The part goes back to byte 0; the hash starts afresh (and is known again)."""
+        """The part goes back to byte 0; the hash starts afresh (and is known again). The
+        body this attempt stores now builds on nothing: ``resumed_from`` is 0 again, so the
+        record and the resumed-bytes counters do not claim bytes that were fetched again."""
         await self.part.restart()
         self.restarts.append(reason)
-        self.held = self._pending = self._asked = 0
+        self.held = self._pending = self._asked = self.resumed_from = 0
         self._hasher = hashlib.sha256()
         self._head = bytearray()
 

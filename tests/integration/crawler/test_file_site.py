@@ -8,8 +8,13 @@ crawler's fetcher, so that a crawler bug cannot hide a site bug).
 from __future__ import annotations
 
 import hashlib
+import json
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -121,6 +126,7 @@ def test_a_single_range_gets_206_with_its_bytes(
     last = site.requests("ranges")[-1]
     assert (last.range_header, last.status, last.bytes_sent) == (range_header, 206, end - start)
     assert last.completed
+    assert last.ended is None or last.ended >= last.at
 
 
 @pytest.mark.parametrize("first", [SIZE, SIZE + 1, 10 * SIZE])
@@ -311,3 +317,32 @@ def test_pages_link_files_in_each_context_and_robots_allows_all(
     assert client.get(site.url("norange", "/robots.txt")).text == "User-agent: *\nDisallow:\n"
     assert client.get(site.url("ranges", "/elsewhere")).status_code == 404
     assert client.get(site.url("ranges", "/files/x.mp4?size=big")).status_code == 404
+
+
+def test_the_cli_serves_the_file_site_and_writes_its_requests(tmp_path: Path) -> None:
+    records = tmp_path / "requests.jsonl"
+    command = [sys.executable, "-m", "crawlfleet.testsite", "--files", "--base-address"]
+    proc = subprocess.Popen(
+        [*command, "127.0.24.11", "--record-file", str(records)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert list(ready["hosts"]) == list(KINDS)
+        assert ready["bases"]["ranges"] == f"http://{ready['hosts']['ranges']}"
+        url = ready["bases"]["ranges"] + "/files/a.pdf?size=1000"
+        tail = httpx.get(url, headers={"Range": "bytes=990-"})
+        assert (tail.status_code, len(tail.content)) == (206, 10)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert out == b""
+    assert json.loads(err.splitlines()[-1]) == {"requests": 1, "bytes_sent": 10}
+    [line] = [json.loads(line) for line in records.read_text().splitlines()]
+    assert (line["range"], line["status"], line["bytes_sent"]) == ("bytes=990-", 206, 10)

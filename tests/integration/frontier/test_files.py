@@ -88,6 +88,29 @@ async def test_a_dead_holders_slot_frees_itself_at_its_expiry(
     assert await redis_client.exists(frontier.keys.file_slots(HOST)) == 0
 
 
+@pytest.mark.parametrize("fetched", [False, True])
+async def test_an_ended_workers_slots_come_back_with_its_leases_at_once(
+    open_frontier: OpenFrontier, fetched: bool
+) -> None:
+    """A worker whose process is gone (SIGKILL) downloads nothing: requeueing its leases frees
+    their file slots in the same script, not a lease ttl later. A worker that may still run
+    (an expired lease, ``ended`` False) keeps them until they expire. A download's lease is in
+    the fetched form once its file slot counts it (``fetched``): its slot is freed too."""
+    frontier = await open_frontier()
+    url = f"http://{HOST}/clip.mp4"
+    await frontier.seed([url])
+    (lease,) = await frontier.claim("w", 1)
+    assert await frontier.acquire_file_slot(lease.host, lease.lease_id, 1, 60.0)
+    if fetched:
+        await frontier.claim("w", 0, [lease.lease_id])
+    assert (await frontier.requeue_owner("w", ended=True))[0] == 1
+    (again,) = await frontier.claim("w2", 1)
+    assert await frontier.acquire_file_slot(again.host, again.lease_id, 1, 60.0)
+    assert (await frontier.requeue_owner("w2", ended=False))[0] == 1
+    (third,) = await frontier.claim("w3", 1)
+    assert not await frontier.acquire_file_slot(third.host, third.lease_id, 1, 60.0)
+
+
 async def test_extending_keeps_a_slot_past_its_first_expiry(open_frontier: OpenFrontier) -> None:
     frontier = await open_frontier()
     assert await frontier.acquire_file_slot(HOST, "long", 1, 0.4)
