@@ -57,6 +57,7 @@ __all__ = [
     "StoredObject",
     "checked_store",
     "describe_s3_error",
+    "fsync_directory",
     "open_store",
 ]
 
@@ -189,7 +190,7 @@ class FolderStore:
             os.fsync(out.fileno())
         probe.unlink()
         if created:
-            _fsync_directory(self.root.parent)
+            fsync_directory(self.root.parent)
 
     async def commit(self, spooled: Path, key: str) -> None:
         try:
@@ -206,7 +207,7 @@ class FolderStore:
     def _commit(self, spooled: Path, key: str) -> None:
         target = self.root / key
         if not spooled.exists() and target.exists():
-            _fsync_directory(target.parent)  # an earlier attempt renamed it: finish its work
+            fsync_directory(target.parent)  # an earlier attempt renamed it: finish its work
             return
         descriptor = os.open(spooled, os.O_RDONLY)
         try:
@@ -217,7 +218,7 @@ class FolderStore:
         if target.exists():
             raise FileExistsError(target)
         os.rename(spooled, target)
-        _fsync_directory(target.parent)
+        fsync_directory(target.parent)
 
     async def put(self, key: str, data: bytes) -> None:
         try:
@@ -237,12 +238,12 @@ class FolderStore:
         target = self.root / key
         self._make_parent(target)
         os.replace(spooled, target)
-        _fsync_directory(target.parent)
+        fsync_directory(target.parent)
 
     def _make_parent(self, target: Path) -> None:
         if not target.parent.is_dir():
             target.parent.mkdir(parents=True, exist_ok=True)
-            _fsync_directory(target.parent.parent)  # the new folder's own entry
+            fsync_directory(target.parent.parent)  # the new folder's own entry
 
     async def files(self) -> list[StoredObject]:
         try:
@@ -290,7 +291,7 @@ class FolderStore:
         return str(self.root / key)
 
 
-def _fsync_directory(path: Path) -> None:
+def fsync_directory(path: Path) -> None:
     """Make a folder's entries (a new name, a rename) durable, as fsync does for data."""
     descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from crawlfleet.errors import OutputUnavailable
-from crawlfleet.output.stores import BucketStore, FolderStore, OutputStore
+from crawlfleet.output.stores import BucketStore, FolderStore, OutputStore, fsync_directory
 from crawlfleet.urls import try_canonicalize
 
 if TYPE_CHECKING:
@@ -411,9 +411,9 @@ class LocalPart:
         else:
             _make_folders(target.parent, self._root)
             os.rename(self._data_path, target)
-            _fsync_folder(target.parent)
+            fsync_directory(target.parent)
         self._state_path.unlink(missing_ok=True)
-        _fsync_folder(self._data_path.parent)
+        fsync_directory(self._data_path.parent)
         return duplicate
 
     async def discard(self) -> None:
@@ -422,7 +422,7 @@ class LocalPart:
         def remove() -> None:
             self._data_path.unlink(missing_ok=True)
             self._state_path.unlink(missing_ok=True)
-            _fsync_folder(self._data_path.parent)
+            fsync_directory(self._data_path.parent)
 
         await _io(self._data_path, remove)
 
@@ -470,7 +470,7 @@ def _replace_durably(path: Path, data: bytes) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(temporary, path)
-    _fsync_folder(path.parent)
+    fsync_directory(path.parent)
 
 
 def _make_folders(folder: Path, root: Path) -> None:
@@ -481,12 +481,4 @@ def _make_folders(folder: Path, root: Path) -> None:
     for path in reversed(chain):
         if not path.is_dir():
             path.mkdir(exist_ok=True)
-            _fsync_folder(path.parent)
-
-
-def _fsync_folder(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+            fsync_directory(path.parent)
