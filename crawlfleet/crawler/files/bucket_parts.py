@@ -193,6 +193,12 @@ class BucketParts:
             raise ValueError("a job without files rules downloads no files")
         return cls.from_store(store)
 
+    async def aclose(self) -> None:
+        """Wait for the calls in flight, then end the threads and close boto3's client (its
+        connection pool); the parts in the bucket stay for a resume."""
+        await asyncio.to_thread(self._threads.shutdown, wait=True)
+        self._client.close()
+
     def key(self, relative: str) -> str:
         """The object key of ``relative`` (a key of the layout) under the destination's prefix."""
         return f"{self._prefix}/{relative}" if self._prefix else relative

@@ -201,6 +201,11 @@ class PartStore(Protocol):
         """The part for ``url``: an existing one (to resume) if any, else a new empty one."""
         ...
 
+    async def aclose(self) -> None:
+        """Release what the store holds (a bucket's threads and client); its parts stay.
+        The worker calls it when it closes its output; no part is opened afterwards."""
+        ...
+
 
 def part_key(url: str) -> str:
     """The part's name: the sha256 (hex) of the canonical URL, so every worker finds it."""
@@ -235,6 +240,9 @@ class LocalParts:
 
     def __repr__(self) -> str:
         return f"LocalParts({str(self.root)!r})"
+
+    async def aclose(self) -> None:
+        """Nothing to release: each part closes its own descriptor."""
 
     async def open(self, url: str) -> LocalPart:
         key = part_key(url)

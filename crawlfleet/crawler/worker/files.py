@@ -519,6 +519,11 @@ class FileDownloads:
 
     # -- shutdown -------------------------------------------------------------------------
 
+    async def aclose(self) -> None:
+        """Release the part store (a bucket's threads and client) once no download runs: the
+        worker calls it where it closes its output."""
+        await self.parts.aclose()
+
     def stop(self) -> None:
         """SIGTERM: every download stops at its next chunk, keeps its part, gives its lease
         back; none starts any more."""

@@ -297,6 +297,8 @@ class Worker:
                 task.cancel()
             await flush_at_shutdown(self._flush)
             await self.output.aclose()
+            if self.files is not None:
+                await self.files.aclose()
             if self.harvester is not None:
                 await asyncio.to_thread(self.harvester.close)
             await self._release_unsaved()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 import tracemalloc
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -316,3 +317,19 @@ async def test_a_file_never_sits_in_memory(
         tracemalloc.stop()
     assert peak < 4 * MIB, f"{peak / MIB:.1f} MiB"
     assert part.state.offset == 4 * PART
+
+
+async def test_aclose_ends_the_threads_and_the_parts_stay(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    parts = parts_of(s3_server, s3_bucket, tmp_path)
+    part = await parts.open(URL)
+    await write(part, data_of(PART))
+    await part.close()
+    assert any(thread.name.startswith("crawlfleet-s3-parts") for thread in threading.enumerate())
+    await parts.aclose()
+    assert not any(
+        thread.name.startswith("crawlfleet-s3-parts") for thread in threading.enumerate()
+    )
+    again = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    assert again.state.offset == PART  # closing the store keeps its parts
