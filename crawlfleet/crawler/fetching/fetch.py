@@ -34,10 +34,10 @@ and capped on the wire and after decoding).
 **Streamed bodies** (``stream``, see :mod:`~crawlfleet.crawler.fetching.streaming`): the same
 machinery, but the body of a response the caller's ``StreamedBody`` takes is handed to it chunk
 by chunk, nothing is held, and there is no total deadline (a body of gigabytes may take hours:
-the per-read timeout catches a stall). ``fetch_file`` runs a ``Download`` (a file download,
-``crawlfleet.crawler.files.download.FileRequest``) over it. ``fetch`` may also stop after a
-2xx's headers when the caller's ``stop_for_type`` wants its content type as a file
-(``FetchResult.file_type``): the worker then downloads that URL with ``fetch_file``.
+the per-read timeout catches a stall); a file download
+(``crawlfleet.crawler.files.download.fetch_file``) is read through it. ``fetch`` may also stop
+after a 2xx's headers when the caller's ``stop_for_type`` wants its content type as a file
+(``FetchResult.file_type``): the worker then downloads that URL as a file.
 
 ``FetchResult.attempts`` counts every HTTP request sent for the fetch: retries and redirect
 hops alike (so retries = ``attempts - 1 - len(redirects)`` when the chain did not fail).
@@ -59,7 +59,7 @@ import random
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Final
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 import httpx
@@ -86,7 +86,6 @@ from crawlfleet.crawljob import CrawlJobSpec
 
 __all__ = [
     "ACCEPT",
-    "Download",
     "FetchResult",
     "FetchSettings",
     "Fetcher",
@@ -114,9 +113,6 @@ _NOT_MODIFIED: Final = 304
 #: A caller's check of a redirect hop before it is requested: None to follow it, else the
 #: failure class and message that end the fetch.
 HopCheck = Callable[[str], Awaitable[tuple[FailureClass, str] | None]]
-
-_ResultT = TypeVar("_ResultT", covariant=True)
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,17 +188,6 @@ class FetchResult:
     def not_modified(self) -> bool:
         """A conditional request's 304: the copy we hold is current (no body was read)."""
         return self.status == _NOT_MODIFIED and self.failure is None
-
-
-class Download(Protocol[_ResultT]):
-    """A download :meth:`Fetcher.fetch_file` carries out: handed the way to stream its URL (with
-    ``fetch``'s guard, redirects, hop checks and retries), it reads the responses itself and
-    makes its own result. Defined here, implemented above (``crawler/files/download.py``), so
-    the fetcher knows nothing of parts or files."""
-
-    async def run(self, stream: Callable[[StreamedBody], Awaitable[FetchResult]]) -> _ResultT:
-        """Stream the URL (``stream`` may be awaited once) and make the result."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,23 +366,6 @@ class Fetcher:
         if not result.fetched_at:
             result.fetched_at = time.time()
         return result
-
-    async def fetch_file(
-        self,
-        url: str,
-        download: Download[_T],
-        *,
-        allow_url: Callable[[str], bool] | None = None,
-        check_hop: HopCheck | None = None,
-        pace: Callable[[str], Awaitable[None]] | None = None,
-    ) -> _T:
-        """Run ``download`` (a file's ``FileRequest``, whose URL is ``url``) over
-        :meth:`stream` with these checks; its result (a ``FileResult``)."""
-
-        async def stream(body: StreamedBody) -> FetchResult:
-            return await self.stream(url, body, allow_url=allow_url, check_hop=check_hop, pace=pace)
-
-        return await download.run(stream)
 
     async def aclose(self) -> None:
         """Close the pooled connections; the Fetcher cannot be used afterwards."""

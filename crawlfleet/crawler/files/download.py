@@ -1,6 +1,6 @@
 """One file download: streamed into its part, resumed with ``Range``, verified at the end.
 
-``Fetcher.fetch_file(url, FileRequest(...))`` fetches a file with everything ``Fetcher.fetch``
+``fetch_file(fetcher, url, FileRequest(...))`` fetches a file with everything ``Fetcher.fetch``
 does for a page (the address guard on the URL and every redirect hop, the caller's scope and
 robots checks of each hop, request-layer retries with backoff, failure classes), through
 ``Fetcher.stream``, and differs where a file must:
@@ -47,7 +47,7 @@ from typing import Final, Protocol
 
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, HopCheck
-from crawlfleet.crawler.fetching.streaming import Consumed, StreamedBody
+from crawlfleet.crawler.fetching.streaming import Consumed
 from crawlfleet.crawler.files.parts import PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
     Append,
@@ -59,7 +59,8 @@ from crawlfleet.crawler.files.resume import (
     judge,
 )
 from crawlfleet.crawler.files.resume import request_headers as range_headers
-from crawlfleet.crawler.files.sniff import HEAD_BYTES, check, min_bytes
+from crawlfleet.crawler.files.sniff import HEAD_BYTES, check
+from crawlfleet.crawler.files.sniff import min_bytes as type_min_bytes
 
 __all__ = [
     "MAX_PIECES_PER_ATTEMPT",
@@ -67,8 +68,10 @@ __all__ = [
     "FileLimits",
     "FileRequest",
     "FileResult",
+    "HeadVerdict",
     "Throttle",
     "fetch_file",
+    "verify_head",
 ]
 
 #: Fresh requests without a range after a mismatched answer, per attempt: a server that answers
@@ -143,8 +146,8 @@ class FileLimits(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class FileRequest:
-    """One download: its rule, its open part, how it is paced and stopped; ``Fetcher.fetch_file``
-    carries it out (``fetcher.fetch_file(request.url, request, allow_url=..., check_hop=...,
+    """One download: its rule, its open part, how it is paced and stopped; :func:`fetch_file`
+    carries it out (``fetch_file(fetcher, request.url, request, allow_url=..., check_hop=...,
     pace=...)`` -> :class:`FileResult`), see the module docstring."""
 
     url: str
@@ -158,21 +161,6 @@ class FileRequest:
     verify_type: bool = True
     #: Called with the bytes the part holds after each chunk (metrics, a stall watch).
     on_progress: Callable[[int], None] | None = None
-
-    async def run(self, stream: Callable[[StreamedBody], Awaitable[FetchResult]]) -> FileResult:
-        """The download (``fetching.fetch.Download``): ``stream`` is ``Fetcher.stream`` of this
-        URL with the caller's checks. Network failures and what verification finds come back
-        as the result's ``failure``; a part that cannot be written raises
-        :class:`~crawlfleet.errors.OutputUnavailable`."""
-        started = time.monotonic()
-        download = _Download(self)
-        await download.begin()
-        if self.stop.is_set():
-            await download.checkpoint()
-            return download.result(None, time.monotonic() - started, stopped=True)
-        fetched = await stream(download)
-        await download.checkpoint()  # what came is kept for the next attempt (if anything did)
-        return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
 
 
 @dataclass(slots=True)
@@ -224,11 +212,66 @@ async def fetch_file(
     check_hop: HopCheck | None = None,
     pace: Callable[[str], Awaitable[None]] | None = None,
 ) -> FileResult:
-    """``fetcher.fetch_file(url, request, ...)`` spelled as a function (callers written against
-    either spelling work)."""
-    return await fetcher.fetch_file(
-        url, request, allow_url=allow_url, check_hop=check_hop, pace=pace
+    """Download ``url`` into ``request.part`` through ``fetcher.stream`` with the caller's
+    checks (see the module docstring). Network failures and what verification finds come back
+    as the result's ``failure``; a part that cannot be written raises
+    :class:`~crawlfleet.errors.OutputUnavailable`."""
+    started = time.monotonic()
+    download = _Download(request)
+    await download.begin()
+    if request.stop.is_set():
+        await download.checkpoint()
+        return download.result(None, time.monotonic() - started, stopped=True)
+    fetched = await fetcher.stream(
+        url, download, allow_url=allow_url, check_hop=check_hop, pace=pace
     )
+    await download.checkpoint()  # what came is kept for the next attempt (if anything did)
+    return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
+
+
+@dataclass(frozen=True, slots=True)
+class HeadVerdict:
+    """What a complete body's first bytes and size say (:func:`verify_head`): ``failure``
+    None when it may be stored, else ``file_type_mismatch`` or ``file_too_small`` with why;
+    ``sniffed`` the family its magic bytes show (``sniff.py``), None when unknown or unread."""
+
+    failure: FailureClass | None
+    message: str
+    sniffed: str | None
+
+
+def verify_head(
+    head: bytes | None,
+    *,
+    content_type: str | None,
+    url: str,
+    size: int,
+    min_bytes: int | None,
+    verify_type: bool,
+) -> HeadVerdict:
+    """The type and minimum checks of a complete body of ``size`` bytes whose first bytes are
+    ``head`` (at least ``sniff.HEAD_BYTES`` of them, or all; None: not seen, the type is not
+    checked), in docs/files.md's order: a recognisably other type (an HTML error page for a
+    ``.mp4``), then the minimum (``min_bytes``, else the type's default), then bytes of no known
+    type for a declared one. Used at the end of a download, and by the worker on the first
+    bytes of a bucket's completed upload read back (a download resumed across processes)."""
+    verdict = check(head, content_type, url) if head is not None else None
+    sniffed = None if verdict is None else verdict.sniffed
+    mismatch = verdict is not None and verify_type and not verdict.ok
+    if mismatch and verdict is not None and verdict.sniffed is not None:
+        return HeadVerdict(FailureClass.FILE_TYPE_MISMATCH, verdict.message, sniffed)
+    family = None if verdict is None else verdict.declared or verdict.sniffed
+    minimum = min_bytes if min_bytes is not None else type_min_bytes(family)
+    if size < minimum:
+        return HeadVerdict(
+            FailureClass.FILE_TOO_SMALL,
+            f"{size} bytes, below the minimum of {minimum}"
+            f" for {family or 'a file of unknown type'}",
+            sniffed,
+        )
+    if mismatch and verdict is not None:
+        return HeadVerdict(FailureClass.FILE_TYPE_MISMATCH, verdict.message, sniffed)
+    return HeadVerdict(None, "", sniffed)
 
 
 class _Download:
@@ -381,27 +424,19 @@ class _Download:
                 FailureClass.FILE_SIZE_MISMATCH,
                 f"HTTP {status}: {size} bytes received of the {state.total} declared",
             )
-        head_known = self._hasher is not None  # the head was seen from byte 0
-        verdict = check(bytes(self._head), state.content_type, self.url) if head_known else None
-        self.sniffed = verdict.sniffed if verdict is not None else None
-        mismatch = verdict is not None and self.request.verify_type and not verdict.ok
-        if mismatch and verdict is not None and verdict.sniffed is not None:
-            await self._restart_silently()  # a recognised other type: an error page, say
-            return Consumed(FailureClass.FILE_TYPE_MISMATCH, f"HTTP {status}: {verdict.message}")
-        minimum = self.request.rule.min_bytes
-        family = None if verdict is None else verdict.declared or verdict.sniffed
-        if minimum is None:
-            minimum = min_bytes(family)
-        if size < minimum:
-            await self._restart_silently()
-            return Consumed(
-                FailureClass.FILE_TOO_SMALL,
-                f"HTTP {status}: {size} bytes, below the minimum of {minimum}"
-                f" for {family or 'a file of unknown type'}",
-            )
-        if mismatch and verdict is not None:
-            await self._restart_silently()
-            return Consumed(FailureClass.FILE_TYPE_MISMATCH, f"HTTP {status}: {verdict.message}")
+        head = bytes(self._head) if self._hasher is not None else None  # seen from byte 0
+        verdict = verify_head(
+            head,
+            content_type=state.content_type,
+            url=self.url,
+            size=size,
+            min_bytes=self.request.rule.min_bytes,
+            verify_type=self.request.verify_type,
+        )
+        self.sniffed = verdict.sniffed
+        if verdict.failure is not None:
+            await self._restart_silently()  # an error page, a tiny body: never resumed
+            return Consumed(verdict.failure, f"HTTP {status}: {verdict.message}")
         return Consumed()
 
     async def _restart_silently(self) -> None:

@@ -108,7 +108,7 @@ async def download(
     """One attempt, as a worker makes it: open the part (a new LocalParts: another process),
     download, and close the part unless the file is complete (then the test finishes it)."""
     part = await LocalParts(root).open(url)
-    result = await fetcher.fetch_file(url, request_for(url, part, **options))
+    result = await fetch_file(fetcher, url, request_for(url, part, **options))
     if result.failure is not None or result.stopped:
         await part.close()  # it stays for the next attempt
     return result, part
@@ -139,7 +139,7 @@ async def test_a_file_streams_whole_into_its_part(
 ) -> None:
     url = site.file_url("ranges", "clip.mp4")
     part = await LocalParts(tmp_path).open(url)
-    result = await fetcher.fetch_file(url, request_for(url, part))
+    result = await fetch_file(fetcher, url, request_for(url, part))
 
     assert result.failure is None, result.message
     assert (result.status, result.size, result.wire_bytes) == (200, SIZE, SIZE)
@@ -330,7 +330,7 @@ async def test_the_type_check_can_be_turned_off(
     part = await LocalParts(tmp_path).open(url)
     request = request_for(url, part, limits=Limits(min_bytes=1))
     unchecked = FileRequest(**{**_fields(request), "verify_type": False})
-    result = await fetcher.fetch_file(url, unchecked)
+    result = await fetch_file(fetcher, url, unchecked)
     assert result.failure is None, result.message
     assert result.sniffed == "html"
 
@@ -482,16 +482,6 @@ async def test_pieces_are_asked_a_bounded_number_of_times_per_attempt(
     assert result.sha256 == hashlib.sha256(PIECES_BODY).hexdigest()
 
 
-async def test_fetch_file_is_also_a_function(
-    fetcher: Fetcher, site: FileSite, tmp_path: Path
-) -> None:
-    url = site.file_url("ranges", "doc.pdf", 100_000)
-    part = await LocalParts(tmp_path).open(url)
-    result = await fetch_file(fetcher, url, request_for(url, part))
-    assert result.failure is None, result.message
-    assert result.sha256 == site.sha256("doc.pdf", 100_000)
-
-
 async def test_a_hop_check_refuses_a_redirect(
     fetcher: Fetcher, site: FileSite, tmp_path: Path
 ) -> None:
@@ -500,7 +490,7 @@ async def test_a_hop_check_refuses_a_redirect(
 
     async with RawServer(redirect(site.file_url("ranges", "doc.pdf"))) as url:
         part = await LocalParts(tmp_path).open(url)
-        result = await fetcher.fetch_file(url, request_for(url, part), check_hop=robots)
+        result = await fetch_file(fetcher, url, request_for(url, part), check_hop=robots)
     assert result.failure is FailureClass.ROBOTS_DISALLOWED
     assert site.requests() == []
 
