@@ -35,8 +35,9 @@ upload (``AbortMultipartUpload``: the store drops its parts), ``discard`` delete
 
 **Hashing a resumed file.** The bytes of earlier parts were seen by another process: S3 cannot
 read an unfinished upload, so :meth:`BucketPart.durable_bytes` raises ``NotImplementedError``
-and the worker calls :meth:`BucketPart.read_back_sha256`, which completes the upload and
-streams the staging object back to hash it. That costs one more read of the whole file from
+and the worker calls :meth:`BucketPart.read_back`, which completes the upload and streams
+the staging object back to hash it (keeping its first 4 KiB, for the type check the download
+could not make). That costs one more read of the whole file from
 the store (bandwidth between the worker and the store, no memory: 1 MiB at a time), paid only
 by a download resumed across processes.
 
@@ -76,10 +77,12 @@ from crawlfleet.crawler.files.parts import (
     PARTS_FOLDER,
     WRITE_BUFFER_BYTES,
     PartState,
+    ReadBack,
     StoredFile,
     content_key,
     part_key,
 )
+from crawlfleet.crawler.files.sniff import HEAD_BYTES
 from crawlfleet.errors import OutputError, OutputUnavailable
 from crawlfleet.output.stores import BucketStore, S3Connection, describe_s3_error
 
@@ -451,26 +454,30 @@ class BucketPart:
         await self._save_state()  # the restart stays counted for a later attempt
 
     async def durable_bytes(self) -> AsyncIterator[bytes]:
-        """S3 cannot read an unfinished upload back: hash with :meth:`read_back_sha256`."""
+        """S3 cannot read an unfinished upload back: hash with :meth:`read_back`."""
         raise NotImplementedError("a bucket's part is hashed after it is completed")
         yield b""  # pragma: no cover - makes this an async generator, as the Protocol's are
 
-    async def read_back_sha256(self) -> str:
-        """Complete the upload and hash the staging object, read back 1 MiB at a time: the
-        SHA-256 of a download resumed across processes (see the module docstring)."""
+    async def read_back(self) -> ReadBack:
+        """Complete the upload and read the staging object back, 1 MiB at a time: the SHA-256
+        of a download resumed across processes, and its first bytes, so that its type is
+        checked as a download's seen from byte 0 is (see the module docstring)."""
         await self._complete()
 
-        def digest(client: S3Client) -> str:
+        def read(client: S3Client) -> ReadBack:
             body = client.get_object(Bucket=self._parts.bucket, Key=self._data_key)["Body"]
             hasher = hashlib.sha256()
+            head = bytearray()
             try:
                 for chunk in body.iter_chunks(_READ_BYTES):
                     hasher.update(chunk)
+                    if len(head) < HEAD_BYTES:
+                        head += chunk[: HEAD_BYTES - len(head)]
             finally:
                 body.close()
-            return hasher.hexdigest()
+            return ReadBack(hasher.hexdigest(), bytes(head))
 
-        return await self._parts.call(digest)
+        return await self._parts.call(read)
 
     async def finish(self, sha256: str) -> StoredFile:
         key = content_key(sha256)

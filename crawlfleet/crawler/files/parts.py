@@ -59,6 +59,7 @@ __all__ = [
     "PartState",
     "PartStore",
     "PartWriter",
+    "ReadBack",
     "StoredFile",
     "content_key",
     "open_parts",
@@ -155,6 +156,16 @@ class StoredFile:
     key: str
     size: int
     duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBack:
+    """A complete part read back from its store (a download resumed across processes on S3,
+    which never saw its first bytes): the SHA-256 of all its bytes, and its first
+    ``sniff.HEAD_BYTES`` (fewer when the file is shorter), for the type check."""
+
+    sha256: str
+    head: bytes
 
 
 class PartWriter(Protocol):

@@ -59,9 +59,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from crawlfleet.crawler.fetching.failures import FailureClass, fate
-from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle, fetch_file
-from crawlfleet.crawler.files.parts import PartStore, PartWriter, StoredFile, open_parts
+from crawlfleet.crawler.files.download import (
+    FileRequest,
+    FileResult,
+    Throttle,
+    fetch_file,
+    verify_head,
+)
+from crawlfleet.crawler.files.parts import (
+    PartStore,
+    PartWriter,
+    ReadBack,
+    StoredFile,
+    open_parts,
+)
 from crawlfleet.crawler.files.rules import FileRule, FileRules
+from crawlfleet.crawler.files.sniff import HEAD_BYTES
 from crawlfleet.crawler.worker.sinks import FileRecord
 from crawlfleet.errors import FrontierUnavailable, OutputUnavailable
 from crawlfleet.frontier.parents import file_mark, split_parent
@@ -104,7 +117,7 @@ PART_FAILURE_WAIT_SECONDS: Final = 5.0
 class _ReadsBack(Protocol):
     """A part that is hashed by reading it back once complete (an S3 multipart upload)."""
 
-    async def read_back_sha256(self) -> str: ...
+    async def read_back(self) -> ReadBack: ...
 
 
 class GivenBack(enum.Enum):
@@ -314,6 +327,8 @@ class FileDownloads:
         if result.stopped:
             self._count(None, result)
             return await self._give_back(lease, GivenBack.STOPPED)
+        if result.failure is None and result.sha256 is None:
+            await self._verify_read_back(part, rule, result)
         if result.failure is not None:
             failure_class = FailureClass(result.failure)
             if not fate(failure_class).retryable or lease.attempts + 1 >= self.task_attempts:
@@ -324,6 +339,29 @@ class FileDownloads:
             # verification: an error page, a tiny body).
             return self._failed(failure_class, result.message, result)
         return await self._store(lease, rule, part, result)
+
+    async def _verify_read_back(self, part: PartWriter, rule: FileRule, result: FileResult) -> None:
+        """A download whose result carries no SHA-256 (resumed on S3, where this process never
+        saw the earlier bytes): the part read back (``BucketPart.read_back``: its upload
+        completed, then one more read of the whole file from the store) gives the digest and
+        the first bytes, whose type and minimum are checked as the download checks a file it
+        saw from byte 0 (``download.verify_head``). A failure is set on ``result``, its bytes
+        dropped from the part, as the download drops them."""
+        read = await _read_back(part)
+        verdict = verify_head(
+            read.head,
+            content_type=part.state.content_type,
+            url=result.url,
+            size=result.size,
+            min_bytes=rule.min_bytes,
+            verify_type=self.verify_type,
+        )
+        result.sniffed = verdict.sniffed
+        if verdict.failure is None:
+            result.sha256 = read.sha256
+            return
+        await part.restart()
+        result.failure, result.message = verdict.failure, f"read back: {verdict.message}"
 
     async def _store(
         self, lease: Lease, rule: FileRule, part: PartWriter, result: FileResult
@@ -343,7 +381,9 @@ class FileDownloads:
             )
         reserved = size
         try:
-            digest = result.sha256 or await self._read_back_sha256(part)
+            digest = result.sha256
+            if digest is None:  # _download read it back, or failed
+                raise AssertionError(f"{lease.url}: stored without a digest")
             stored = await part.finish(digest)
             existing = await self.frontier.claim_content(digest, stored.key)
         except BaseException:
@@ -392,18 +432,6 @@ class FileDownloads:
             fetch_id=f"{self.worker_id}-{lease.number}",
             fetched_at=result.fetched_at or time.time(),
         )
-
-    async def _read_back_sha256(self, part: PartWriter) -> str:
-        """The SHA-256 of a download whose result carries none (resumed on S3, where this
-        process never saw the earlier bytes): the part's bytes hashed, or, on S3, the
-        completed staging object read back (``BucketPart.read_back_sha256``: one more read of
-        the whole file from the store)."""
-        if isinstance(part, _ReadsBack):
-            return await part.read_back_sha256()
-        digest = hashlib.sha256()
-        async for chunk in part.durable_bytes():
-            digest.update(chunk)
-        return digest.hexdigest()
 
     async def _give_back(self, lease: Lease, why: GivenBack) -> GivenBack:
         """Release the lease (no attempt counted), again after the book's backoff while Redis
@@ -530,3 +558,17 @@ class FileDownloads:
         self._stopping = True
         for request in self._requests.values():
             request.stop.set()
+
+
+async def _read_back(part: PartWriter) -> ReadBack:
+    """A complete part's digest and first bytes: a bucket's completed upload read back
+    (:class:`_ReadsBack`), else its durable bytes hashed."""
+    if isinstance(part, _ReadsBack):
+        return await part.read_back()
+    digest = hashlib.sha256()
+    head = bytearray()
+    async for chunk in part.durable_bytes():
+        digest.update(chunk)
+        if len(head) < HEAD_BYTES:
+            head += chunk[: HEAD_BYTES - len(head)]
+    return ReadBack(digest.hexdigest(), bytes(head))

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 
+from crawlfleet.crawler.files.bucket_parts import BucketParts
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.local.redis_server import RedisServer
-from crawlfleet.testsite.files import FileSite, FileSiteConfig
+from crawlfleet.testsite.files import FileSite, FileSiteConfig, file_etag
+from tests.integration.output.test_stores import bucket_store
 from tests.support.s3 import S3Server, aws_env
 from tests.support.specs import job_spec
 from tests.support.workers import in_process_worker
@@ -36,9 +38,12 @@ def site() -> Iterator[FileSite]:
         yield running
 
 
-def spec_for(seeds: list[str], destination: str, endpoint: str) -> CrawlJobSpec:
+def spec_for(
+    seeds: list[str], destination: str, endpoint: str, *, task_attempts: int = 5
+) -> CrawlJobSpec:
     return job_spec(
         {
+            "retry": {"taskAttempts": task_attempts},
             "scope": {"maxDepth": 0, "allowPrivateNetworks": True},
             "concurrency": {"perHost": 2, "hostDelaySeconds": 0},
             "lease": {"ttlSeconds": 5, "heartbeatSeconds": 0.5, "deadAfterSeconds": 4},
@@ -114,7 +119,60 @@ async def test_a_download_stopped_in_one_worker_is_finished_by_another_and_read_
     (record,) = records(s3_server, s3_bucket, prefix)
     assert record["sha256"] == site.sha256("resumed.mp4", size)  # read back from the upload
     assert record["resumed_from"] >= 5 * MIB
+    assert record["sniffed_type"] == "mp4"  # its first bytes read back and checked
     objects = s3_server.stored_objects(s3_bucket)
     with objects[prefix + record["stored"]].open("rb") as stored:
         assert hashlib.file_digest(stored, "sha256").hexdigest() == record["sha256"]
     assert not [key for key in objects if "/.parts/" in key]  # staging and state removed
+
+
+async def test_a_resumed_download_whose_first_bytes_are_another_type_fails_when_read_back(
+    site: FileSite,
+    s3_server: S3Server,
+    s3_bucket: str,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A part another process began holds an HTML page where the MP4's first bytes belong (as
+    if the server once served an error page at byte 0 under the file's validators): the
+    worker resuming it never sees those bytes while it downloads, so the check is made on the
+    completed upload read back, and the file is not stored."""
+    for name, value in aws_env(s3_server).items():
+        monkeypatch.setenv(name, value)
+    site.reset()
+    size = 6 * MIB
+    url = site.file_url("ranges", "spliced.mp4", size)
+    prefix = "jobs/typed/"
+    destination = f"s3://{s3_bucket}/{prefix}"
+    # One attempt: the failure is dead-lettered at once, its reason there to read.
+    spec = spec_for([url], destination, s3_server.endpoint_url, task_attempts=1)
+    store = bucket_store(s3_server, destination, tmp_path=tmp_path / "store")
+    parts = BucketParts.from_store(store)
+    part = await parts.open(url)
+    part.state.etag, part.state.total = file_etag("spliced.mp4", size), size
+    part.state.content_type = "video/mp4"
+    page = b"<!DOCTYPE html><html><body>Not found</body></html>"
+    await part.write((page * (5 * MIB // len(page) + 1))[: 5 * MIB])
+    await part.checkpoint()  # 5 MiB uploaded: another process resumes from there
+    await part.close()
+    await parts.aclose()
+
+    worker, fetcher, frontier = await in_process_worker(
+        spec, redis_server.url, "test.files-s3-typed", tmp_path / "w", destination=destination,
+        exit_when_done=True,
+    )  # fmt: skip
+    try:
+        assert await run(worker) == 0
+        dead = [letter async for letter in frontier.dead_letters()]
+    finally:
+        await fetcher.aclose()
+        await frontier.aclose()
+
+    (asked,) = [r for r in site.requests("ranges") if "spliced.mp4" in r.path]
+    assert asked.range_header == f"bytes={5 * MIB}-"  # resumed: the head never passed by
+    (letter,) = dead
+    assert letter.failure_class == "file_type_mismatch", letter
+    assert "read back" in letter.message
+    assert records(s3_server, s3_bucket, prefix) == []
+    assert not [key for key in s3_server.stored_objects(s3_bucket) if key.startswith(prefix)]

@@ -122,7 +122,8 @@ async def test_three_parts_outlive_the_process_and_another_finishes_the_file(
             pass
     await second.write(data[3 * PART :])  # the last part: smaller than 5 MiB
     sha256 = hashlib.sha256(data).hexdigest()
-    assert await second.read_back_sha256() == sha256
+    read = await second.read_back()
+    assert (read.sha256, read.head) == (sha256, data[:4096])  # the type check's first bytes
     stored = await second.finish(sha256)
 
     assert (stored.key, stored.size, stored.duplicate) == (content_key(sha256), len(data), False)
