@@ -23,8 +23,11 @@ buffer holds the file's size / 9,999), since an upload holds at most :data:`MAX_
 
 **Resume.** The sidecar says which upload; ``ListParts`` says what it holds, and wins when the
 two disagree (a sidecar write lost after its ``UploadPart``). An upload the store no longer
-knows (aborted by a lifecycle rule, completed by a crash before ``finish`` was done) starts the
-part over, counted in ``restarts``.
+knows starts the part over, counted in ``restarts`` (aborted by a lifecycle rule), unless it
+was completed by a process that ended before ``finish`` was done: a staging object of exactly
+the declared total, whose every part the sidecar names, is kept, and the next attempt only
+confirms the file is unchanged (a ``416`` to a range from its total), reads it back and
+finishes it.
 
 **Finish.** The last bytes go up as the last part (it may be small), then
 ``CompleteMultipartUpload``; unless the content key ``files/sha256/<ab>/<sha256>`` exists
@@ -298,14 +301,37 @@ class BucketPart:
             state.offset, state.parts = 0, []
             return
         listed = await self._list_parts(state.upload_id)
+        if listed is None and await self._completed_before():
+            self._completed = True  # the download confirms it is whole, then it is finished
+            state.offset = _size(state.parts)
+            return
         if listed is None:
-            # Aborted, expired, or completed by a process that died before finishing: over.
+            # Aborted, expired, or completed without all its bytes recorded: over.
             await self._delete(self._data_key)
             self.state = PartState(url=url, restarts=state.restarts + 1)
             await self._save_state()
             return
         state.parts = _resumable(listed)
         state.offset = _size(state.parts)
+
+    async def _completed_before(self) -> bool:
+        """Whether a process completed this upload and ended before ``finish`` was done (a
+        crash during the copy to the content key, say): the sidecar's parts, written before
+        ``CompleteMultipartUpload``, add up to the declared total, and the staging object has
+        exactly that size. Only this part's upload ever writes the staging key, and a restart
+        deletes it, so such an object is those parts; the download then asks the server
+        whether the file is still that (a 416 to a range from its total, ``resume.Complete``)
+        and the worker reads it back to hash and check it."""
+        total = self.state.total
+        if total is None or not self.state.parts or _size(self.state.parts) != total:
+            return False
+
+        def size(client: S3Client) -> int:
+            return client.head_object(Bucket=self._parts.bucket, Key=self._data_key)[
+                "ContentLength"
+            ]
+
+        return await self._parts.call_or(size, None) == total
 
     async def _read_state(self) -> PartState | None:
         def get(client: S3Client) -> bytes:

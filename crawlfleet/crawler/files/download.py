@@ -10,7 +10,9 @@ robots checks of each hop, request-layer retries with backoff, failure classes),
 * every request (the first, each retry, each redirect hop) asks for the rest of what the part
   holds (``Range`` + ``If-Range``, see :mod:`~crawlfleet.crawler.files.resume`), and a reset
   mid-body is retried from the last byte received: what came is checkpointed first;
-* the answer decides: a matching 206 appends, a 200 restarts the part with its body, a
+* the answer decides: a matching 206 appends, a 416 confirming the total a complete part
+  holds (a process that ended before it finished the part) reads nothing and verifies the part
+  as it is, a 200 restarts the part with its body, a
   mismatched 206, a 416 or a changed validator restart it and ask again without a range: a
   file is never spliced from two versions, and every restart is counted by its reason; a 206
   that ends short of the total (a server that serves a range in pieces) is followed at once by
@@ -51,6 +53,7 @@ from crawlfleet.crawler.fetching.streaming import Consumed
 from crawlfleet.crawler.files.parts import PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
     Append,
+    Complete,
     Restart,
     RestartReason,
     Whole,
@@ -328,6 +331,8 @@ class _Download:
         refused = await self._answer(status, headers)
         if refused is not None:
             return refused
+        if status == _RANGE_NOT_SATISFIABLE:  # judged Complete: the part holds the file
+            return await self._verify(status)
         started_at = self.held
         max_bytes = self.request.rule.max_bytes
         async for chunk in chunks:
@@ -353,6 +358,8 @@ class _Download:
         read its body."""
         state = self.part.state
         decision = judge(state, status, headers, self._asked)
+        if isinstance(decision, Complete):
+            return None
         if isinstance(decision, Restart):
             await self._restart(decision.reason)
             if self._fresh_requests >= MAX_RESTARTS_PER_ATTEMPT:

@@ -8,7 +8,8 @@ from zero: the one rule that keeps a stored file from ever being spliced from tw
 * :func:`request_headers`: the headers of a request for a part holding ``offset`` bytes;
 * :func:`judge`: append the response's body (:class:`Append`), drop the part and take this
   response's body from its first byte (:class:`Whole`), or drop the part and ask again without a
-  range (:class:`Restart`), with the reason counted (``crawlfleet_file_restarts_total``);
+  range (:class:`Restart`), with the reason counted (``crawlfleet_file_restarts_total``); or,
+  for a part that holds the whole file already, read nothing (:class:`Complete`);
 * :func:`parse_content_range`: ``Content-Range: bytes <start>-<end>/<total or *>``.
 
 ``If-Range`` takes a strong ETag only (RFC 9110 §13.1.5: a weak one may not be sent there), else
@@ -28,6 +29,7 @@ from crawlfleet.crawler.files.parts import PartState
 __all__ = [
     "RESTART_REASONS",
     "Append",
+    "Complete",
     "ContentRange",
     "Decision",
     "Restart",
@@ -56,6 +58,7 @@ RESTART_REASONS: Final[tuple[RestartReason, ...]] = (
 _PARTIAL_CONTENT: Final = 206
 _RANGE_NOT_SATISFIABLE: Final = 416
 _CONTENT_RANGE: Final = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.ASCII | re.IGNORECASE)
+_UNSATISFIED_RANGE: Final = re.compile(r"bytes\s+\*/(\d+)", re.ASCII | re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +88,20 @@ class Whole:
 
 
 @dataclass(frozen=True, slots=True)
+class Complete:
+    """The part already holds the whole file: a 416 to a range from its known total, whose
+    ``Content-Range: bytes */<total>`` confirms that length (and ``If-Range`` held: a changed
+    file would have come whole, as a 200). Nothing is read; the part is verified as it is."""
+
+
+@dataclass(frozen=True, slots=True)
 class Restart:
     """The response cannot be used: the part restarts and the file is asked again, whole."""
 
     reason: RestartReason
 
 
-Decision = Append | Whole | Restart
+Decision = Append | Complete | Whole | Restart
 
 
 def parse_content_range(value: str | None) -> ContentRange | None:
@@ -142,8 +152,10 @@ def judge(
 
     * nothing held: a 206 starting at byte 0 is appended, any other 2xx is :class:`Whole`
       without a reason, and a 206 elsewhere is a ``range_mismatch``;
-    * a 416: ``unsatisfiable`` (the part is longer than the file now is, or the server refuses
-      ranges it advertised);
+    * a 416: :class:`Complete` when the part holds exactly the total it knows and the answer
+      says ``Content-Range: bytes */<that total>`` without another validator (a part complete
+      before its process ended: nothing is left to fetch); otherwise ``unsatisfiable`` (the
+      part is longer than the file now is, or the server refuses ranges it advertised);
     * a validator of the response that differs from the part's: ``validator_changed`` (a 200
       is taken whole under that reason, a 206 is asked again: a server that ignored
       ``If-Range`` must not extend the part);
@@ -154,6 +166,10 @@ def judge(
     """
     held = state.offset if offset is None else offset
     if status == _RANGE_NOT_SATISFIABLE:
+        whole = held > 0 and held == state.total
+        confirmed = _unsatisfied_total(headers.get("content-range")) == held
+        if whole and confirmed and not _validator_changed(state, headers):
+            return Complete()
         return Restart("unsatisfiable")
     if held <= 0:
         if status != _PARTIAL_CONTENT:
@@ -180,6 +196,12 @@ def judge(
     ):
         return Restart("range_mismatch")
     return Append()
+
+
+def _unsatisfied_total(value: str | None) -> int | None:
+    """The length in a 416's ``Content-Range: bytes */<length>``; None when absent or other."""
+    match = _UNSATISFIED_RANGE.fullmatch((value or "").strip())
+    return int(match[1]) if match else None
 
 
 def declared_total(status: int, headers: Mapping[str, str]) -> int | None:

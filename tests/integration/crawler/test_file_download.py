@@ -267,6 +267,27 @@ async def test_a_changed_file_restarts_from_zero(
     await finished(part, result, tmp_path)
 
 
+async def test_a_part_complete_before_its_process_ended_is_confirmed_not_fetched_again(
+    fetcher: Fetcher, site: FileSite, tmp_path: Path
+) -> None:
+    url = site.file_url("ranges", "whole.pdf", 100_000)
+    first, part = await download(fetcher, tmp_path, url)
+    assert first.failure is None, first.message
+    await part.close()  # the process ends before finish: the part holds the whole file
+    site.reset()
+
+    result, part = await download(fetcher, tmp_path, url)
+    assert result.failure is None, result.message
+    assert (result.status, result.restarts, result.size) == (416, [], 100_000)
+    assert result.resumed_from == 100_000
+    assert result.sha256 == site.sha256("whole.pdf", 100_000)  # hashed from the part
+    assert result.sniffed == "pdf"
+    assert ranges(site, "ranges") == [("bytes=100000-", file_etag("whole.pdf", 100_000))]
+    assert sent(site, "ranges") == 0
+    stored = await part.finish(result.sha256)
+    assert stored.size == 100_000
+
+
 async def test_a_416_restarts_from_zero(fetcher: Fetcher, site: FileSite, tmp_path: Path) -> None:
     url = site.file_url("ranges", "data.zip", 100_000)
     part = await LocalParts(tmp_path).open(url)

@@ -334,3 +334,37 @@ async def test_aclose_ends_the_threads_and_the_parts_stay(
     )
     again = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
     assert again.state.offset == PART  # closing the store keeps its parts
+
+
+async def test_an_upload_completed_by_a_process_that_ended_before_finish_is_kept(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    data = data_of(PART + MIB)
+    first = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    first.state.etag, first.state.total = '"v1"', len(data)
+    await write(first, data)
+    sha256 = hashlib.sha256(data).hexdigest()
+    assert (await first.read_back()).sha256 == sha256  # completed; then the process dies
+    completed_at = written_at(s3_server, s3_bucket)[staging_key(first)]
+
+    second = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    assert (second.state.offset, second.state.restarts) == (len(data), 0)  # not started over
+    assert (await second.read_back()).sha256 == sha256  # no new upload: the same object
+    assert written_at(s3_server, s3_bucket)[staging_key(second)] == completed_at
+    stored = await second.finish(sha256)
+    assert (stored.size, stored.duplicate) == (len(data), False)
+    assert sorted(s3_server.stored_objects(s3_bucket)) == [f"crawls/{content_key(sha256)}"]
+
+
+async def test_a_completed_upload_of_another_size_than_declared_starts_over(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    data = data_of(PART + MIB)
+    first = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    first.state.etag, first.state.total = '"v1"', len(data) + 1  # one byte never came
+    await write(first, data)
+    await first.read_back()
+
+    second = await parts_of(s3_server, s3_bucket, tmp_path).open(URL)
+    assert (second.state.offset, second.state.restarts) == (0, 1)
+    assert staging_key(second) not in s3_server.stored_objects(s3_bucket)

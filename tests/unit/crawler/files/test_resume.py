@@ -9,6 +9,7 @@ from crawlfleet.crawler.files.parts import PartState
 from crawlfleet.crawler.files.resume import (
     RESTART_REASONS,
     Append,
+    Complete,
     ContentRange,
     Restart,
     Whole,
@@ -127,6 +128,21 @@ def test_a_200_to_a_range_request_is_taken_whole() -> None:
 
 def test_a_416_restarts() -> None:
     assert judge(held(1000), 416, {"content-range": "bytes */900"}) == Restart("unsatisfiable")
+
+
+def test_a_416_confirming_the_total_a_whole_part_holds_completes_it() -> None:
+    whole = held(5000)
+    assert judge(whole, 416, {"content-range": "bytes */5000"}) == Complete()
+    assert judge(whole, 416, {"content-range": "bytes */5000", "etag": ETAG}) == Complete()
+    # another length, no length, another version, a part short of its total: restart
+    assert judge(whole, 416, {"content-range": "bytes */6000"}) == Restart("unsatisfiable")
+    assert judge(whole, 416, {}) == Restart("unsatisfiable")
+    changed = {"content-range": "bytes */5000", "etag": '"v2"'}
+    assert judge(whole, 416, changed) == Restart("unsatisfiable")
+    assert judge(held(4000), 416, {"content-range": "bytes */4000"}) == Restart("unsatisfiable")
+    assert judge(held(5000, total=None), 416, {"content-range": "bytes */5000"}) == Restart(
+        "unsatisfiable"
+    )
 
 
 def test_a_changed_etag_restarts_and_a_200_of_it_is_taken_whole() -> None:
