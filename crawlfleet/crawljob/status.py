@@ -197,8 +197,8 @@ class CrawlJobStatus(_Observed):
     waiting: str = ""
     """What the crawl waits for, in one word, while URLs are queued and none is fetched: the
     Waiting condition's reason (RobotsTxt, NoLiveWorker, OutputBlocked, HeldSlots,
-    MemoryPressure, RetryBackoff, HostDelay, Suspended; NextRevisit for a job that keeps
-    going and has nothing to do until its next revisit is due), else the Stalled condition's
+    MemoryPressure, RetryBackoff, HostDelay, Downloading, Suspended; NextRevisit for a job that
+    keeps going and has nothing to do until its next revisit is due), else the Stalled condition's
     (StuckFetching, StuckProcessing, StuckOutput) while leases do not move; empty while the
     crawl moves. The conditions' messages say the rest."""
     freshness: FreshnessStatus | None = None

@@ -19,6 +19,9 @@ HeldSlots         host slots still counted for dead workers' requests, until the
 MemoryPressure    Redis is near its maxmemory: claims are slowed
 RetryBackoff      URLs waiting out a retry's backoff or Retry-After
 HostDelay         hosts waiting out their delay (``hostDelaySeconds``, a Crawl-delay)
+Downloading       the only requests in progress are file downloads (``spec.files``),
+                  which the frontier counts as fetched once they hold their host's file
+                  slot: the queued URLs wait for them (``files.perHost``) or for a claim
 NextRevisit       a job that keeps going (``spec.recrawl``, no schedule) has nothing
                   queued, delayed or leased: it waits for its next due revisit
 ================  ===================================================================
@@ -70,6 +73,7 @@ WaitReason = Literal[
     "MemoryPressure",
     "RetryBackoff",
     "HostDelay",
+    "Downloading",
     "NextRevisit",
 ]
 #: Every reason, most telling first: the order causes are listed in.
@@ -188,6 +192,7 @@ def assess(
             _no_live_worker(workers, policy, wanted=wanted, now=now),
             _output_blocked(beats, policy.dead_after_seconds),
             *_frontier_causes(stats, now),
+            _downloading(beats, policy.dead_after_seconds),
         )
         if cause is not None
     ]
@@ -288,6 +293,18 @@ def _output_blocked(beats: Sequence[WorkerHeartbeat], fresh_seconds: float) -> W
     why = f": {reasons[0]}" if reasons else ": their output destination is failing or full"
     what = f"{plural(len(blocked), 'worker')} with output blocked{why}"
     return WaitCause("OutputBlocked", what, count=len(blocked))
+
+
+def _downloading(beats: Sequence[WorkerHeartbeat], fresh_seconds: float) -> WaitCause | None:
+    """Live workers' file downloads (heartbeat field ``file_downloads``): a download holds its
+    lease for as long as the file takes, but counts as fetched, so without this cause a batch
+    download of one host's files would say nothing while the rest of them wait."""
+    downloads = sum(
+        int(b.number("file_downloads")) for b in beats if b.age_seconds <= fresh_seconds
+    )
+    if downloads <= 0:
+        return None
+    return WaitCause("Downloading", f"downloading {plural(downloads, 'file')}", count=downloads)
 
 
 def _frontier_causes(stats: FrontierStats, now: float) -> list[WaitCause | None]:

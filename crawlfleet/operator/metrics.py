@@ -125,7 +125,7 @@ class OperatorMetrics:
             "crawlfleet_job_waiting",
             "1 while URLs are queued, none is fetched and this holds them back, by reason"
             " (RobotsTxt, NoLiveWorker, OutputBlocked, HeldSlots, MemoryPressure, RetryBackoff,"
-            " HostDelay, Suspended); 0 otherwise",
+            " HostDelay, Downloading, Suspended); 0 otherwise",
             (*job, "reason"),
             registry=self.registry,
         )

@@ -115,10 +115,13 @@ def heartbeat_fields(
     *,
     in_flight: int,
     limit: int,
+    file_downloads: int = 0,
 ) -> dict[str, HeartbeatValue]:
     """What a worker's heartbeat tells the fleet: its counters, its leases' account (how many
     in each stage and how long the oldest has been there: the fleet's watchdog reads it), and
-    its output's state, with why it is blocked when it is (``output_blocked_reason``)."""
+    its output's state, with why it is blocked when it is (``output_blocked_reason``), and
+    its file downloads in progress (``file_downloads``: the fleet's Waiting cause
+    ``Downloading`` reads it, since a download counts as fetched while it runs)."""
     fields: dict[str, HeartbeatValue] = {
         **counters,
         **leases.account(),
@@ -126,6 +129,7 @@ def heartbeat_fields(
         "limit": limit,
         "output_waiting": leases.count(Stage.OUTPUT),
         "output_blocked": 1 if output.blocked else 0,
+        "file_downloads": file_downloads,
     }
     reason = output.blocked_reason
     if output.blocked and reason:

@@ -1036,6 +1036,7 @@ class Worker:
             self.output,
             in_flight=len(self._inflight),
             limit=self.limit.limit,
+            file_downloads=self.files.in_flight if self.files is not None else 0,
         )
         await self.frontier.heartbeat(self.worker_id, fields)
         await self.leases.keep_alive()

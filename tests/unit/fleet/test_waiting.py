@@ -285,3 +285,20 @@ def test_a_wait_ends_once_the_crawl_has_moved_for_the_settle_time() -> None:
     assert (news.ended, announced, since) == ("RobotsTxt", None, None)
     news, announced, since = track(None, announced=None, moving_since=None, now=NOW + 99)
     assert (news.began, news.ended, announced, since) == (None, None, None, None)
+
+
+def test_downloads_that_count_as_fetched_are_said_when_urls_wait_behind_them() -> None:
+    # Two workers downloading three files (each lease counted fetched once its file slot is
+    # held), a stale heartbeat's download not counted, URLs queued behind them.
+    downloading = WorkerHeartbeat("w-1", NOW - 1, 1.0, {"output_blocked": 0, "file_downloads": 2})
+    other = WorkerHeartbeat("w-2", NOW - 1, 1.0, {"file_downloads": 1})
+    stale = WorkerHeartbeat("w-9", NOW - 90, 90.0, {"file_downloads": 4})
+    waiting = judge(stats(queued=5, leased=3, fetched=3), beats=(downloading, other, stale))
+    assert waiting is not None
+    assert waiting.causes == (WaitCause("Downloading", "downloading 3 files", count=3),)
+    # a wait of the frontier's own comes first; a download with a page in progress is no wait
+    delayed = judge(stats(delayed=2, next_retry_in=40.0, leased=1, fetched=1), beats=(other,))
+    assert delayed is not None
+    assert [cause.reason for cause in delayed.causes] == ["RetryBackoff", "Downloading"]
+    assert judge(stats(queued=5, leased=2, fetched=1), beats=(other,)) is None
+    assert judge(stats(queued=5, leased=1, fetched=1)) is None  # no download: nothing to say
