@@ -58,6 +58,14 @@ def spec_for(
     )
 
 
+@pytest.fixture(autouse=True)
+def fresh(site: FileSite, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test: the S3 server's credentials in the environment, the site's logs cleared."""
+    for name, value in aws_env(s3_server).items():
+        monkeypatch.setenv(name, value)
+    site.reset()
+
+
 def records(server: S3Server, bucket: str, prefix: str) -> list[dict[str, Any]]:
     found = []
     for key, path in server.stored_objects(bucket).items():
@@ -71,16 +79,8 @@ async def run(worker: Worker, seconds: float = CRAWL_SECONDS) -> int:
 
 
 async def test_a_download_stopped_in_one_worker_is_finished_by_another_and_read_back(
-    site: FileSite,
-    s3_server: S3Server,
-    s3_bucket: str,
-    redis_server: RedisServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    site: FileSite, s3_server: S3Server, s3_bucket: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    for name, value in aws_env(s3_server).items():
-        monkeypatch.setenv(name, value)
-    site.reset()
     size = 8 * MIB
     url = site.file_url("ranges", "resumed.mp4", size)
     prefix = "jobs/files/"
@@ -127,20 +127,12 @@ async def test_a_download_stopped_in_one_worker_is_finished_by_another_and_read_
 
 
 async def test_a_resumed_download_whose_first_bytes_are_another_type_fails_when_read_back(
-    site: FileSite,
-    s3_server: S3Server,
-    s3_bucket: str,
-    redis_server: RedisServer,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    site: FileSite, s3_server: S3Server, s3_bucket: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """A part another process began holds an HTML page where the MP4's first bytes belong (as
     if the server once served an error page at byte 0 under the file's validators): the
     worker resuming it never sees those bytes while it downloads, so the check is made on the
     completed upload read back, and the file is not stored."""
-    for name, value in aws_env(s3_server).items():
-        monkeypatch.setenv(name, value)
-    site.reset()
     size = 6 * MIB
     url = site.file_url("ranges", "spliced.mp4", size)
     prefix = "jobs/typed/"
