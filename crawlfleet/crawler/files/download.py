@@ -462,7 +462,10 @@ class _Download:
             url=self.url,
             final_url=self.url if fetched is None else fetched.final_url,
             status=None if fetched is None else fetched.status,
-            content_type=state.content_type if fetched is None else fetched.content_type,
+            # A complete file's type is its own (the part's), not a 206's or a 416's.
+            content_type=(
+                state.content_type if complete or fetched is None else fetched.content_type
+            ),
             headers={} if fetched is None else fetched.headers,
             redirects=[] if fetched is None else fetched.redirects,
             attempts=0 if fetched is None else fetched.attempts,
