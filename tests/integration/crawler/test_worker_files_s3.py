@@ -20,7 +20,7 @@ from crawlfleet.crawler.files.bucket_parts import BucketParts
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.local.redis_server import RedisServer
-from crawlfleet.testsite.files import FileSite, FileSiteConfig, file_etag
+from crawlfleet.testsite.files import FileSite, FileSiteConfig, file_body, file_etag
 from tests.integration.output.test_stores import bucket_store
 from tests.support.s3 import S3Server, aws_env
 from tests.support.specs import job_spec
@@ -168,3 +168,43 @@ async def test_a_resumed_download_whose_first_bytes_are_another_type_fails_when_
     assert "read back" in letter.message
     assert records(s3_server, s3_bucket, prefix) == []
     assert not [key for key in s3_server.stored_objects(s3_bucket) if key.startswith(prefix)]
+
+
+async def test_an_upload_completed_before_its_worker_ended_is_finished_not_fetched_again(
+    site: FileSite, s3_server: S3Server, s3_bucket: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """A worker completed the file's upload and ended before it was copied to its content key
+    (a crash during the copy): the next one confirms the file with one request (a 416 to a
+    range from its total), reads the upload back, checks and stores it."""
+    size = 6 * MIB
+    url = site.file_url("ranges", "completed.mp4", size)
+    prefix = "jobs/completed/"
+    destination = f"s3://{s3_bucket}/{prefix}"
+    parts = BucketParts.from_store(bucket_store(s3_server, destination, tmp_path=tmp_path / "s"))
+    part = await parts.open(url)
+    part.state.etag, part.state.total = file_etag("completed.mp4", size), size
+    part.state.content_type = "video/mp4"
+    for chunk in file_body("completed.mp4", size):
+        await part.write(chunk)
+    await part.read_back()  # completed; then the worker dies
+    await parts.aclose()
+
+    spec = spec_for([url], destination, s3_server.endpoint_url)
+    worker, fetcher, frontier = await in_process_worker(
+        spec, redis_server.url, "test.files-s3-completed", tmp_path / "w", destination=destination,
+        exit_when_done=True,
+    )  # fmt: skip
+    try:
+        assert await run(worker) == 0
+    finally:
+        await fetcher.aclose()
+        await frontier.aclose()
+
+    (asked,) = [r for r in site.requests("ranges") if "completed.mp4" in r.path]
+    assert (asked.range_header, asked.status, asked.bytes_sent) == (f"bytes={size}-", 416, 0)
+    (record,) = records(s3_server, s3_bucket, prefix)
+    assert record["sha256"] == site.sha256("completed.mp4", size)
+    assert (record["status"], record["restarts"], record["sniffed_type"]) == (416, [], "mp4")
+    objects = s3_server.stored_objects(s3_bucket)
+    assert prefix + record["stored"] in objects
+    assert not [key for key in objects if "/.parts/" in key]
