@@ -19,6 +19,7 @@ import pytest
 from crawlfleet.crawler.files.bucket_parts import BucketParts
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.frontier import DeadLetter
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite.files import FileSite, FileSiteConfig, file_body, file_etag
 from tests.integration.output.test_stores import bucket_store
@@ -78,6 +79,21 @@ async def run(worker: Worker, seconds: float = CRAWL_SECONDS) -> int:
     return await asyncio.wait_for(worker.run(), seconds)
 
 
+async def run_to_the_end(
+    spec: CrawlJobSpec, redis: RedisServer, job_id: str, out: Path, destination: str
+) -> list[DeadLetter]:
+    """A worker (id ``w2``) of ``spec`` run until the job is done; the job's dead letters."""
+    worker, fetcher, frontier = await in_process_worker(
+        spec, redis.url, job_id, out, destination=destination, exit_when_done=True, worker_id="w2"
+    )
+    try:
+        assert await run(worker) == 0
+        return [letter async for letter in frontier.dead_letters()]
+    finally:
+        await fetcher.aclose()
+        await frontier.aclose()
+
+
 async def test_a_download_stopped_in_one_worker_is_finished_by_another_and_read_back(
     site: FileSite, s3_server: S3Server, s3_bucket: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
@@ -102,15 +118,7 @@ async def test_a_download_stopped_in_one_worker_is_finished_by_another_and_read_
         await frontier.aclose()
     finally:
         site.throttle(0)
-    second, fetcher, frontier = await in_process_worker(
-        spec, redis_server.url, "test.files-s3", tmp_path / "w2", destination=destination,
-        exit_when_done=True, worker_id="w2",
-    )  # fmt: skip
-    try:
-        assert await run(second) == 0
-    finally:
-        await fetcher.aclose()
-        await frontier.aclose()
+    await run_to_the_end(spec, redis_server, "test.files-s3", tmp_path / "w2", destination)
 
     asked = [r for r in site.requests("ranges") if "resumed.mp4" in r.path]
     assert asked[-1].range_header is not None
@@ -150,16 +158,9 @@ async def test_a_resumed_download_whose_first_bytes_are_another_type_fails_when_
     await part.close()
     await parts.aclose()
 
-    worker, fetcher, frontier = await in_process_worker(
-        spec, redis_server.url, "test.files-s3-typed", tmp_path / "w", destination=destination,
-        exit_when_done=True,
-    )  # fmt: skip
-    try:
-        assert await run(worker) == 0
-        dead = [letter async for letter in frontier.dead_letters()]
-    finally:
-        await fetcher.aclose()
-        await frontier.aclose()
+    dead = await run_to_the_end(
+        spec, redis_server, "test.files-s3-typed", tmp_path / "w", destination
+    )
 
     (asked,) = [r for r in site.requests("ranges") if "spliced.mp4" in r.path]
     assert asked.range_header == f"bytes={5 * MIB}-"  # resumed: the head never passed by
@@ -190,15 +191,7 @@ async def test_an_upload_completed_before_its_worker_ended_is_finished_not_fetch
     await parts.aclose()
 
     spec = spec_for([url], destination, s3_server.endpoint_url)
-    worker, fetcher, frontier = await in_process_worker(
-        spec, redis_server.url, "test.files-s3-completed", tmp_path / "w", destination=destination,
-        exit_when_done=True,
-    )  # fmt: skip
-    try:
-        assert await run(worker) == 0
-    finally:
-        await fetcher.aclose()
-        await frontier.aclose()
+    await run_to_the_end(spec, redis_server, "test.files-s3-completed", tmp_path / "w", destination)
 
     (asked,) = [r for r in site.requests("ranges") if "completed.mp4" in r.path]
     assert (asked.range_header, asked.status, asked.bytes_sent) == (f"bytes={size}-", 416, 0)
