@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import redis
 import yaml
@@ -51,6 +51,17 @@ def apply(cluster: Cluster, *documents: dict[str, Any], namespace: str | None = 
 def install_crd(cluster: Cluster) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
     wait_established(cluster, "crawljobs.crawlfleet.io")
+
+
+#: A fetch budget for tests that hang a worker (SIGSTOP) on the loopback site, whose pages take
+#: at most a second: the frontier keeps a hung worker's host slots until its fetches' deadline
+#: (claim + totalTimeoutSeconds), so with the default minute the crawl stands still for a
+#: minute after the hang; with this, a few seconds. The behaviour is the same.
+HUNG_WORKER_FETCH: Final = {
+    "connectTimeoutSeconds": 2,
+    "readTimeoutSeconds": 5,
+    "totalTimeoutSeconds": 5,
+}
 
 
 def crawljob(name: str, site: TestSite, **spec: Any) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from tests.e2e.cluster.client import Cluster, wait_established, wait_until
 from tests.e2e.cluster.controlplane import ControlPlane, binary_dir
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
+    HUNG_WORKER_FETCH,
     OperatorProcess,
     apply,
     crawljob,
@@ -752,6 +753,7 @@ def test_the_charts_rbac_is_exactly_what_the_operator_calls(
             seedsFrom={"configMapKeyRef": {"name": "seeds", "key": "seeds.txt"}},
             workers={"minReplicas": 1, "maxReplicas": 1},
             lease={"deadAfterSeconds": 3},
+            fetch=HUNG_WORKER_FETCH,  # its slots held seconds, not a minute, once hung
             ttlSecondsAfterFinished=1,
         )
         operator = OperatorProcess(identity, namespace, tmp_path, peering=namespace).start()

@@ -37,7 +37,7 @@ from tests.e2e.fleets import (
     wait_phase,
     wait_workers,
 )
-from tests.e2e.operator_support import install_crd
+from tests.e2e.operator_support import HUNG_WORKER_FETCH, install_crd
 
 pytestmark = pytest.mark.slow
 
@@ -156,6 +156,7 @@ def test_a_hung_worker_is_replaced_and_its_leases_requeued(fleet_of: FleetOf) ->
         fleet.start(
             lease={"ttlSeconds": 300, "deadAfterSeconds": 3},
             workers={"minReplicas": 2, "maxReplicas": 2},
+            fetch=HUNG_WORKER_FETCH,  # its slots held seconds, not a minute, once hung
         )
         wait_workers(fleet, 2)
         crawled(fleet, 10)
