@@ -54,6 +54,7 @@ from typing import Any, Final
 import yaml
 
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.local.processes import WORKER_PREFIX
 from crawlfleet.testsite.files import FileRequestRecord, FileSite, FileSiteConfig
 from tests.support.processes import worker_pid
 
@@ -70,7 +71,7 @@ CONCURRENT: Final = 4
 CONCURRENT_SECONDS: Final = 4.0
 #: A run that has not finished by then failed.
 RUN_TIMEOUT_SECONDS: Final = 300.0
-WORKER: Final = "worker-1"  # the first worker `crawlfleet run` starts
+WORKER: Final = f"{WORKER_PREFIX}1"  # the first worker `crawlfleet run` starts
 
 
 @dataclass(frozen=True, slots=True)
