@@ -101,8 +101,9 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     output.add_argument(
         "action",
         choices=("ls", "cat", "items", "verify", "changes"),
-        help="ls: the files; cat: the page records, latest fetch per URL; items: the items of"
-        " those fetches; verify: the manifest; changes: the URLs that appeared, changed or"
+        help="ls: the files (and a count of stored downloads); cat: the page records, latest"
+        " fetch per URL; items: the items of those fetches; verify: the manifest and the stored"
+        " downloads; changes: the URLs that appeared, changed or"
         " went away (404/410 after a 200), once each",
     )
     output.add_argument(
@@ -118,6 +119,11 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
     output.add_argument(
         "--json", action="store_true", help="changes: one JSON object a line instead of text"
+    )
+    output.add_argument(
+        "--deep",
+        action="store_true",
+        help="verify: also recompute the SHA-256 of every stored file download (reads them all)",
     )
     output.add_argument("--endpoint", help="S3 endpoint URL of an s3:// target [AWS]")
     output.add_argument("--region", help="S3 region of an s3:// target")
@@ -359,7 +365,7 @@ def _output(args: argparse.Namespace) -> int:
     from crawlfleet.crawljob import S3Spec, load_crawljob
     from crawlfleet.destinations import destination_flag
     from crawlfleet.output.manifest import MANIFEST
-    from crawlfleet.output.reader import item_records, page_records, run_ids
+    from crawlfleet.output.reader import item_records, page_records, run_ids, stored_files
     from crawlfleet.output.stores import open_store
 
     target = Path(args.target)
@@ -379,8 +385,12 @@ def _output(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         if args.action == "ls":
-            for stored in await store.files():
+            listed = await store.files()
+            for stored in listed:
                 print(f"{stored.size:>12}  {stored.key}")
+            count, size = stored_files(listed)
+            if count:
+                print(f"{count} stored files, {size} bytes ({size / 2**20:.1f} MiB) in files/")
             return 0
         if args.action in ("cat", "items"):
             out = sys.stdout.buffer
@@ -395,9 +405,9 @@ def _output(args: argparse.Namespace) -> int:
         runs = run_ids(files)
         if runs and not any(stored.key == MANIFEST for stored in files):
             # A scheduled job: each run has its layout and manifest under runs/<run-id>/.
-            codes = [await _verified(destination.for_run(run), s3) for run in runs]
+            codes = [await _verified(destination.for_run(run), s3, args.deep) for run in runs]
             return max(codes)
-        return await _verified(destination, s3)
+        return await _verified(destination, s3, args.deep)
 
     try:
         return asyncio.run(run())
@@ -427,12 +437,12 @@ async def _changes(store: OutputStore, since_text: str | None, *, as_json: bool)
     return 0
 
 
-async def _verified(destination: Destination, s3: S3Spec | None) -> int:
+async def _verified(destination: Destination, s3: S3Spec | None, deep: bool = False) -> int:
     """``crawlfleet output verify`` of one destination (or one run's): its lines, its code."""
     from crawlfleet.output.reader import verify
     from crawlfleet.output.stores import open_store
 
-    result = await verify(open_store(destination, s3))
+    result = await verify(open_store(destination, s3), deep=deep)
     if result.problem:
         print(f"crawlfleet: {result.problem}", file=sys.stderr)
         return 1
@@ -442,11 +452,26 @@ async def _verified(destination: Destination, s3: S3Spec | None) -> int:
         print(f"changed: {destination.key(path)} (size or sha256 differs)", file=sys.stderr)
     for path in result.unlisted:
         print(f"not in the manifest (a duplicate nobody acked): {path}", file=sys.stderr)
+    for key, url in result.files_missing:
+        print(f"missing: {destination.key(key)} (the stored file of {url})", file=sys.stderr)
+    for key, url in result.files_changed:
+        what = "size or sha256" if deep else "size"
+        print(
+            f"changed: {destination.key(key)} ({what} differs from {url}'s record)",
+            file=sys.stderr,
+        )
     verdict = "verified" if result.ok else "FAILED"
+    stored = ""
+    if result.files_checked or result.files_missing:
+        how = "size and sha256" if deep else "size"
+        stored = (
+            f"; {result.files_checked} stored files checked ({how}),"
+            f" {len(result.files_missing)} missing, {len(result.files_changed)} changed"
+        )
     print(
         f"{destination.url}: {verdict}: {result.checked} of"
         f" {result.checked + len(result.missing)} listed files checked,"
-        f" {len(result.missing)} missing, {len(result.changed)} changed"
+        f" {len(result.missing)} missing, {len(result.changed)} changed{stored}"
     )
     return 0 if result.ok else 1
 

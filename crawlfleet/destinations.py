@@ -56,7 +56,7 @@ __all__ = [
 
 MAX_DESTINATION_LENGTH: Final = 1024
 #: The layout under every destination (docs/output.md): nothing else there is the crawl's.
-LAYOUT_FOLDERS: Final = ("pages", "items", "warc")
+LAYOUT_FOLDERS: Final = ("pages", "items", "warc", "files")
 LAYOUT_FILES: Final = ("dead-letters.jsonl", "manifest.json")
 #: A scheduled job's runs each write the layout under ``runs/<run-id>/`` of the destination.
 RUNS_FOLDER: Final = "runs"

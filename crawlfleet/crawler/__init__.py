@@ -7,11 +7,12 @@ the output stores and the model; never on the fleet, on the Scrapy runtime built
 operator or on the local runner.
 
 Its rooms (docs/architecture.md): ``fetching`` and ``links`` import no other room; ``politeness``
-stands on ``fetching``, ``harvest`` on ``links``; the ``worker`` on them all.
+and ``files`` stand on ``fetching``, ``harvest`` on ``links``; the ``worker`` on them all.
 
 * ``fetching``: one URL to one bounded response, safely; failure classes; the body budget;
 * ``links``: a page's encoding and links, the job's scope, admission, sitemaps;
 * ``politeness``: robots.txt and adaptive concurrency;
+* ``files``: file downloads, streamed into resumable parts, verified, stored by content;
 * ``harvest``: a page's content and items (declarative rules, user parsers);
 * ``worker``: the loop, its process, its leases, the gate before a request, heartbeats,
   output sinks and metrics.

@@ -17,7 +17,8 @@ One module per spec section, as Kubernetes keeps one file per kind:
 * ``seeds`` (seeds, seedsFrom and its lists), ``scope``, ``dedup``, ``concurrency`` (concurrency
   and workers), ``faults`` (retry and lease), ``fetch`` (fetch and userAgent), ``robots``,
   ``redis``, ``output``, ``extract``, ``scrapy`` (crawler.scrapy), ``recrawl`` (revisit rules
-  and their pure policy: ``rule_for``, ``next_interval``), ``schedule`` (recurring runs);
+  and their pure policy: ``rule_for``, ``next_interval``), ``schedule`` (recurring runs),
+  ``files`` (which URLs are downloaded as files, and their limits);
 * ``spec`` puts the sections together with the rules across them, ``status`` is what the operator
   observed, ``resource`` the whole document, ``loading`` reads one from a mapping or a file;
 * beneath them, ``validation`` (problems in the user's words), ``base`` (the pydantic bases and
@@ -35,7 +36,8 @@ Rules, and where a CRD generator finds them:
   workers ``minReplicas <= maxReplicas``; lease ``heartbeatSeconds < deadAfterSeconds`` and
   ``heartbeatSeconds < ttlSeconds``; retry ``backoffMaxSeconds >= backoffBaseSeconds``; redis
   "at most one of url, secretRef, managed"; a recrawl rule's "exactly one of match and kind",
-  ``minInterval <= maxInterval`` and ``interval`` between them; among others (the CRD test
+  ``minInterval <= maxInterval`` and ``interval`` between them; a files rule's "at least one
+  of match, context and contentTypes"; among others (the CRD test
   counts them all).
 * durations (``recrawl[].interval``) are Go duration strings in YAML, checked by CEL's
   ``duration()``, and seconds in Python (``durations.DurationRange``).
@@ -55,6 +57,7 @@ from crawlfleet.crawljob.extract import ExtractField, ExtractRule, ExtractSelect
 from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec
 from crawlfleet.crawljob.fields import STRING_SHAPES
+from crawlfleet.crawljob.files import FileElement, FileRuleSpec, FilesSpec
 from crawlfleet.crawljob.loading import load_crawljob, parse_crawljob, read_seed_file
 from crawlfleet.crawljob.output import CredentialsSecretRef, OutputSpec, S3Spec
 from crawlfleet.crawljob.recrawl import (
@@ -77,6 +80,7 @@ from crawlfleet.crawljob.spec import CrawlJobSpec
 from crawlfleet.crawljob.status import (
     Condition,
     CrawlJobStatus,
+    FilesStatus,
     FleetStatus,
     FreshnessStatus,
     Phase,
@@ -104,6 +108,10 @@ __all__ = [
     "ExtractRule",
     "ExtractSelector",
     "FetchSpec",
+    "FileElement",
+    "FileRuleSpec",
+    "FilesSpec",
+    "FilesStatus",
     "FleetStatus",
     "FreshnessStatus",
     "LeaseSpec",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Annotated, Final
+from typing import Annotated, Final, Protocol, TypeVar
 
 from pydantic import AfterValidator, Field, JsonValue
 
@@ -18,6 +18,7 @@ from crawlfleet.crawljob.validation import problem
 from crawlfleet.patterns import PatternError, compile_patterns
 
 __all__ = [
+    "CONTENT_TYPE",
     "CRON_SCHEDULE",
     "DAY_SECONDS",
     "GIB",
@@ -31,6 +32,7 @@ __all__ = [
     "QUANTITY",
     "RE2_CHECKS",
     "REGION",
+    "RULE_PATTERNS",
     "SECRET_KEY",
     "SPIDER_NAME",
     "STRING_SHAPES",
@@ -117,6 +119,12 @@ TIME_ZONE: Final = Pattern(
     "an IANA time zone name such as UTC, Europe/Berlin or America/New_York",
     max_length=64,
 )
+#: A media type a files rule accepts: ``type/subtype`` or ``type/*`` (never ``*/*``: every page).
+CONTENT_TYPE: Final = Pattern(
+    r"[A-Za-z0-9][-A-Za-z0-9!#$&^_.+]*/(\*|[A-Za-z0-9][-A-Za-z0-9!#$&^_.+]*)",
+    "a media type such as video/mp4, or a type with any subtype such as video/*",
+    max_length=127,
+)
 #: Every string shape, for the CRD generator to find each one's message by its pattern.
 STRING_SHAPES: Final = (
     OBJECT_NAME,
@@ -131,6 +139,7 @@ STRING_SHAPES: Final = (
     DURATION,
     CRON_SCHEDULE,
     TIME_ZONE,
+    CONTENT_TYPE,
 )
 
 
@@ -155,6 +164,28 @@ def _url_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
     except PatternError as error:
         raise problem(error.message) from None
     return patterns
+
+
+class _Matching(Protocol):
+    """A rule that may name URLs by a pattern (``recrawl[]``, ``files.rules[]``)."""
+
+    @property
+    def match(self) -> str | None: ...
+
+
+_RuleT = TypeVar("_RuleT", bound=_Matching)
+
+
+def _rule_patterns(rules: tuple[_RuleT, ...]) -> tuple[_RuleT, ...]:
+    """The rules' ``match`` patterns compiled together, as the worker compiles them (one RE2
+    set), or refused; each pattern alone was checked by its field."""
+    try:
+        compile_patterns([rule.match for rule in rules if rule.match is not None])
+    except PatternError as error:
+        if error.index is not None:  # each compiled alone already: cannot happen
+            raise
+        raise problem(f"have match patterns that {error.reason}") from None
+    return rules
 
 
 # Kubernetes' quantity grammar (k8s.io/apimachinery/pkg/api/resource): a number, then a binary
@@ -209,6 +240,10 @@ URLPatterns = Annotated[
     MaxLength(_MAX_PATTERNS),
     AfterValidator(_url_patterns),
 ]
+
+#: A rule list's patterns must compile together too (a list too large is the operator's
+#: InvalidSpec: CEL cannot compile them as one set).
+RULE_PATTERNS: Final = AfterValidator(_rule_patterns)
 
 DelaySeconds = Annotated[float, Range(ge=0, le=DAY_SECONDS)]
 Image = Annotated[

@@ -23,13 +23,12 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import Field
 
 from crawlfleet.crawljob.base import MaxLength, Range, Rule, Section
 from crawlfleet.crawljob.durations import DurationRange, duration_cel, format_duration
-from crawlfleet.crawljob.fields import DAY_SECONDS, LIST_FROM_YAML, URLPattern
-from crawlfleet.crawljob.validation import problem
-from crawlfleet.patterns import PatternError, URLPatterns, compile_patterns
+from crawlfleet.crawljob.fields import DAY_SECONDS, LIST_FROM_YAML, RULE_PATTERNS, URLPattern
+from crawlfleet.patterns import URLPatterns, compile_patterns
 
 __all__ = [
     "DEFAULT_INTERVAL_SECONDS",
@@ -149,22 +148,11 @@ class RecrawlRule(Section):
     )
 
 
-def _match_patterns(rules: tuple[RecrawlRule, ...]) -> tuple[RecrawlRule, ...]:
-    """The rules' patterns compiled together, as :func:`rule_for` compiles them, or refused."""
-    try:
-        compile_patterns([rule.match for rule in rules if rule.match is not None])
-    except PatternError as error:
-        if error.index is not None:  # each compiled alone already: cannot happen
-            raise
-        raise problem(f"have match patterns that {error.reason}") from None
-    return rules
-
-
 RecrawlRules = Annotated[
     tuple[RecrawlRule, ...],
     LIST_FROM_YAML,
     MaxLength(MAX_RECRAWL_RULES),
-    AfterValidator(_match_patterns),
+    RULE_PATTERNS,
 ]
 
 #: The rule a document of a kind gets when the job has rules but none of that kind: a feed is

@@ -27,6 +27,7 @@ from crawlfleet.crawljob.extract import ExtractRules, extract_characters
 from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec, UserAgent
 from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
+from crawlfleet.crawljob.files import FilesSpec, files_characters
 from crawlfleet.crawljob.output import OutputSpec
 from crawlfleet.crawljob.recrawl import RecrawlRules
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
@@ -41,6 +42,17 @@ from crawlfleet.errors import ConfigError
 __all__ = ["CrawlJobSpec"]
 
 _MAX_SPEC_JSON_BYTES: Final = 880_000  # see CrawlJobSpec._fits_the_workers_config_map
+
+
+def _unset_with_scrapy(section: str, reason: str) -> Rule[CrawlJobSpec]:
+    """An optional section a Scrapy spider cannot honour (its name one word, the same in YAML
+    and Python), refused beside ``crawler.scrapy`` for ``reason``."""
+    return Rule(
+        field=section,
+        message=f"must not be set with crawler.scrapy: {reason}",
+        cel=f"!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.{section})",
+        holds=lambda spec: spec.scrapy is None or getattr(spec, section) is None,
+    )
 
 
 class CrawlJobSpec(Section):
@@ -98,6 +110,12 @@ class CrawlJobSpec(Section):
     match or documents by kind, with an interval that adapts to how often a page changes. A URL
     no rule names is fetched once. With rules and no schedule the job keeps going: it never
     completes by itself, and waits for the next URL that is due. See docs/recrawl.md."""
+    files: FilesSpec | None = None
+    """Which URLs are downloaded as files into files/ of the destination (streamed, resumed
+    after an interruption, verified, stored once by content) rather than read as pages: rules
+    by URL pattern, by the element a page links them from, or by the response's content type,
+    with a size cap per file and a byte budget per job. Unset: every URL is a page, read whole
+    up to fetch.maxBodyBytes. See docs/files.md."""
     schedule: ScheduleSpec | None = None
     """Run the job again at the times of a cron schedule: each run starts from the seeds and
     from what the last successful run kept (revisited URLs, seen URLs), and writes under its own
@@ -165,12 +183,21 @@ class CrawlJobSpec(Section):
             cel="!has(self.crawler) || !has(self.crawler.scrapy) || size(self.recrawl) == 0",
             holds=lambda spec: spec.scrapy is None or not spec.recrawl,
         ),
+        _unset_with_scrapy(
+            "files",
+            "a Scrapy spider downloads through its own pipelines (FilesPipeline), and its"
+            " workers have no streamed file downloads",
+        ),
         Rule(
-            field="schedule",
-            message="must not be set with crawler.scrapy: runs of a Scrapy spider cannot yet"
-            " carry their state to the next run, so each would crawl everything again",
-            cel="!has(self.crawler) || !has(self.crawler.scrapy) || !has(self.schedule)",
-            holds=lambda spec: spec.scrapy is None or spec.schedule is None,
+            field="output.format",
+            message="must not be none with files: the downloaded files' records would go nowhere",
+            cel="self.output.format != 'none' || !has(self.files)",
+            holds=lambda spec: spec.output.format != "none" or spec.files is None,
+        ),
+        _unset_with_scrapy(
+            "schedule",
+            "runs of a Scrapy spider cannot yet carry their state to the next run, so each"
+            " would crawl everything again",
         ),
     )
 
@@ -249,7 +276,8 @@ class CrawlJobSpec(Section):
         # ConfigMap holds is at most ~15 % larger: a list item's "- " and indent against '",').
         lists = (self.seeds, self.scope.include, self.scope.exclude, self.scope.allowed_domains)
         listed = sum(len(item) for values in lists for item in values)
-        if listed + extract_characters(self.extract) < _MAX_SPEC_JSON_BYTES // 2:
+        strings = listed + extract_characters(self.extract) + files_characters(self.files)
+        if strings < _MAX_SPEC_JSON_BYTES // 2:
             return self  # far below: spare the serialisation
         size = len(json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True)))
         if size > _MAX_SPEC_JSON_BYTES:

@@ -12,7 +12,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, JsonValue, computed_field
 from pydantic.alias_generators import to_camel
 
-__all__ = ["Condition", "CrawlJobStatus", "FleetStatus", "FreshnessStatus", "Phase", "RunStatus"]
+__all__ = [
+    "Condition",
+    "CrawlJobStatus",
+    "FilesStatus",
+    "FleetStatus",
+    "FreshnessStatus",
+    "Phase",
+    "RunStatus",
+]
 
 #: Scheduled: a job with spec.schedule between two runs (no workers; status.nextRunAt says
 #: when the next one starts).
@@ -131,6 +139,18 @@ class FreshnessStatus(_Observed):
     """Tracked pages that answered 404 or 410 on a revisit, and are no longer revisited."""
 
 
+class FilesStatus(_Observed):
+    """What a job with file rules (spec.files) downloaded in its run: set for such jobs only."""
+
+    stored: int = 0
+    """Files stored: new content, verified and durable in the destination."""
+    bytes: int = 0
+    """Bytes of the files stored (new content only)."""
+    duplicates: int = 0
+    """Files whose bytes were stored already (by this run or an earlier one): their records
+    point at that copy, and they cost no storage."""
+
+
 class CrawlJobStatus(_Observed):
     """What the operator observed; counters default to 0 so printer columns never show blanks."""
 
@@ -184,6 +204,8 @@ class CrawlJobStatus(_Observed):
     freshness: FreshnessStatus | None = None
     """For a job with revisit rules: what is tracked, due, how late revisits are, and what
     they found."""
+    files: FilesStatus | None = None
+    """For a job with file rules: the files it stored, their bytes, and the duplicates."""
     fleet: FleetStatus | None = None
     """The fleet brain's memory (scale-down window, completion grace), for the operator."""
     frontier_epoch: str | None = None

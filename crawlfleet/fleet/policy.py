@@ -162,6 +162,8 @@ class FleetPolicy:
     keeps_going: bool = False
     #: ``spec.recrawl`` is set: the tick moves due revisits into their queues.
     revisits: bool = False
+    #: ``spec.files`` is set: the tick reads the file counters (one more O(1) read).
+    files: bool = False
 
     @classmethod
     def from_spec(
@@ -202,6 +204,7 @@ class FleetPolicy:
             stall_after_seconds=stall_after_seconds(spec),
             keeps_going=spec.keeps_going,
             revisits=bool(spec.recrawl),
+            files=spec.files is not None,
         )
 
 

@@ -8,6 +8,8 @@
                                           (robots.txt waits, delays, held slots): one pipeline
               frontier.workers()          heartbeats: one pipeline
               frontier.memory()           Redis's used memory and maxmemory: one INFO
+              (frontier.file_stats(), for a job with spec.files: files stored, bytes,
+              duplicates: two O(1) reads in one pipeline)
               (frontier.seed() once, if the job is not seeded yet, and once more each
               time its seed list changes: policy.seed_action)
               (frontier.promote_due(), when the counters say a revisit is due: due
@@ -28,10 +30,10 @@
                                           Waiting/WaitEnded, Stalled/StallEnded on change)
 
 A tick is O(1) Redis round trips per job (four, plus two per worker found dead and one more
-read of the counters when anything was requeued, two when revisits came due), however big
-the crawl. Between ticks the callers make one cheap :func:`check` (one read of the counters)
-that brings the next tick forward when the crawl ends, the backlog outgrows the fleet, or a
-revisit comes due.
+read of the counters when anything was requeued, two when revisits came due, one for a job
+with files), however big the crawl. Between ticks the callers make one cheap :func:`check`
+(one read of the counters) that brings the next tick forward when the crawl ends, the
+backlog outgrows the fleet, or a revisit comes due.
 
 The memory (:class:`~crawlfleet.fleet.policy.FleetMemory`) goes in and comes out: the caller
 keeps it durable (status in a cluster, state.json locally).
@@ -69,6 +71,7 @@ from crawlfleet.fleet.waiting import Waiting, assess, track
 from crawlfleet.fleet.watchdog import Stall, stalled
 from crawlfleet.frontier import (
     Backpressure,
+    FileStats,
     Frontier,
     FrontierSettings,
     FrontierStats,
@@ -123,6 +126,8 @@ class Tick:
     #: The Events of this tick about waits and stalls (Waiting, WaitEnded, Stalled,
     #: StallEnded), recorded already; callers echo them (the local run prints them).
     news: tuple[FleetEvent, ...] = ()
+    #: The file counters (a job with spec.files; None for the others, or when not read).
+    files: FileStats | None = None
 
 
 async def open_frontier(
@@ -335,6 +340,7 @@ async def _tick(
         )
     )
     redis_memory = await frontier.memory()
+    files = await frontier.file_stats() if policy.files else None
     observation = Observation.of(
         stats,
         now=now,
@@ -440,6 +446,7 @@ async def _tick(
         waiting,
         stall,
         news,
+        files,
     )
 
 

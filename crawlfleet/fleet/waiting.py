@@ -56,6 +56,7 @@ __all__ = [
     "assess",
     "duration",
     "next_revisit",
+    "plural",
     "track",
 ]
 
@@ -147,7 +148,8 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
 
 
-def _plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
+    """``1 host``, ``2 hosts``: a count and its noun, for the lines people read."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
@@ -284,7 +286,7 @@ def _output_blocked(beats: Sequence[WorkerHeartbeat], fresh_seconds: float) -> W
         return None
     reasons = sorted({b.text("output_blocked_reason") for b in blocked} - {""})
     why = f": {reasons[0]}" if reasons else ": their output destination is failing or full"
-    what = f"{_plural(len(blocked), 'worker')} with output blocked{why}"
+    what = f"{plural(len(blocked), 'worker')} with output blocked{why}"
     return WaitCause("OutputBlocked", what, count=len(blocked))
 
 
@@ -305,7 +307,7 @@ def _frontier_causes(stats: FrontierStats, now: float) -> list[WaitCause | None]
         said = status if waits.robots_hosts == 1 else f"the next: {status}"
         robots = WaitCause(
             "RobotsTxt",
-            f"{_plural(waits.robots_hosts, 'host')} for robots.txt ({said})",
+            f"{plural(waits.robots_hosts, 'host')} for robots.txt ({said})",
             count=waits.robots_hosts,
             next_change_at=at(waits.robots_next_try_in_seconds),
             next_word="next try",
@@ -313,7 +315,7 @@ def _frontier_causes(stats: FrontierStats, now: float) -> list[WaitCause | None]
     if waits.held_slots:
         held = WaitCause(
             "HeldSlots",
-            f"{_plural(waits.held_slots, 'host slot')} held for dead workers' requests",
+            f"{plural(waits.held_slots, 'host slot')} held for dead workers' requests",
             count=waits.held_slots,
             next_change_at=at(waits.next_held_release_in_seconds),
             next_word="next freed",
@@ -326,7 +328,7 @@ def _frontier_causes(stats: FrontierStats, now: float) -> list[WaitCause | None]
     if stats.delayed and noticed(stats.next_retry_in_seconds):
         retry = WaitCause(
             "RetryBackoff",
-            f"{_plural(stats.delayed, 'URL')} for a retry (backoff or Retry-After)",
+            f"{plural(stats.delayed, 'URL')} for a retry (backoff or Retry-After)",
             count=stats.delayed,
             next_change_at=at(stats.next_retry_in_seconds),
             next_word="next due",
@@ -343,7 +345,7 @@ def _frontier_causes(stats: FrontierStats, now: float) -> list[WaitCause | None]
         )
         delay = WaitCause(
             "HostDelay",
-            f"{_plural(delayed_hosts, 'host')} for the delay between requests"
+            f"{plural(delayed_hosts, 'host')} for the delay between requests"
             " (hostDelaySeconds, Crawl-delay)",
             count=delayed_hosts,
             next_change_at=None if first_is_robots else at(waits.next_ready_in_seconds),

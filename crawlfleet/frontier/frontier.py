@@ -53,13 +53,14 @@ from crawlfleet.frontier.connection import (
     retry_window_seconds,
     translate,
 )
-from crawlfleet.frontier.keys import JobKeys
+from crawlfleet.frontier.keys import FILE_KEYS, JobKeys
 from crawlfleet.frontier.models import (
     Admission,
     Backpressure,
     DeadLetter,
     FailOutcome,
     Failure,
+    FileStats,
     FrontierSettings,
     FrontierStats,
     FrontierWaits,
@@ -115,6 +116,8 @@ _LAG_FIELDS = tuple(f"lag_{i}" for i in range(len(LagHistogram().counts)))
 #: What a worker may report of a tracked URL (crawljob.recrawl.Change).
 _CHANGES = frozenset({"new", "changed", "unchanged", "not_modified", "gone"})
 _MAX_BATCH = 10_000
+#: The file counters workers add to (count_files.lua), as FileStats names them.
+FILE_COUNTERS: Final = ("stored", "duplicates", "bytes", "resumed", "restarts", "resumed_bytes")
 
 #: The key layout this code reads and writes, kept in the job's meta. A frontier written by
 #: another layout is refused at open (FrontierLayoutMismatch), never misread. 1: before
@@ -963,6 +966,110 @@ class Frontier:
             if cursor == 0:
                 return sorted(found, key=lambda entry: str(entry["path"]))
 
+    # -- file downloads (spec.files) ---------------------------------------------------------
+
+    async def acquire_file_slot(
+        self, host: str, lease_id: str, limit: int, ttl_seconds: float
+    ) -> bool:
+        """Take one of ``host``'s ``limit`` file download slots (``files.perHost``) for a
+        lease, for ``ttl_seconds``; True when the lease holds one now (again: a holder asking
+        once more keeps its slot with the new expiry). Slots of holders past their expiry (a
+        dead worker's download) are freed first: nobody has to give them back."""
+        if limit < 1 or ttl_seconds <= 0:
+            raise ValueError(f"bad file slot limit {limit!r} or ttl {ttl_seconds!r}")
+        ttl_ms = max(1, round(ttl_seconds * 1000))
+        held = await self._run(
+            self._scripts.file_slot, _host(host), _lease_id(lease_id), limit, ttl_ms
+        )
+        return bool(held == 1)
+
+    async def extend_file_slots(
+        self, lease_ids_by_host: Mapping[str, Sequence[str]], ttl_seconds: float
+    ) -> None:
+        """Push the expiry of the file slots a worker still holds to ``ttl_seconds`` from now,
+        in one round trip (the worker's heartbeat). A slot that was dropped meanwhile (its
+        holder was late past its expiry) is not taken back."""
+        pairs = [
+            item
+            for host, lease_ids in lease_ids_by_host.items()
+            for lease_id in lease_ids
+            for item in (_host(host), _lease_id(lease_id))
+        ]
+        if not pairs:
+            return
+        if ttl_seconds <= 0:
+            raise ValueError(f"bad file slot ttl {ttl_seconds!r}")
+        ttl_ms = max(1, round(ttl_seconds * 1000))
+        await self._run(self._scripts.file_slots_extend, ttl_ms, *pairs)
+
+    async def release_file_slot(self, host: str, lease_id: str) -> None:
+        """Give a host's file slot back (the download ended, however it ended)."""
+        await self._run(
+            self._scripts.guarded,
+            "ZREM",
+            self.keys.file_slots(_host(host)).removeprefix(self._prefix),
+            _lease_id(lease_id),
+        )
+
+    async def reserve_file_bytes(self, n: int, budget: int) -> bool:
+        """Reserve ``n`` bytes of a download against the job's budget (``files.maxTotalBytes``):
+        True while bytes reserved + bytes settled + ``n`` stay within ``budget``, in one
+        script, so concurrent downloads never overshoot it together. ``budget`` 0 is no limit
+        (always True, and the bytes are reserved all the same). Applied once per call."""
+        if n < 0 or budget < 0:
+            raise ValueError(f"bad file byte reservation {n!r} or budget {budget!r}")
+        return bool(await self._run_once(self._scripts.file_bytes, "reserve", n, budget) == 1)
+
+    async def settle_file_bytes(self, reserved: int, stored: int) -> None:
+        """A download ended: its ``reserved`` bytes go, and the ``stored`` bytes (0 for a
+        duplicate or a failure) count against the budget from now on, every run. Applied
+        once per call."""
+        if reserved < 0 or stored < 0:
+            raise ValueError(f"bad file bytes to settle: {reserved!r} reserved, {stored!r} stored")
+        await self._run_once(self._scripts.file_bytes, "settle", reserved, stored)
+
+    async def claim_content(self, sha256: str, key: str) -> str | None:
+        """Record ``key`` as the stored copy of the bytes ``sha256`` in the content index:
+        None when it is now (the first copy stored), else the key of the copy stored before
+        (a duplicate: point the record at it). The index outlives runs, so a file a later run
+        fetches again is a duplicate of the first run's copy. Applied once per call: a retry
+        of a call that made ``key`` the copy answers None again."""
+        if not sha256 or not key or any(c.isspace() for c in sha256):
+            raise ValueError(f"bad content claim: sha256 {sha256!r}, key {key!r}")
+        found = await self._run_once(self._scripts.claim_content, sha256, key)
+        return str(found) or None
+
+    async def count_files(self, **counts: int) -> None:
+        """Add to this run's file counters (:data:`FILE_COUNTERS`: ``stored``,
+        ``duplicates``, ``bytes``, ``resumed``, ``restarts``, ``resumed_bytes``) in one round
+        trip; zeros are left out, and nothing to add sends nothing. Applied once per call."""
+        unknown = sorted(set(counts) - set(FILE_COUNTERS))
+        if unknown:
+            raise ValueError(f"unknown file counters {unknown}; one of {list(FILE_COUNTERS)}")
+        args: list[str | int | bytes] = []
+        for name, value in counts.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"file counter {name} must grow by a whole number, not {value!r}")
+            if value:
+                args += (name, value)
+        if args:
+            await self._run_once(self._scripts.count_files, *args)
+
+    async def file_stats(self) -> FileStats:
+        """The file counters and the byte budget, in one round trip of two O(1) reads (and
+        the epoch: an emptied Redis would answer zeros)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self.keys.key(FILE_KEYS["counts"]), FILE_COUNTERS)
+        pipe.hmget(self.keys.key(FILE_KEYS["budget"]), "reserved", "settled")
+        pipe.hget(self.keys.key("meta"), "epoch")
+        counts, (reserved, settled), epoch = await call(pipe.execute())
+        await self._check_epoch(epoch)
+        return FileStats(
+            **{name: int(v or 0) for name, v in zip(FILE_COUNTERS, counts, strict=True)},
+            reserved=int(reserved or 0),
+            settled=int(settled or 0),
+        )
+
     async def delete(self) -> int:
         """Remove every key of the job (used when a job with an external Redis is deleted).
 
@@ -1041,6 +1148,18 @@ def _revisit_args(
             0 if revisit.fetched_at is None else max(0, round((now - revisit.fetched_at) * 1000)),
         )
     return args
+
+
+def _host(host: str) -> str:
+    if not host or any(c.isspace() for c in host) or len(host) > 1024:
+        raise ValueError(f"bad host {host!r}")
+    return host
+
+
+def _lease_id(lease_id: str) -> str:
+    if not lease_id or len(lease_id) > 16384:
+        raise ValueError(f"bad lease id {lease_id!r}")
+    return lease_id
 
 
 def _worker_id(worker: str) -> str:

@@ -10,20 +10,22 @@ the per-host queues (``q:<depth>:<host>``), the robots.txt fetch locks
 (``robots-lock:<origin>``) and the Bloom segments (``bloom:<layer>:<segment>``, as many as
 the filter has grown to), the chunks of tracked URLs at rest per host (``rv:<k>:<host>``)
 and the committed copy a recurring run restores (``run:…``: ``run:meta``, ``run:rv-index``,
-``run:rv-open``, ``run:rv:<k>:<host>``, ``run:bloom:<layer>:<segment>``, ``run:bf``).
+``run:rv-open``, ``run:rv:<k>:<host>``, ``run:bloom:<layer>:<segment>``, ``run:bf``), and
+the file downloads' keys (``files:slots:<host>`` and :data:`FILE_KEYS`).
 ``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock`,
-:meth:`JobKeys.bloom_segment`, :meth:`JobKeys.revisits` and :meth:`JobKeys.committed` do;
-they carry the job's hash tag, so they share its slot.
+:meth:`JobKeys.bloom_segment`, :meth:`JobKeys.revisits`, :meth:`JobKeys.committed` and
+:meth:`JobKeys.file_slots` do; they carry the job's hash tag, so they share its slot.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from crawlfleet.errors import ConfigError
 
-__all__ = ["SCRIPT_KEYS", "JobKeys", "validate_job_id"]
+__all__ = ["FILE_KEYS", "SCRIPT_KEYS", "JobKeys", "validate_job_id"]
 
 # The order scripts read them in (lib.lua maps KEYS[i] to these names).
 SCRIPT_KEYS: tuple[str, ...] = (
@@ -45,6 +47,18 @@ SCRIPT_KEYS: tuple[str, ...] = (
     "rv-open",
     "rv-states",
 )
+
+#: The file downloads' fixed keys, by short name (``key(FILE_KEYS["content"])``); lib.lua's
+#: ``FILES`` table names the same. Not script keys: only the file scripts touch them, and
+#: adding to :data:`SCRIPT_KEYS` would renumber every script's ``KEYS``.
+FILE_KEYS: Final[dict[str, str]] = {
+    # sha256 -> the stored copy's key (HSETNX: the first stored copy wins); kept across runs
+    "content": "files:content",
+    # reserved (downloads in flight) and settled (stored) bytes against files.maxTotalBytes
+    "budget": "files:budget",
+    # this run's counters (Frontier.count_files), reset by begin_run as stats is
+    "counts": "files:counts",
+}
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -100,6 +114,10 @@ class JobKeys:
     def committed(self, name: str) -> str:
         """A key of the committed copy of the last successful run (``committed("rv-index")``)."""
         return f"{self.prefix}run:{name}"
+
+    def file_slots(self, host: str) -> str:
+        """One host's file download slots: a sorted set of lease ids scored by expiry (ms)."""
+        return f"{self.prefix}files:slots:{host}"
 
     @property
     def robots(self) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "DeadLetter",
     "FailOutcome",
     "Failure",
+    "FileStats",
     "FrontierSettings",
     "FrontierStats",
     "FrontierWaits",
@@ -400,6 +401,36 @@ class RunStart:
     run_id: str
     restored_from: str | None
     tracked: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileStats:
+    """The file downloads' counters (``Frontier.file_stats``): two O(1) reads.
+
+    ``stored``, ``duplicates``, ``bytes``, ``resumed``, ``restarts`` and ``resumed_bytes``
+    are what workers reported with ``Frontier.count_files`` in this run (``begin_run``
+    resets them, as it resets the page counters). ``reserved`` and ``settled`` are the byte
+    budget's (``reserve_file_bytes`` / ``settle_file_bytes``): bytes of downloads in flight,
+    and bytes stored over the job's life, every run's (the stored files stay, and so does
+    what they count against ``files.maxTotalBytes``).
+    """
+
+    #: Files stored (new content).
+    stored: int = 0
+    #: Files whose bytes were stored already (the content index named an earlier copy).
+    duplicates: int = 0
+    #: Bytes of the files stored (new content only).
+    bytes: int = 0
+    #: Bytes reserved by downloads in flight.
+    reserved: int = 0
+    #: Downloads that went on from a part an earlier attempt left (Range).
+    resumed: int = 0
+    #: Downloads that dropped their part and began again from zero.
+    restarts: int = 0
+    #: Bytes not fetched again thanks to resumes.
+    resumed_bytes: int = 0
+    #: Bytes stored, counted against the budget: the job's, over every run.
+    settled: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,12 @@
-"""What a task's ``parent`` says besides where its URL was found: the sitemap marks.
+"""What a task's ``parent`` says besides where its URL was found: sitemap and file marks.
 
 A queued task is four fields (``attempts, depth, url, parent``; ``lua/lib.lua``) and the frontier
 keeps it compact: a run of tasks with the same parent stores that parent once. Sitemap work
-(``scope.sitemaps``) needs two facts per URL that the format has no field for, so they ride in
-the parent as a *mark*, a fragment after the parent URL. A canonical URL never has a fragment,
-so the first ``#`` of a parent is where a mark begins, and a parent without one is a plain page
-URL (or "" for a seed): every other task reads exactly as before.
+(``scope.sitemaps``) needs two facts per URL that the format has no field for, and file work
+(``spec.files``) one, so they ride in the parent as a *mark*, a fragment after the parent URL. A
+canonical URL never has a fragment, so the first ``#`` of a parent is where a mark begins, and a
+parent without one is a plain page URL (or "" for a seed): every other task reads exactly as
+before.
 
 ``<where found>#sitemap=<level>``
     The task is a sitemap document, not a page; ``level`` counts the sitemap indexes above it
@@ -15,12 +16,16 @@ URL (or "" for a seed): every other task reads exactly as before.
 ``<sitemap URL>#lastmod=<W3C datetime>``
     The task is a page a sitemap listed with that ``<lastmod>``; the page's record carries it.
     Listed pages without one have the sitemap as a plain parent.
+``<page URL>#file=<rule index>``
+    The task is a file a ``spec.files`` rule took by the element the page linked it from
+    (``crawler/files/rules.py``): the worker that claims it downloads it as a file by that rule,
+    without the page at hand. A URL a rule takes by its URL alone needs no mark (a seed has none).
 
-Why the parent and not a new field: the task layout is the frontier's largest memory cost and
-every script reads it; a fifth field would change them all for a value most URLs lack. A marked
-parent costs a listed page one more queue entry (its own parent entry, since lastmods differ
-from URL to URL) and nothing for any other page; reading it back is one substring test per
-record (:func:`split_parent`).
+Why the parent and not a new field: the task layout is the frontier's largest memory cost and every
+script reads it; a fifth field would change them all for a value most URLs lack. A marked parent
+costs a listed page one more queue entry (its own parent entry, since lastmods differ from URL to
+URL), a file link at most one (the links a rule takes on one page share it), and nothing for any
+other page; reading it back is one substring test per record (:func:`split_parent`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from crawlfleet.urls import canonicalize, origin_of
 
 __all__ = [
     "SitemapTask",
+    "file_mark",
+    "file_parent",
     "listed_parent",
     "sitemap_parent",
     "sitemap_roots",
@@ -41,6 +48,7 @@ __all__ = [
 
 _SITEMAP: Final = "#sitemap="
 _LASTMOD: Final = "#lastmod="
+_FILE: Final = "#file="
 _ROOT: Final = "root"
 
 
@@ -81,8 +89,23 @@ def sitemap_task(parent: str) -> SitemapTask | None:
     return SitemapTask(int(level), root=False) if level.isdigit() else None
 
 
+def file_parent(found_in: str, rule: int) -> str:
+    """The parent of a file that rule ``rule`` took by the element ``found_in`` links it from."""
+    return f"{found_in}{_FILE}{rule}"
+
+
+def file_mark(parent: str) -> int | None:
+    """The files rule a task's parent names (:func:`file_parent`); None for any other task."""
+    at = parent.find(_FILE)
+    if at < 0:
+        return None
+    rule = parent[at + len(_FILE) :]
+    return int(rule) if rule.isdigit() and rule.isascii() else None
+
+
 def split_parent(parent: str) -> tuple[str, str | None]:
-    """The parent as a page record shows it (the mark removed), and the lastmod it carries."""
+    """The parent as a record shows it (any mark removed: a file's record names the page that
+    linked it), and the lastmod it carries."""
     if "#" not in parent:
         return parent, None
     url, _, mark = parent.partition("#")

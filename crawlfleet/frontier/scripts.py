@@ -7,23 +7,28 @@ redis-py's Script objects run them with EVALSHA and reload them on NOSCRIPT.
 On Redis 7 and later each script declares its flags in a shebang line (``#!lua flags=…``):
 Redis then decides before a script starts whether it may run past ``maxmemory``. The scripts
 that finish or give back work (ack, fail, release, requeue, and claim, extend, heartbeat,
-pace, set_host_delay, defer_host, set_pressure, guarded, promote, begin_run, which overwrite or
-move what exists, or write a few small values) are ``allow-oom``:
+pace, set_host_delay, defer_host, set_pressure, guarded, promote, begin_run, and the file
+downloads' file_slot, file_slots_extend, file_bytes, claim_content, count_files, which
+overwrite or move what exists, or write a few small values on the way to an ack) are
+``allow-oom``:
 a full Redis under ``noeviction`` must still let a crawl shrink its queues, and the fleet
 must still be able to turn backpressure on. ``contains`` is ``no-writes``. The rest (init,
 enqueue, add_if_new, robots_lock, robots_store, commit_run: a copy of the filter) may grow
 memory without bound, so Redis refuses them whole, before their first write, when it is
 past ``maxmemory``.
 
-Claims, acks, fails, releases and requeues apply at most once per call (``ONCE_SCRIPTS``):
+Claims, acks, fails, releases and requeues apply at most once per call (``ONCE_SCRIPTS``), and
+so do the file downloads' budget, content index and counters (file_bytes, claim_content,
+count_files: a reservation or a count applied twice would stay wrong for the whole run):
 redis-py re-sends a command after a connection error, and a script that ran before the
 connection broke would otherwise run again (a second claim, whose leases nobody knows of).
 
 Redis 6 knows no shebang; there the scripts run bare, and Redis checks memory at a script's
 first write instead: a removal passes, a write that may grow memory is refused. The
 scripts that must pass start with a removal where they can (ack, fail, release, requeue
-remove the lease first; claim pops before it counts); heartbeat and extend cannot, so on
-Redis 6 only backpressure keeps them from being refused.
+remove the lease first; claim pops before it counts); heartbeat and extend cannot, nor can
+the file scripts (a slot, a reservation, an index entry or a counter is their first write), so
+on Redis 6 only backpressure keeps them from being refused.
 """
 
 from __future__ import annotations
@@ -60,6 +65,11 @@ SCRIPT_NAMES = (
     "promote",
     "begin_run",
     "commit_run",
+    "file_slot",
+    "file_slots_extend",
+    "file_bytes",
+    "claim_content",
+    "count_files",
 )
 
 #: Each script's Redis 7 flags ('' for none: refused whole past maxmemory).
@@ -85,12 +95,19 @@ SCRIPT_FLAGS: Final[dict[str, str]] = {
     "promote": "allow-oom",
     "begin_run": "allow-oom",
     "commit_run": "",
+    "file_slot": "allow-oom",
+    "file_slots_extend": "allow-oom",
+    "file_bytes": "allow-oom",
+    "claim_content": "allow-oom",
+    "count_files": "allow-oom",
 }
 
 
 #: The state changes a client's retry must not apply twice: each runs inside lib.lua's
 #: ``once()``, keyed by the call id the caller sends after the epoch (frontier.py).
-ONCE_SCRIPTS: Final = frozenset({"claim", "ack", "fail", "release", "requeue"})
+ONCE_SCRIPTS: Final = frozenset(
+    {"claim", "ack", "fail", "release", "requeue", "file_bytes", "claim_content", "count_files"}
+)
 
 
 @cache
@@ -133,6 +150,11 @@ class Scripts:
     promote: AsyncScript
     begin_run: AsyncScript
     commit_run: AsyncScript
+    file_slot: AsyncScript
+    file_slots_extend: AsyncScript
+    file_bytes: AsyncScript
+    claim_content: AsyncScript
+    count_files: AsyncScript
 
     @classmethod
     def register(cls, client: aioredis.Redis, *, flagged: bool = True) -> Scripts:

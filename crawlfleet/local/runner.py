@@ -56,8 +56,8 @@ from crawlfleet.fleet.recurring import (
     step,
 )
 from crawlfleet.fleet.runs import RunBook
-from crawlfleet.fleet.waiting import duration
-from crawlfleet.frontier import Frontier, FrontierSettings, FrontierStats
+from crawlfleet.fleet.waiting import duration, plural
+from crawlfleet.frontier import FileStats, Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
 from crawlfleet.local.redis_server import RedisServer
@@ -384,6 +384,8 @@ class _Crawled:
     code: int = 0
     max_workers: int = 0
     elapsed_seconds: float = 0.0
+    #: A job with file rules: what it stored (None for the others).
+    files: FileStats | None = None
 
 
 async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None) -> _Crawled:
@@ -474,9 +476,12 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
         if done.decision.complete:
             await backend.drain_all(session.stop_signal.hurry)
             stats = await frontier.stats()
+            files = await frontier.file_stats() if session.policy.files else None
             elapsed = time.monotonic() - started
-            progress.done(stats, elapsed)
-            return _Crawled("complete", stats, max_workers=max_workers, elapsed_seconds=elapsed)
+            progress.done(stats, elapsed, files)
+            return _Crawled(
+                "complete", stats, max_workers=max_workers, elapsed_seconds=elapsed, files=files
+            )
         progress.show(done, len(backend.active()), suspended)
         await asyncio.sleep(config.run.poll_seconds)
     elapsed = time.monotonic() - started
@@ -536,6 +541,16 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
     )
     if session.job.spec.recrawl:  # a scheduled run: what its revisits found
         summary["freshness"] = Freshness.of(crawled.stats, now=time.time()).to_mapping()
+    if crawled.files is not None:
+        files = crawled.files
+        summary["files"] = {
+            "stored": files.stored,
+            "bytes": files.bytes,
+            "duplicates": files.duplicates,
+            "resumed": files.resumed,
+            "resumed_bytes": files.resumed_bytes,
+            "restarts": files.restarts,
+        }
     store = session.store
     if store is not None:
         # Written by the worker the frontier elected, before the tick said complete.
@@ -1015,6 +1030,8 @@ class _Progress:
         self.stats, self.shown_at = stats, now
         now = time.monotonic()
         text = self.line(stats, workers)
+        if done.files is not None:
+            text += f"  {_files_text(done.files)}"
         if done.waiting is not None and done.waiting.reason != "NextRevisit":
             text += f"  waiting: {done.waiting.sentence(time.time())}"
         elif suspended:
@@ -1032,8 +1049,16 @@ class _Progress:
             self.last = now
             _print(text)
 
-    def done(self, stats: FrontierStats, elapsed: float) -> None:
+    def done(self, stats: FrontierStats, elapsed: float, files: FileStats | None = None) -> None:
+        stored = "" if files is None else f" {_files_text(files)},"
         _print(
             f"crawlfleet: complete: {stats.crawled} pages crawled, {stats.dead} dead-lettered,"
-            f" in {elapsed:.1f} s"
+            f"{stored} in {elapsed:.1f} s"
         )
+
+
+def _files_text(files: FileStats) -> str:
+    """A job with file rules, in the local run's lines: ``3 files (512.0 MiB)``, and the
+    duplicates when there are any (their bytes were stored before, so they are not counted)."""
+    text = f"{plural(files.stored, 'file')} ({files.bytes / 2**20:.1f} MiB)"
+    return text + (f", {plural(files.duplicates, 'duplicate')}" if files.duplicates else "")

@@ -457,11 +457,15 @@ def _is_scalar(schema: object) -> TypeGuard[Mapping[str, Any]]:
 
 
 def _items_have_rules(node: Mapping[str, Any]) -> bool:
-    """Whether CEL rules read a list's items: rules or a pattern on them, or a section (a
-    ``$ref``; extract rules) whose fields have rules. Its ``maxItems`` must then stay."""
+    """Whether CEL rules read a list's items: rules, a pattern or choices (an ``enum``, which
+    becomes a rule) on them, or a section (a ``$ref``; extract rules) whose fields have rules.
+    Its ``maxItems`` must then stay."""
     items = node.get("items")
     return isinstance(items, Mapping) and bool(
-        items.get("x-kubernetes-validations") or items.get("pattern") or items.get("$ref")
+        items.get("x-kubernetes-validations")
+        or items.get("pattern")
+        or items.get("enum")
+        or items.get("$ref")
     )
 
 

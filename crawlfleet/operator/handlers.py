@@ -867,11 +867,14 @@ class CrawlJobOperator:
             waiting=done.waiting,
             stall=done.stall,
             freshness=freshness,
+            files=done.files,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, phase, stats, desired, ready)
         if freshness is not None:
             self.metrics.freshness(ref.namespace, ref.name, freshness)
+        if done.files is not None:
+            self.metrics.files(ref.namespace, ref.name, done.files)
         self.metrics.motion(ref.namespace, ref.name, done.waiting, done.stall)
         self.metrics.frontier(
             ref.namespace,

@@ -17,7 +17,7 @@ from crawlfleet.crawljob import Phase
 from crawlfleet.fleet.freshness import Freshness
 from crawlfleet.fleet.waiting import WAIT_REASONS, Waiting
 from crawlfleet.fleet.watchdog import STALL_REASONS, Stall
-from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
+from crawlfleet.frontier import FileStats, FrontierStats, MemoryState, PressureLevel
 
 __all__ = ["OperatorMetrics"]
 
@@ -162,6 +162,20 @@ class OperatorMetrics:
             (*job, "change"),
             registry=self.registry,
         )
+        # What a job with file rules (spec.files) stored in its run: gauges, as crawled is
+        # (a recurring run counts from zero again).
+        self.files_stored = Gauge(
+            "crawlfleet_job_files_stored",
+            "files stored (new content, verified and durable) in the job's run",
+            job,
+            registry=self.registry,
+        )
+        self.file_bytes = Gauge(
+            "crawlfleet_job_file_bytes",
+            "bytes of the files stored in the job's run (duplicates cost none)",
+            job,
+            registry=self.registry,
+        )
         #: The frontier's cumulative revisit counts last seen, per job: the counter grows by
         #: the difference.
         self._revisits_seen: dict[tuple[str, str, str], int] = {}
@@ -180,6 +194,8 @@ class OperatorMetrics:
             self.bloom_layers,
             self.revisits_tracked,
             self.revisits_due,
+            self.files_stored,
+            self.file_bytes,
         )
         self._phases: dict[tuple[str, str], str] = {}
 
@@ -253,6 +269,11 @@ class OperatorMetrics:
                 before = 0
             self.revisits.labels(*key).inc(count - before)
             self._revisits_seen[key] = count
+
+    def files(self, namespace: str, name: str, files: FileStats) -> None:
+        """One job's file downloads, as its tick read them."""
+        self.files_stored.labels(namespace, name).set(files.stored)
+        self.file_bytes.labels(namespace, name).set(files.bytes)
 
     def motion(
         self, namespace: str, name: str, waiting: Waiting | None, stall: Stall | None

@@ -37,7 +37,7 @@ from crawlfleet.crawljob import Phase
 from crawlfleet.fleet import Freshness, WorkersFailing
 from crawlfleet.fleet.waiting import Waiting
 from crawlfleet.fleet.watchdog import Stall
-from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
+from crawlfleet.frontier import FileStats, FrontierStats, MemoryState, PressureLevel
 
 __all__ = [
     "CONDITION_TYPES",
@@ -155,6 +155,8 @@ class Observed:
     stall: Stall | None = None
     #: How fresh a job with revisit rules keeps its pages (None: it has none).
     freshness: Freshness | None = None
+    #: What a job with file rules stored (None: it has none).
+    files: FileStats | None = None
 
 
 def _frontier_conditions(seen: Observed) -> list[Wanted]:
@@ -336,6 +338,12 @@ def job_status(
         )
     if seen.freshness is not None:
         status["freshness"] = seen.freshness.to_mapping()
+    if seen.files is not None:
+        status["files"] = {
+            "stored": seen.files.stored,
+            "bytes": seen.files.bytes,
+            "duplicates": seen.files.duplicates,
+        }
     if seen.frontier_memory is not None:
         status.update(
             frontierMemoryUsedBytes=seen.frontier_memory.used_bytes,

@@ -13,9 +13,13 @@ them meanwhile, so whoever sees Succeeded finds the manifest:
   workers included, which no worker's file would hold), and an object store cannot append, so
   a file per worker would need merging anyway.
 * ``manifest.json``: the job, the spec's SHA-256, the counts, and every file with its size,
-  SHA-256 and record count. The workers recorded each file in the frontier before acking its
-  pages, so the manifest lists every file that holds an acknowledged record, without reading
-  the destination back; ``crawlfleet output verify`` checks the destination against it.
+  SHA-256 and record count. A job with ``spec.files`` counts its file records
+  (``fileRecords``), the distinct files stored (``storedFiles``) and their bytes
+  (``fileBytes``); the stored files themselves (``files/sha256/...``) are not listed: each file
+  record names its own, with size and SHA-256, and ``crawlfleet output verify`` checks them.
+  The workers recorded each file in the frontier before acking its pages, so the manifest
+  lists every file that holds an acknowledged record, without reading the destination back;
+  ``crawlfleet output verify`` checks the destination against it.
 
 A file can be durable and not listed: one whose pages were acked by no one (its worker lost the
 leases, and another crawled the pages again). Readers treat it as the duplicate it is.
@@ -101,6 +105,18 @@ async def finish_output(
     )
     records = sum(int(f["records"]) for f in files if str(f["path"]).startswith("pages/"))
     items = sum(int(f["records"]) for f in files if str(f["path"]).startswith("items/"))
+    file_counts: dict[str, int] = {}
+    if spec.files is not None:
+        # Stored files are counted in the frontier as they are stored (once per content, across
+        # the runs of a scheduled job): one O(1) read, nothing read back from the destination.
+        stored = await frontier.file_stats()
+        file_counts = {
+            "fileRecords": sum(
+                int(f["records"]) for f in files if str(f["path"]).startswith("files/")
+            ),
+            "storedFiles": stored.stored,
+            "fileBytes": stored.bytes,
+        }
     manifest: dict[str, Any] = {
         "manifestVersion": MANIFEST_VERSION,
         "job": job_id,
@@ -116,6 +132,7 @@ async def finish_output(
             "seen": stats.seen,
             "pageRecords": records,
             "itemRecords": items,
+            **file_counts,
             "files": len(files),
         },
         "files": sorted(files, key=lambda entry: str(entry["path"])),

@@ -12,6 +12,11 @@
 * :func:`verify` checks the destination against ``manifest.json``: every listed file present,
   with its size and SHA-256. A file that is durable but not listed is reported and allowed (a
   duplicate nobody acked); a missing or changed one is a failure.
+* :func:`file_records` streams the records of ``files/`` (``spec.files``: one line per stored
+  download), and :func:`verify` checks each one's stored object too: present with the record's
+  size, and with ``deep`` its SHA-256 recomputed (a read of every stored byte). Stored objects
+  (``files/sha256/<ab>/<sha256>``) are not in the manifest -- their records name them -- so
+  they are not reported as unlisted while a record names them. :func:`stored_files` counts them.
 * :func:`run_ids` names the runs of a scheduled job, each with the layout (and its own
   manifest) under ``runs/<run-id>/``; each is read or verified as a destination of its own.
 
@@ -34,10 +39,22 @@ from crawlfleet.output.manifest import MANIFEST
 if TYPE_CHECKING:
     from crawlfleet.output.stores import OutputStore, StoredObject
 
-__all__ = ["Verification", "item_records", "page_files", "page_records", "run_ids", "verify"]
+__all__ = [
+    "Verification",
+    "file_records",
+    "item_records",
+    "page_files",
+    "page_records",
+    "run_ids",
+    "stored_files",
+    "verify",
+]
 
 _PAGES = "pages/"
 _ITEMS = "items/"
+_FILES = "files/"
+#: Where stored downloads live: ``files/sha256/<ab>/<sha256>`` (``crawler/files/parts.py``).
+_STORED = "files/sha256/"
 
 
 async def _lines(store: OutputStore, key: str) -> AsyncIterator[bytes]:
@@ -160,6 +177,28 @@ async def item_records(store: OutputStore, *, every_fetch: bool = False) -> Asyn
                 yield line
 
 
+async def file_records(store: OutputStore) -> AsyncIterator[dict[str, Any]]:
+    """Every file record of ``files/``, in file order (at least once: a download whose lease
+    was lost after its record was written may have a second record, naming the same stored
+    object)."""
+    files = [
+        stored
+        for stored in await _jsonl_files(store, _FILES)
+        if "/" not in stored.key.removeprefix(_FILES)  # record files, not stored objects
+    ]
+    for stored in files:
+        async for line in _lines(store, stored.key):
+            record = _parse(line)
+            if record is not None and isinstance(record.get("stored"), str):
+                yield record
+
+
+def stored_files(files: Sequence[StoredObject]) -> tuple[int, int]:
+    """How many stored downloads ``files`` holds, and their bytes (each content once)."""
+    stored = [f for f in files if f.key.startswith(_STORED)]
+    return len(stored), sum(f.size for f in stored)
+
+
 @dataclass
 class Verification:
     """What :func:`verify` found; ``ok`` when nothing listed is missing or changed."""
@@ -170,14 +209,26 @@ class Verification:
     changed: list[str] = field(default_factory=list)
     unlisted: list[str] = field(default_factory=list)
     problem: str | None = None
+    #: Stored downloads the file records name, checked (size; SHA-256 with ``deep``).
+    files_checked: int = 0
+    #: ``(stored key, url)`` of records whose stored object is absent, or differs.
+    files_missing: list[tuple[str, str]] = field(default_factory=list)
+    files_changed: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.problem is None and not self.missing and not self.changed
+        return (
+            self.problem is None
+            and not self.missing
+            and not self.changed
+            and not self.files_missing
+            and not self.files_changed
+        )
 
 
-async def verify(store: OutputStore) -> Verification:
-    """Check every file ``manifest.json`` lists: present, same size, same SHA-256."""
+async def verify(store: OutputStore, *, deep: bool = False) -> Verification:
+    """Check every file ``manifest.json`` lists: present, same size, same SHA-256; then every
+    stored download a file record names: present with its size, and (``deep``) its SHA-256."""
     present = {stored.key: stored.size for stored in await store.files()}
     if MANIFEST not in present:
         return Verification(
@@ -198,12 +249,38 @@ async def verify(store: OutputStore) -> Verification:
         result.checked += 1
         if present[path] != int(entry["size"]) or await _sha256(store, path) != entry["sha256"]:
             result.changed.append(path)
+    named = await _verify_stored(store, present, result, deep=deep)
     result.unlisted = sorted(
         key
         for key in present
-        if key not in listed and key != MANIFEST and not key.startswith(f"{RUNS_FOLDER}/")
+        if key not in listed
+        and key not in named
+        and key != MANIFEST
+        and not key.startswith(f"{RUNS_FOLDER}/")
     )
     return result
+
+
+async def _verify_stored(
+    store: OutputStore, present: dict[str, int], result: Verification, *, deep: bool
+) -> set[str]:
+    """Check each stored object the file records name (each once); returns their keys."""
+    checked: dict[str, bool] = {}
+    async for record in file_records(store):
+        key, url = str(record["stored"]), str(record.get("url", ""))
+        if key in checked:
+            continue
+        if key not in present:
+            checked[key] = False
+            result.files_missing.append((key, url))
+            continue
+        size, digest = record.get("size"), record.get("sha256")
+        same = present[key] == size and (not deep or await _sha256(store, key) == digest)
+        checked[key] = same
+        result.files_checked += 1
+        if not same:
+            result.files_changed.append((key, url))
+    return set(checked)
 
 
 def run_ids(files: Sequence[StoredObject]) -> list[str]:

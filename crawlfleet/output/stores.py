@@ -34,7 +34,7 @@ import hashlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
@@ -53,8 +53,10 @@ __all__ = [
     "BucketStore",
     "FolderStore",
     "OutputStore",
+    "S3Connection",
     "StoredObject",
     "checked_store",
+    "describe_s3_error",
     "open_store",
 ]
 
@@ -304,15 +306,22 @@ class BucketStore:
     """A bucket (and key prefix) of an S3-compatible store, through obstore."""
 
     def __init__(
-        self, destination: Destination, store: S3Store, *, endpoint: str, spool_dir: Path
+        self,
+        destination: Destination,
+        store: S3Store,
+        *,
+        connection: S3Connection,
+        spool_dir: Path,
     ) -> None:
         self.destination = destination
         self.spool_dir = spool_dir
+        #: Where the store is and who signs: a file download's parts (boto3) reach the same
+        #: bucket with it (``crawlfleet.crawler.files.bucket_parts``).
+        self.connection = connection
         self._store = store
-        self._endpoint = endpoint
 
     def __repr__(self) -> str:
-        return f"BucketStore({self.destination.url!r}, endpoint={self._endpoint!r})"
+        return f"BucketStore({self.destination.url!r}, endpoint={self.connection.where!r})"
 
     @classmethod
     def from_spec(
@@ -328,50 +337,31 @@ class BucketStore:
         in the shared credentials file, as the AWS CLI reads them)."""
         from obstore.store import S3Store
 
-        endpoint = (s3.endpoint if s3 else None) or environ.get("AWS_ENDPOINT_URL")
-        region = (
-            (s3.region if s3 else None)
-            or environ.get("AWS_REGION")
-            or environ.get("AWS_DEFAULT_REGION")
-            or _shared_setting(environ, "config", "region")
-            or _DEFAULT_REGION
-        )
+        connection = S3Connection.resolve(s3, config, environ=environ)
         settings: S3Config = {
-            "region": region,
-            "virtual_hosted_style_request": not (s3.path_style if s3 else True),
+            "region": connection.region,
+            "virtual_hosted_style_request": not connection.path_style,
         }
-        if endpoint:
-            settings["endpoint"] = endpoint
-        key_id = environ.get("AWS_ACCESS_KEY_ID")
-        secret = environ.get("AWS_SECRET_ACCESS_KEY")
-        token = environ.get("AWS_SESSION_TOKEN")
-        if not key_id:
-            key_id = _shared_setting(environ, "credentials", "aws_access_key_id")
-            secret = _shared_setting(environ, "credentials", "aws_secret_access_key")
-            token = _shared_setting(environ, "credentials", "aws_session_token")
-        if key_id and secret:
-            settings["access_key_id"] = key_id
-            settings["secret_access_key"] = secret
-            if token:
-                settings["session_token"] = token
+        if connection.endpoint:
+            settings["endpoint"] = connection.endpoint
+        if connection.access_key_id and connection.secret_access_key:
+            settings["access_key_id"] = connection.access_key_id
+            settings["secret_access_key"] = connection.secret_access_key
+            if connection.session_token:
+                settings["session_token"] = connection.session_token
         store = S3Store(
             destination.bucket,
             prefix=destination.prefix.rstrip("/") or None,
             config=settings,
             client_options={
-                "allow_http": bool(endpoint and endpoint.startswith("http://")),
-                "connect_timeout": timedelta(seconds=config.connect_timeout_seconds),
-                "timeout": timedelta(seconds=config.request_timeout_seconds),
+                "allow_http": connection.plain_http,
+                "connect_timeout": timedelta(seconds=connection.connect_timeout_seconds),
+                "timeout": timedelta(seconds=connection.request_timeout_seconds),
             },
             retry_config={"max_retries": _MAX_RETRIES, "retry_timeout": _RETRY_TIMEOUT},
         )
         spool = config.spool_dir or Path(_temporary_folder(environ))
-        return cls(
-            destination,
-            store,
-            endpoint=endpoint or f"AWS S3 ({region})",
-            spool_dir=spool / "crawlfleet-spool",
-        )
+        return cls(destination, store, connection=connection, spool_dir=spool / "crawlfleet-spool")
 
     async def check(self) -> None:
         import obstore
@@ -470,21 +460,92 @@ class BucketStore:
         """``s3://bucket/prefix/ at <endpoint>: <what went wrong> (<code>)``: one sentence."""
         from obstore.exceptions import GenericError
 
-        text = str(error)
-        where = f"{self.destination.url} at {self._endpoint}"
-        for code, meaning in _S3_CODES:
-            if code in text:
-                return f"{where}: {meaning} ({code})"
-        if isinstance(error, GenericError) and "error sending request" in text:
-            return f"{where}: cannot connect to the store"
-        if "169.254.169.254" in text or "credential" in text.lower():
-            return (
-                f"{where}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or"
-                " a profile in ~/.aws/credentials), or output.s3.secretRef in a cluster"
-            )
-        if isinstance(error, FileNotFoundError):
-            return f"{where}: not found ({_first_line(text)})"
-        return f"{where}: {_first_line(text)}"
+        unreachable = isinstance(error, GenericError) and "error sending request" in str(error)
+        return describe_s3_error(
+            f"{self.destination.url} at {self.connection.where}", error, unreachable=unreachable
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class S3Connection:
+    """Where a bucket's store is and who signs for it, resolved once from the spec and the
+    environment; the output store (obstore) and a download's parts (boto3) both build their
+    client from it, so they reach the same place as the same user. The credentials stay out of
+    ``repr`` (and so out of logs and messages)."""
+
+    endpoint: str | None
+    region: str
+    path_style: bool
+    connect_timeout_seconds: float
+    request_timeout_seconds: float
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def resolve(
+        cls, s3: S3Spec | None, config: OutputConfig, *, environ: Mapping[str, str]
+    ) -> S3Connection:
+        """The spec's endpoint, region and addressing; the environment's credentials (the
+        standard AWS variables; else ``AWS_PROFILE``'s keys in the shared credentials file, as
+        the AWS CLI reads them). No key pair: the client's own chain (instance roles, web
+        identity) decides."""
+        endpoint = (s3.endpoint if s3 else None) or environ.get("AWS_ENDPOINT_URL")
+        region = (
+            (s3.region if s3 else None)
+            or environ.get("AWS_REGION")
+            or environ.get("AWS_DEFAULT_REGION")
+            or _shared_setting(environ, "config", "region")
+            or _DEFAULT_REGION
+        )
+        key_id = environ.get("AWS_ACCESS_KEY_ID")
+        secret = environ.get("AWS_SECRET_ACCESS_KEY")
+        token = environ.get("AWS_SESSION_TOKEN")
+        if not key_id:
+            key_id = _shared_setting(environ, "credentials", "aws_access_key_id")
+            secret = _shared_setting(environ, "credentials", "aws_secret_access_key")
+            token = _shared_setting(environ, "credentials", "aws_session_token")
+        signs = bool(key_id and secret)
+        return cls(
+            endpoint=endpoint or None,
+            region=region,
+            path_style=s3.path_style if s3 else True,
+            connect_timeout_seconds=config.connect_timeout_seconds,
+            request_timeout_seconds=config.request_timeout_seconds,
+            access_key_id=key_id if signs else None,
+            secret_access_key=secret if signs else None,
+            session_token=(token or None) if signs else None,
+        )
+
+    @property
+    def where(self) -> str:
+        """The store as a message names it: its endpoint, or AWS S3 of the region."""
+        return self.endpoint or f"AWS S3 ({self.region})"
+
+    @property
+    def plain_http(self) -> bool:
+        """The endpoint is http:// (a trusted network, or the test server)."""
+        return bool(self.endpoint and self.endpoint.startswith("http://"))
+
+
+def describe_s3_error(where: str, error: BaseException, *, unreachable: bool) -> str:
+    """``<where>: <what went wrong> (<code>)``: one sentence, whichever client raised ``error``
+    (S3's error codes are in both obstore's and boto3's messages); ``unreachable`` is the
+    client's own judgement that no answer came."""
+    text = str(error)
+    for code, meaning in _S3_CODES:
+        if code in text:
+            return f"{where}: {meaning} ({code})"
+    if unreachable:
+        return f"{where}: cannot connect to the store"
+    if "169.254.169.254" in text or "credential" in text.lower():
+        return (
+            f"{where}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or"
+            " a profile in ~/.aws/credentials), or output.s3.secretRef in a cluster"
+        )
+    if isinstance(error, FileNotFoundError):
+        return f"{where}: not found ({_first_line(text)})"
+    return f"{where}: {_first_line(text)}"
 
 
 def _in_layout(key: str) -> bool:

@@ -38,6 +38,7 @@ from tests.e2e.operator_support import (
     crawljob,
     get_job,
 )
+from tests.support.processes import worker_processes
 
 
 @dataclass(frozen=True)
@@ -110,23 +111,6 @@ def wait_phase(fleet: Fleet, phase: str, timeout: float = 150) -> None:
 # -- crawlfleet run -------------------------------------------------------------------------
 
 
-def _worker_processes(job_file: Path) -> dict[str, int]:
-    """``{worker id: pid}`` of the ``crawlfleet worker`` processes running ``job_file``."""
-    found: dict[str, int] = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().split()
-            state = (proc / "stat").read_text().split(")")[-1].split()[0]
-        except (OSError, UnicodeDecodeError):
-            continue
-        if state == "Z" or str(job_file) not in args or "--worker-id" not in args:
-            continue
-        found[args[args.index("--worker-id") + 1]] = int(proc.name)
-    return found
-
-
 class LocalFleet:
     """``crawlfleet run`` of the job, against the test's Redis; the job file is the spec."""
 
@@ -192,7 +176,7 @@ class LocalFleet:
         return [Event(e["kind"], e["message"]) for e in entries if e["kind"] == reason]
 
     def workers(self) -> dict[str, int]:
-        return _worker_processes(self.job_file)
+        return worker_processes(self.job_file)
 
     def suspend(self, value: bool) -> None:
         self.document["spec"]["suspend"] = value

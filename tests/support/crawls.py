@@ -33,6 +33,7 @@ __all__ = [
     "PER_HOST",
     "PER_WORKER",
     "Crawl",
+    "high_water_kib",
     "kill_stray_workers",
     "make_crawl",
     "requested_urls",
@@ -201,7 +202,7 @@ def wait_with_peak_rss(proc: subprocess.Popen[bytes], timeout: float = 120) -> t
     deadline = time.monotonic() + timeout
     peak = 0
     while True:
-        peak = max(peak, _high_water_kib(proc.pid))
+        peak = max(peak, high_water_kib(proc.pid))
         pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
         if pid == proc.pid:
             proc.returncode = os.waitstatus_to_exitcode(status)
@@ -211,7 +212,7 @@ def wait_with_peak_rss(proc: subprocess.Popen[bytes], timeout: float = 120) -> t
         time.sleep(0.05)
 
 
-def _high_water_kib(pid: int) -> int:
+def high_water_kib(pid: int) -> int:
     """The process' peak resident set (VmHWM) in KiB; 0 once it has exited."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as status:

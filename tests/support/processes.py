@@ -21,6 +21,24 @@ def worker_pid(job_file: Path, worker_id: str) -> int | None:
     return None
 
 
+def worker_processes(job_file: Path) -> dict[str, int]:
+    """``{worker id: pid}`` of the live ``crawlfleet worker`` processes running ``job_file``
+    (zombies left out: a killed worker its runner has not reaped yet is gone)."""
+    found: dict[str, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode().split()
+            state = (proc / "stat").read_text().split(")")[-1].split()[0]
+        except (OSError, UnicodeDecodeError):
+            continue
+        if state == "Z" or str(job_file) not in args or "--worker-id" not in args:
+            continue
+        found[args[args.index("--worker-id") + 1]] = int(proc.name)
+    return found
+
+
 def redis_server_pid(data_dir: Path) -> int | None:
     """PID of the redis-server keeping its data in ``data_dir`` (a run's private one).
 

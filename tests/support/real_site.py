@@ -50,17 +50,27 @@ def postgresql_manual() -> Path:
 
 
 class DocSite:
-    """nginx serving ``root`` on 127.0.0.5 with :data:`ROBOTS_TXT`, logging every request."""
+    """nginx serving ``root`` on 127.0.0.5 with :data:`ROBOTS_TXT`, logging every request.
 
-    def __init__(self, root: Path, work: Path) -> None:
+    With ``mirror``, the same tree is served on 127.0.0.6 too, as a site's mirror serves the
+    same files under other URLs (``mirror_netloc``; its requests in a log of their own).
+    """
+
+    def __init__(self, root: Path, work: Path, *, mirror: bool = False) -> None:
         self.root = root
         self.work = work
+        self.mirror = mirror
         self.netloc = ""
+        self.mirror_netloc = ""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def log(self) -> Path:
         return self.work / "access.log"
+
+    @property
+    def mirror_log(self) -> Path:
+        return self.work / "mirror.log"
 
     def __enter__(self) -> DocSite:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -68,16 +78,18 @@ class DocSite:
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "robots.txt").write_text(ROBOTS_TXT)
         self.netloc = f"127.0.0.5:{free_port('127.0.0.5')}"
+        servers = [self._server(self.netloc, self.log)]
+        if self.mirror:
+            self.mirror_netloc = f"127.0.0.6:{free_port('127.0.0.6')}"
+            servers.append(self._server(self.mirror_netloc, self.mirror_log))
         user = "user root root; " if os.geteuid() == 0 else ""
         conf = self.work / "nginx.conf"
         conf.write_text(
             f"{user}worker_processes 1; pid {self.work}/nginx.pid; error_log {self.work}/error.log;"
             " daemon off; events { worker_connections 256; } http {"
             " log_format plain '$request_uri $status $http_if_none_match|$http_if_modified_since';"
-            f" access_log {self.log} plain; types {{ text/html html; text/css css;"
-            f" image/png png; image/svg+xml svg; text/plain txt; }}"
-            f" server {{ listen {self.netloc}; root {self.root};"
-            f" location = /robots.txt {{ alias {self.work}/robots.txt; }} }} }}\n"
+            " types { text/html html; text/css css;"
+            f" image/png png; image/svg+xml svg; text/plain txt; }} {' '.join(servers)} }}\n"
         )
         self._process = subprocess.Popen([nginx, "-c", str(conf), "-p", str(self.work)])
         deadline = time.monotonic() + 10
@@ -86,6 +98,13 @@ class DocSite:
             assert time.monotonic() < deadline, "nginx did not start"
             time.sleep(0.02)
         return self
+
+    def _server(self, netloc: str, log: Path) -> str:
+        """One nginx ``server`` block: the tree and robots.txt on ``netloc``, logged to ``log``."""
+        return (
+            f"server {{ listen {netloc}; root {self.root}; access_log {log} plain;"
+            f" location = /robots.txt {{ alias {self.work}/robots.txt; }} }}"
+        )
 
     def __exit__(
         self,
@@ -97,9 +116,11 @@ class DocSite:
             self._process.terminate()
             self._process.wait(10)
 
-    def requests(self) -> Counter[str]:
-        """Paths requested so far, robots.txt included, with how many times."""
-        return Counter(line.split(" ", 1)[0] for line in self.log.read_text().splitlines())
+    def requests(self, *, mirror: bool = False) -> Counter[str]:
+        """Paths requested so far (of the mirror with ``mirror``), robots.txt included, with
+        how many times."""
+        log = self.mirror_log if mirror else self.log
+        return Counter(line.split(" ", 1)[0] for line in log.read_text().splitlines())
 
     def entries(self) -> list[tuple[str, int, bool]]:
         """Every request in order: (path, status, whether it was conditional: it carried

@@ -21,6 +21,7 @@ import pytest
 
 from crawlfleet.config import DrainConfig, OutputConfig, SteeringConfig
 from crawlfleet.crawler.fetching.fetch import FetchSettings
+from crawlfleet.crawler.files.rules import FileRules
 from crawlfleet.crawler.links.scope import Scope
 from crawlfleet.crawler.politeness.robots import product_token
 from crawlfleet.crawler.worker.sinks import DurableFile, OutputSink
@@ -84,6 +85,10 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
         node[path[-1]] = round(value) if integer else float(value)
     if "schedule" in spec:
         spec["schedule"]["cron"] = "*/15 * * * *"
+    if "files" in spec:  # a files section made to hold a number needs its rules
+        rules = spec["files"].setdefault("rules", [{}])
+        rules[0].update({"match": r"\.mp4$", "context": ["video", "a"]})
+        rules[0]["minBytes"] = min(rules[0].get("minBytes", 0), rules[0].get("maxBytes", 1))
     spec["userAgent"] = rng.choice(USER_AGENTS)
     if rng.random() < 0.5:
         spec["scope"]["include"] = [r"/(?P<id>\d+)", r"/(?P<id>[a-z]+)/", "(?i)X"]
@@ -121,6 +126,7 @@ def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
     httpx.Request("GET", "http://a.test/", headers={"User-Agent": spec.user_agent})  # ASCII only
     product_token(spec.user_agent)
     Scope.from_spec(spec.scope)
+    FileRules.from_spec(spec.files)
     FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
     store = open_store(parse_destination(spec.output.destination or str(tmp_path)), spec.output.s3)
     OutputSink.from_spec(

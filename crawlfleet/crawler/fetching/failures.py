@@ -12,6 +12,13 @@ oversized headers, redirect loops) are permanent; timeouts, connection and DNS e
 protocol errors are retried; 403, 429, soft blocks and an unreadable robots.txt are retried with
 a longer backoff, because they mean the site is pushing back and hammering it again soon only
 prolongs the block.
+
+Files (DESIGN §11, ``crawlfleet.crawler.files``) add their own classes: a file over its rule's
+``maxBytes`` or past the job's byte budget is permanent (the same bytes would be refused
+again); a body that ends shorter or longer than it said is retried; an empty or tiny 200 and an
+error page where the file should be are soft blocks, the second retried more slowly still,
+since a site that serves HTML for a video usually means it (a login wall, a geo block). A 416
+to a range request is no failure at all: the download restarts from zero.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from enum import StrEnum
 __all__ = [
     "DEFAULT_MIN_HTML_BYTES",
     "JITTER_FRACTION",
+    "MISMATCH_BACKOFF_MULTIPLIER",
     "PUSHBACK_BACKOFF_MULTIPLIER",
     "FailureClass",
     "Fate",
@@ -41,6 +49,9 @@ DEFAULT_MIN_HTML_BYTES = 64
 JITTER_FRACTION = 0.3
 #: Backoff multiplier for classes that mean "the site is pushing back" (403, 429, soft block).
 PUSHBACK_BACKOFF_MULTIPLIER = 4.0
+#: Backoff multiplier for an error page served where a file should be: longer than a soft
+#: block's, because such a page rarely goes away within minutes.
+MISMATCH_BACKOFF_MULTIPLIER = 2 * PUSHBACK_BACKOFF_MULTIPLIER
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
@@ -78,6 +89,17 @@ class FailureClass(StrEnum):
     #: The same for an RSS or Atom feed (``crawler/links/feeds.py``).
     FEED_TOO_LARGE = "feed_too_large"
     FEED_INVALID = "feed_invalid"
+    #: A file download (``crawler/files/download.py``): over its rule's ``maxBytes``, by
+    #: ``Content-Length`` before any byte is read or while streaming.
+    FILE_TOO_LARGE = "file_too_large"
+    #: A file's 200 below its minimum size (an empty or tiny body): a soft block.
+    FILE_TOO_SMALL = "file_too_small"
+    #: A file's body shorter or longer than its ``Content-Length`` or ``Content-Range`` total.
+    FILE_SIZE_MISMATCH = "file_size_mismatch"
+    #: A file's magic bytes disagree with its declared type (say, an HTML page for a .mp4).
+    FILE_TYPE_MISMATCH = "file_type_mismatch"
+    #: Storing the file would exceed the job's ``files.maxTotalBytes``.
+    FILE_BUDGET = "file_budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +117,7 @@ class Fate:
 _PERMANENT = Fate(retryable=False)
 _RETRY = Fate(retryable=True)
 _RETRY_SLOWLY = Fate(retryable=True, backoff_multiplier=PUSHBACK_BACKOFF_MULTIPLIER)
+_RETRY_SLOWER = Fate(retryable=True, backoff_multiplier=MISMATCH_BACKOFF_MULTIPLIER)
 
 _FATES: dict[FailureClass, Fate] = {
     FailureClass.HTTP_403: _RETRY_SLOWLY,  # often a rate-limit or bot wall, not a real "forbidden"
@@ -128,6 +151,11 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.SITEMAP_INVALID: _PERMANENT,
     FailureClass.FEED_TOO_LARGE: _PERMANENT,
     FailureClass.FEED_INVALID: _PERMANENT,
+    FailureClass.FILE_TOO_LARGE: _PERMANENT,  # the rule's bound: the same bytes come again
+    FailureClass.FILE_TOO_SMALL: _RETRY_SLOWLY,  # an empty 200: a soft block
+    FailureClass.FILE_SIZE_MISMATCH: _RETRY,  # a cut or padded body: the next try resumes
+    FailureClass.FILE_TYPE_MISMATCH: _RETRY_SLOWER,  # an error page for the file
+    FailureClass.FILE_BUDGET: _PERMANENT,  # the job's budget does not grow back
 }
 
 

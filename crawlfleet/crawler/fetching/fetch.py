@@ -31,6 +31,14 @@ and capped on the wire and after decoding).
   a success without a body (nothing is read, ``FetchResult.not_modified``), and is never taken
   for a redirect. A 304 to a request that asked nothing conditional stays a protocol error.
 
+**Streamed bodies** (``stream``, see :mod:`~crawlfleet.crawler.fetching.streaming`): the same
+machinery, but the body of a response the caller's ``StreamedBody`` takes is handed to it chunk
+by chunk, nothing is held, and there is no total deadline (a body of gigabytes may take hours:
+the per-read timeout catches a stall). ``fetch_file`` runs a ``Download`` (a file download,
+``crawlfleet.crawler.files.download.FileRequest``) over it. ``fetch`` may also stop after a
+2xx's headers when the caller's ``stop_for_type`` wants its content type as a file
+(``FetchResult.file_type``): the worker then downloads that URL with ``fetch_file``.
+
 ``FetchResult.attempts`` counts every HTTP request sent for the fetch: retries and redirect
 hops alike (so retries = ``attempts - 1 - len(redirects)`` when the chain did not fail).
 ``wire_bytes`` counts body bytes as received (after chunked framing, before content decoding)
@@ -44,12 +52,14 @@ cookie jar is thus never used, and aiohttp's is a dummy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol, TypeVar
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 import httpx
@@ -65,6 +75,7 @@ from crawlfleet.crawler.fetching.failures import (
 )
 from crawlfleet.crawler.fetching.memory import Reservation
 from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.fetching.streaming import StreamedBody
 from crawlfleet.crawler.fetching.transport import (
     NETWORK_ERRORS,
     build_transport,
@@ -75,6 +86,7 @@ from crawlfleet.crawljob import CrawlJobSpec
 
 __all__ = [
     "ACCEPT",
+    "Download",
     "FetchResult",
     "FetchSettings",
     "Fetcher",
@@ -102,6 +114,9 @@ _NOT_MODIFIED: Final = 304
 #: A caller's check of a redirect hop before it is requested: None to follow it, else the
 #: failure class and message that end the fetch.
 HopCheck = Callable[[str], Awaitable[tuple[FailureClass, str] | None]]
+
+_ResultT = TypeVar("_ResultT", covariant=True)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +184,25 @@ class FetchResult:
     message: str
     retry_after_seconds: float | None
     wire_bytes: int
+    #: The content type of a 2xx whose body was not read because ``stop_for_type`` wanted it
+    #: as a file (``failure`` None, ``body`` empty); None otherwise.
+    file_type: str | None = None
 
     @property
     def not_modified(self) -> bool:
         """A conditional request's 304: the copy we hold is current (no body was read)."""
         return self.status == _NOT_MODIFIED and self.failure is None
+
+
+class Download(Protocol[_ResultT]):
+    """A download :meth:`Fetcher.fetch_file` carries out: handed the way to stream its URL (with
+    ``fetch``'s guard, redirects, hop checks and retries), it reads the responses itself and
+    makes its own result. Defined here, implemented above (``crawler/files/download.py``), so
+    the fetcher knows nothing of parts or files."""
+
+    async def run(self, stream: Callable[[StreamedBody], Awaitable[FetchResult]]) -> _ResultT:
+        """Stream the URL (``stream`` may be awaited once) and make the result."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +219,10 @@ class _Call:
     reservation: Reservation | None
     #: ``If-None-Match`` / ``If-Modified-Since`` for every request; empty: unconditional.
     conditional_headers: dict[str, str]
+    #: ``fetch``: a 2xx of a content type this accepts is left unread (``file_type``).
+    stop_for_type: Callable[[str | None], bool] | None = None
+    #: ``stream``: the caller's body, which reads the responses it takes.
+    body: StreamedBody | None = None
 
 
 @dataclass(slots=True)
@@ -203,6 +236,8 @@ class _Exchange:
     fetched_at: float | None = None
     failure: FailureClass | None = None
     message: str = ""
+    #: The streamed body asked for a fresh request at once (``Consumed.again``).
+    again: bool = False
 
 
 class Fetcher:
@@ -256,6 +291,7 @@ class Fetcher:
         reservation: Reservation | None = None,
         deadline: float | None = None,
         conditional: Conditional | None = None,
+        stop_for_type: Callable[[str | None], bool] | None = None,
     ) -> FetchResult:
         """Fetch ``url``, following redirects that ``allow_url`` accepts; see the module doc.
 
@@ -271,6 +307,8 @@ class Fetcher:
         lease's fetch deadline, after which the frontier no longer counts its host slot.
         ``conditional`` holds the validators of the copy we have: the fetch asks only for a
         newer one, and a 304 ends it as a success without a body (see the module doc).
+        ``stop_for_type(content_type)`` True for a 2xx ends the fetch after its headers, a
+        success without a body whose ``file_type`` is that content type.
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -286,23 +324,9 @@ class Fetcher:
             deadline=deadline,
             reservation=reservation,
             conditional_headers=conditional.request_headers() if conditional else {},
+            stop_for_type=stop_for_type,
         )
-        result = FetchResult(
-            url=url,
-            final_url=url,
-            status=None,
-            content_type=None,
-            body=b"",
-            headers={},
-            redirects=[],
-            attempts=0,
-            elapsed_seconds=0.0,
-            fetched_at=0.0,
-            failure=None,
-            message="",
-            retry_after_seconds=None,
-            wire_bytes=0,
-        )
+        result = _empty_result(url)
         try:
             async with asyncio.timeout_at(deadline):
                 await self._follow(result, call)
@@ -319,6 +343,61 @@ class Fetcher:
         if not result.fetched_at:
             result.fetched_at = time.time()
         return result
+
+    async def stream(
+        self,
+        url: str,
+        body: StreamedBody,
+        *,
+        allow_url: Callable[[str], bool] | None = None,
+        check_hop: HopCheck | None = None,
+        min_retry_delay_seconds: float = 0.0,
+        pace: Callable[[str], Awaitable[None]] | None = None,
+    ) -> FetchResult:
+        """Fetch ``url`` as :meth:`fetch` does, but let ``body`` read the responses it takes
+        (see :mod:`~crawlfleet.crawler.fetching.streaming`); the result's ``body`` stays empty.
+
+        No total deadline and no body caps: ``body`` bounds what it reads, and each read has
+        the settings' read timeout. ``failure`` None means the last response was taken and
+        ``body`` found it good.
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        call = _Call(
+            allow_url=allow_url,
+            check_hop=check_hop,
+            pace=pace,
+            min_retry_delay_seconds=min_retry_delay_seconds,
+            max_redirects=self._settings.max_redirects,
+            min_html_bytes=DEFAULT_MIN_HTML_BYTES,
+            deadline=math.inf,
+            reservation=None,
+            conditional_headers={},
+            body=body,
+        )
+        result = _empty_result(url)
+        await self._follow(result, call)
+        result.elapsed_seconds = loop.time() - started
+        if not result.fetched_at:
+            result.fetched_at = time.time()
+        return result
+
+    async def fetch_file(
+        self,
+        url: str,
+        download: Download[_T],
+        *,
+        allow_url: Callable[[str], bool] | None = None,
+        check_hop: HopCheck | None = None,
+        pace: Callable[[str], Awaitable[None]] | None = None,
+    ) -> _T:
+        """Run ``download`` (a file's ``FileRequest``, whose URL is ``url``) over
+        :meth:`stream` with these checks; its result (a ``FileResult``)."""
+
+        async def stream(body: StreamedBody) -> FetchResult:
+            return await self.stream(url, body, allow_url=allow_url, check_hop=check_hop, pace=pace)
+
+        return await download.run(stream)
 
     async def aclose(self) -> None:
         """Close the pooled connections; the Fetcher cannot be used afterwards."""
@@ -387,10 +466,12 @@ class Fetcher:
         settings = self._settings
         attempt = 0
         while True:
-            attempt += 1
             if call.pace is not None and result.attempts > 0:
                 await call.pace(url)
             exchange = await self._exchange(url, result, call)
+            if exchange.again:
+                continue  # a streamed body asked for a fresh request: not a retry
+            attempt += 1
             if attempt >= settings.request_attempts or not self._worth_retrying(exchange):
                 return exchange
             delay = max(
@@ -436,13 +517,14 @@ class Fetcher:
         exchange = _Exchange()
         try:
             await self._guard.check_url(url)  # before any connection (also for IP literals)
+            extra = await call.body.prepare() if call.body is not None else None
             # An explicit empty body skips httpx's body encoding and its second pass over the
             # headers (Host and Content-Length, which aiohttp sets for a bodiless GET itself);
             # read() marks it loaded, so the transport sends no body at all.
             request = httpx.Request(
                 "GET",
                 url,
-                headers=self._request_headers(call),
+                headers=self._request_headers(call, extra),
                 extensions=dict(self._timeouts),
                 stream=httpx.ByteStream(b""),
             )
@@ -469,7 +551,15 @@ class Fetcher:
                 result.content_type = headers.get("content-type")
                 result.retry_after_seconds = exchange.retry_after_seconds
                 result.fetched_at = exchange.fetched_at
-                if 200 <= response.status_code < 300:
+                if call.body is not None and call.body.takes(response.status_code):
+                    await self._consume(call.body, response, headers, result, exchange)
+                elif (
+                    call.stop_for_type is not None
+                    and 200 <= response.status_code < 300
+                    and call.stop_for_type(headers.get("content-type"))
+                ):  # the caller downloads it as a file: its body is not read here
+                    result.file_type = headers.get("content-type")
+                elif 200 <= response.status_code < 300:
                     body = await read_body(
                         response, headers, self._settings, result, call.reservation
                     )
@@ -495,14 +585,35 @@ class Fetcher:
             exchange.body = b""
         return exchange
 
-    def _request_headers(self, call: _Call) -> dict[str, str]:
+    def _request_headers(
+        self, call: _Call, extra: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
         # A new mapping per request: nothing a previous attempt did can leak into the next.
-        return {
+        headers = {
             "User-Agent": self._settings.user_agent,
             "Accept": ACCEPT,
             "Accept-Encoding": ACCEPT_ENCODING,
             **call.conditional_headers,
         }
+        if extra:  # a streamed body's: each replaces ours of the same name, whatever its case
+            replaced = {name.lower() for name in extra}
+            headers = {k: v for k, v in headers.items() if k.lower() not in replaced}
+            headers.update(extra)
+        return headers
+
+    @staticmethod
+    async def _consume(
+        body: StreamedBody,
+        response: httpx.Response,
+        headers: dict[str, str],
+        result: FetchResult,
+        exchange: _Exchange,
+    ) -> None:
+        """Hand the response to the streamed ``body``, counting its wire bytes."""
+        async with contextlib.aclosing(_counted_chunks(response, result)) as chunks:
+            consumed = await body.consume(response.status_code, headers, chunks)
+        exchange.failure, exchange.message = consumed.failure, consumed.message
+        exchange.again = consumed.again
 
     @staticmethod
     def _classify_non_success(
@@ -521,6 +632,38 @@ class Fetcher:
         if exchange.failure is None:  # a status below 200 that aiohttp handed on
             exchange.failure = FailureClass.PROTOCOL_ERROR
         exchange.message = _status_message(response, headers, None)
+
+
+def _empty_result(url: str) -> FetchResult:
+    """A result before any request: filled in as the fetch goes."""
+    return FetchResult(
+        url=url,
+        final_url=url,
+        status=None,
+        content_type=None,
+        body=b"",
+        headers={},
+        redirects=[],
+        attempts=0,
+        elapsed_seconds=0.0,
+        fetched_at=0.0,
+        failure=None,
+        message="",
+        retry_after_seconds=None,
+        wire_bytes=0,
+    )
+
+
+async def _counted_chunks(response: httpx.Response, result: FetchResult) -> AsyncGenerator[bytes]:
+    """The body as received, each chunk counted in ``result.wire_bytes`` as it comes."""
+    raw = response.aiter_raw()
+    try:
+        async for chunk in raw:
+            result.wire_bytes += len(chunk)
+            yield chunk
+    finally:
+        if isinstance(raw, AsyncGenerator):
+            await raw.aclose()
 
 
 def _status_message(

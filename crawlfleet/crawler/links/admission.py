@@ -82,6 +82,9 @@ class PageLinksToAdmit:
     links: Sequence[str]
     depth: int
     parent: str
+    #: Admitted even one level past ``scope.maxDepth`` (a page's embedded files, found by a
+    #: ``files`` rule's ``context``: the page at maxDepth keeps its images, as Heritrix does).
+    past_max_depth: bool = False
 
 
 @dataclass(slots=True)
@@ -127,14 +130,17 @@ class LinkAdmission:
             pending.skipped += len(page.links) - len(fresh)
             if not fresh:
                 continue
-            if max_depth is not None and page.depth > max_depth:
+            depth = page.depth
+            if max_depth is not None and page.past_max_depth and depth == max_depth + 1:
+                depth = max_depth  # judged as at maxDepth, queued at its own depth
+            if max_depth is not None and depth > max_depth:
                 _count(dropped, ScopeVerdict.TOO_DEEP, len(fresh))
                 continue  # too deep here is not too deep everywhere: nothing settles
             canonical = list(map(canonical_link, fresh))
             valid = [url for url in canonical if url is not None]
             if len(valid) < len(canonical):
                 _count(dropped, ScopeVerdict.INVALID_URL, len(canonical) - len(valid))
-            in_scope, refusals = self._scope.filter(valid, page.depth)
+            in_scope, refusals = self._scope.filter(valid, depth)
             for verdict, refused in refusals.items():
                 _count(dropped, verdict, refused)
             kept = set(in_scope)

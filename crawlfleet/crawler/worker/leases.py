@@ -299,6 +299,14 @@ class LeaseBook:
         self._move(entry, Stage.PROCESSING)
         self._to_free[lease_id] = None
 
+    def moving(self, lease_id: str) -> None:
+        """The lease makes progress in its stage (a file download received bytes): its time
+        in the stage, which the fleet's watchdog reads, counts from now. A download of an hour
+        that keeps receiving is not stalled; one that stops is caught by its read timeout."""
+        entry = self._entries.get(lease_id)
+        if entry is not None:
+            entry.stage_since = self._clock()
+
     async def read_revisit_states(self, leases: Sequence[Lease]) -> None:
         """The revisit state of a claimed batch into its entries: one round trip. Raises
         FrontierUnavailable (a read: calling again is harmless)."""

@@ -30,6 +30,8 @@ from crawlfleet.frontier.robots_cache import RobotsCacheState
 
 __all__ = [
     "FETCH_SECONDS_BUCKETS",
+    "FILE_OUTCOMES",
+    "FILE_RESTART_REASONS",
     "LINK_DROP_REASONS",
     "OUTPUT_WRITE_ERRNOS",
     "BloomResult",
@@ -88,6 +90,20 @@ OUTPUT_WRITE_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "EROFS", "EACC
 _ERRNO_NAMES: Final = frozenset(errno.errorcode.values())
 #: The ``change`` label of ``revisits_total``: what a visit of a tracked URL found.
 _CHANGES: Final[tuple[str, ...]] = get_args(Change)
+
+#: The ``files`` subsystem (``spec.files``, DESIGN §11): its metrics are named after it, as the
+#: contract of issue #24 fixes them (``crawlfleet_files_total``, not ``crawlfleet_worker_...``).
+_FILES_PREFIX: Final = "crawlfleet_"
+#: What became of a file download that ended: the ``outcome`` label of ``files_total``.
+FILE_OUTCOMES: Final = ("stored", "duplicate", "failed")
+#: Why a download dropped its part and started from zero (``crawler/files/resume.py``).
+FILE_RESTART_REASONS: Final = (
+    "no_range",
+    "validator_changed",
+    "range_mismatch",
+    "unsatisfiable",
+    "no_validator",
+)
 
 StatusClass = Literal["2xx", "3xx", "4xx", "5xx", "none", "other"]
 BloomResult = Literal["new", "duplicate"]
@@ -286,6 +302,41 @@ class WorkerMetrics:
             buckets=LAG_BUCKETS_SECONDS,
             registry=reg,
         )
+        self.files = Counter(
+            _FILES_PREFIX + "files_total",
+            "File downloads (spec.files) that ended, by outcome: stored (new bytes),"
+            " duplicate (identical bytes already stored: the record points at them), failed"
+            " (an attempt that failed; its class is in failures_total).",
+            ["outcome"],
+            registry=reg,
+        )
+        self.file_bytes = Counter(
+            _FILES_PREFIX + "file_bytes_total",
+            "Bytes of file downloads received into their parts (resumed bytes not again).",
+            registry=reg,
+        )
+        self.file_restarts = Counter(
+            _FILES_PREFIX + "file_restarts_total",
+            "Downloads that dropped their part and started from zero, by reason: no_range (a"
+            " 200 to a Range request), validator_changed, range_mismatch, unsatisfiable (416),"
+            " no_validator (a part with no ETag or Last-Modified to resume it by).",
+            ["reason"],
+            registry=reg,
+        )
+        self.file_downloads_in_flight = Gauge(
+            _FILES_PREFIX + "file_downloads_in_flight",
+            "File downloads running now (each holds one of its host's file slots).",
+            registry=reg,
+        )
+        self.file_resumed_bytes = Counter(
+            _FILES_PREFIX + "file_resumed_bytes_total",
+            "Bytes a download did not fetch again because its part already held them.",
+            registry=reg,
+        )
+        for outcome in FILE_OUTCOMES:
+            self.files.labels(outcome=outcome)
+        for reason in FILE_RESTART_REASONS:
+            self.file_restarts.labels(reason=reason)
         self._revisits_by_change = {
             change: self.revisits.labels(change=change) for change in _CHANGES
         }
@@ -421,6 +472,35 @@ class WorkerMetrics:
         self.output_pending.set(pending_files)
         self.output_waiting.set(waiting_pages)
         self.output_blocked.set(1 if blocked else 0)
+
+    def observe_file(
+        self,
+        outcome: str | None,
+        *,
+        received_bytes: int = 0,
+        resumed_bytes: int = 0,
+        restarts: Iterable[str] = (),
+    ) -> None:
+        """A file download that ended: its outcome (one of :data:`FILE_OUTCOMES`; None: it
+        stopped at shutdown, to be resumed), the bytes it received, the bytes its part saved
+        it, and its restarts (each one of :data:`FILE_RESTART_REASONS`; another is refused)."""
+        if outcome is not None and outcome not in FILE_OUTCOMES:
+            raise ValueError(f"unknown file outcome {outcome!r}")
+        reasons = list(restarts)
+        for reason in reasons:
+            if reason not in FILE_RESTART_REASONS:
+                raise ValueError(f"unknown file restart reason {reason!r}")
+        if outcome is not None:
+            self.files.labels(outcome=outcome).inc()
+        if received_bytes > 0:
+            self.file_bytes.inc(received_bytes)
+        if resumed_bytes > 0:
+            self.file_resumed_bytes.inc(resumed_bytes)
+        for reason in reasons:
+            self.file_restarts.labels(reason=reason).inc()
+
+    def set_file_downloads(self, count: int) -> None:
+        self.file_downloads_in_flight.set(count)
 
     # -- exposition -----------------------------------------------------------------------
 

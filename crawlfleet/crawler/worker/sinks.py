@@ -9,6 +9,10 @@ worker's files, in the same layout in every destination (docs/output.md):
   whose lease was lost after it was written is fetched again by another worker, so the same
   ``url`` may appear twice, told apart by ``fetch_id`` (unique per fetch). Readers keep one line
   per ``url`` (the latest ``fetched_at``): that is what "idempotent by URL" means (DESIGN §4).
+* ``files/<worker>-<incarnation>-<n>.jsonl``: one :class:`FileRecord` per file download that
+  was stored (``spec.files``, DESIGN §11), beside the same generation's page file, as items
+  are. A file is not a page: it gets no page record and nothing in a WARC (its bytes are in
+  ``files/sha256/<ab>/<sha256>``, finished and durable before its record is written).
 * ``warc/<worker>-<incarnation>-<n>.warc.gz`` (format ``warc``): a ``warcinfo`` record at the
   head of each file, then a ``request`` + ``response`` pair per fetched page
   (``WARC-Concurrent-To`` links them), one gzip member per record so any file can be read from
@@ -90,6 +94,7 @@ if TYPE_CHECKING:  # warcio is imported on the first WARC record, not by every w
 
 __all__ = [
     "DurableFile",
+    "FileRecord",
     "OutputFormat",
     "OutputSink",
     "PageOutput",
@@ -172,6 +177,48 @@ _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
+class FileRecord:
+    """One stored file download as a JSONL line of ``files/``; the field names are the format.
+
+    ``stored`` is the content key the bytes are under (``files/sha256/<ab>/<sha256>``), which a
+    duplicate shares with the first copy (``duplicate`` true: no new bytes were stored);
+    ``resumed_from`` the bytes the part already held when the attempt that finished began (0:
+    from scratch); ``restarts`` the restart reasons of that attempt (``crawler/files/resume.py``);
+    ``rule`` the index of the ``files.rules`` entry that made the URL a file; ``parent`` the
+    page the URL was found on ("" for a seed).
+    """
+
+    url: str
+    final_url: str
+    status: int | None
+    size: int
+    sha256: str
+    content_type: str | None
+    sniffed_type: str | None
+    etag: str | None
+    last_modified: str | None
+    parent: str
+    depth: int
+    rule: int
+    stored: str
+    duplicate: bool
+    resumed_from: int
+    restarts: tuple[str, ...]
+    attempt: int
+    worker: str
+    fetch_id: str
+    fetched_at: float
+
+    def to_json(self) -> str:
+        fields: dict[str, object] = {name: getattr(self, name) for name in _FILE_FIELDS}
+        fields["restarts"] = list(self.restarts)
+        return _ENCODER.encode(fields)
+
+
+_FILE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(FileRecord))
+
+
+@dataclass(frozen=True, slots=True)
 class PageOutput:
     """A page for :meth:`OutputSink.write`: its record plus what a WARC archives.
 
@@ -187,6 +234,9 @@ class PageOutput:
     #: What ``spec.extract`` made of the page: one line each in the generation's items file.
     items: Sequence[Item] = ()
     revisit: WarcRevisitRef | None = None
+    #: A stored file download: its line goes to the generation's ``files/`` stream and
+    #: ``record`` (its lease's bookkeeping) to no page file, no WARC.
+    file: FileRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +244,13 @@ class DurableFile:
     """A file the store has made durable: what the manifest lists for it."""
 
     key: str
-    """Relative to the destination: ``pages/<name>.jsonl``, ``items/<name>.jsonl``."""
+    """Relative to the destination: ``pages/<name>.jsonl``, ``items/<name>.jsonl``,
+    ``files/<name>.jsonl``."""
     size: int
     sha256: str
     records: int
-    """Records in it: page records, items (an items file), pages archived (a WARC file)."""
+    """Records in it: page records, items (an items file), file records (a files file), pages
+    archived (a WARC file)."""
 
     def to_mapping(self) -> dict[str, str | int]:
         return {"path": self.key, "size": self.size, "sha256": self.sha256, "records": self.records}
@@ -269,17 +321,32 @@ class _Generation:
     warc_batch: io.BytesIO = dataclasses.field(default_factory=io.BytesIO)
     #: Opened with the generation's first item: a crawl without extraction writes none.
     items: _Spool | None = None
+    #: Opened with the generation's first stored file download (``spec.files``).
+    files: _Spool | None = None
     #: A failed batch could not be cut back: no write and no seal until a cut-back succeeds.
     torn: bool = False
     task: asyncio.Task[None] | None = None
 
     @property
     def spools(self) -> list[_Spool]:
-        return [spool for spool in (self.pages, self.warc, self.items) if spool is not None]
+        spools = (self.pages, self.warc, self.items, self.files)
+        return [spool for spool in spools if spool is not None]
+
+    @property
+    def written(self) -> list[_Spool]:
+        """The files that hold something: a generation of file downloads only leaves its page
+        file (and WARC) empty, and an empty file is not worth a commit nor a manifest line."""
+        kept = [spool for spool in self.spools if spool.size > 0]
+        return kept or [self.pages]
 
     @property
     def size(self) -> int:
         return max(spool.size for spool in self.spools)
+
+    @property
+    def records(self) -> int:
+        """Pages and stored file downloads written in it (items ride with their pages)."""
+        return self.pages.records + (self.files.records if self.files is not None else 0)
 
     def close(self) -> None:
         for spool in self.spools:
@@ -417,8 +484,9 @@ class OutputSink:
 
     @property
     def open_records(self) -> int:
-        """Records in the generation being written (0: nothing waits to be sealed)."""
-        return self._current.pages.records if self._current is not None else 0
+        """Records in the generation being written, pages and file downloads (0: nothing
+        waits to be sealed)."""
+        return self._current.records if self._current is not None else 0
 
     # -- writing --------------------------------------------------------------------------
 
@@ -558,37 +626,53 @@ class OutputSink:
         Every file's bytes are encoded first, then appended file by file; an OSError cuts
         every file back to its last whole batch and propagates.
         """
+        downloads = [page.file for page in pages if page.file is not None]
+        if downloads:
+            pages = [page for page in pages if page.file is None]
         parts = [(generation.pages, _page_lines(pages), len(pages))]
         items = _item_lines(pages)
         if generation.warc is not None:
             parts.append(self._warc_batch(generation, pages))
-        opened_items = False
+        opened: list[str] = []
         if items:
             if generation.items is None:
-                assert self.store is not None
-                name = generation.pages.key.removeprefix("pages/")
-                generation.items = _Spool(self.store.spool_dir / f"items-{name}", f"items/{name}")
-                opened_items = True
+                generation.items = self._side_spool(generation, "items")
+                opened.append("items")
             parts.append((generation.items, b"".join(items), len(items)))
+        if downloads:
+            if generation.files is None:
+                generation.files = self._side_spool(generation, "files")
+                opened.append("files")
+            lines = "".join([record.to_json() + "\n" for record in downloads])
+            data = lines.encode("utf-8", errors="replace")
+            parts.append((generation.files, data, len(downloads)))
         try:
             for spool, data, _ in parts:
                 spool.append(data)
         except OSError:
-            self._cut_back(generation, opened_items)
+            self._cut_back(generation, opened)
             raise
         for spool, data, records in parts:
             spool.size += len(data)
             spool.records += records
 
-    def _cut_back(self, generation: _Generation, opened_items: bool) -> None:
-        """After a failed batch: every file back to its last whole batch. A file that cannot
-        be cut back marks the generation torn (no write, no seal until :meth:`_mend`)."""
-        if opened_items and generation.items is not None:
-            items, generation.items = generation.items, None
+    def _side_spool(self, generation: _Generation, folder: Literal["items", "files"]) -> _Spool:
+        """A record stream beside the generation's page file, named as it is, in ``folder``."""
+        assert self.store is not None
+        name = generation.pages.key.removeprefix("pages/")
+        return _Spool(self.store.spool_dir / f"{folder}-{name}", f"{folder}/{name}")
+
+    def _cut_back(self, generation: _Generation, opened: Sequence[str]) -> None:
+        """After a failed batch: every file back to its last whole batch (one this batch
+        opened is removed). A file that cannot be cut back marks the generation torn (no
+        write, no seal until :meth:`_mend`)."""
+        for folder in opened:
+            spool = getattr(generation, folder)
+            setattr(generation, folder, None)
             try:
-                items.discard()
+                spool.discard()
             except OSError as exc:  # a stray file in the spool folder, never committed
-                self._warn("could not remove %s: %s", items.path, exc)
+                self._warn("could not remove %s: %s", spool.path, exc)
         try:
             self._mend(generation)
         except OSError as exc:
@@ -630,7 +714,7 @@ class OutputSink:
     def _full(self, generation: _Generation) -> bool:
         return (
             generation.size >= self.max_file_bytes
-            or generation.pages.records >= self.max_records_per_file
+            or generation.records >= self.max_records_per_file
         )
 
     async def _make_durable(self, generation: _Generation) -> None:
@@ -638,9 +722,13 @@ class OutputSink:
         assert self.store is not None
         store = self.store
         files: list[DurableFile] = []
+        written = generation.written
+        for spool in generation.spools:
+            if spool not in written:  # empty: a generation of file downloads only
+                spool.path.unlink(missing_ok=True)
 
         async def describe() -> None:
-            files[:] = await asyncio.to_thread(lambda: [s.describe() for s in generation.spools])
+            files[:] = await asyncio.to_thread(lambda: [s.describe() for s in written])
 
         try:
             # A local read: its failure blocks like the destination's, its success says
@@ -648,7 +736,7 @@ class OutputSink:
             await self._retrying(
                 f"reading {generation.pages.key} back", describe, destination=True, clears=False
             )
-            for spool in generation.spools:
+            for spool in written:
                 await self._retrying(
                     f"making {spool.key} durable",
                     lambda spool=spool: store.commit(spool.path, spool.key),  # type: ignore[misc]

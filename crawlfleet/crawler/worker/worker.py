@@ -30,6 +30,15 @@ and caps, and read by ``crawler/links/sitemaps.py`` in a thread; its entries are
 batch's other links, so they pass scope, robots and dedup the same way. A response that is an
 RSS or Atom feed (by its content type or root element, ``crawler/links/feeds.py``) is read
 the same way, whatever its lease: a seed, a page's ``<link rel="alternate">``.
+
+With ``spec.files`` (DESIGN §11) a lease may be a file: by its URL or its parent's mark, it is
+downloaded at once; by a rule that waits for the response's type, the page fetch stops after
+the headers when the type makes it a file, and the same lease is downloaded. Downloads are
+``crawler/worker/files.py``'s (their host's file slot, the part, the budget, dedup); a stored
+file's record goes to the sink's ``files/`` stream and its lease is acked when that record is
+durable, as a page's. A page's links found in the elements a rule names (``<img>``,
+``<video><source>``, ...) are admitted with the rule's mark on their parent, even one level past
+``maxDepth``; a marked link replaces the same URL's unmarked copy from the same page.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from crawlfleet.crawler.fetching.failures import FailureClass, backoff_seconds, 
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult
 from crawlfleet.crawler.fetching.memory import ByteBudget, Reservation
 from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.files.rules import FileRule
 from crawlfleet.crawler.harvest.harvest import Harvest, Harvester, HarvestInput
 from crawlfleet.crawler.links.admission import LinkAdmission, PageLinksToAdmit
 from crawlfleet.crawler.links.charset import decode_html
@@ -64,6 +74,13 @@ from crawlfleet.crawler.links.sitemaps import (
 from crawlfleet.crawler.links.xml_input import DocumentRefused
 from crawlfleet.crawler.politeness.concurrency import AdaptiveLimit
 from crawlfleet.crawler.politeness.robots import RobotsPolicy
+from crawlfleet.crawler.worker.files import (
+    Downloaded,
+    DownloadFailed,
+    FileDownloads,
+    FileOutcome,
+    GivenBack,
+)
 from crawlfleet.crawler.worker.flow import (
     WorkerOptions,
     every,
@@ -77,7 +94,7 @@ from crawlfleet.crawler.worker.gate import Deferred, RequestGate
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
-from crawlfleet.crawler.worker.sinks import DurableFile, PageOutput, PageRecord
+from crawlfleet.crawler.worker.sinks import DurableFile, FileRecord, PageOutput, PageRecord
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.crawljob.recrawl import DocumentKind, output_file_age_seconds
 from crawlfleet.errors import FrontierUnavailable, OutputWriteError
@@ -93,6 +110,7 @@ from crawlfleet.frontier import (
 )
 from crawlfleet.frontier.parents import (
     SitemapTask,
+    file_parent,
     listed_parent,
     sitemap_parent,
     sitemap_task,
@@ -144,10 +162,16 @@ class _Outcome:
     #: What document the response was, for the revisit rules of its kind (``rule_for``):
     #: None for a page.
     kind: DocumentKind | None = None
+    #: A stored file download's record (``spec.files``): written to ``files/``, not ``pages/``.
+    file: FileRecord | None = None
+    #: Nothing to write (a failed file download): the lease is settled with the batch.
+    silent: bool = False
+    #: The page's links that ``files`` rules marked as files, one group per rule.
+    file_links: list[PageLinksToAdmit] = field(default_factory=list)
 
     def forget_links(self) -> None:
         """The page's links are admitted and their drops counted: never twice."""
-        self.links, self.link_groups, self.refused = [], [], {}
+        self.links, self.link_groups, self.refused, self.file_links = [], [], {}, []
         self.over_cap = self.nofollow = 0
 
     def let_go_of_body(self) -> None:
@@ -210,6 +234,17 @@ class Worker:
         #: The address guard and robots.txt, before any request (with allowPrivateNetworks the
         #: guard still refuses cloud metadata addresses).
         self.gate = RequestGate.from_spec(spec, self.leases, robots=robots, guard=guard)
+        #: File downloads (``spec.files``); None: every lease is a page.
+        self.files = FileDownloads.from_spec(
+            spec,
+            frontier=frontier,
+            leases=self.leases,
+            fetcher=fetcher,
+            store=store,
+            metrics=metrics,
+            worker_id=self.worker_id,
+        )
+        self._file_contexts = self.files.rules.contexts if self.files else frozenset[str]()
         file_age = output_file_age_seconds(spec.recrawl, spec.output.max_file_age_seconds)
         self.output = worker_output(
             store,
@@ -226,6 +261,8 @@ class Worker:
         if not self._stopping:
             log.info("stop requested", extra={"layer": "flow", "worker": self.worker_id})
         self._stopping = True
+        if self.files is not None:
+            self.files.stop()  # each download stops at its next chunk and keeps its part
         self._wake.set()
 
     async def run(self) -> int:
@@ -449,6 +486,12 @@ class Worker:
                 await self._add_robots_sitemaps(lease, refused)  # robots.txt may still name some
             return refused
         depth, home = lease.depth, lease.host
+        files = self.files
+        candidate = files.candidate(lease) if files is not None else None
+        if candidate is not None and self.scope.max_depth is not None:
+            depth = min(depth, self.scope.max_depth)  # a file may lie one level past maxDepth
+        if files is not None and candidate is not None and files.downloads_at_once(candidate):
+            return await self._download(lease, candidate, depth)
         state = self.leases.state_of(lease.lease_id)
         reservation = self.memory.reservation()
         try:
@@ -465,11 +508,17 @@ class Worker:
                     if state is not None
                     else None
                 ),
+                stop_for_type=files.stops_for_type(candidate) if files is not None else None,
             )
         except BaseException:
             reservation.release()
             raise
         self.leases.fetched(lease.lease_id)  # the response is in: the slot goes back now
+        if files is not None and result.file_type is not None:
+            file_rule = files.rule_for_response(result.file_type, candidate)
+            if file_rule is not None:
+                reservation.release()  # nothing was read: the download streams to its part
+                return await self._download(lease, file_rule, depth)
         if not self._recrawl:
             return await self._read_response(lease, result, reservation, sitemap)
         visit = judge(
@@ -498,6 +547,36 @@ class Worker:
             if visit.change != "gone" or outcome.failure is not None:
                 outcome.revisit = visit.revisit(rule, fetched_at=result.fetched_at)
         return outcome
+
+    async def _download(self, lease: Lease, rule: FileRule, depth: int) -> _Outcome | None:
+        """The lease downloaded as a file of ``rule`` (``files.py``); None when its lease went
+        back (no file slot free, or stopped at shutdown)."""
+        assert self.files is not None
+        home = lease.host
+        outcome: FileOutcome = await self.files.download(
+            lease,
+            rule,
+            allow_url=lambda url: self.scope.check(url, depth) is None,
+            check_hop=self.gate.check_hop,
+            pace=lambda url: self._pace(url, home),
+        )
+        if isinstance(outcome, GivenBack):
+            return None
+        if isinstance(outcome, DownloadFailed):
+            self.limit.record(False)
+            retry_after = outcome.result.retry_after_seconds if outcome.result else None
+            failed = self._failed(
+                lease, None, outcome.failure_class, outcome.message, retry_after=retry_after
+            )
+            failed.silent = True  # a file is not a page: no line in pages/
+            return failed
+        assert isinstance(outcome, Downloaded)
+        self.limit.record(True)
+        return _Outcome(
+            lease=lease,
+            record=self._record(lease, None, None, None, 0),
+            file=outcome.record,
+        )
 
     def _revisited(self, lease: Lease, result: FetchResult, visit: Visit) -> _Outcome:
         """A tracked page found as it was (a 304, or the same body): an entry only. Its links
@@ -538,12 +617,15 @@ class Worker:
                 max_links=self.spec.scope.max_links_per_page,
                 encoding=encoding,
                 text=wants_harvest and self.spec.output.content == "text",
+                file_contexts=self._file_contexts,
             )
             self.metrics.observe_feed_links(page.feeds)
+        links, file_links = self._mark_file_links(lease, result, page)
         return _Outcome(
             lease=lease,
             record=self._record(lease, result, None, page.title, len(page.links)),
-            links=page.links,
+            links=links,
+            file_links=file_links,
             result=result,
             reservation=reservation,
             over_cap=page.over_cap,
@@ -551,6 +633,34 @@ class Worker:
             wants_harvest=wants_harvest,
             text=page.text,
         )
+
+    def _mark_file_links(
+        self, lease: Lease, result: FetchResult, page: PageLinks
+    ) -> tuple[list[str], list[PageLinksToAdmit]]:
+        """The page's links, and those ``files`` rules take by their element, grouped by rule
+        with the rule's mark on their parent, admitted even one level past maxDepth. A link
+        marked as a file leaves the page's plain links: one URL, one way to fetch it."""
+        if self.files is None or not page.embedded:
+            return page.links, []
+        by_rule: dict[int, list[str]] = {}
+        for url, element in page.embedded:
+            rule = self.files.rules.for_link(url, element)
+            if rule is not None:
+                by_rule.setdefault(rule.index, []).append(url)
+        if not by_rule:
+            return page.links, []
+        marked = {url for urls in by_rule.values() for url in urls}
+        found_in = result.final_url
+        groups = [
+            PageLinksToAdmit(
+                list(dict.fromkeys(urls)),
+                lease.depth + 1,
+                file_parent(found_in, index),
+                past_max_depth=True,
+            )
+            for index, urls in by_rule.items()
+        ]
+        return [url for url in page.links if url not in marked], groups
 
     async def _sitemap_outcome(
         self, lease: Lease, task: SitemapTask, result: FetchResult, reservation: Reservation
@@ -690,8 +800,10 @@ class Worker:
         message: str,
         *,
         retryable: bool | None = None,
+        retry_after: float | None = None,
     ) -> _Outcome:
-        """A failed outcome; ``retryable`` overrides the class's fate (a host given up)."""
+        """A failed outcome; ``retryable`` overrides the class's fate (a host given up);
+        ``retry_after`` (seconds) is the server's word when no page result carries it."""
         verdict = fate(failure_class)
         if retryable is not None and retryable != verdict.retryable:
             verdict = replace(verdict, retryable=retryable)
@@ -707,7 +819,9 @@ class Worker:
                 self._rng,
             )
             if result is not None and result.retry_after_seconds is not None:
-                delay = max(delay, min(result.retry_after_seconds, retry.backoff_max_seconds))
+                retry_after = result.retry_after_seconds
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, retry.backoff_max_seconds))
         self.metrics.observe_failure(failure_class, retried=verdict.retryable)
         return _Outcome(
             lease=lease,
@@ -846,11 +960,14 @@ class Worker:
 
     async def _complete(self, batch: list[_Outcome]) -> None:
         await self._harvest(batch)
-        pages = [
+        # Marked file links first: a URL one page offers as a file and another as a page is
+        # queued as the file (the first copy in a batch is the one admitted).
+        pages = [group for outcome in batch for group in outcome.file_links]
+        pages += (
             PageLinksToAdmit(outcome.links, outcome.lease.depth + 1, outcome.record.final_url)
             for outcome in batch
             if outcome.links
-        ]
+        )
         pages += (group for outcome in batch for group in outcome.link_groups)
         pending = self._admission.prepare(pages)
         admitted: list[Admission] = []
@@ -863,7 +980,9 @@ class Worker:
         self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
         for outcome in batch:  # a batch the output refuses is written again, not admitted again
             outcome.forget_links()
-        generation = self.output.write([_page_output(outcome) for outcome in batch])
+        generation = self.output.write(
+            [_page_output(outcome) for outcome in batch if not outcome.silent]
+        )
         # Metrics per batch, not per page: each update takes a lock and a label lookup.
         self.metrics.observe_fetches(
             (result.status, result.elapsed_seconds, result.wire_bytes)
@@ -918,6 +1037,8 @@ class Worker:
         )
         await self.frontier.heartbeat(self.worker_id, fields)
         await self.leases.keep_alive()
+        if self.files is not None:
+            await self.files.keep_alive()
 
     async def _drain(self) -> None:
         """Give in-flight fetches the grace period, then release what is left."""
@@ -960,6 +1081,8 @@ def _page_output(outcome: _Outcome) -> PageOutput:
     a WARC, a revisit record (no body); the rest as ever."""
     result = outcome.result
     visit = outcome.visit
+    if outcome.file is not None:
+        return PageOutput(outcome.record, file=outcome.file)
     if visit is not None and visit.entry_only:
         return PageOutput(
             outcome.record,

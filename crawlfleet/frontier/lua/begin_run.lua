@@ -6,7 +6,13 @@
 -- the committed ones back (commit_run.lua wrote them under run:...), or starts them empty:
 -- the first layer of a bitmap filter allocated as init.lua does; a native filter is
 -- reserved again by the caller. Revisits due after this moment wait for the next run
--- (run_cutoff_s). Returns {committed run id or '', tracked URLs restored}.
+-- (run_cutoff_s). Of the file downloads' keys, the run's counters go and the bytes reserved
+-- by downloads of the run before (none is in flight now); the content index and the bytes
+-- settled stay, as the stored files they describe do: a file stored by an earlier run is a
+-- duplicate in this one, and files.maxTotalBytes counts the job's stored bytes, every run's.
+-- Host file slots stay too: each expires with its download. No commit is needed for them:
+-- an entry is written only once its file is durable, whether its run succeeds or not.
+-- Returns {committed run id or '', tracked URLs restored}.
 local cfg = settings()
 local now = now_ms()
 local function copy(from, to)
@@ -46,7 +52,8 @@ for _, pair in ipairs(bloom_keys(tonumber(redis.call('HGET', K.meta, 'bloom_laye
 end
 redis.call('DEL', K.ready, K.hosts, K.delayed, K.leases, K.dead, K.held, K.robots_waits,
   K.robots_wait_status, K.rv_index, K.rv_open, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
-  PREFIX .. 'output-finished', PREFIX .. 'output-finisher')
+  PREFIX .. 'output-finished', PREFIX .. 'output-finisher', FILES.counts)
+redis.call('HDEL', FILES.budget, 'reserved')
 local sequence = redis.call('HGET', K.stats, 'lease_seq')
 redis.call('DEL', K.stats)
 if sequence then redis.call('HSET', K.stats, 'lease_seq', sequence) end

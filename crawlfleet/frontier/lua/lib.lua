@@ -52,6 +52,12 @@ end
 
 local function qkey(host, depth) return PREFIX .. 'q:' .. depth .. ':' .. host end
 local function robots_lock_key(origin) return PREFIX .. 'robots-lock:' .. origin end
+-- The file downloads' keys (keys.py: JobKeys.file_slots, FILE_KEYS): a host's download slots
+-- (lease id -> expiry ms), the content index (sha256 -> stored key), the byte budget
+-- (reserved, settled) and this run's counters.
+local function file_slots_key(host) return PREFIX .. 'files:slots:' .. host end
+local FILES = {content = PREFIX .. 'files:content', budget = PREFIX .. 'files:budget',
+  counts = PREFIX .. 'files:counts'}
 local function host_of(url) return string.match(url, '^%a+://([^/?#]+)') or '' end
 
 local function split_task(task)

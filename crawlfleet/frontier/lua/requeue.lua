@@ -11,7 +11,8 @@
 -- ended (its process exited, its pod is gone) has no connection left: its slots come back at
 -- once, so the requeued URLs are claimable in the same moment (the per-host in-flight counts
 -- equal the leases that exist), and its URLs go back to the front of their host's queue, so
--- the crawl resumes where that worker stopped (a lease that expired goes to the back).
+-- the crawl resumes where that worker stopped (a lease that expired goes to the back); its
+-- file download slots (files.perHost) are freed with them.
 -- Owner mode reads every lease (ZRANGE): in-flight leases are few (workers x perWorker).
 -- A tracked URL past taskAttempts is scheduled again with its kept state instead (never
 -- lost; counted in revisit_failures and returned as rescheduled).
@@ -39,6 +40,14 @@ if cfg.tracking then
 end
 for i = 1, #ids do
   if taken[i] then
+    -- An ended owner's download is not on the wire either: its file slot (held by the plain
+    -- token; a download's lease is in the fetched form) comes back now, not when it expires
+    -- (lease.ttlSeconds later), so the requeued file resumes at once.
+    if ended then
+      local plain = ids[i]
+      if string.sub(plain, 1, 1) == FETCHED then plain = string.sub(plain, 2) end
+      redis.call('ZREM', file_slots_key(taken[i].host), plain)
+    end
     local fate = retry_or_bury(taken[i].task, fclass, message, 0, true, cfg, now, ended, keep)
     if fate == 'dead' then
       dead = dead + 1

@@ -324,6 +324,31 @@ async def test_pdf_is_a_success_with_its_content_type(
     assert result.body.startswith(b"%PDF-")
 
 
+async def test_a_type_wanted_as_a_file_stops_after_the_headers(
+    fetcher: Fetcher, fresh_site: TestSite
+) -> None:
+    seen: list[str | None] = []
+
+    def wants(content_type: str | None) -> bool:
+        seen.append(content_type)
+        return content_type == "application/pdf"
+
+    result = await fetcher.fetch(fresh_site.url(0, "/file.pdf"), stop_for_type=wants)
+    assert (result.failure, result.status, result.body) == (None, 200, b"")
+    assert result.file_type == "application/pdf" == result.content_type
+    assert result.wire_bytes == 0  # not a byte of the body was read
+    page = await fetcher.fetch(fresh_site.url(0, "/"), stop_for_type=wants)
+    assert page.failure is None, page.message
+    assert page.file_type is None
+    assert page.body.startswith(b"<!DOCTYPE html>")
+    assert seen == ["application/pdf", page.content_type]
+
+
+async def test_only_a_2xx_is_offered_as_a_file(fetcher: Fetcher, fresh_site: TestSite) -> None:
+    result = await fetcher.fetch(fresh_site.url(0, "/missing"), stop_for_type=lambda _: True)
+    assert (result.status, result.failure, result.file_type) == (404, FailureClass.HTTP_404, None)
+
+
 async def test_empty_html_is_a_soft_block(fetcher: Fetcher, fresh_site: TestSite) -> None:
     result = await fetcher.fetch(fresh_site.url(0, "/empty"))
     assert (result.status, result.failure, result.body, result.attempts) == (
@@ -851,4 +876,5 @@ def test_result_type_is_what_the_worker_reads() -> None:
         "message",
         "retry_after_seconds",
         "wire_bytes",
+        "file_type",
     ]

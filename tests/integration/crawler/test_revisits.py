@@ -21,19 +21,15 @@ from typing import Any
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawlfleet.config import WorkerConfig
-from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
-from crawlfleet.crawler.politeness.robots import RobotsPolicy, robots_fetch
-from crawlfleet.crawler.worker.flow import WorkerOptions
-from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.crawler.fetching.fetch import Fetcher
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.crawljob.recrawl import Adaptive, RecrawlRule
-from crawlfleet.frontier import Frontier, FrontierSettings, canonicalize
+from crawlfleet.frontier import Frontier, canonicalize
 from crawlfleet.local.redis_server import RedisServer
-from crawlfleet.output.stores import checked_store
 from crawlfleet.testsite import SiteConfig, TestSite, page_path
 from tests.support.specs import job_spec
+from tests.support.workers import in_process_worker
 
 pytestmark = pytest.mark.slow
 
@@ -127,22 +123,7 @@ async def crawl(
     async def start(spec: CrawlJobSpec) -> Running:
         job_id = f"test.revisits-{next(_jobs)}"
         out = tmp_path / job_id
-        config = WorkerConfig(output_dir=out)
-        store = await checked_store(spec, str(out), config.output)
-        fetcher = Fetcher(FetchSettings.from_spec(spec))
-        frontier = await Frontier.connect(
-            redis_server.url, FrontierSettings.from_spec(job_id, spec)
-        )
-        await frontier.seed(spec.seeds)
-        worker = Worker(
-            spec=spec,
-            frontier=frontier,
-            fetcher=fetcher,
-            robots=RobotsPolicy.from_spec(frontier.robots, robots_fetch(fetcher), spec),
-            store=store,
-            metrics=WorkerMetrics(),
-            options=WorkerOptions.from_config("w1", config, exit_when_done=False),
-        )
+        worker, fetcher, frontier = await in_process_worker(spec, redis_server.url, job_id, out)
         running = Running(worker, asyncio.create_task(worker.run()), out)
         started.append((running, fetcher, frontier))
         return running

@@ -110,3 +110,21 @@ async def test_a_reply_is_kept_until_the_next_call_says_it_arrived(frontier: Fro
         leases = await frontier.claim("w1", 1)
         await frontier.ack("w1", [lease.lease_id for lease in leases])
     assert len(await kept()) == 1
+
+
+async def test_file_budget_content_and_counts_apply_once_and_answer_truly(
+    frontier: Frontier, proxy: DroppingProxy
+) -> None:
+    """A reservation, a settlement, a content claim or a count sent twice would stay wrong
+    for the whole run: a budget that fills with nothing, a copy that is its own duplicate."""
+    proxy.drop_reply_to_next(b"EVALSHA")
+    assert await frontier.reserve_file_bytes(600, 1000)
+    proxy.drop_reply_to_next(b"EVALSHA")
+    await frontier.settle_file_bytes(600, 500)
+    proxy.drop_reply_to_next(b"EVALSHA")
+    assert await frontier.claim_content("ab" * 32, "files/sha256/ab/" + "ab" * 32) is None
+    proxy.drop_reply_to_next(b"EVALSHA")
+    await frontier.count_files(stored=1, bytes=500)
+    assert proxy.dropped == 4
+    stats = await frontier.file_stats()
+    assert (stats.reserved, stats.settled, stats.stored, stats.bytes) == (0, 500, 1, 500)

@@ -162,3 +162,22 @@ def test_every_refused_link_is_counted_by_reason() -> None:
         "invalid_url": 1,
         "too_deep": 2,
     }
+
+
+def test_embedded_files_are_admitted_one_level_past_max_depth_and_no_further() -> None:
+    admission = LinkAdmission(SCOPE)
+    embedded = PageLinksToAdmit(["http://a.test/clip.mp4"], 4, "http://a.test/p#file=0", True)
+    pending = admission.prepare(
+        [embedded, PageLinksToAdmit(["http://a.test/far.mp4"], 5, "http://a.test/q", True)]
+    )
+    assert [(link.url, link.depth, link.parent) for link in pending.links] == [
+        ("http://a.test/clip.mp4", 4, "http://a.test/p#file=0")  # queued at its own depth
+    ]
+    assert pending.dropped == {"too_deep": 1}
+    plain = admission.prepare([page(["http://a.test/page.html"], depth=4)])
+    assert plain.links == []
+    assert plain.dropped == {"too_deep": 1}
+    outside = admission.prepare(
+        [PageLinksToAdmit(["http://b.test/x.png", "http://a.test/private/y.png"], 4, "p", True)]
+    )
+    assert outside.links == []  # one level deeper, never out of scope

@@ -98,8 +98,11 @@ PERMANENT = {
     F.SITEMAP_INVALID,
     F.FEED_TOO_LARGE,
     F.FEED_INVALID,
+    F.FILE_TOO_LARGE,
+    F.FILE_BUDGET,
 }
-SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE}
+SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE, F.FILE_TOO_SMALL}
+SLOWER_RETRY = {F.FILE_TYPE_MISMATCH}
 
 
 @pytest.mark.parametrize("failure_class", list(FailureClass))
@@ -108,6 +111,8 @@ def test_every_class_has_a_fate(failure_class: F) -> None:
     assert result.retryable is (failure_class not in PERMANENT)
     if failure_class in SLOW_RETRY:
         assert result.backoff_multiplier == 4.0
+    elif failure_class in SLOWER_RETRY:
+        assert result.backoff_multiplier == 8.0
     else:
         assert result.backoff_multiplier == 1.0
 
@@ -161,6 +166,11 @@ def test_class_values_are_the_brief_names() -> None:
         "sitemap_invalid",
         "feed_too_large",
         "feed_invalid",
+        "file_too_large",
+        "file_too_small",
+        "file_size_mismatch",
+        "file_type_mismatch",
+        "file_budget",
     }
     assert f"{F.HTTP_404}" == "http_404"  # StrEnum: formats as its value
 

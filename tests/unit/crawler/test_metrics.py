@@ -91,7 +91,8 @@ def test_registries_are_private() -> None:
 
 def test_every_metric_follows_the_naming_rule() -> None:
     for family in WorkerMetrics().registry.collect():
-        assert family.name.startswith(P)
+        # The file downloads' own subsystem (issue #24's contract names them so).
+        assert family.name.startswith((P, "crawlfleet_file"))
         if family.type == "counter":
             assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
 
@@ -191,3 +192,19 @@ def test_revisits_are_counted_by_change_and_their_lag_observed() -> None:
     assert value(metrics, "revisit_lag_seconds_bucket", le="15.0") == 2
     with pytest.raises(ValueError, match="unknown change"):
         metrics.observe_revisits([("moved", None)])
+
+
+def test_file_downloads_are_counted_by_outcome_and_restart_reason() -> None:
+    metrics = WorkerMetrics()
+    metrics.observe_file(
+        "stored", received_bytes=700, resumed_bytes=300, restarts=["no_range", "no_range"]
+    )
+    metrics.observe_file("duplicate", received_bytes=1000)
+    sample = metrics.registry.get_sample_value
+    assert sample("crawlfleet_files_total", {"outcome": "stored"}) == 1
+    assert sample("crawlfleet_files_total", {"outcome": "failed"}) == 0  # made at zero
+    assert sample("crawlfleet_file_bytes_total") == 1700
+    assert sample("crawlfleet_file_resumed_bytes_total") == 300
+    assert sample("crawlfleet_file_restarts_total", {"reason": "no_range"}) == 2
+    with pytest.raises(ValueError, match="restart reason"):
+        metrics.observe_file("stored", restarts=["https://example.com/a.mp4"])

@@ -29,6 +29,7 @@ from crawlfleet.crawler.worker.revisits import (
 )
 from crawlfleet.crawler.worker.sinks import (
     DurableFile,
+    FileRecord,
     OutputSink,
     PageOutput,
     PageRecord,
@@ -498,3 +499,75 @@ async def test_a_revisit_whose_capture_is_unknown_names_it_by_its_uri_alone(
     assert found.get_header("WARC-Refers-To-Date") is None
     assert found.get_header("WARC-Payload-Digest") is None
     assert found.get_header("WARC-Refers-To-Target-URI") == "https://example.com/a"
+
+
+def file_record(url: str = "https://example.com/v.mp4", **changes: Any) -> FileRecord:
+    digest = hashlib.sha256(url.encode()).hexdigest()
+    fields: dict[str, Any] = {
+        "url": url,
+        "final_url": url,
+        "status": 200,
+        "size": 4096,
+        "sha256": digest,
+        "content_type": "video/mp4",
+        "sniffed_type": "mp4",
+        "etag": '"v1"',
+        "last_modified": None,
+        "parent": "https://example.com/",
+        "depth": 1,
+        "rule": 0,
+        "stored": f"files/sha256/{digest[:2]}/{digest}",
+        "duplicate": False,
+        "resumed_from": 0,
+        "restarts": ("no_range",),
+        "attempt": 1,
+        "worker": "worker-1",
+        "fetch_id": "worker-1-7",
+        "fetched_at": 1000.0,
+    }
+    fields.update(changes)
+    return FileRecord(**fields)
+
+
+async def test_file_records_go_to_files_not_pages_nor_the_warc(tmp_path: Path) -> None:
+    durable = Durable()
+    sink = sink_for(tmp_path, "worker-1", durable, format="warc")
+    downloaded = file_record()
+    bookkeeping = record(downloaded.url)  # the lease's own record: written nowhere
+    page = record("https://example.com/")
+
+    generation = sink.write(
+        [PageOutput(page, body=BODY), PageOutput(bookkeeping, body=b"", file=downloaded)]
+    )
+    assert generation is not None
+    assert sink.open_records == 2  # a download is a record the generation waits to seal
+    assert await sink.drain(5) == []
+
+    (files_file,) = sorted((tmp_path / "files").glob("*.jsonl"))
+    (pages_file,) = pages(tmp_path)
+    assert files_file.name == pages_file.name
+    (line,) = read_lines(files_file)
+    assert line == {**dataclasses.asdict(downloaded), "restarts": ["no_range"]}
+    assert [entry["url"] for entry in read_lines(pages_file)] == [page.url]
+    with gzip.open(next((tmp_path / "warc").glob("*.warc.gz")), "rb") as archive:
+        uris = {
+            r.rec_headers.get_header("WARC-Target-URI")
+            for r in ArchiveIterator(archive)
+            if r.rec_type == "response"
+        }
+    assert uris == {page.url}
+    ((_, files),) = durable.calls
+    by_folder = {file.key.split("/")[0]: file.records for file in files}
+    assert by_folder == {"pages": 1, "warc": 1, "files": 1}
+
+
+async def test_a_generation_of_downloads_only_commits_no_empty_page_file(tmp_path: Path) -> None:
+    durable = Durable()
+    sink = sink_for(tmp_path, "worker-1", durable)
+    sink.write([PageOutput(record(), file=file_record()), PageOutput(record(), file=file_record())])
+    assert await sink.drain(5) == []
+    assert pages(tmp_path) == []
+    assert sink.store is not None
+    assert not any(sink.store.spool_dir.iterdir())
+    ((_, files),) = durable.calls
+    assert [(file.key.split("/")[0], file.records) for file in files] == [("files", 2)]

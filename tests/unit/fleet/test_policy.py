@@ -636,3 +636,15 @@ def test_a_backing_off_pod_whose_old_heartbeat_went_stale_is_requeued_not_replac
     decision, _ = decide(POLICY, seen(queued=10, workers=(stale,)), FleetMemory(1))
     assert decision.requeues == (Requeue("w-1", "stale_heartbeat"),)
     assert (decision.replace, decision.forget) == ((), ())
+
+
+def test_a_job_with_file_rules_has_its_file_counters_read_by_the_tick() -> None:
+    plain = CrawlJobSpec.from_mapping({"seeds": ["https://a.example/"]})
+    files = CrawlJobSpec.from_mapping(
+        {"seeds": ["https://a.example/v.mp4"], "files": {"rules": [{"match": r"\.mp4$"}]}}
+    )
+    read = [
+        FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0).files
+        for spec in (plain, files)
+    ]
+    assert read == [False, True]

@@ -1,4 +1,4 @@
-"""Sitemap marks in a task's parent: written and read back, and plain parents left as they are."""
+"""Sitemap and file marks in a task's parent: written and read back; plain parents left alone."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import pytest
 from crawlfleet.frontier import Link, canonicalize
 from crawlfleet.frontier.parents import (
     SitemapTask,
+    file_mark,
+    file_parent,
     listed_parent,
     sitemap_parent,
     sitemap_roots,
@@ -57,3 +59,32 @@ def test_plain_parents_are_read_as_they_are(parent: str) -> None:
 def test_a_garbled_mark_is_no_sitemap() -> None:
     assert sitemap_task("https://a.test/x#sitemap=two") is None
     assert split_parent("https://a.test/x#other") == ("https://a.test/x", None)
+
+
+# --- file marks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", [0, 7, 31])
+def test_a_file_link_carries_its_rule_and_its_record_names_the_page(rule: int) -> None:
+    parent = file_parent("https://a.test/gallery/", rule)
+    assert parent == f"https://a.test/gallery/#file={rule}"
+    assert file_mark(parent) == rule
+    assert split_parent(parent) == ("https://a.test/gallery/", None)
+    assert sitemap_task(parent) is None
+
+
+@pytest.mark.parametrize(
+    "parent",
+    [
+        "",
+        "https://a.test/page",
+        sitemap_parent("https://a.test/index.xml", 1),
+        listed_parent("https://a.test/s.xml", "2026-01-15"),
+        "https://a.test/x#file=",
+        "https://a.test/x#file=two",
+        "https://a.test/x#file=-1",
+        "https://a.test/x#file=\u0663",  # a digit, but not an ASCII one
+    ],
+)
+def test_other_parents_carry_no_file_mark(parent: str) -> None:
+    assert file_mark(parent) is None

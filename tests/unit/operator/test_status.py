@@ -8,7 +8,7 @@ from crawlfleet.crawljob import CrawlJobStatus
 from crawlfleet.fleet import Freshness, WorkersFailing
 from crawlfleet.fleet.waiting import WaitCause, Waiting, next_revisit
 from crawlfleet.fleet.watchdog import Stall, StalledStage
-from crawlfleet.frontier import FrontierStats, MemoryState, PressureLevel
+from crawlfleet.frontier import FileStats, FrontierStats, MemoryState, PressureLevel
 from crawlfleet.frontier.models import LAG_BUCKETS_SECONDS, LagHistogram
 from crawlfleet.operator.status import (
     CONDITION_TYPES,
@@ -205,6 +205,18 @@ def test_stalled_leases_are_a_condition_with_the_stage_and_the_workers_reason() 
     assert conditions(job_status({}, observed(), generation=1, now=T0))["Stalled"]["status"] == (
         "False"
     )
+
+
+def test_a_job_with_files_shows_what_it_stored() -> None:
+    files = FileStats(stored=3, bytes=512 * 2**20, duplicates=2, reserved=7, settled=9)
+    status = job_status({}, observed(files=files), generation=1, now=T0)
+    assert status["files"] == {"stored": 3, "bytes": 512 * 2**20, "duplicates": 2}
+    # The shape the CRD's schema gives status.files (its model) reads it back.
+    read = CrawlJobStatus.model_validate(status).files
+    assert read is not None
+    assert (read.stored, read.bytes, read.duplicates) == (3, 512 * 2**20, 2)
+    # A job without file rules says nothing of files.
+    assert "files" not in job_status({}, observed(), generation=1, now=T0)
 
 
 def test_a_job_that_revisits_shows_its_freshness_and_what_it_waits_for() -> None:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from crawlfleet.destinations import parse_destination
-from crawlfleet.output.reader import item_records, page_records
+from crawlfleet.output.reader import (
+    file_records,
+    item_records,
+    page_records,
+    stored_files,
+    verify,
+)
 from crawlfleet.output.stores import FolderStore
 
 
@@ -107,3 +114,64 @@ async def test_a_revisit_that_found_the_page_as_it_was_never_hides_its_capture(
 async def _pages(store: FolderStore) -> AsyncIterator[dict[str, Any]]:
     async for line in page_records(store):
         yield json.loads(line)
+
+
+def store_file(root: Path, data: bytes) -> dict[str, Any]:
+    """A stored download and its record, as a worker leaves them."""
+    digest = hashlib.sha256(data).hexdigest()
+    key = f"files/sha256/{digest[:2]}/{digest}"
+    (root / key).parent.mkdir(parents=True, exist_ok=True)
+    (root / key).write_bytes(data)
+    return {
+        "url": f"https://example.com/{digest[:8]}.pdf",
+        "stored": key,
+        "size": len(data),
+        "sha256": digest,
+    }
+
+
+def manifest(root: Path) -> None:
+    listed = []
+    for folder in ("pages", "files"):
+        for path in sorted((root / folder).glob("*.jsonl")):
+            data = path.read_bytes()
+            listed.append(
+                {
+                    "path": f"{folder}/{path.name}",
+                    "size": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "records": 1,
+                }
+            )
+    (root / "manifest.json").write_text(json.dumps({"files": listed}))
+
+
+async def test_verify_checks_each_stored_download_and_deep_rehashes(tmp_path: Path) -> None:
+    good = store_file(tmp_path, b"%PDF-1.7 good")
+    bad = store_file(tmp_path, b"%PDF-1.7 will rot")
+    duplicate = {**good, "url": "https://mirror.example.com/a.pdf"}
+    write(tmp_path, "pages/w-1.jsonl", [page("https://example.com/", "w-1", 1.0)])
+    write(tmp_path, "files/w-1.jsonl", [good, bad, duplicate])
+    manifest(tmp_path)
+    store = FolderStore(parse_destination(str(tmp_path)))
+
+    result = await verify(store)
+    assert result.ok
+    assert result.files_checked == 2
+    assert result.unlisted == []
+    assert stored_files(await store.files()) == (2, len(b"%PDF-1.7 good") * 2 + 4)
+
+    (tmp_path / bad["stored"]).write_bytes(b"%PDF-1.7 will ROT")  # same size, other bytes
+    assert (await verify(store)).ok  # a shallow check sees the size only
+    deep = await verify(store, deep=True)
+    assert not deep.ok
+    assert deep.files_changed == [(bad["stored"], bad["url"])]
+
+    (tmp_path / good["stored"]).unlink()
+    gone = await verify(store)
+    assert gone.files_missing == [(good["stored"], good["url"])]
+    assert [record["url"] async for record in file_records(store)] == [
+        good["url"],
+        bad["url"],
+        duplicate["url"],
+    ]
