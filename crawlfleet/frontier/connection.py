@@ -81,10 +81,6 @@ _BACKOFF_CAP_SECONDS: Final = 1.0
 MAX_CONNECTIONS: Final = 8
 
 
-def _retry() -> Retry:
-    return Retry(ExponentialWithJitterBackoff(base=0.01, cap=_BACKOFF_CAP_SECONDS), CALL_RETRIES)
-
-
 def connect(
     url: str, *, timeout_seconds: float = 10.0, max_connections: int = MAX_CONNECTIONS
 ) -> RedisClient:
@@ -96,27 +92,20 @@ def connect(
     MOVED and ASK itself and, after a connection error or CLUSTERDOWN, reloads the slot map
     and tries again (``CALL_RETRIES`` times), so a failover that completes within its
     retries is not even seen by the caller."""
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "decode_responses": True,
+        "socket_timeout": timeout_seconds,
+        "socket_connect_timeout": timeout_seconds,
+        "health_check_interval": 30,
+        "retry": Retry(
+            ExponentialWithJitterBackoff(base=0.01, cap=_BACKOFF_CAP_SECONDS), CALL_RETRIES
+        ),
+    }
     scheme, _, rest = url.partition("://")
     if scheme in CLUSTER_SCHEMES:
-        return RedisCluster.from_url(
-            f"{CLUSTER_SCHEMES[scheme]}://{rest}",
-            max_connections=max_connections,
-            decode_responses=True,
-            socket_timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-            health_check_interval=30,
-            retry=_retry(),
-        )
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout_seconds,
-        decode_responses=True,
-        socket_timeout=timeout_seconds,
-        socket_connect_timeout=timeout_seconds,
-        health_check_interval=30,
-        retry=_retry(),
-    )
+        return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
+    pool = aioredis.BlockingConnectionPool.from_url(url, timeout=timeout_seconds, **options)
     return aioredis.Redis.from_pool(pool)
 
 
