@@ -75,10 +75,14 @@ class RedisCluster:
     """Start six nodes, join them into a cluster and wait until every node says it is ok."""
 
     def __init__(self, data_dir: Path, *, appendonly: bool = True) -> None:
-        self.nodes = [
-            ClusterNode(data_dir / f"node-{index}", appendonly=appendonly)
-            for index in range(2 * _MASTERS)
-        ]
+        while True:  # each port asked of the kernel alone: twelve that differ
+            self.nodes = [
+                ClusterNode(data_dir / f"node-{index}", appendonly=appendonly)
+                for index in range(2 * _MASTERS)
+            ]
+            ports = {port for node in self.nodes for port in (node.port, node.bus_port)}
+            if len(ports) == 4 * _MASTERS:
+                break
 
     @property
     def url(self) -> str:

@@ -51,12 +51,16 @@ async def _exercise(url: str, job_id: str) -> dict[str, Any]:
         by_url = {lease.url: lease for lease in claimed}
         urls = sorted(by_url)
         acked = await frontier.ack("worker-a", [by_url[u].lease_id for u in urls[:6]])
-        failure = Failure(by_url[urls[6]].lease_id, "transient", "a test failure", True)
-        failed = await frontier.fail("worker-a", [failure])
+        failures = [
+            Failure(by_url[urls[6]].lease_id, "transient", "a test failure", True),
+            Failure(by_url[urls[7]].lease_id, "gone", "a test failure", False),
+        ]
+        failed = await frontier.fail("worker-a", failures)
         requeued = await frontier.requeue_owner("worker-a")
         stats = await frontier.stats()
         workers = await frontier.workers()
         memory = await frontier.memory()
+        dead = [letter.url async for letter in frontier.dead_letters()]
         deleted = await frontier.delete()
         return {
             "seeded": seeded,
@@ -64,6 +68,7 @@ async def _exercise(url: str, job_id: str) -> dict[str, Any]:
             "claimed": len(claimed),
             "acked": list(acked),
             "failed": list(failed),
+            "dead": dead,
             "requeued": (requeued.requeued, requeued.dead),
             "stats": _counts(stats),
             "workers": [w.worker for w in workers],
@@ -89,6 +94,7 @@ async def test_the_frontier_answers_on_a_cluster_what_it_answers_on_one_redis(
     assert on_cluster == on_one
     assert on_cluster["seeded"] == len(_SEEDS)
     assert on_cluster["claimed"] == 12
+    assert len(on_cluster["dead"]) == 1
     assert on_cluster["policy"] == "noeviction"
     # every key went, and only the job's node held any: one slot (keys.py's hash tag)
     client = connect(redis_cluster.url)
@@ -119,7 +125,7 @@ def _run(site: TestSite, tmp_path: Path, url: str, name: str) -> tuple[subproces
         # pages are acked once their output file is written: short files, acks all along
         output={"maxFileAgeSeconds": 1},
         # a worker is dead after longer than a failover takes (NODE_TIMEOUT_MILLISECONDS and
-        # the replica's election: about 2-3 s here), as docs/scale.md asks of a real cluster
+        # the replica's election: about 3 s here), as docs/scale.md asks of a real cluster
         lease={"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 10},
     )
     job_file = tmp_path / f"{name}.yaml"
