@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from crawlfleet.config import OperatorConfig
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob.redis import CLUSTER_SCHEMES
 from crawlfleet.errors import ConfigError
 
 __all__ = [
@@ -105,6 +106,8 @@ def redis_host_allowed(url: str, hosts: Iterable[str]) -> bool:
     ``.`` (``.redis.example`` admits ``a.redis.example``), an IP address or network
     (``10.20.0.5``, ``10.20.0.0/16``: IP literals in the URL only, never a name that resolves
     into it), or ``*``. A ``unix://`` socket is a file of the operator's own machine: ``*`` only.
+    A cluster URL (``redis+cluster://``) is checked by the node it names: the client then
+    also connects to the nodes that node announces, so admit a cluster you trust as a whole.
     Whatever cannot be read is refused.
     """
     try:
@@ -115,7 +118,7 @@ def redis_host_allowed(url: str, hosts: Iterable[str]) -> bool:
     entries = tuple(hosts)
     if ANY_REDIS_HOST in entries:
         return True
-    if parts.scheme not in ("redis", "rediss") or not host:
+    if parts.scheme not in ("redis", "rediss", *CLUSTER_SCHEMES) or not host:
         return False
     address = _ip(host)
     for entry in (entry.lower() for entry in entries):

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from crawlfleet.frontier.connection import connect
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.redis import redisbloom_module
+from tests.support.redis_cluster import RedisCluster
 from tests.support.s3 import S3Server
 
 # Processes the tests start (workers, `crawlfleet run`) import this checkout, whatever the
@@ -90,3 +91,17 @@ _bucket_numbers = itertools.count()
 def s3_bucket(s3_server: S3Server) -> str:
     """A fresh bucket on the session's server, owned by its root account."""
     return s3_server.create_bucket(f"test-bucket-{next(_bucket_numbers)}")
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A real Redis Cluster (3 masters, 3 replicas) shared by the tests that only use it."""
+    with RedisCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def private_redis_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
+    """A cluster of this test's own, whose masters it may kill."""
+    with RedisCluster(tmp_path / "redis-cluster") as cluster:
+        yield cluster

@@ -1,7 +1,9 @@
 """``spec.redis``: where the frontier lives (a URL, a Secret holding one, or a managed Redis).
 
 A URL is refused here for what redis-py's ``from_url`` would refuse when the frontier connects,
-without ever echoing its password. A managed Redis's memory bounds and its ``maxmemory`` share
+without ever echoing its password. ``redis+cluster://`` (``rediss+cluster://``) names a Redis
+Cluster by any one of its nodes: the frontier then uses redis-py's cluster client, which finds
+the other nodes itself (docs/scale.md). A managed Redis's memory bounds and its ``maxmemory`` share
 are here too: the operator sizes the Redis container from them.
 """
 
@@ -18,6 +20,7 @@ from crawlfleet.crawljob.fields import OBJECT_NAME, QUANTITY, SECRET_KEY, Image,
 from crawlfleet.crawljob.validation import problem, show
 
 __all__ = [
+    "CLUSTER_SCHEMES",
     "REDIS_MAXMEMORY_SHARE",
     "ManagedRedis",
     "Persistence",
@@ -27,8 +30,14 @@ __all__ = [
 
 _MAX_REDIS_URL_LENGTH: Final = 2048
 
+#: URL schemes naming a Redis Cluster, and the one-node scheme each stands for: the
+#: ``+``-composition Celery's and kombu's ``redis+socket://`` made familiar. A cluster has
+#: only database 0, so its URL names no other.
+CLUSTER_SCHEMES: Final[dict[str, str]] = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+
 _REDIS_URL: Final = (
-    "must be a redis://host[:port][/db], rediss://host[:port][/db] or unix:///path URL"
+    "must be a redis://host[:port][/db], rediss://host[:port][/db], unix:///path,"
+    " redis+cluster://host[:port] or rediss+cluster://host[:port] URL"
     " (connection options are the operator's)"
 )
 
@@ -42,7 +51,7 @@ def _redis_url(url: str) -> str:
         parts = urlsplit(url)
         scheme, port = parts.scheme, parts.port  # .port raises ValueError on a bad port
         valid = (
-            scheme in ("redis", "rediss", "unix")
+            scheme in ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
             and not parts.query
             and not parts.fragment
             and not any(char.isspace() or ord(char) < 32 for char in url)
@@ -52,7 +61,13 @@ def _redis_url(url: str) -> str:
             valid = valid and bool(parts.path) and not parts.netloc
         else:
             db = parts.path.removeprefix("/")
-            valid = valid and bool(parts.hostname) and (db == "" or db.isdecimal())
+            dbs_allowed = ("", "0") if scheme in CLUSTER_SCHEMES else None
+            valid = (
+                valid
+                and bool(parts.hostname)
+                and (db == "" or db.isdecimal())
+                and (dbs_allowed is None or db in dbs_allowed)
+            )
     except ValueError:
         valid = False
     if not valid:
@@ -64,6 +79,8 @@ def _redis_url(url: str) -> str:
 _REDIS_URL_CEL: Final = Cel(
     r"self.matches(r'^rediss?://([^/?#\s@]*@)?(\[[0-9a-fA-F:.]+\]|[^/?#\s@:\[\]]+)"
     r"(:[0-9]+)?(/[0-9]*)?$')"
+    r" || self.matches(r'^rediss?\+cluster://([^/?#\s@]*@)?(\[[0-9a-fA-F:.]+\]|[^/?#\s@:\[\]]+)"
+    r"(:[0-9]+)?(/0?)?$')"
     r" || self.matches(r'^unix:///[^?#\s]*$')",
     _REDIS_URL,
 )
@@ -170,8 +187,9 @@ class RedisSpec(Section):
         Annotated[str, MaxLength(_MAX_REDIS_URL_LENGTH), AfterValidator(_redis_url), _REDIS_URL_CEL]
         | None
     ) = Field(default=None, repr=False)
-    """URL of an existing Redis (redis://, rediss:// or unix://). It may carry a password, which
-    anyone who can read the CrawlJob then sees: prefer secretRef."""
+    """URL of an existing Redis (redis://, rediss:// or unix://), or of a Redis Cluster by any
+    one of its nodes (redis+cluster://, rediss+cluster://; docs/scale.md). It may carry a
+    password, which anyone who can read the CrawlJob then sees: prefer secretRef."""
     secret_ref: SecretRef | None = None
     """A Secret holding the URL of an existing Redis, password included."""
     managed: ManagedRedis | None = None

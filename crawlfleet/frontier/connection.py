@@ -5,29 +5,53 @@ the frontier (worker, operator, local runner) sees :class:`FrontierUnavailable` 
 redis-py exception, whichever command failed. Two refusals get their own class: a script's
 ``FRONTIER_LOST`` error (the job's meta is gone or belongs to another epoch) is
 :class:`FrontierLost`, and Redis's ``OOM`` refusal of a write is :class:`FrontierFull`.
+
+A frontier URL whose scheme is ``redis+cluster://`` (``rediss+cluster://`` with TLS) names a
+Redis Cluster: :func:`connect` then makes redis-py's cluster client from any one node's
+address (it discovers the rest). Every key of a job lives in one slot (keys.py), so scripts,
+multi-key commands and pipelines go to the node that owns it; the few server commands the
+frontier sends (INFO, CONFIG GET, TIME, SCAN, DBSIZE, PING) go there too
+(:func:`job_node`), so the maxmemory checks read the node that holds the job. A failover's
+redirections and refusals (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a slot no node serves yet)
+become :class:`FrontierUnavailable`, as a plain Redis's restart does: callers retry.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    OutOfMemoryError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 
+from crawlfleet.crawljob.redis import CLUSTER_SCHEMES
 from crawlfleet.errors import FrontierFull, FrontierLost, FrontierUnavailable
+from crawlfleet.frontier.keys import JobKeys
 
 __all__ = [
     "CALL_RETRIES",
     "LOST_CODE",
     "MAX_CONNECTIONS",
+    "RedisClient",
     "call",
     "check_epoch",
     "close_quietly",
     "connect",
+    "execute_keeping_refusals",
+    "job_node",
     "retry_window_seconds",
     "translate",
 ]
@@ -38,6 +62,9 @@ LOST_CODE = "FRONTIER_LOST"
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+#: What the frontier talks to: one Redis, or a Redis Cluster's client.
+RedisClient: TypeAlias = aioredis.Redis | RedisCluster
 
 
 #: How often redis-py sends a command again after a connection error or a timeout. Reads and
@@ -56,30 +83,58 @@ MAX_CONNECTIONS: Final = 8
 
 def connect(
     url: str, *, timeout_seconds: float = 10.0, max_connections: int = MAX_CONNECTIONS
-) -> aioredis.Redis:
+) -> RedisClient:
     """The client the frontier expects: decoded replies, bounded waits, health checks, a
     bounded retry (its window is :func:`retry_window_seconds`) and a bounded pool (a call
-    waits up to ``timeout_seconds`` for a free connection)."""
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout_seconds,
-        decode_responses=True,
-        socket_timeout=timeout_seconds,
-        socket_connect_timeout=timeout_seconds,
-        health_check_interval=30,
-        retry=Retry(
+    waits up to ``timeout_seconds`` for a free connection).
+
+    A cluster URL gives redis-py's cluster client, with the same bounds per node: it follows
+    MOVED and ASK itself and, after a connection error or CLUSTERDOWN, reloads the slot map
+    and tries again (``CALL_RETRIES`` times), so a failover that completes within its
+    retries is not even seen by the caller."""
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "decode_responses": True,
+        "socket_timeout": timeout_seconds,
+        "socket_connect_timeout": timeout_seconds,
+        "health_check_interval": 30,
+        "retry": Retry(
             ExponentialWithJitterBackoff(base=0.01, cap=_BACKOFF_CAP_SECONDS), CALL_RETRIES
         ),
-    )
+    }
+    scheme, _, rest = url.partition("://")
+    if scheme in CLUSTER_SCHEMES:
+        return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
+    pool = aioredis.BlockingConnectionPool.from_url(url, timeout=timeout_seconds, **options)
     return aioredis.Redis.from_pool(pool)
 
 
-def retry_window_seconds(client: aioredis.Redis) -> float:
+async def job_node(client: RedisClient, key: str) -> dict[str, Any]:
+    """Keyword arguments that send a keyless command (INFO, TIME, SCAN, ...) to the node
+    holding ``key`` (any of the job's keys): ``{}`` on one Redis, where there is one node.
+
+    On a cluster the node is read from the client's slot map, which a failover changes: a
+    command sent to a master that just died fails as unavailable, and the map is reloaded
+    before the caller's next try."""
+    if not isinstance(client, RedisCluster):
+        return {}
+    try:
+        await client.initialize()  # at once when it already is
+        return {"target_nodes": client.get_node_from_key(key)}
+    except (RedisError, RedisClusterException, OSError) as exc:
+        raise translate(exc) from exc
+
+
+def retry_window_seconds(client: RedisClient) -> float:
     """The longest a client may go on re-sending one command: each try may wait its socket
     timeout and a backoff. A call's reply is kept this long (and a little more) for a retry."""
-    timeout = client.connection_pool.connection_kwargs.get("socket_timeout") or 10.0
-    retry = client.get_retry()
+    if isinstance(client, RedisCluster):
+        kwargs = client.nodes_manager.connection_kwargs
+        retry: Retry | None = client.retry
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+        retry = client.get_retry()
+    timeout = kwargs.get("socket_timeout") or 10.0
     retries = retry.get_retries() if retry is not None else 0
     return (retries + 1) * (float(timeout) + _BACKOFF_CAP_SECONDS) + 10.0
 
@@ -87,12 +142,34 @@ def retry_window_seconds(client: aioredis.Redis) -> float:
 async def call(awaitable: Awaitable[_T]) -> _T:
     """Await one Redis operation, translating redis-py's errors at this one boundary.
 
-    ``OSError`` too: a socket error redis-py has not wrapped is as much "Redis unavailable".
+    ``OSError`` too: a socket error redis-py has not wrapped is as much "Redis unavailable",
+    and so is a cluster's slot that no node serves yet (``SlotNotCoveredError``, which is no
+    ``RedisError``).
     """
     try:
         return await awaitable
-    except (RedisError, OSError) as exc:
+    except (RedisError, RedisClusterException, OSError) as exc:
         raise translate(exc) from exc
+
+
+#: Replies that are a cluster's redirection or refusal mid-failover, not the command's own.
+_CLUSTER_REFUSALS: Final = (AskError, ClusterDownError, TryAgainError)
+
+
+async def execute_keeping_refusals(pipe: Pipeline | ClusterPipeline) -> list[Any]:
+    """Run a pipeline whose commands Redis may refuse one by one (a module's command, INFO on
+    a managed Redis): each refusal stays in its place as the ``ResponseError``, and anything
+    else raises, translated.
+
+    A cluster pipeline answers a lost connection or a failover's refusal in place of each
+    reply too, where a plain one raises: raised here alike, so a reader never unpacks one."""
+    replies = await call(pipe.execute(raise_on_error=False))
+    for reply in replies:
+        if isinstance(reply, BaseException) and (
+            not isinstance(reply, ResponseError) or isinstance(reply, _CLUSTER_REFUSALS)
+        ):
+            raise translate(reply) from reply
+    return replies
 
 
 def translate(exc: BaseException) -> FrontierUnavailable | FrontierLost:
@@ -109,7 +186,7 @@ def translate(exc: BaseException) -> FrontierUnavailable | FrontierLost:
     return FrontierUnavailable(f"Redis refused a frontier operation: {message}")
 
 
-async def close_quietly(client: aioredis.Redis) -> None:
+async def close_quietly(client: RedisClient) -> None:
     """Close a client whose connections may already be broken; closing never raises."""
     try:
         await client.aclose()
@@ -117,16 +194,14 @@ async def close_quietly(client: aioredis.Redis) -> None:
         log.debug("closing the Redis client failed: %s", exc)
 
 
-async def check_epoch(
-    client: aioredis.Redis, job_id: str, expected: str, found: str | None
-) -> None:
+async def check_epoch(client: RedisClient, job_id: str, expected: str, found: str | None) -> None:
     """Raise FrontierLost unless ``found`` (the job meta's epoch, read in the caller's own
     round trip) is ``expected``; the reasons are lib.lua's, so both sides say the same."""
     if found == expected:
         return
     if found is not None:
         why = f"the frontier was re-created (epoch {found}, this handle opened {expected})"
-    elif int(await call(client.dbsize())) == 0:
+    elif int(await call(client.dbsize(**await job_node(client, JobKeys(job_id).key("meta"))))) == 0:
         why = "Redis is empty (restarted without its data, or flushed)"
     else:
         why = "the job's meta key is missing (deleted or evicted) while Redis holds other keys"

@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from operator import methodcaller
 from typing import Any, Final, cast
 
-import redis.asyncio as aioredis
 from redis.client import NEVER_DECODE
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError, ResponseError
@@ -46,10 +45,13 @@ from crawlfleet.frontier.bloom import (
     native_reserve_capacity,
 )
 from crawlfleet.frontier.connection import (
+    RedisClient,
     call,
     check_epoch,
     close_quietly,
     connect,
+    execute_keeping_refusals,
+    job_node,
     retry_window_seconds,
     translate,
 )
@@ -160,7 +162,7 @@ class Frontier:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: RedisClient,
         keys: JobKeys,
         settings: FrontierSettings,
         bloom: BloomParams,
@@ -222,6 +224,10 @@ class Frontier:
         """An id for one state change, to send again with its retries (see :meth:`claim`)."""
         return secrets.token_hex(8)
 
+    async def _at_node(self) -> dict[str, Any]:
+        """Where a keyless command (TIME, INFO, PING) goes: the job's node (connection.py)."""
+        return await job_node(self.client, self.keys.key("meta"))
+
     async def _check_epoch(self, found: str | None) -> None:
         """FrontierLost unless ``found``, read in the caller's round trip, is our epoch."""
         await check_epoch(self.client, self.keys.job_id, self.epoch, found)
@@ -256,7 +262,7 @@ class Frontier:
         """
         client = connect(url, timeout_seconds=timeout_seconds)
         try:
-            await call(client.ping())
+            await call(client.ping(**await job_node(client, JobKeys(settings.job_id).key("meta"))))
             return await cls.open(client, settings, expect_epoch=expect_epoch, reseed=reseed)
         except BaseException:
             await close_quietly(client)
@@ -265,7 +271,7 @@ class Frontier:
     @classmethod
     async def open(
         cls,
-        client: aioredis.Redis,
+        client: RedisClient,
         settings: FrontierSettings,
         *,
         expect_epoch: str | None = None,
@@ -284,7 +290,7 @@ class Frontier:
         frontier written by another key layout (:class:`FrontierLayoutMismatch`).
         """
         keys = JobKeys(settings.job_id)
-        flagged = await _inspect_server(client)
+        flagged = await _inspect_server(client, keys)
         await _check_room(client, keys, settings)
         wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
         backend = settings.bloom_backend or await cls._detect_backend(client, keys)
@@ -338,13 +344,16 @@ class Frontier:
         return frontier
 
     @staticmethod
-    async def _detect_backend(client: aioredis.Redis, keys: JobKeys) -> BloomBackend:
+    async def _detect_backend(client: RedisClient, keys: JobKeys) -> BloomBackend:
         """Native BF.* when the server has it (Redis 8, RedisBloom, valkey-bloom).
 
         A read-only BF.EXISTS probe, since COMMAND INFO may be renamed on managed Redis.
         """
         try:
-            await client.execute_command("BF.EXISTS", keys.native_bloom, "probe")  # type: ignore[no-untyped-call]
+            # sent to the job's node by name on a cluster: its client would first look the
+            # keys of a command up in COMMAND's table, which has no BF.* without the module
+            node = await job_node(client, keys.native_bloom)
+            await client.execute_command("BF.EXISTS", keys.native_bloom, "probe", **node)
         except ResponseError:
             return "bitmap"
         except (RedisError, OSError) as exc:
@@ -353,7 +362,7 @@ class Frontier:
 
     @staticmethod
     async def _reserve_native(
-        client: aioredis.Redis, keys: JobKeys, bloom: BloomParams, *, created: bool
+        client: RedisClient, keys: JobKeys, bloom: BloomParams, *, created: bool
     ) -> None:
         """Reserve RedisBloom's scaling filter: capacity, rate, and growth by GROWTH.
 
@@ -368,7 +377,7 @@ class Frontier:
         try:
             if created and not await _native_tightens_first_layer(client, keys, rate):
                 rate /= 2
-            await client.execute_command(  # type: ignore[no-untyped-call]
+            await client.execute_command(
                 "BF.RESERVE",
                 keys.native_bloom,
                 rate,
@@ -399,7 +408,7 @@ class Frontier:
             pipe = self.client.pipeline(transaction=False)
             pipe.hget(self.keys.key("meta"), "epoch")
             pipe.execute_command("BF.INSERT", self.keys.native_bloom, "NOCREATE", "ITEMS", *urls)
-            epoch, codes = await call(pipe.execute(raise_on_error=False))
+            epoch, codes = await execute_keeping_refusals(pipe)
             await self._check_epoch(epoch)
             if isinstance(codes, Exception):
                 raise FrontierUnavailable(f"Redis refused BF.INSERT: {codes}") from codes
@@ -783,7 +792,7 @@ class Frontier:
     async def workers(self) -> list[WorkerHeartbeat]:
         """Every worker's last heartbeat, aged on the server's clock."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.time()
+        pipe.execute_command("TIME", **await self._at_node())  # (see _check_room)
         pipe.zrange(self.keys.key("heartbeats"), 0, -1, withscores=True)
         pipe.hgetall(self.keys.key("workers"))
         pipe.hget(self.keys.key("meta"), "epoch")
@@ -821,7 +830,7 @@ class Frontier:
         # The earliest retry's due time (ms) against the server's clock: the fleet brain
         # wakes a worker for it (a claim is what promotes a due retry).
         pipe.zrange(self.keys.key("delayed"), 0, 0, withscores=True)
-        pipe.time()
+        pipe.execute_command("TIME", **await self._at_node())  # (see _check_room)
         # Whether the closing files are written: the job is complete only then (a reader who
         # sees Succeeded finds manifest.json).
         pipe.exists(self.keys.key("output-finished"))
@@ -834,9 +843,16 @@ class Frontier:
             # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
-        values, meta, lags, first_due, earliest, (seconds, micros), finished, *rest = await call(
-            pipe.execute(raise_on_error=False)
-        )
+        (
+            values,
+            meta,
+            lags,
+            first_due,
+            earliest,
+            (seconds, micros),
+            finished,
+            *rest,
+        ) = await execute_keeping_refusals(pipe)
         held_back, native = rest[:6], rest[6:]
         replies = (values, meta, lags, first_due, earliest, finished, *held_back)
         for reply in (*replies, native[0] if native else None):
@@ -1081,7 +1097,7 @@ class Frontier:
 
     async def memory(self) -> MemoryState:
         """Redis's used memory, ``maxmemory`` and policy, in one round trip (INFO memory)."""
-        info = await call(self.client.info("memory"))
+        info = await call(self.client.info("memory", **await self._at_node()))
         return _memory_state(info)
 
     async def set_pressure(self, pressure: Backpressure) -> None:
@@ -1102,7 +1118,7 @@ class Frontier:
 
     async def ping(self) -> None:
         """Check that Redis answers; :class:`FrontierUnavailable` when it does not."""
-        await call(self.client.ping())
+        await call(self.client.ping(**await self._at_node()))
 
     async def aclose(self) -> None:
         """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
@@ -1217,7 +1233,7 @@ def _memory_state(info: Mapping[str, Any]) -> MemoryState:
     )
 
 
-async def _check_room(client: aioredis.Redis, keys: JobKeys, settings: FrontierSettings) -> None:
+async def _check_room(client: RedisClient, keys: JobKeys, settings: FrontierSettings) -> None:
     """Refuse to create a frontier whose Bloom filter would not fit the Redis's free memory.
 
     The filter's first layer is written whole within the first few hundred URLs: past
@@ -1229,8 +1245,10 @@ async def _check_room(client: aioredis.Redis, keys: JobKeys, settings: FrontierS
     """
     pipe = client.pipeline(transaction=False)
     pipe.exists(keys.key("meta"))
-    pipe.info("memory")
-    exists, info = await call(pipe.execute(raise_on_error=False))
+    # execute_command: a cluster pipeline refuses its info() and time() methods, yet sends
+    # the command itself to the node named (plain pipelines parse the reply the same)
+    pipe.execute_command("INFO", "memory", **await job_node(client, keys.key("meta")))
+    exists, info = await execute_keeping_refusals(pipe)
     if exists == 1 or isinstance(info, Exception):
         return
     max_memory = int(info.get("maxmemory", 0))
@@ -1246,20 +1264,23 @@ async def _check_room(client: aioredis.Redis, keys: JobKeys, settings: FrontierS
 _FLAGS_PROBE = "#!lua flags=no-writes\nreturn 1"
 
 
-async def _inspect_server(client: aioredis.Redis) -> bool:
+async def _inspect_server(client: RedisClient, keys: JobKeys) -> bool:
     """Refuse an evicting Redis; answer whether it knows script flags (Redis 7+).
 
     The policy comes from INFO memory (managed Redis offerings often refuse CONFIG), then
     CONFIG GET; when neither says, a warning, not a failure: the operator may know better.
+    On a cluster both ask the node that holds the job's slot, the only one whose eviction
+    could drop its keys (a replica promoted later is checked at the next open).
     """
+    node = await job_node(client, keys.key("meta"))
     pipe = client.pipeline(transaction=False)
-    pipe.info("memory")
-    pipe.eval(_FLAGS_PROBE, 0)
-    info, probe = await call(pipe.execute(raise_on_error=False))
+    pipe.execute_command("INFO", "memory", **node)  # (as in _check_room)
+    pipe.execute_command("EVAL", _FLAGS_PROBE, 0, **node)
+    info, probe = await execute_keeping_refusals(pipe)
     policy = "" if isinstance(info, Exception) else str(info.get("maxmemory_policy", ""))
     if not policy:
         try:
-            reply = await client.config_get("maxmemory-policy")
+            reply = await client.config_get("maxmemory-policy", **node)
             policy = str(reply.get("maxmemory-policy", ""))
         except ResponseError:
             policy = ""
@@ -1283,7 +1304,7 @@ async def _inspect_server(client: aioredis.Redis) -> bool:
     return bool(probe == 1)
 
 
-async def _native_tightens_first_layer(client: aioredis.Redis, keys: JobKeys, rate: float) -> bool:
+async def _native_tightens_first_layer(client: RedisClient, keys: JobKeys, rate: float) -> bool:
     """Whether this RedisBloom reserves a scaling filter's first layer below the rate asked."""
     probe = keys.key("bf-probe")
     pipe = client.pipeline(transaction=True)
@@ -1291,7 +1312,7 @@ async def _native_tightens_first_layer(client: aioredis.Redis, keys: JobKeys, ra
     pipe.execute_command("BF.RESERVE", probe, rate, 100)
     pipe.execute_command("BF.DEBUG", probe)
     pipe.delete(probe)
-    _, _, debug, _ = await pipe.execute(raise_on_error=False)
+    _, _, debug, _ = await execute_keeping_refusals(pipe)
     if isinstance(debug, Exception):
         return False  # not RedisBloom's BF.DEBUG: assume the older rule, ask for half
     first = dict(part.split(":", 1) for part in str(debug[1]).split() if ":" in part)
@@ -1314,12 +1335,18 @@ async def _init(
     return "ok", dict(zip(raw[1::2], raw[2::2], strict=True))
 
 
-async def _delete_keys(client: aioredis.Redis, keys: JobKeys) -> int:
-    """Unlink every key of the job, a SCAN page at a time; returns how many."""
+async def _delete_keys(client: RedisClient, keys: JobKeys) -> int:
+    """Unlink every key of the job, a SCAN page at a time; returns how many.
+
+    On a cluster the SCAN runs on the node that holds the job's slot: every key of the job
+    is there (one hash tag), and a cluster-wide SCAN would page through every node."""
     deleted = 0
     cursor = 0
+    node = await job_node(client, keys.key("meta"))
     while True:
-        cursor, found = await call(client.scan(cursor, match=keys.pattern, count=1000))
+        reply, found = await call(client.scan(cursor, match=keys.pattern, count=1000, **node))
+        # a cluster client answers the cursor of each node asked ({name: cursor}): one here
+        cursor = int(next(iter(reply.values())) if isinstance(reply, dict) else reply)
         if found:
             deleted += int(await call(client.unlink(*found)))
         if cursor == 0:

@@ -41,10 +41,14 @@ from dataclasses import dataclass
 from typing import Final
 from uuid import uuid4
 
-import redis.asyncio as aioredis
-
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier.connection import call, check_epoch, translate
+from crawlfleet.frontier.connection import (
+    RedisClient,
+    call,
+    check_epoch,
+    execute_keeping_refusals,
+    translate,
+)
 from crawlfleet.frontier.keys import JobKeys
 from crawlfleet.frontier.scripts import Scripts
 
@@ -187,7 +191,7 @@ class RobotsCache:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: RedisClient,
         keys: JobKeys,
         scripts: Scripts,
         *,
@@ -227,7 +231,7 @@ class RobotsCache:
         # Redis past maxmemory refuses it; the read stands, the order is only a little older.
         now_ms = round(self._clock() * 1000)
         pipe.zadd(self._keys.key("robots-used"), dict.fromkeys(origins, now_ms), xx=True)
-        values, epoch, _ = await call(pipe.execute(raise_on_error=False))
+        values, epoch, _ = await execute_keeping_refusals(pipe)
         for reply in (values, epoch):
             if isinstance(reply, Exception):
                 raise translate(reply) from reply

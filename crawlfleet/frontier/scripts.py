@@ -38,8 +38,9 @@ from functools import cache
 from importlib.resources import files
 from typing import Final
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+
+from crawlfleet.frontier.connection import RedisClient
 
 __all__ = ["ONCE_SCRIPTS", "SCRIPT_FLAGS", "SCRIPT_NAMES", "Scripts", "script_source"]
 
@@ -157,7 +158,7 @@ class Scripts:
     count_files: AsyncScript
 
     @classmethod
-    def register(cls, client: aioredis.Redis, *, flagged: bool = True) -> Scripts:
+    def register(cls, client: RedisClient, *, flagged: bool = True) -> Scripts:
         """The scripts for ``client``; ``flagged`` False for a Redis without script flags."""
         return cls(
             **{

@@ -374,11 +374,11 @@ RULE_CASES: list[tuple[dict[str, Any], str]] = [
     ),
     (
         {"redis": {"url": "http://r"}},
-        "spec.redis.url: must be a redis://host[:port][/db], rediss://host[:port][/db] or unix:///path",
+        "spec.redis.url: must be a redis://host[:port][/db], rediss://host[:port][/db], unix:///path",
     ),
     (
         {"redis": {"url": "redis://[::1"}},
-        "spec.redis.url: must be a redis://host[:port][/db], rediss://host[:port][/db] or unix:///path",
+        "spec.redis.url: must be a redis://host[:port][/db], rediss://host[:port][/db], unix:///path",
     ),
     ({"redis": {"secretRef": {"name": "Bad_Name"}}}, "spec.redis.secretRef.name: must be a"),
     (
@@ -765,7 +765,8 @@ def test_bounds_and_rules_refuse_with_the_field_and_a_sentence(
 @pytest.mark.parametrize(
     "url",
     ["redis://r:99999", "redis://r:0", "redis://r/db", "redis://r/0?socket_timeout=x", "redis://",
-     "unix://", "redis://r /0", "rediss://:pw@/0"],
+     "unix://", "redis://r /0", "rediss://:pw@/0", "redis+cluster://:pw@r/1",
+     "redis+cluster://", "redis+sentinel://r"],
 )  # fmt: skip
 def test_a_redis_url_redis_py_would_refuse_is_refused(url: str) -> None:
     message = config_error(job_doc(redis={"url": url}))
@@ -775,7 +776,7 @@ def test_a_redis_url_redis_py_would_refuse_is_refused(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url", ["redis://r", "redis://:pw@r:6379/2", "rediss://u:pw@r.example:6380", "unix:///r.sock",
-            "redis://[::1]:6379/0"],
+            "redis://[::1]:6379/0", "redis+cluster://r:7000", "rediss+cluster://:pw@r.example/0"],
 )  # fmt: skip
 def test_redis_urls_redis_py_reads_are_accepted(url: str) -> None:
     assert CrawlJobSpec.from_mapping({"seeds": [SEED], "redis": {"url": url}}).redis.url == url

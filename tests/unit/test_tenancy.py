@@ -207,6 +207,8 @@ def test_a_seed_list_config_map_needs_the_seeds_label_and_its_refusal_quotes_not
         ("redis://redis.shared:6379/0", ["redis.shared"], True),
         ("redis://:pw@REDIS.Shared.:6379/0", ["redis.shared"], True),
         ("rediss://a.redis.example:6380", [".redis.example"], True),
+        ("redis+cluster://:pw@cluster.redis.example:6379", [".redis.example"], True),
+        ("rediss+cluster://evil.example:6379", [".redis.example"], False),
         ("redis://redis.example", [".redis.example"], False),  # a suffix admits names below it
         ("redis://evilredis.example", [".redis.example"], False),
         ("redis://10.20.3.4:6379", ["10.20.0.0/16"], True),

@@ -1,0 +1,53 @@
+"""Which client a frontier URL gives, and the errors a cluster's failover becomes."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    ResponseError,
+    SlotNotCoveredError,
+    TryAgainError,
+)
+
+from crawlfleet.errors import FrontierUnavailable
+from crawlfleet.frontier.connection import call, connect, retry_window_seconds, translate
+
+
+async def test_a_cluster_url_gives_the_cluster_client_with_the_same_bounds() -> None:
+    plain = connect("redis://:pw@r.example:7000/0")
+    cluster = connect("rediss+cluster://:pw@r.example:7000")
+    try:
+        assert isinstance(plain, aioredis.Redis)
+        assert isinstance(cluster, RedisCluster)
+        assert cluster.nodes_manager.connection_kwargs["password"] == "pw"
+        assert cluster.nodes_manager.connection_kwargs["decode_responses"] is True
+        assert retry_window_seconds(cluster) == retry_window_seconds(plain)
+    finally:
+        await plain.aclose()
+        await cluster.aclose()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ClusterDownError("CLUSTERDOWN The cluster is down"),
+        TryAgainError("TRYAGAIN"),
+        MovedError("3999 127.0.0.1:6381"),
+        AskError("3999 127.0.0.1:6381"),
+    ],
+)
+def test_a_failovers_refusals_are_unavailable_not_a_crash(error: ResponseError) -> None:
+    assert type(translate(error)) is FrontierUnavailable
+
+
+async def test_a_slot_no_node_serves_yet_is_unavailable() -> None:
+    async def uncovered() -> None:
+        raise SlotNotCoveredError("slot 3999 is not covered by the cluster")
+
+    with pytest.raises(FrontierUnavailable, match="not covered"):
+        await call(uncovered())
