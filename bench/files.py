@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -54,6 +55,7 @@ from typing import Any, Final
 import yaml
 
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.local.processes import WORKER_PREFIX
 from crawlfleet.testsite.files import FileRequestRecord, FileSite, FileSiteConfig
 from tests.support.processes import worker_pid
 
@@ -70,7 +72,8 @@ CONCURRENT: Final = 4
 CONCURRENT_SECONDS: Final = 4.0
 #: A run that has not finished by then failed.
 RUN_TIMEOUT_SECONDS: Final = 300.0
-WORKER: Final = "worker-1"  # the first worker `crawlfleet run` starts
+_TICKS: Final = os.sysconf("SC_CLK_TCK")
+WORKER: Final = f"{WORKER_PREFIX}1"  # the first worker `crawlfleet run` starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,13 +131,24 @@ def curl_binary() -> str:
     return found
 
 
-def curl_round(site: FileSite, name: str, size: int, folder: Path) -> tuple[float, float]:
-    """(plain, fsynced) seconds from the request's arrival to curl's file being complete."""
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """One download: seconds from the request's arrival to the file complete, and the CPU
+    seconds the downloading process spent meanwhile (None when it could not be read)."""
+
+    seconds: float
+    cpu_seconds: float | None
+
+
+def curl_round(site: FileSite, name: str, size: int, folder: Path) -> tuple[Timed, float]:
+    """curl's download, and the seconds until its file was also fsynced."""
     site.reset()
     url = site.file_url("ranges", name, size)
     target = folder / "curl.bin"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([curl_binary(), "-sS", "--fail", "-o", str(target), url], check=True)
     done = time.monotonic()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(target, "rb") as written:
         os.fsync(written.fileno())
     synced = time.monotonic()
@@ -144,7 +158,17 @@ def curl_round(site: FileSite, name: str, size: int, folder: Path) -> tuple[floa
     if target.stat().st_size != size:
         raise RuntimeError(f"curl wrote {target.stat().st_size} bytes of {size}")
     target.unlink()
-    return done - record.at, synced - record.at
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return Timed(done - record.at, cpu), synced - record.at
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a live process (/proc/<pid>/stat), None once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 # ---------------------------------------------------------------------------- crawlfleet
@@ -247,25 +271,32 @@ class Run:
         return " | ".join(lines[-3:])[-600:]
 
 
-def crawlfleet_round(site: FileSite, name: str, size: int, tmp: Path, n: int) -> float:
-    """Seconds from the request's arrival to the file at its content address."""
+def crawlfleet_round(site: FileSite, name: str, size: int, tmp: Path, n: int) -> Timed:
+    """crawlfleet's download: until the file is at its content address."""
     site.reset()
-    sha = site.sha256(name, size)
+    sha, path = site.sha256(name, size), _path(name, size)
     run = Run.start(tmp, batch_job(f"rate-{n}", site, [site.file_url("ranges", name, size)]))
     try:
+        pid = run.worker()
+        _wait_for(lambda: _file_request(site, path) is not None or run.process.poll() is not None,
+                  RUN_TIMEOUT_SECONDS, what="file request")  # fmt: skip
+        cpu_before = _cpu_seconds(pid)
         _wait_for(lambda: run.stored(sha).exists() or run.process.poll() is not None,
                   RUN_TIMEOUT_SECONDS, what="stored file")  # fmt: skip
         done = time.monotonic()
+        cpu_after = _cpu_seconds(pid)
         if not run.stored(sha).exists():
             raise RuntimeError(f"crawlfleet run ended without the file: {run.tail()}")
-        record = _file_request(site, _path(name, size))
-        assert record is not None, "the site saw no request"
+        record = _file_request(site, path)
+        if record is None:
+            raise RuntimeError("the site saw no request for the file")
         if run.wait() != 0:
             raise RuntimeError(f"crawlfleet run exited with {run.process.returncode}")
     finally:
         run.stop()
     shutil.rmtree(run.folder)
-    return done - record.at
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return Timed(done - record.at, cpu)
 
 
 def kill_run(site: FileSite, name: str, size: int, tmp: Path) -> dict[str, Any]:
@@ -370,6 +401,16 @@ def memory_run(site: FileSite, size: int, tmp: Path) -> dict[str, Any]:
     }
 
 
+def _figures(rounds: list[Timed], size: int) -> dict[str, Any]:
+    """Best rate and least CPU per MiB over the rounds, and each round's seconds."""
+    cpu = [r.cpu_seconds for r in rounds if r.cpu_seconds is not None]
+    return {
+        "rate_mib_per_s": round(size / MIB / min(r.seconds for r in rounds), 1),
+        "cpu_ms_per_mib": round(1000 * min(cpu) / (size / MIB), 2) if cpu else None,
+        "seconds": [round(r.seconds, 3) for r in rounds],
+    }
+
+
 def _most_at_once(records: list[FileRequestRecord]) -> int:
     events = sorted([(r.at, 1) for r in records] + [(r.ended or float("inf"), -1) for r in records])
     most = current = 0
@@ -405,29 +446,23 @@ def main() -> int:
     ):
         tmp = Path(tmp_name).resolve()
         site.sha256(name, scale.size)  # cached before any timing
-        curl_plain: list[float] = []
+        curl: list[Timed] = []
         curl_synced: list[float] = []
-        ours: list[float] = []
+        ours: list[Timed] = []
         for n in range(scale.rounds):
             plain, synced = curl_round(site, name, scale.size, tmp)
-            curl_plain.append(plain)
+            curl.append(plain)
             curl_synced.append(synced)
             if reason is None:
                 ours.append(crawlfleet_round(site, name, scale.size, tmp, n))
-        rate = scale.size / MIB / min(curl_plain)
-        rate_fsync = scale.size / MIB / min(curl_synced)
-        results["curl"] = {
-            "rate_mib_per_s": round(rate, 1),
-            "fsync_rate_mib_per_s": round(rate_fsync, 1),
-            "seconds": [round(s, 3) for s in curl_plain],
-        }
+        results["curl"] = _figures(curl, scale.size)
+        rate = results["curl"]["rate_mib_per_s"]
+        rate_fsync = round(scale.size / MIB / min(curl_synced), 1)
+        results["curl"]["fsync_rate_mib_per_s"] = rate_fsync
         print(f"curl: {rate:.0f} MiB/s ({rate_fsync:.0f} MiB/s with an fsync)")
         if reason is None:
-            ours_rate = scale.size / MIB / min(ours)
-            results["crawlfleet"] = {
-                "rate_mib_per_s": round(ours_rate, 1),
-                "seconds": [round(s, 3) for s in ours],
-            }
+            results["crawlfleet"] = _figures(ours, scale.size)
+            ours_rate = results["crawlfleet"]["rate_mib_per_s"]
             results["files_vs_curl_rate"] = ours_rate / rate
             results["files_vs_curl_fsync_rate"] = ours_rate / rate_fsync
             print(f"crawlfleet: {ours_rate:.0f} MiB/s")
