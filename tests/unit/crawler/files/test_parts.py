@@ -161,11 +161,11 @@ async def test_a_checkpoint_behind_claims_its_bytes_only_once_their_fsync_return
     assert part_files(tmp_path) == [f"{part_key(URL)}.part"]  # no sidecar claims a byte yet
 
     released.set()
+    sidecar = tmp_path / "files" / ".parts" / f"{part_key(URL)}.json"
     for _ in range(500):
-        if part.state.offset:
+        if sidecar.exists():  # replaced by a rename: whole once it is there
             break
         await asyncio.sleep(0.01)
-    sidecar = tmp_path / "files" / ".parts" / f"{part_key(URL)}.json"
     assert part.state.offset == 10  # the bytes written before the fsync, not the 5 after
     assert json.loads(sidecar.read_bytes())["offset"] == 10
     await part.checkpoint()
