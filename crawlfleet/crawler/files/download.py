@@ -33,12 +33,15 @@ robots checks of each hop, request-layer retries with backoff, failure classes),
 The part's lifecycle is the caller's: it opens the part, and after the result finishes it
 (success), discards it (a permanent failure) or closes it (anything else, a stop included).
 
-**Memory**: a download holds one network chunk (16 KiB: httpx-aiohttp reads in such chunks),
-the first 4 KiB of the file (for the type check) and what its part buffers (a local part: at
-most ``parts.WRITE_BUFFER_BYTES``, 1 MiB), plus aiohttp's read buffer for the connection, which
-its flow control bounds (it stops reading the socket past its high-water mark; under 1 MiB in
-tests/integration/crawler/test_file_download.py's measurement); never a whole part, whatever
-the file's size.
+**Memory**: a download holds one network piece (at most ``transport.STREAM_READ_BYTES``,
+256 KiB: ``Fetcher.stream`` reads whatever aiohttp has buffered, up to that), its split at a
+``part_size`` boundary (no more than the piece), the first 4 KiB of the file (for the type
+check) and what its part buffers (a local part: under ``parts.WRITE_BUFFER_BYTES``, 1 MiB, the
+piece that would fill it written along, in a thread the download awaits; its checkpoint's fsync,
+running behind, holds no bytes): under 2 MiB, plus aiohttp's read buffer for the connection,
+which its flow control bounds (it stops reading the socket past its high-water mark); never a
+whole part, whatever the file's size (tests/integration/crawler/test_file_download.py and
+tests/integration/local/test_files_memory.py measure it).
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ Two kinds share one small Protocol (:class:`PartStore` opens a :class:`PartWrite
   upload, imported by :func:`open_parts` only when a job writes to a bucket (its own module
   describes it).
 
-Memory: a local part holds at most :data:`WRITE_BUFFER_BYTES` of unwritten bytes (written in a
-thread when full, or at a checkpoint); nothing holds a whole part. Every ``OSError`` of a local
-part is an :class:`~crawlfleet.errors.OutputUnavailable` naming the path, so that a full disk is
-never taken for a network failure of the download.
+Memory: a local part holds less than :data:`WRITE_BUFFER_BYTES` of unwritten bytes (written in
+a thread, with the chunk that would fill it, or at a checkpoint); nothing holds a whole part.
+Every ``OSError`` of a local part is an :class:`~crawlfleet.errors.OutputUnavailable` naming
+the path, so that a full disk is never taken for a network failure of the download.
 """
 
 from __future__ import annotations
@@ -377,20 +377,23 @@ class LocalPart:
         return self._data_path
 
     async def write(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        if len(self._buffer) >= WRITE_BUFFER_BYTES:
-            if self._syncing is not None and self._syncing.done():
-                await self._settle()  # its failure, if any, ends the download now
-            await self._flush()
+        if len(self._buffer) + len(chunk) < WRITE_BUFFER_BYTES:
+            self._buffer += chunk
+            return
+        if self._syncing is not None and self._syncing.done():
+            await self._settle()  # its failure, if any, ends the download now
+        await self._flush(chunk)
 
-    async def _flush(self) -> None:
-        if not self._buffer:
+    async def _flush(self, tail: bytes = b"") -> None:
+        """Write the buffer, then ``tail`` after it (a chunk that would overfill the buffer is
+        written as it is: never copied onto a buffer grown past ``WRITE_BUFFER_BYTES``)."""
+        if not self._buffer and not tail:
             return
         data, self._buffer = self._buffer, bytearray()
         descriptor, position = self._open_descriptor(), self._written
         early = self._early_writeback
-        await _io(self._data_path, lambda: _write_all(descriptor, data, position, early))
-        self._written += len(data)
+        await _io(self._data_path, lambda: _write_all(descriptor, (data, tail), position, early))
+        self._written += len(data) + len(tail)
 
     async def checkpoint(self) -> None:
         await self._settle()
@@ -511,19 +514,22 @@ async def _io(path: Path, work: Callable[[], _T]) -> _T:
         raise OutputUnavailable(f"{path}: {error.strerror or error}") from error
 
 
-def _write_all(descriptor: int, data: bytearray, position: int, early_writeback: bool) -> None:
-    """Write ``data`` at ``position``; with ``early_writeback``, ask the kernel to write it back
-    now: ``POSIX_FADV_DONTNEED`` on pages just written starts their writeback at once (and lets
-    them leave the page cache once clean), so a checkpoint's fsync waits for the last buffer, not
-    for the whole part, and a download of gigabytes does not push other files out of the cache
-    (docs/benchmarks.md, "Local parts")."""
+def _write_all(
+    descriptor: int, pieces: tuple[bytes | bytearray, ...], position: int, early_writeback: bool
+) -> None:
+    """Write ``pieces`` one after another at ``position``; with ``early_writeback``, ask the
+    kernel to write them back now: ``POSIX_FADV_DONTNEED`` on pages just written starts their
+    writeback at once (and lets them leave the page cache once clean), so a checkpoint's fsync
+    waits for the last buffer, not for the whole part, and a download of gigabytes does not push
+    other files out of the cache (docs/benchmarks.md, "Local parts")."""
     start = position
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(descriptor, view, position)
-        view, position = view[written:], position + written
+    for data in pieces:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(descriptor, view, position)
+            view, position = view[written:], position + written
     if early_writeback:
-        os.posix_fadvise(descriptor, start, len(data), os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(descriptor, start, position - start, os.POSIX_FADV_DONTNEED)
 
 
 def _replace_durably(path: Path, data: bytes) -> None:
