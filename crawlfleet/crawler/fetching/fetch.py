@@ -81,6 +81,7 @@ from crawlfleet.crawler.fetching.transport import (
     build_transport,
     failure_from_exception,
     request_timeouts,
+    stream_pieces,
 )
 from crawlfleet.crawljob import CrawlJobSpec
 
@@ -623,15 +624,15 @@ def _empty_result(url: str) -> FetchResult:
 
 
 async def _counted_chunks(response: httpx.Response, result: FetchResult) -> AsyncGenerator[bytes]:
-    """The body as received, each chunk counted in ``result.wire_bytes`` as it comes."""
-    raw = response.aiter_raw()
+    """The body as received (in large pieces: ``transport.stream_pieces``), each counted in
+    ``result.wire_bytes`` as it comes."""
+    raw = stream_pieces(response)
     try:
         async for chunk in raw:
             result.wire_bytes += len(chunk)
             yield chunk
     finally:
-        if isinstance(raw, AsyncGenerator):
-            await raw.aclose()
+        await raw.aclose()
 
 
 def _status_message(

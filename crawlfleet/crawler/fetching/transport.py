@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import socket
 import zlib
+from collections.abc import AsyncGenerator
 from typing import Any, Final
 
 import aiohttp
 import httpx
 from aiohttp.abc import AbstractResolver, ResolveResult
 from httpx_aiohttp import AiohttpTransport
+from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.safety import AddressGuard
@@ -44,6 +46,7 @@ __all__ = [
     "MAX_HEADER_FIELD_BYTES",
     "MAX_HEADER_LINE_BYTES",
     "NETWORK_ERRORS",
+    "STREAM_READ_BYTES",
     "GuardResolver",
     "build_transport",
     "failure_from_exception",
@@ -58,6 +61,12 @@ MAX_HEADER_FIELD_BYTES: Final = 16 * 1024
 MAX_HEADERS: Final = 128
 # How aiohttp's parsers word a response head past those limits (LineTooLong, and the count).
 _HEAD_TOO_LARGE: Final = ("Got more than", "Too many headers")
+
+#: The most bytes one read of a streamed body (a file download) returns: whatever aiohttp holds
+#: for the connection, up to this. httpx-aiohttp reads in fixed 16 KiB chunks, each paying
+#: ~20 µs of Python on its way through aiohttp, httpx and the reader (docs/benchmarks.md,
+#: "Files"); aiohttp's own flow control still bounds what it buffers (its high-water mark).
+STREAM_READ_BYTES: Final = 256 * 1024
 
 #: Errors the network, a server or a page can cause; anything else is a bug and propagates.
 NETWORK_ERRORS: Final = (
@@ -217,3 +226,19 @@ def _from_httpx(error: httpx.HTTPError | httpx.InvalidURL) -> FailureClass:
     if isinstance(error, httpx.InvalidURL):
         return FailureClass.INVALID_URL
     return FailureClass.PROTOCOL_ERROR
+
+
+async def stream_pieces(response: httpx.Response) -> AsyncGenerator[bytes]:
+    """A streamed response's body as received, in pieces of up to :data:`STREAM_READ_BYTES`:
+    read from the aiohttp response under httpx-aiohttp's own error mapping (so a failure is the
+    same ``httpx`` error as through ``aiter_raw``); any other transport's ``aiter_raw``.
+    Pages keep ``aiter_raw`` (``bodies.py``): their caps and decoding count each chunk."""
+    stream = response.stream
+    if not isinstance(stream, AiohttpResponseStream):
+        async for chunk in response.aiter_raw():
+            yield chunk
+        return
+    content = stream._aiohttp_response.content  # the transport's own response
+    with map_aiohttp_exceptions():
+        while piece := await content.read(STREAM_READ_BYTES):
+            yield piece

@@ -19,7 +19,10 @@ robots checks of each hop, request-layer retries with backoff, failure classes),
   a request for the rest;
 * the body streams chunk by chunk into the part with an incremental sha256 (on resume, the
   durable bytes are hashed first; a part that cannot read them back leaves ``sha256`` None and
-  the worker hashes the finished object), checkpointed every ``part_size`` bytes and on stop;
+  the worker hashes the finished object), checkpointed every ``part_size`` bytes and on stop
+  (a part that can, a local one, makes the periodic checkpoint durable while the next bytes
+  arrive: ``parts.PartSyncsBehind``; a stop, a retry and the end wait for it, so each ends
+  with a durable checkpoint);
 * no body cap but the rule's ``max_bytes`` (a larger ``Content-Length`` is refused before any
   byte is read) and no total deadline: the per-read timeout catches a stalled server;
 * at the end: the size against the declared length (``file_size_mismatch``), the magic bytes
@@ -30,12 +33,15 @@ robots checks of each hop, request-layer retries with backoff, failure classes),
 The part's lifecycle is the caller's: it opens the part, and after the result finishes it
 (success), discards it (a permanent failure) or closes it (anything else, a stop included).
 
-**Memory**: a download holds one network chunk (16 KiB: httpx-aiohttp reads in such chunks),
-the first 4 KiB of the file (for the type check) and what its part buffers (a local part: at
-most ``parts.WRITE_BUFFER_BYTES``, 1 MiB), plus aiohttp's read buffer for the connection, which
-its flow control bounds (it stops reading the socket past its high-water mark; under 1 MiB in
-tests/integration/crawler/test_file_download.py's measurement); never a whole part, whatever
-the file's size.
+**Memory**: a download holds one network piece (at most ``transport.STREAM_READ_BYTES``,
+256 KiB: ``Fetcher.stream`` reads whatever aiohttp has buffered, up to that), its split at a
+``part_size`` boundary (no more than the piece), the first 4 KiB of the file (for the type
+check) and what its part buffers (a local part: under ``parts.WRITE_BUFFER_BYTES``, 1 MiB, the
+piece that would fill it written along, in a thread the download awaits; its checkpoint's fsync,
+running behind, holds no bytes): under 2 MiB, plus aiohttp's read buffer for the connection,
+which its flow control bounds (it stops reading the socket past its high-water mark); never a
+whole part, whatever the file's size (tests/integration/crawler/test_file_download.py and
+tests/integration/local/test_files_memory.py measure it).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from typing import Final, Protocol
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, HopCheck
 from crawlfleet.crawler.fetching.streaming import Consumed
-from crawlfleet.crawler.files.parts import PartWriter, StoredFile
+from crawlfleet.crawler.files.parts import PartSyncsBehind, PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
     Append,
     Complete,
@@ -291,6 +297,9 @@ class _Download:
         self.restarts: list[RestartReason] = []
         self.sniffed: str | None = None
         self._pending = 0  # bytes written since the last checkpoint
+        #: A local part makes its periodic checkpoints durable while the next bytes arrive.
+        self._behind = request.part if isinstance(request.part, PartSyncsBehind) else None
+        self._syncing = False  # a checkpoint made durable behind may still be in flight
         self._asked = 0  # the offset the current request asked a range from (0: none)
         self._fresh_requests = 0
         self._pieces = 0
@@ -309,9 +318,20 @@ class _Download:
             self._hasher = None  # the part's store hashes the finished object instead
 
     async def checkpoint(self) -> None:
-        if self._pending:
+        """Everything written is durable on return (a stop, a retry, the end)."""
+        if self._pending or self._syncing:
             await self.part.checkpoint()
             self._pending = 0
+            self._syncing = False
+
+    async def _checkpoint_periodic(self) -> None:
+        """A ``part_size`` boundary: durable behind where the part can, else at once."""
+        if self._behind is None:
+            await self.checkpoint()
+            return
+        await self._behind.checkpoint_behind()
+        self._pending = 0
+        self._syncing = True
 
     # -- the StreamedBody protocol ----------------------------------------------------------
 
@@ -397,7 +417,7 @@ class _Download:
             self.held += len(piece)
             self._pending += len(piece)
             if self._pending >= request.part_size:
-                await self.checkpoint()
+                await self._checkpoint_periodic()
         if request.throttle is not None:
             await request.throttle.take(len(chunk))
         if request.on_progress is not None:
@@ -416,6 +436,7 @@ class _Download:
         await self.part.restart()
         self.restarts.append(reason)
         self.held = self._pending = self._asked = self.resumed_from = 0
+        self._syncing = False  # the part's restart waited for it
         self._hasher = hashlib.sha256()
         self._head = bytearray()
 

@@ -22,15 +22,16 @@ Two kinds share one small Protocol (:class:`PartStore` opens a :class:`PartWrite
   upload, imported by :func:`open_parts` only when a job writes to a bucket (its own module
   describes it).
 
-Memory: a local part holds at most :data:`WRITE_BUFFER_BYTES` of unwritten bytes (written in a
-thread when full, or at a checkpoint); nothing holds a whole part. Every ``OSError`` of a local
-part is an :class:`~crawlfleet.errors.OutputUnavailable` naming the path, so that a full disk is
-never taken for a network failure of the download.
+Memory: a local part holds less than :data:`WRITE_BUFFER_BYTES` of unwritten bytes (written in
+a thread, with the chunk that would fill it, or at a checkpoint); nothing holds a whole part.
+Every ``OSError`` of a local part is an :class:`~crawlfleet.errors.OutputUnavailable` naming
+the path, so that a full disk is never taken for a network failure of the download.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -40,7 +41,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, runtime_checkable
 
 from crawlfleet.errors import OutputUnavailable
 from crawlfleet.output.stores import BucketStore, FolderStore, OutputStore, fsync_directory
@@ -58,6 +59,7 @@ __all__ = [
     "LocalParts",
     "PartState",
     "PartStore",
+    "PartSyncsBehind",
     "PartWriter",
     "ReadBack",
     "StoredFile",
@@ -205,6 +207,22 @@ class PartWriter(Protocol):
         ...
 
 
+@runtime_checkable
+class PartSyncsBehind(Protocol):
+    """A part that can make a checkpoint durable while the download goes on (a local part).
+
+    ``checkpoint_behind()`` writes the buffered bytes, then fsyncs them and rewrites the sidecar
+    in the background and returns: the next bytes are written meanwhile. The sidecar's
+    ``offset`` moves only once that fsync returned, and only to the bytes written before it; at
+    most one such fsync is in flight (the next ``checkpoint_behind`` waits for the last), and
+    ``checkpoint``, ``restart``, ``finish``, ``discard`` and ``close`` wait for it first, so a
+    stop still ends with a durable checkpoint. A background failure is raised by the part's
+    next call (``write`` included).
+    """
+
+    async def checkpoint_behind(self) -> None: ...
+
+
 class PartStore(Protocol):
     """Where the parts of a job's downloads live."""
 
@@ -348,6 +366,7 @@ class LocalPart:
         self._descriptor: int | None = descriptor
         self._written = state.offset  # bytes in the data file, durable or not
         self._buffer = bytearray()
+        self._syncing: asyncio.Task[None] | None = None  # the checkpoint made durable behind
 
     def __repr__(self) -> str:
         return f"LocalPart({str(self._data_path)!r}, offset={self.state.offset})"
@@ -358,31 +377,55 @@ class LocalPart:
         return self._data_path
 
     async def write(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        if len(self._buffer) >= WRITE_BUFFER_BYTES:
-            await self._flush()
+        if len(self._buffer) + len(chunk) < WRITE_BUFFER_BYTES:
+            self._buffer += chunk
+            return
+        if self._syncing is not None and self._syncing.done():
+            await self._settle()  # its failure, if any, ends the download now
+        await self._flush(chunk)
 
-    async def _flush(self) -> None:
-        if not self._buffer:
+    async def _flush(self, tail: bytes = b"") -> None:
+        """Write the buffer, then ``tail`` after it (a chunk that would overfill the buffer is
+        written as it is: never copied onto a buffer grown past ``WRITE_BUFFER_BYTES``)."""
+        if not self._buffer and not tail:
             return
         data, self._buffer = self._buffer, bytearray()
         descriptor, position = self._open_descriptor(), self._written
         early = self._early_writeback
-        await _io(self._data_path, lambda: _write_all(descriptor, data, position, early))
-        self._written += len(data)
+        await _io(self._data_path, lambda: _write_all(descriptor, (data, tail), position, early))
+        self._written += len(data) + len(tail)
 
     async def checkpoint(self) -> None:
+        await self._settle()
         await self._flush()
-        descriptor = self._open_descriptor()
+        await self._sync(self._open_descriptor(), self._written)
+
+    async def checkpoint_behind(self) -> None:
+        """See :class:`PartSyncsBehind`: the buffered bytes are written now, made durable (and
+        the sidecar moved to them) in the background while the next ones arrive."""
+        await self._settle()
+        await self._flush()
+        self._syncing = asyncio.create_task(self._sync(self._open_descriptor(), self._written))
+
+    async def _sync(self, descriptor: int, written: int) -> None:
+        """fsync the data, then move the sidecar's offset to ``written`` (bytes written before
+        the fsync began: later writes are not vouched for until a later checkpoint)."""
         await _io(self._data_path, lambda: os.fsync(descriptor))
-        self.state.offset = self._written
+        self.state.offset = written
         await self._save_state()
+
+    async def _settle(self) -> None:
+        """Wait for the checkpoint made durable behind, if any; raise its failure."""
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            await syncing
 
     async def _save_state(self) -> None:
         data = self.state.to_json()
         await _io(self._state_path, lambda: _replace_durably(self._state_path, data))
 
     async def restart(self) -> None:
+        await self._settle()  # its offset must never land after the truncation
         self._buffer = bytearray()
         descriptor = self._open_descriptor()
 
@@ -398,6 +441,7 @@ class LocalPart:
         await self._save_state()
 
     async def durable_bytes(self) -> AsyncIterator[bytes]:
+        await self._settle()
         remaining = self.state.offset
         with await _io(self._data_path, lambda: self._data_path.open("rb")) as source:
             while remaining > 0:
@@ -411,6 +455,7 @@ class LocalPart:
                 yield chunk
 
     async def finish(self, sha256: str) -> StoredFile:
+        await self._settle()
         await self._flush()
         descriptor = self._open_descriptor()
         await _io(self._data_path, lambda: os.fsync(descriptor))
@@ -447,6 +492,10 @@ class LocalPart:
 
     async def close(self) -> None:
         self._buffer = bytearray()
+        # Never close the descriptor under a running fsync; if it failed, the sidecar kept its
+        # last offset, and a resume starts there.
+        with contextlib.suppress(OutputUnavailable):
+            await self._settle()
         descriptor, self._descriptor = self._descriptor, None
         if descriptor is not None:
             os.close(descriptor)
@@ -465,19 +514,22 @@ async def _io(path: Path, work: Callable[[], _T]) -> _T:
         raise OutputUnavailable(f"{path}: {error.strerror or error}") from error
 
 
-def _write_all(descriptor: int, data: bytearray, position: int, early_writeback: bool) -> None:
-    """Write ``data`` at ``position``; with ``early_writeback``, ask the kernel to write it back
-    now: ``POSIX_FADV_DONTNEED`` on pages just written starts their writeback at once (and lets
-    them leave the page cache once clean), so a checkpoint's fsync waits for the last buffer, not
-    for the whole part, and a download of gigabytes does not push other files out of the cache
-    (docs/benchmarks.md, "Local parts")."""
+def _write_all(
+    descriptor: int, pieces: tuple[bytes | bytearray, ...], position: int, early_writeback: bool
+) -> None:
+    """Write ``pieces`` one after another at ``position``; with ``early_writeback``, ask the
+    kernel to write them back now: ``POSIX_FADV_DONTNEED`` on pages just written starts their
+    writeback at once (and lets them leave the page cache once clean), so a checkpoint's fsync
+    waits for the last buffer, not for the whole part, and a download of gigabytes does not push
+    other files out of the cache (docs/benchmarks.md, "Local parts")."""
     start = position
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(descriptor, view, position)
-        view, position = view[written:], position + written
+    for data in pieces:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(descriptor, view, position)
+            view, position = view[written:], position + written
     if early_writeback:
-        os.posix_fadvise(descriptor, start, len(data), os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(descriptor, start, position - start, os.POSIX_FADV_DONTNEED)
 
 
 def _replace_durably(path: Path, data: bytes) -> None:

@@ -26,6 +26,7 @@ import pytest
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
 from crawlfleet.crawler.fetching.safety import AddressGuard
+from crawlfleet.crawler.fetching.transport import STREAM_READ_BYTES
 from crawlfleet.crawler.files import download as download_module
 from crawlfleet.crawler.files.download import FileRequest, FileResult, Throttle, fetch_file
 from crawlfleet.crawler.files.parts import WRITE_BUFFER_BYTES, LocalParts, PartWriter, content_key
@@ -377,7 +378,7 @@ async def test_a_body_over_max_bytes_is_cut_off_while_streaming(
     result, _ = await download(fetcher, tmp_path, url, limits=Limits(max_bytes=MIB))
     assert result.failure is FailureClass.FILE_TOO_LARGE
     assert result.size <= MIB
-    assert result.wire_bytes <= MIB + 64 * 1024  # stopped within a chunk of the bound
+    assert result.wire_bytes <= MIB + STREAM_READ_BYTES  # stopped within a read of the bound
 
 
 # -- the address guard ------------------------------------------------------------------------

@@ -3,8 +3,11 @@ parts in a temporary folder (durable offsets, resume by another instance, finish
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -134,6 +137,42 @@ async def test_a_checkpoint_makes_bytes_durable_and_another_instance_resumes(
     await again.write(b"!")
     await again.checkpoint()
     assert again.path.read_bytes() == b"hello world!"
+    await again.close()
+
+
+async def test_a_checkpoint_behind_claims_its_bytes_only_once_their_fsync_returned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    part = await LocalParts(tmp_path).open(URL)
+    part.state.etag = '"v1"'
+    released = threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(descriptor: int) -> None:  # a disk that takes its time
+        released.wait(10)
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    await part.write(b"a" * 10)
+    await part.checkpoint_behind()  # returns while the fsync waits
+    await part.write(b"b" * 5)  # the download goes on meanwhile
+    await asyncio.sleep(0.05)
+    assert part.state.offset == 0
+    assert part_files(tmp_path) == [f"{part_key(URL)}.part"]  # no sidecar claims a byte yet
+
+    released.set()
+    sidecar = tmp_path / "files" / ".parts" / f"{part_key(URL)}.json"
+    for _ in range(500):
+        if sidecar.exists():  # replaced by a rename: whole once it is there
+            break
+        await asyncio.sleep(0.01)
+    assert part.state.offset == 10  # the bytes written before the fsync, not the 5 after
+    assert json.loads(sidecar.read_bytes())["offset"] == 10
+    await part.checkpoint()
+    assert part.state.offset == 15
+    await part.close()
+    again = await LocalParts(tmp_path).open(URL)
+    assert again.state.offset == 15
     await again.close()
 
 
