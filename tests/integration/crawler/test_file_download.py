@@ -214,7 +214,11 @@ async def test_a_stopped_download_is_resumed_by_another_process(
         f"bytes={stopped.size}-",
         file_etag("clip.mp4", SIZE),
     )
-    assert sent(site, "ranges") <= 1.2 * SIZE
+    # The resumed request carried the rest and only the rest. (What the first one handed to
+    # the socket past the stop depends on how long the stop took to close it on a loaded
+    # machine: kernel buffers, not the download, so the 1.2x bound is the 200 MB tests'.)
+    resumed = site.requests("ranges")[-1]
+    assert (resumed.bytes_sent, resumed.completed) == (SIZE - stopped.size, True)
     await finished(part, result, tmp_path)
 
 

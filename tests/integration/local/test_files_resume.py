@@ -75,7 +75,8 @@ def test_a_killed_worker_s_downloads_resume_restart_or_start_over_whole(
         # A long lease: a killed worker's file slots must come back with its leases, at
         # once, not when they expire (the frontier's requeue frees them).
         job = write_job(
-            tmp_path, files_job("killed", seeds, [FILE_RULE], lease={"ttlSeconds": LEASE_SECONDS})
+            tmp_path,
+            files_job("killed-downloads", seeds, [FILE_RULE], lease={"ttlSeconds": LEASE_SECONDS}),
         )
         out = tmp_path / "out"
         run = run_one_worker(job, out, redis_server.url)
@@ -149,7 +150,8 @@ def test_an_empty_answer_is_retried_and_an_error_page_is_never_stored(
         empty = site.url("empty_once", f"/files/empty.pdf?size={SMALL_BYTES}")
         error = site.url("html_error", f"/files/error.mp4?size={SMALL_BYTES}")
         job = write_job(
-            tmp_path, files_job("refused", [empty, error], [FILE_RULE], retry={"taskAttempts": 2})
+            tmp_path,
+            files_job("refused-downloads", [empty, error], [FILE_RULE], retry={"taskAttempts": 2}),
         )
         out = tmp_path / "out"
         metrics.start()
