@@ -112,13 +112,19 @@ def test_leases_stuck_behind_a_store_that_is_down_are_stalled_until_it_is_back(
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert summary["crawled"] == expected
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    (stall,) = [e for e in events if e["kind"] == "Stalled"]
-    assert (stall["why"], stall["stage"], stall["workers"]) == ("StuckOutput", "output", "local-1")
-    assert stall["leases"] > 0
-    assert stall["oldest_seconds"] > 9.0
-    assert "their records wait for the output to become durable" in stall["message"]
-    kinds = _kinds(out)
-    assert kinds.index("StallEnded") > kinds.index("Stalled")  # moving again, and said so
+    stalls = [e for e in events if e["kind"] == "Stalled"]
+    assert stalls, [e["kind"] for e in events]
+    # A loaded machine may see one late heartbeat while the store is down (the stall ends for
+    # want of a fresh report, then begins again): every announcement is the same stall.
+    for stall in stalls:
+        assert (stall["why"], stall["stage"]) == ("StuckOutput", "output"), stall
+        assert stall["workers"] == "local-1", stall
+        assert stall["leases"] > 0
+        assert stall["oldest_seconds"] > 9.0
+        assert "their records wait for the output to become durable" in stall["message"]
+    # Each Stalled is followed by its StallEnded, the last one once the store is back.
+    said = [e["kind"] for e in events if e["kind"] in ("Stalled", "StallEnded")]
+    assert said == ["Stalled", "StallEnded"] * len(stalls), said
     # Meanwhile the crawl waited for its output, and said that too.
     waits = [e for e in events if e["kind"] == "Waiting"]
     assert "OutputBlocked" in [e["why"] for e in waits]
