@@ -25,7 +25,7 @@ from typing import Final
 
 from crawlfleet.errors import ConfigError
 
-__all__ = ["FILE_KEYS", "SCRIPT_KEYS", "JobKeys", "validate_job_id"]
+__all__ = ["FILE_KEYS", "REPLICA_MARK", "SCRIPT_KEYS", "JobKeys", "sibling_key", "validate_job_id"]
 
 # The order scripts read them in (lib.lua maps KEYS[i] to these names).
 SCRIPT_KEYS: tuple[str, ...] = (
@@ -60,6 +60,10 @@ FILE_KEYS: Final[dict[str, str]] = {
     "counts": "files:counts",
 }
 
+#: The short name of the key replicas.py writes before a WAIT (its value means nothing: the
+#: write only makes the WAIT's connection cover every earlier write of the node).
+REPLICA_MARK: Final = "replica-mark"
+
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -71,6 +75,16 @@ def validate_job_id(job_id: str) -> str:
             "'-' and '.'"
         )
     return job_id
+
+
+def sibling_key(key: str, name: str) -> str:
+    """The fixed key ``name`` of the frontier (job, or a job's partition) that ``key`` belongs
+    to: the same ``cf:{<tag>}:`` prefix, so the same hash slot. For code that is handed one
+    key of a frontier and no :class:`JobKeys` (replicas.py)."""
+    end = key.find("}:")
+    if not key.startswith("cf:{") or end < 0:
+        raise ValueError(f"{key!r} is not a key of a crawlfleet frontier (cf:{{<tag>}}:<name>)")
+    return key[: end + 2] + name
 
 
 @dataclass(frozen=True, slots=True)
