@@ -42,7 +42,7 @@ class ReplicatedPair:
             self.master.start()
             self.replica.start()
             with _client(self.replica) as replica:
-                replica.execute_command("REPLICAOF", self.master.host, self.master.port)
+                replica.replicaof(self.master.host, self.master.port)
             self.wait_in_sync()
         except BaseException:
             self.stop()
