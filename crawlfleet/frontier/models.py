@@ -259,6 +259,13 @@ class FrontierSettings:
     fetch_budget_seconds: float = 0.0
     #: ``scope.sitemaps``: seeding also queues each seed host's ``/sitemap.xml`` (parents.py).
     sitemaps: bool = False
+    #: ``frontier.shards``: partitions of the job's frontier by host (keys.partition_of);
+    #: past 1, :meth:`Frontier.open` gives a :class:`~crawlfleet.frontier.partitions.
+    #: PartitionedFrontier`. Fixed at creation (the home's meta records it).
+    shards: int = 1
+    #: ``frontier.waitReplicas``: replicas a page's links must reach (Redis ``WAIT``) before
+    #: its ack; 0 sends no WAIT (replicas.py).
+    wait_replicas: int = 0
 
     @classmethod
     def from_spec(
