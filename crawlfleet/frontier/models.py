@@ -263,8 +263,8 @@ class FrontierSettings:
     #: past 1, :meth:`Frontier.open` gives a :class:`~crawlfleet.frontier.partitions.
     #: PartitionedFrontier`. Fixed at creation (the home's meta records it).
     shards: int = 1
-    #: ``frontier.waitReplicas``: replicas a page's links must reach (Redis ``WAIT``) before
-    #: its ack; 0 sends no WAIT (replicas.py).
+    #: ``frontier.waitReplicas``: replicas that must have a partition's new links before
+    #: their parent page is acked (replicas.py); 0: no wait.
     wait_replicas: int = 0
 
     @classmethod
@@ -284,6 +284,8 @@ class FrontierSettings:
             bloom_backend=bloom_backend,
             fetch_budget_seconds=spec.fetch.total_timeout_seconds,
             sitemaps=spec.scope.sitemaps,
+            shards=spec.frontier.shards,
+            wait_replicas=spec.frontier.wait_replicas,
         )
 
 
