@@ -81,7 +81,7 @@ from crawlfleet.frontier.models import (
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.parents import sitemap_roots
-from crawlfleet.frontier.replicas import WAIT_TIMEOUT_MS, wait_for_replicas
+from crawlfleet.frontier.replicas import wait_for_replicas
 from crawlfleet.frontier.revisits import pack_validators, read_state
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
@@ -131,6 +131,10 @@ FILE_COUNTERS: Final = ("stored", "duplicates", "bytes", "resumed", "restarts", 
 #: prime-sized Bloom segments (16-byte digests); 6: revisit state (rv:<k>:<host> chunks, rv-index,
 #: rv-open, rv-states, the committed run:... copy) and three more fixed script keys.
 LAYOUT_VERSION: Final = "6"
+
+#: How long an enqueue waits for its links to reach ``frontier.waitReplicas`` replicas before
+#: it fails as unavailable (retried): below the client's socket timeout, which would cut it.
+WAIT_TIMEOUT_MS: Final = 5_000
 
 #: The one maxmemory-policy under which Redis never drops a key to make room.
 _SAFE_POLICY = "noeviction"
@@ -526,17 +530,12 @@ class Frontier:
 
     async def _wait_for_replicas(self) -> None:
         """Wait until this partition's writes so far are on ``settings.wait_replicas``
-        replicas; FrontierUnavailable when they are not within WAIT_TIMEOUT_MS (the caller
-        retries before it acks, as after any failed write)."""
-        wanted = self.settings.wait_replicas
-        reached = await wait_for_replicas(
-            self.client, self.keys.key("durable"), wanted, WAIT_TIMEOUT_MS
+        replicas: NotReplicated (a FrontierUnavailable) when they are not within
+        :data:`WAIT_TIMEOUT_MS`, so the caller does not ack the pages that offered the
+        links, and sends them again (a duplicate for the filter) before it does."""
+        await wait_for_replicas(
+            self.client, self.keys.key("meta"), self.settings.wait_replicas, WAIT_TIMEOUT_MS
         )
-        if reached < wanted:
-            raise FrontierUnavailable(
-                f"job {self.keys.tag}: links reached {reached} of the {wanted} replicas asked "
-                f"for (frontier.waitReplicas) within {WAIT_TIMEOUT_MS} ms"
-            )
 
     async def _enqueue_batch(
         self, links: Sequence[Link], mode: str, unfiltered: Sequence[bool] = ()

@@ -34,9 +34,11 @@ from crawlfleet.errors import ConfigError
 __all__ = [
     "FILE_KEYS",
     "MAX_PARTITIONS",
+    "REPLICA_MARK",
     "SCRIPT_KEYS",
     "JobKeys",
     "partition_of",
+    "sibling_key",
     "validate_job_id",
 ]
 
@@ -73,6 +75,10 @@ FILE_KEYS: Final[dict[str, str]] = {
     "counts": "files:counts",
 }
 
+#: The short name of the key replicas.py writes before a WAIT (its value means nothing: the
+#: write only makes the WAIT's connection cover every earlier write of the node).
+REPLICA_MARK: Final = "replica-mark"
+
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -108,6 +114,16 @@ def partition_of(host: str, shards: int) -> int:
     mixed = (mixed * 0xC2B2AE35) & 0xFFFFFFFF
     mixed ^= mixed >> 16
     return mixed % shards
+
+
+def sibling_key(key: str, name: str) -> str:
+    """The fixed key ``name`` of the frontier (job, or a job's partition) that ``key`` belongs
+    to: the same ``cf:{<tag>}:`` prefix, so the same hash slot. For code that is handed one
+    key of a frontier and no :class:`JobKeys` (replicas.py)."""
+    end = key.find("}:")
+    if not key.startswith("cf:{") or end < 0:
+        raise ValueError(f"{key!r} is not a key of a crawlfleet frontier (cf:{{<tag>}}:<name>)")
+    return key[: end + 2] + name
 
 
 @dataclass(frozen=True, slots=True)
