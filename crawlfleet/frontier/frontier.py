@@ -509,9 +509,11 @@ class Frontier:
         ``unfiltered[i]`` queues link ``i`` without the Bloom filter (Scrapy's
         ``dont_filter``): it is always NEW.
 
-        With ``settings.wait_replicas`` the call returns once the links admitted are on that
-        many replicas (Redis ``WAIT``; replicas.py), so the page that offered them may be
-        acked: a failover after the ack cannot lose them.
+        With ``settings.wait_replicas`` the call returns once the links are on that many
+        replicas (Redis ``WAIT``; replicas.py), so the pages that offered them may be acked:
+        a failover after the ack cannot lose them. This is the one place the wait happens:
+        every consumer's enqueue (the worker's flush, Scrapy's scheduler, seeding) comes
+        before the acks of the pages whose links it carries.
         """
         if not links and not seeding:
             return []
@@ -524,7 +526,10 @@ class Frontier:
             mode = "0" if not seeding else "1" if last else "2"
             forced = unfiltered[start : start + _MAX_BATCH]
             results.extend(await self._enqueue_batch(batch, mode, forced))
-        if self.settings.wait_replicas > 0 and Admission.NEW in results:
+        if self.settings.wait_replicas > 0 and links:
+            # Even when every link was a duplicate: a retry of a batch whose wait failed
+            # finds its links seen, and its pages must still not be acked before they are
+            # on the replicas (a wait covers every write the node made before it).
             await self._wait_for_replicas()
         return results
 

@@ -9,15 +9,19 @@ over its masters, and a crawl there claims every URL once, with WAIT for a repli
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+import yaml
 
-from crawlfleet.errors import ConfigError, FrontierLost
+from crawlfleet.errors import ConfigError, FrontierLost, NotReplicated
 from crawlfleet.frontier import (
     Failure,
     Frontier,
@@ -28,12 +32,18 @@ from crawlfleet.frontier import (
     canonicalize,
     host_of,
 )
+from crawlfleet.frontier import frontier as frontier_module
 from crawlfleet.frontier.connection import connect
 from crawlfleet.frontier.keys import partition_of
 from crawlfleet.frontier.partitions import PartitionedFrontier
+from crawlfleet.testsite import SiteConfig, TestSite
 from tests.integration.frontier.conftest import TEST_JOB
+from tests.support.crawls import requested_urls
 from tests.support.redis_cluster import RedisCluster
+from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
 from tests.support.specs import frontier_settings, merged
+
+pytestmark = pytest.mark.usefixtures("no_stray_runs")
 
 _HOSTS = [f"h{i}.test" for i in range(24)]
 _SEEDS = [f"http://{host}/p{page}" for host in _HOSTS for page in range(5)]
@@ -288,3 +298,42 @@ async def test_a_crawl_on_the_cluster_spreads_its_partitions_and_claims_once(
         assert sum([await client.exists(JobKeys(job_id, k).key("meta")) for k in range(8)]) == 0
     finally:
         await client.aclose()
+
+
+async def test_links_wait_for_the_replicas_asked_even_when_seen_before(
+    redis_client: aioredis.Redis, job_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis without replicas never confirms: the enqueue fails as unavailable (so the
+    pages are not acked), and its retry, whose links are all seen now, fails alike."""
+    monkeypatch.setattr(frontier_module, "WAIT_TIMEOUT_MS", 50)
+    frontier = await Frontier.open(redis_client, replace(_settings(job_id, 4), wait_replicas=1))
+    links = [Link(canonicalize(url), 1, "http://h0.test/") for url in _SEEDS[:20]]
+    with pytest.raises(NotReplicated):
+        await frontier.enqueue(links)
+    with pytest.raises(NotReplicated):
+        await frontier.enqueue(links)
+    assert (await frontier.stats()).duplicates == len(links)
+    assert await frontier.enqueue([]) == []  # nothing sent, nothing to wait for
+    await frontier.delete()
+
+
+def test_a_local_run_of_four_partitions_crawls_every_page_once(tmp_path: Path) -> None:
+    site_config = SiteConfig(hosts=6, pages_per_host=25, hostile=False, latency_seconds=0.01)
+    with TestSite(site_config) as site:
+        since = time.monotonic()
+        job = job_for_site(site, "four-partitions", frontier={"shards": 4})
+        job_file = tmp_path / "job.yaml"
+        job_file.write_text(yaml.safe_dump(job))
+        run = crawlfleet(
+            "run", str(job_file), "--out", str(tmp_path / "out"), "--workers", "2", "--json",
+            cwd=tmp_path,
+        )  # fmt: skip
+        stdout, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err[-3000:]
+        summary = json.loads(stdout.strip().splitlines()[-1])
+        expected = {canonicalize(u) for u in site.expected_pages()}
+        requested = requested_urls(site, since)
+    assert summary["crawled"] == len(expected)
+    assert summary["dead_lettered"] == 0
+    assert set(requested) == expected
+    assert max(requested.values()) == 1
