@@ -88,11 +88,16 @@ class WorkerOptions:
 
 
 #: The counters a worker's heartbeat carries besides its gauges (in_flight, limit, output_*).
+#: ``links_local_hits`` and ``links_remote_checks``: extracted links the worker's own cache
+#: answered, and links it sent to the frontier's filter (crawler/links/admission.py); the
+#: fleet reads their share as ``local_dedup_hit_rate`` (crawlfleet/fleet/link_checks.py).
 WORKER_COUNTERS: Final = (
     "fetched",
     "succeeded",
     "failed",
     "links_new",
+    "links_local_hits",
+    "links_remote_checks",
     "leases_lost",
     "released",
     "output_failures",
