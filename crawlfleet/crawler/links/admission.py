@@ -52,6 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from crawlfleet.config import LINK_CACHE_GENERATION_SIZE
 from crawlfleet.crawler.links.scope import Scope, ScopeVerdict
 from crawlfleet.frontier import Admission, CanonicalURL, Link, try_canonicalize
 
@@ -63,8 +64,9 @@ __all__ = [
     "canonical_link",
 ]
 
-#: Links per generation (of the two kept): see the module doc for the memory it bounds.
-DEFAULT_GENERATION_SIZE: Final = 65_536
+#: Links per generation (of the two kept): see the module doc for the memory it bounds. A
+#: worker's is ``CRAWLFLEET_LINK_CACHE_GENERATION_SIZE`` (crawlfleet.config), this by default.
+DEFAULT_GENERATION_SIZE: Final = LINK_CACHE_GENERATION_SIZE
 
 _FILTER_ANSWERED: Final = frozenset({Admission.NEW, Admission.SEEN})
 

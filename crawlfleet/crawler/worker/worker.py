@@ -220,7 +220,9 @@ class Worker:
         self._read_sitemaps = spec.scope.sitemaps
         #: The job's recrawl rules; empty: a one-shot crawl, no revisit state read or sent.
         self._recrawl = spec.recrawl
-        self._admission = LinkAdmission(self.scope)
+        self._admission = LinkAdmission(
+            self.scope, generation_size=options.link_cache_generation_size
+        )
         self._rng = rng or random.Random()
         #: The fetch task of each lease in its fetching stage.
         self._inflight: dict[str, asyncio.Task[None]] = {}
