@@ -103,6 +103,7 @@ class RunSpec:
     clients: int
     warmup_seconds: float
     measure_seconds: float
+    batch: int = BATCH
 
     def settings(self) -> FrontierSettings:
         frontier = {"shards": self.shards, "waitReplicas": self.wait_replicas}
@@ -150,7 +151,7 @@ async def _drive(client_index: int, spec: RunSpec, start_at: float) -> dict[str,
         nonlocal pages, serial
         worker = f"bench-{client_index}-{index}"
         while time.time() < stop_at:
-            leases = await frontier.claim(worker, BATCH)
+            leases = await frontier.claim(worker, spec.batch)
             if not leases:
                 await asyncio.sleep(0.001)
                 continue
@@ -274,6 +275,7 @@ def measure(spec: RunSpec, servers: Sequence[RedisServer]) -> dict[str, Any]:
     client_cpu = sum(w["cpu_seconds"] for w in windows)
     return {
         "partitions": spec.shards,
+        "batch": spec.batch,
         "clients": spec.clients,
         "wait_replicas": spec.wait_replicas,
         "pages_per_s": pages / seconds,
@@ -301,16 +303,25 @@ def _print_run(label: str, run: dict[str, Any]) -> None:
 
 
 def bench_partitions(
-    tmp: Path, nodes: Sequence[int], clients: int, rounds: int, warmup: float, window: float
+    tmp: Path,
+    nodes: Sequence[int],
+    clients: int,
+    rounds: int,
+    warmup: float,
+    window: float,
+    batch: int = BATCH,
 ) -> dict[int, list[dict[str, Any]]]:
     """N partitions on a loopback cluster of N nodes, for each N, alternating."""
-    print(f"claim+enqueue+ack, {clients} client processes x {LOOPS_PER_CLIENT} loops:")
+    print(
+        f"claim+enqueue+ack, {clients} client processes x {LOOPS_PER_CLIENT} loops, "
+        f"claims of {batch}:"
+    )
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in nodes}
     jobs = {n: balanced_job(n) for n in nodes}
     for round_ in range(rounds):
         for n in nodes:
             with LocalRedisCluster(tmp / f"r{round_}-n{n}", n, appendonly=False) as cluster:
-                spec = RunSpec(cluster.url, jobs[n], n, 0, clients, warmup, window)
+                spec = RunSpec(cluster.url, jobs[n], n, 0, clients, warmup, window, batch)
                 run = measure(spec, cluster.nodes)
             runs[n].append(run)
             _print_run(f"{n} partition(s), round {round_ + 1}", run)
@@ -375,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wait", action="store_true", help="skip the WAIT cost runs")
     parser.add_argument("--rounds", type=int, help="rounds of each run (2 quick, else 3)")
     parser.add_argument("--no-dedup", action="store_true", help="skip bench.dedup's run")
+    parser.add_argument("--batch", type=int, default=BATCH, help="pages a loop claims at once")
     args = parser.parse_args(argv)
     nodes = [int(x) for x in args.nodes.split(",")]
     rounds, warmup, window = (2, 2.0, 6.0) if args.quick else (3, 3.0, 15.0)
@@ -382,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
-        partitions = bench_partitions(Path(tmp), nodes, args.clients, rounds, warmup, window)
+        partitions = bench_partitions(
+            Path(tmp), nodes, args.clients, rounds, warmup, window, args.batch
+        )
         waits = (
             None if args.no_wait else bench_wait(Path(tmp), args.clients, rounds, warmup, window)
         )
@@ -400,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     results["setup"] = {
         "clients": args.clients,
         "loops_per_client": LOOPS_PER_CLIENT,
-        "batch": BATCH,
+        "batch": args.batch,
         "hosts": HOSTS,
         "links_per_page": {"new": NEW_LINKS_PER_PAGE, "seen": SEEN_LINKS_PER_PAGE},
         "topology": "N partitions (PartitionedFrontier) on a loopback cluster of N masters",
