@@ -201,6 +201,12 @@ async def _prefill(spec: RunSpec) -> None:
         links += nav_links()
         for i in range(0, len(links), 5000):
             await frontier.enqueue(links[i : i + 5000])
+        # Load the claim and ack scripts on every node now: a fresh node answers NOSCRIPT,
+        # and redis-py's cluster client then sends SCRIPT LOAD to every node at once, which
+        # from sixteen loops at the start overflows its per-node pool (MaxConnectionsError:
+        # the cluster client's pools do not wait for a free connection).
+        leases = await frontier.claim("bench-warmup", 1)
+        await frontier.ack("bench-warmup", [lease.lease_id for lease in leases])
     finally:
         await frontier.aclose()
 
@@ -212,10 +218,37 @@ def _redis_cpu_seconds(server: RedisServer) -> float:
     return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
 
 
-async def _crawled(spec: RunSpec) -> int:
+@dataclass(frozen=True)
+class Sample:
+    """One look at the run: when, pages acked, each server's CPU, the machine's jiffies."""
+
+    at: float
+    crawled: int
+    redis_cpu: list[float]
+    busy: float
+    total: float
+
+
+async def _observe(
+    spec: RunSpec, servers: Sequence[RedisServer], start_at: float
+) -> tuple[Sample, Sample]:
+    """The window's two samples, each taken in a few milliseconds: the frontier is opened
+    before the window (opening a partitioned one takes a while on a loaded machine, and a
+    slow first look would stretch the pages over a shorter measured time)."""
     frontier = await Frontier.connect(spec.url, spec.settings())
+
+    async def sample() -> Sample:
+        crawled = (await frontier.stats()).crawled
+        cpu = [_redis_cpu_seconds(server) for server in servers]
+        busy, total = _machine_busy()
+        return Sample(time.perf_counter(), crawled, cpu, busy, total)
+
     try:
-        return (await frontier.stats()).crawled
+        window_start = start_at + spec.warmup_seconds
+        await asyncio.sleep(max(0.0, window_start - time.time()))
+        first = await sample()
+        await asyncio.sleep(max(0.0, window_start + spec.measure_seconds - time.time()))
+        return first, await sample()
     finally:
         await frontier.aclose()
 
@@ -254,24 +287,16 @@ def measure(spec: RunSpec, servers: Sequence[RedisServer]) -> dict[str, Any]:
         start_at = time.time() + 0.2
         for _ in processes:
             starts.put(start_at)
-        time.sleep(max(0.0, start_at + spec.warmup_seconds - time.time()))
-        crawled0 = asyncio.run(_crawled(spec))
-        cpu0 = [_redis_cpu_seconds(server) for server in servers]
-        busy0, total0 = _machine_busy()
-        began = time.perf_counter()
-        time.sleep(max(0.0, start_at + spec.warmup_seconds + spec.measure_seconds - time.time()))
-        crawled1 = asyncio.run(_crawled(spec))
-        cpu1 = [_redis_cpu_seconds(server) for server in servers]
-        busy1, total1 = _machine_busy()
-        seconds = time.perf_counter() - began
+        first, last = asyncio.run(_observe(spec, servers, start_at))
         windows = [results.get(timeout=120) for _ in processes]
     finally:
         for process in processes:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
-    pages = crawled1 - crawled0
-    redis_cpu = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    seconds = last.at - first.at
+    pages = last.crawled - first.crawled
+    redis_cpu = [b - a for a, b in zip(first.redis_cpu, last.redis_cpu, strict=True)]
     client_cpu = sum(w["cpu_seconds"] for w in windows)
     return {
         "partitions": spec.shards,
@@ -287,8 +312,9 @@ def measure(spec: RunSpec, servers: Sequence[RedisServer]) -> dict[str, Any]:
         "client_cpu_per_page_us": client_cpu / pages * 1e6,
         # each server's share of one core over the window (1.0: that Redis is saturated)
         "redis_core_share": [round(c / seconds, 3) for c in redis_cpu],
-        "clients_cores": round(client_cpu / seconds, 3),
-        "machine_busy_share": round((busy1 - busy0) / (total1 - total0), 3),
+        # the clients' own windows are measure_seconds long, by their clocks
+        "clients_cores": round(client_cpu / spec.measure_seconds, 3),
+        "machine_busy_share": round((last.busy - first.busy) / (last.total - first.total), 3),
     }
 
 
