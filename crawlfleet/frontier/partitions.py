@@ -39,7 +39,7 @@ from dataclasses import fields, replace
 from typing import Final, TypeVar
 
 from crawlfleet.errors import ConfigError, FrontierLost, InvalidURL
-from crawlfleet.frontier.connection import RedisClient, job_node
+from crawlfleet.frontier.connection import RedisClient, execute_keeping_refusals, job_node
 from crawlfleet.frontier.frontier import Frontier, _check_urls, _delete_keys, open_partitioned_by
 from crawlfleet.frontier.keys import JobKeys, partition_of
 from crawlfleet.frontier.models import (
@@ -653,9 +653,16 @@ class PartitionedFrontier(Frontier):
     # -- progress -------------------------------------------------------------------------
 
     async def stats(self) -> FrontierStats:
-        """:func:`combine_stats` of every partition's stats, read all at once (each one
-        pipeline of O(1) reads, each checking its partition's epoch)."""
-        return combine_stats(await _each([Frontier.stats(p) for p in self.partitions]))
+        """:func:`combine_stats` of every partition's stats: their O(1) reads (each with its
+        partition's epoch) in one pipeline, one round trip per node."""
+        pipe = self.client.pipeline(transaction=False)
+        sizes = [await part.queue_stats_reads(pipe) for part in self.partitions]
+        replies = await execute_keeping_refusals(pipe)
+        parts, start = [], 0
+        for part, size in zip(self.partitions, sizes, strict=True):
+            parts.append(await Frontier.read_stats(part, replies[start : start + size]))
+            start += size
+        return combine_stats(parts)
 
     async def dead_letters(self, batch: int = 500) -> AsyncIterator[DeadLetter]:
         """Every partition's dead letters, one partition after the other."""
