@@ -302,9 +302,9 @@ class PartitionedRobotsCache(RobotsCache):
     def __init__(self, caches: Sequence[RobotsCache]) -> None:
         self._caches = tuple(caches)
 
-    def _cache(self, origin: str) -> RobotsCache:
-        host = origin.partition("://")[2]
-        return self._caches[partition_of(host, len(self._caches))]
+    def _index(self, origin: str) -> int:
+        """The partition of an origin (``scheme://host[:port]``): its host's."""
+        return partition_of(origin.partition("://")[2], len(self._caches))
 
     def state(self) -> RobotsCacheState:
         """The partitions' caches summed (each bounded alike)."""
@@ -321,7 +321,7 @@ class PartitionedRobotsCache(RobotsCache):
             return []
         groups: dict[int, list[int]] = defaultdict(list)
         for i, origin in enumerate(origins):
-            groups[self._caches.index(self._cache(origin))].append(i)
+            groups[self._index(origin)].append(i)
         replies = await _each(
             [self._caches[p].read([origins[i] for i in indices]) for p, indices in groups.items()]
         )
@@ -334,7 +334,7 @@ class PartitionedRobotsCache(RobotsCache):
     async def fetch_once(
         self, origin: str, fetch: FetchEntry, *, fresh: IsFresh, lock_seconds: float
     ) -> RobotsEntry:
-        return await self._cache(origin).fetch_once(
+        return await self._caches[self._index(origin)].fetch_once(
             origin, fetch, fresh=fresh, lock_seconds=lock_seconds
         )
 

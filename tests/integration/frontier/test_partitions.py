@@ -29,6 +29,7 @@ from crawlfleet.frontier import (
     JobKeys,
     Lease,
     Link,
+    RobotsEntry,
     canonicalize,
     host_of,
 )
@@ -370,4 +371,24 @@ async def test_a_claim_sent_again_with_its_call_id_answers_the_same_leases(
     assert len(first) == 8
     assert [lease.lease_id for lease in again] == [lease.lease_id for lease in first]
     assert (await frontier.stats()).leased == len(first)
+    await frontier.delete()
+
+
+async def test_robots_answers_live_in_their_hosts_partitions(
+    redis_client: aioredis.Redis, job_id: str
+) -> None:
+    frontier = await Frontier.open(redis_client, _settings(job_id, 8))
+    origins = [f"http://{host}" for host in _HOSTS[:12]]
+
+    async def fetch(_: RobotsEntry | None) -> RobotsEntry:
+        return RobotsEntry(200, "User-agent: *\nDisallow: /private\n", time.time())
+
+    for origin in origins:
+        await frontier.robots.fetch_once(origin, fetch, fresh=lambda _: True, lock_seconds=5)
+    found = await frontier.robots.read([*origins, "http://never.test"])
+    assert [entry.status if entry else None for entry in found] == [200] * 12 + [None]
+    for origin in origins:
+        home = JobKeys(job_id, partition_of(origin.removeprefix("http://"), 8))
+        assert await redis_client.hexists(home.robots, origin)
+    assert frontier.robots.state().origins == 12
     await frontier.delete()
