@@ -38,9 +38,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import fields, replace
 from typing import Final, TypeVar
 
+from redis.asyncio.cluster import RedisCluster
+
 from crawlfleet.errors import ConfigError, FrontierLost, InvalidURL
 from crawlfleet.frontier.connection import RedisClient, execute_keeping_refusals, job_node
-from crawlfleet.frontier.frontier import Frontier, _check_urls, _delete_keys, open_partitioned_by
+from crawlfleet.frontier.frontier import (
+    Frontier,
+    _check_room,
+    _check_urls,
+    _delete_keys,
+    open_partitioned_by,
+)
 from crawlfleet.frontier.keys import JobKeys, partition_of
 from crawlfleet.frontier.models import (
     Admission,
@@ -231,6 +239,10 @@ async def open_partitioned(
             "yet (each partition would count its own pages); leave maxPages at 0 or use "
             "shards: 1"
         )
+    if not isinstance(client, RedisCluster):
+        # Every partition's filter on this one Redis: they must fit together (each alone
+        # is checked again as it is created, against what the others left).
+        await _check_room(client, JobKeys(settings.job_id), settings)
     share = partition_settings(settings)
     try:
         return await _open_all(client, settings, share, expect_epoch, reseed=reseed)
