@@ -22,6 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from operator import methodcaller
 from typing import Any, Final, Protocol, Self, cast
 
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline
 from redis.client import NEVER_DECODE
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError, ResponseError
@@ -903,6 +905,13 @@ class Frontier:
         counters read from an emptied Redis would all be zero and look like a finished job.
         """
         pipe = self.client.pipeline(transaction=False)
+        await self.queue_stats_reads(pipe)
+        return await self.read_stats(await execute_keeping_refusals(pipe))
+
+    async def queue_stats_reads(self, pipe: Pipeline | ClusterPipeline) -> int:
+        """Add :meth:`stats`' reads to ``pipe`` (a partitioned frontier sends every
+        partition's in one pipeline); returns how many replies :meth:`read_stats` takes."""
+        queued = len(pipe)
         pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
         pipe.hmget(
             self.keys.key("meta"),
@@ -933,6 +942,10 @@ class Frontier:
             # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
+        return len(pipe) - queued
+
+    async def read_stats(self, replies: Sequence[Any]) -> FrontierStats:
+        """:meth:`stats` from the replies of :meth:`queue_stats_reads`' reads, in order."""
         (
             values,
             meta,
@@ -942,7 +955,7 @@ class Frontier:
             (seconds, micros),
             finished,
             *rest,
-        ) = await execute_keeping_refusals(pipe)
+        ) = replies
         held_back, native = rest[:6], rest[6:]
         replies = (values, meta, lags, first_due, earliest, finished, *held_back)
         for reply in (*replies, native[0] if native else None):
