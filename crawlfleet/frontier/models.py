@@ -259,7 +259,9 @@ class FrontierSettings:
     fetch_budget_seconds: float = 0.0
     #: ``scope.sitemaps``: seeding also queues each seed host's ``/sitemap.xml`` (parents.py).
     sitemaps: bool = False
-    #: ``frontier.shards``: partitions of the job's frontier, by host (partitions.py).
+    #: ``frontier.shards``: partitions of the job's frontier by host (keys.partition_of);
+    #: past 1, :meth:`Frontier.open` gives a :class:`~crawlfleet.frontier.partitions.
+    #: PartitionedFrontier`. Fixed at creation (the home's meta records it).
     shards: int = 1
     #: ``frontier.waitReplicas``: replicas that must have a partition's new links before
     #: their parent page is acked (replicas.py); 0: no wait.
