@@ -585,8 +585,14 @@ def _say_started(session: _Session, done: steer.Tick) -> None:
         else f"{done.seeded} new seed(s)"
     )
     store = session.store
+    redis = session.redis_url.split("@")[-1]
+    if isinstance(session.server, LocalRedisCluster):
+        redis = (
+            f"cluster of {len(session.server.nodes)} local nodes at {redis},"
+            f" {session.settings.shards} frontier partitions"
+        )
     _print(
-        f"crawlfleet: {session.job.job_id}: {news}; redis {session.redis_url.split('@')[-1]};"
+        f"crawlfleet: {session.job.job_id}: {news}; redis {redis};"
         f" output {store.destination.url if store else 'none'}"
     )
 

@@ -56,6 +56,8 @@ def test_a_run_on_a_local_cluster_crawls_every_page_once_and_stops_every_node(
         summary = json.loads(stdout.strip().splitlines()[-1])
         expected = {canonicalize(url) for url in site.expected_pages()}
         requested = requested_urls(site, since)
+    assert f"redis cluster of {nodes} local nodes at 127.0.0.1:" in err
+    assert f"{nodes} frontier partitions" in err
 
     assert summary["crawled"] == len(expected)
     assert summary["dead_lettered"] == 0
