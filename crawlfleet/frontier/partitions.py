@@ -302,9 +302,9 @@ class PartitionedRobotsCache(RobotsCache):
     def __init__(self, caches: Sequence[RobotsCache]) -> None:
         self._caches = tuple(caches)
 
-    def _cache(self, origin: str) -> RobotsCache:
-        host = origin.partition("://")[2]
-        return self._caches[partition_of(host, len(self._caches))]
+    def _index(self, origin: str) -> int:
+        """The partition of an origin (``scheme://host[:port]``): its host's."""
+        return partition_of(origin.partition("://")[2], len(self._caches))
 
     def state(self) -> RobotsCacheState:
         """The partitions' caches summed (each bounded alike)."""
@@ -321,7 +321,7 @@ class PartitionedRobotsCache(RobotsCache):
             return []
         groups: dict[int, list[int]] = defaultdict(list)
         for i, origin in enumerate(origins):
-            groups[self._caches.index(self._cache(origin))].append(i)
+            groups[self._index(origin)].append(i)
         replies = await _each(
             [self._caches[p].read([origins[i] for i in indices]) for p, indices in groups.items()]
         )
@@ -334,7 +334,7 @@ class PartitionedRobotsCache(RobotsCache):
     async def fetch_once(
         self, origin: str, fetch: FetchEntry, *, fresh: IsFresh, lock_seconds: float
     ) -> RobotsEntry:
-        return await self._cache(origin).fetch_once(
+        return await self._caches[self._index(origin)].fetch_once(
             origin, fetch, fresh=fresh, lock_seconds=lock_seconds
         )
 
@@ -352,7 +352,7 @@ class PartitionedFrontier(Frontier):
         self._hungry = [True] * len(self.partitions)
         self._claim_start = 0
         #: The shares of the last claim, by call id: a retry asks the same partitions.
-        self._last_claim: tuple[str, list[int]] | None = None
+        self._last_claim: tuple[str, list[int], list[int] | None] | None = None
         self.robots = PartitionedRobotsCache([self.robots, *(p.robots for p in others)])
 
     @property
@@ -488,28 +488,92 @@ class PartitionedFrontier(Frontier):
         call_id: str | None = None,
     ) -> list[Lease]:
         """Up to ``count`` leases, from the partitions at once (:func:`split_claim`), each
-        partition's fetched leases given to it in the same call.
+        partition's fetched leases given to it in the same call. A claim that comes back
+        short asks once more for the rest (:meth:`_second_shares`), with a call id of its own.
 
         A partition that fails costs only its share: the others' leases are returned (a
         partition that is down stops only its hosts), unless none answered or one is lost.
-        A retry with the failed call's ``call_id`` asks every partition the first call did."""
+        So a claim raises only when no partition's reply arrived, and a retry with the
+        failed call's ``call_id`` asks every partition the first call did, each answering
+        its first reply if it had applied it."""
         if count <= 0 and not fetched:
             return []
+        n = len(self.partitions)
         call_id = call_id or self.new_call_id()
         if self._last_claim is not None and self._last_claim[0] == call_id:
-            shares = self._last_claim[1]
+            _, shares, more = self._last_claim  # a retry: the same partitions, the same ids
         else:
             shares = split_claim(max(0, count), self._claim_start, self._hungry)
-            self._claim_start = (self._claim_start + 1) % len(self.partitions)
-            self._last_claim = (call_id, shares)
+            self._claim_start = (self._claim_start + 1) % n
+            more = None
+            self._last_claim = (call_id, shares, more)
         by_partition: dict[int, list[str]] = defaultdict(list)
         for token in fetched:
             by_partition[self._index(lease_host(token))].append(token)
-        asked = [p for p in range(len(self.partitions)) if shares[p] > 0 or by_partition[p]]
+        leases, errors, asked = await self._claim_shares(worker, shares, by_partition, call_id)
+        if more is None and not errors and len(leases) < count:
+            more = await self._second_shares(count - len(leases), shares, empty=not leases)
+            self._last_claim = (call_id, shares, more)
+        if more is not None and any(more):
+            # its own call id: a partition asked twice must not answer with its first reply
+            again, errors_again, asked_again = await self._claim_shares(
+                worker, more, {}, f"{call_id}0"
+            )
+            leases += again
+            errors += errors_again
+            asked += asked_again
+        if errors and (len(errors) == asked or any(isinstance(e, FrontierLost) for e in errors)):
+            raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
+        for error in errors:
+            log.warning("job %s: a frontier partition did not answer a claim: %s",
+                        self.keys.job_id, error)  # fmt: skip
+        return leases
+
+    async def _second_shares(
+        self, missing: int, shares: Sequence[int], *, empty: bool
+    ) -> list[int]:
+        """Where the rest of a claim that came back short is asked, once: the partitions that
+        filled their share (they may have more ready), else, when nothing came back, those
+        the split left out that have work (a worker whose claim comes back empty idles a
+        poll, though another partition may have work)."""
+        n = len(shares)
+        candidates = [p for p in range(n) if shares[p] > 0 and self._hungry[p]]
+        if not candidates and empty:
+            candidates = await self._with_work([p for p in range(n) if shares[p] == 0])
+        second = [0] * n
+        for p, share in zip(
+            candidates,
+            split_claim(missing, self._claim_start, [True] * len(candidates)),
+            strict=True,
+        ):
+            second[p] = share
+        return second
+
+    async def _with_work(self, partitions: Sequence[int]) -> list[int]:
+        """Those of ``partitions`` with a host in their ready index or a retry waiting (two
+        ZCARDs each, one pipeline): where a claim could find something."""
+        pipe = self.client.pipeline(transaction=False)
+        for p in partitions:
+            pipe.zcard(self.partitions[p].keys.key("ready"))
+            pipe.zcard(self.partitions[p].keys.key("delayed"))
+        counts = await execute_keeping_refusals(pipe)
+        return [p for i, p in enumerate(partitions) if counts[2 * i] or counts[2 * i + 1]]
+
+    async def _claim_shares(
+        self,
+        worker: str,
+        shares: Sequence[int],
+        fetched: Mapping[int, Sequence[str]],
+        call_id: str,
+    ) -> tuple[list[Lease], list[BaseException], int]:
+        """One claim per partition with a share or fetched leases, all at once: the leases,
+        the partitions' errors, and how many partitions were asked. Notes which partitions
+        filled their share (:func:`split_claim`'s ``hungry``)."""
+        asked = [p for p in range(len(shares)) if shares[p] > 0 or fetched.get(p)]
         replies = await asyncio.gather(
             *(
                 Frontier.claim(
-                    self.partitions[p], worker, shares[p], by_partition[p], call_id=call_id
+                    self.partitions[p], worker, shares[p], fetched.get(p, ()), call_id=call_id
                 )
                 for p in asked
             ),
@@ -524,14 +588,7 @@ class PartitionedFrontier(Frontier):
             if shares[p] > 0:
                 self._hungry[p] = len(reply) >= shares[p]
             leases.extend(reply)
-        if errors and (
-            len(errors) == len(asked) or any(isinstance(e, FrontierLost) for e in errors)
-        ):
-            raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
-        for error in errors:
-            log.warning("job %s: a frontier partition did not answer a claim: %s",
-                        self.keys.job_id, error)  # fmt: skip
-        return leases
+        return leases, errors, len(asked)
 
     async def ack(
         self,

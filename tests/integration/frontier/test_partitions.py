@@ -29,6 +29,7 @@ from crawlfleet.frontier import (
     JobKeys,
     Lease,
     Link,
+    RobotsEntry,
     canonicalize,
     host_of,
 )
@@ -337,3 +338,57 @@ def test_a_local_run_of_four_partitions_crawls_every_page_once(tmp_path: Path) -
     assert summary["dead_lettered"] == 0
     assert set(requested) == expected
     assert max(requested.values()) == 1
+
+
+async def test_a_small_claim_finds_the_one_partition_that_has_work(
+    redis_client: aioredis.Redis, job_id: str
+) -> None:
+    """A claim of one lease among eight partitions, all of whose work is one host's: never
+    empty while that host has room (the split's first guess is asked, then where work is)."""
+    frontier = await Frontier.open(
+        redis_client, _settings(job_id, 8, concurrency={"perHost": 3, "hostDelaySeconds": 0})
+    )
+    await frontier.seed([f"http://{_HOSTS[0]}/p{page}" for page in range(6)])
+    leases = [lease for _ in range(3) for lease in await frontier.claim("worker-a", 1)]
+    assert len(leases) == 3
+    assert await frontier.claim("worker-a", 1) == []  # the host is at perHost now
+    await frontier.ack("worker-a", [lease.lease_id for lease in leases])
+    assert len(await frontier.claim("worker-a", 5)) == 3
+    await frontier.delete()
+
+
+async def test_a_claim_sent_again_with_its_call_id_answers_the_same_leases(
+    redis_client: aioredis.Redis, job_id: str
+) -> None:
+    """A worker sends a claim again with its call id when the claim raised (no partition
+    answered; a claim that some partitions answered returns their leases and is not sent
+    again): every partition the first call asked answers its first reply, no lease twice."""
+    frontier = await Frontier.open(redis_client, _settings(job_id, 8))
+    await frontier.seed(_SEEDS)
+    call_id = frontier.new_call_id()
+    first = await frontier.claim("worker-a", 8, call_id=call_id)
+    again = await frontier.claim("worker-a", 8, call_id=call_id)
+    assert len(first) == 8
+    assert [lease.lease_id for lease in again] == [lease.lease_id for lease in first]
+    assert (await frontier.stats()).leased == len(first)
+    await frontier.delete()
+
+
+async def test_robots_answers_live_in_their_hosts_partitions(
+    redis_client: aioredis.Redis, job_id: str
+) -> None:
+    frontier = await Frontier.open(redis_client, _settings(job_id, 8))
+    origins = [f"http://{host}" for host in _HOSTS[:12]]
+
+    async def fetch(_: RobotsEntry | None) -> RobotsEntry:
+        return RobotsEntry(200, "User-agent: *\nDisallow: /private\n", time.time())
+
+    for origin in origins:
+        await frontier.robots.fetch_once(origin, fetch, fresh=lambda _: True, lock_seconds=5)
+    found = await frontier.robots.read([*origins, "http://never.test"])
+    assert [entry.status if entry else None for entry in found] == [200] * 12 + [None]
+    for origin in origins:
+        home = JobKeys(job_id, partition_of(origin.removeprefix("http://"), 8))
+        assert await redis_client.hexists(home.robots, origin)
+    assert frontier.robots.state().origins == 12
+    await frontier.delete()
