@@ -58,6 +58,9 @@ FILE_KEYS: Final[dict[str, str]] = {
     "budget": "files:budget",
     # this run's counters (Frontier.count_files), reset by begin_run as stats is
     "counts": "files:counts",
+    # the reservations in flight: holder (lease id) -> expiry (ms), and holder -> bytes
+    "reservations": "files:reservations",
+    "reserved-by": "files:reserved-by",
 }
 
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
