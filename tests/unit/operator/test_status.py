@@ -260,3 +260,11 @@ def test_a_job_that_revisits_shows_its_freshness_and_what_it_waits_for() -> None
     assert CrawlJobStatus.model_validate(status).freshness is not None
     # A job without revisit rules says nothing of freshness.
     assert "freshness" not in job_status({}, observed(), generation=1, now=T0)
+
+
+def test_the_workers_local_dedup_hit_rate_is_in_status() -> None:
+    status = job_status({}, observed(local_dedup_hit_rate=0.912345), generation=1, now=T0)
+    assert status["localDedupHitRate"] == 0.9123
+    assert CrawlJobStatus.model_validate(status).local_dedup_hit_rate == 0.9123
+    # Before any worker checked a link there is no rate to show.
+    assert "localDedupHitRate" not in job_status({}, observed(), generation=1, now=T0)
