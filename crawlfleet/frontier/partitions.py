@@ -12,7 +12,7 @@ finisher, the file content index, budget and counters, memory backpressure's rea
 as a :class:`Frontier` does. What is per host it routes: links and URLs by their host, leases
 by the URL their token carries, robots.txt answers by origin host, pacing and file slots by
 host. A claim is split over the partitions (:func:`split_claim`) and sent to them at once;
-counters are the partitions' summed, read in one round trip per partition, all at once.
+counters are the partitions' summed, their reads in one pipeline (a round trip per node).
 
 One client serves every partition (a cluster client sends each partition's keys to its node)
 and every partition holds the home's epoch: the home's ``init`` draws it, the others are
@@ -24,8 +24,11 @@ midway), after it a missing partition is a lost one.
 
 Not partitioned (spec validation refuses them with ``shards`` past 1, and these methods raise
 ConfigError): recurring runs and revisits (``schedule``, ``recrawl``). ``scope.maxPages`` is
-refused too (:func:`open_partitioned`): each partition counts its own admissions, so the
-job-wide budget would need a reservation in the home per batch, which is not built yet.
+refused too (:func:`open_partitioned`): each partition counts its own admissions, and an exact
+job-wide budget needs a reservation in the home before a batch (which links are new is known
+only after it) and a refund of what duplicates left unused after it, right away: a refund
+carried to a worker's next batch strands budget with idle workers, and links refused
+meanwhile are never offered again. That is two round trips more per batch, not built yet.
 """
 
 from __future__ import annotations
@@ -38,9 +41,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from dataclasses import fields, replace
 from typing import Final, TypeVar
 
+from redis.asyncio.cluster import RedisCluster
+
 from crawlfleet.errors import ConfigError, FrontierLost, InvalidURL
 from crawlfleet.frontier.connection import RedisClient, execute_keeping_refusals, job_node
-from crawlfleet.frontier.frontier import Frontier, _check_urls, _delete_keys, open_partitioned_by
+from crawlfleet.frontier.frontier import (
+    Frontier,
+    _check_room,
+    _check_urls,
+    _delete_keys,
+    open_partitioned_by,
+)
 from crawlfleet.frontier.keys import JobKeys, partition_of
 from crawlfleet.frontier.models import (
     Admission,
@@ -231,6 +242,10 @@ async def open_partitioned(
             "yet (each partition would count its own pages); leave maxPages at 0 or use "
             "shards: 1"
         )
+    if not isinstance(client, RedisCluster):
+        # Every partition's filter on this one Redis: they must fit together (each alone
+        # is checked again as it is created, against what the others left).
+        await _check_room(client, JobKeys(settings.job_id), settings)
     share = partition_settings(settings)
     try:
         return await _open_all(client, settings, share, expect_epoch, reseed=reseed)

@@ -21,7 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 import yaml
 
-from crawlfleet.errors import ConfigError, FrontierLost, NotReplicated
+from crawlfleet.errors import ConfigError, FrontierLost, NotReplicated, RedisTooSmall
 from crawlfleet.frontier import (
     Failure,
     Frontier,
@@ -392,3 +392,15 @@ async def test_robots_answers_live_in_their_hosts_partitions(
         assert await redis_client.hexists(home.robots, origin)
     assert frontier.robots.state().origins == 12
     await frontier.delete()
+
+
+async def test_partitions_on_one_redis_must_fit_it_together(
+    private_client: aioredis.Redis, job_id: str
+) -> None:
+    """Eight filters of an eighth each are one filter's memory on one Redis: refused whole,
+    before any partition is written, where each alone would have fitted."""
+    await private_client.config_set("maxmemory", 64 * 1024 * 1024)
+    large = replace(_settings(job_id, 8, dedup={"capacity": 50_000_000}), shards=8)
+    with pytest.raises(RedisTooSmall, match="50,000,000 URLs"):
+        await Frontier.open(private_client, large)
+    assert await private_client.dbsize() == 0
