@@ -596,8 +596,14 @@ def _say_started(session: _Session, done: steer.Tick) -> None:
         else f"{done.seeded} new seed(s)"
     )
     store = session.store
+    redis = session.redis_url.split("@")[-1]
+    if isinstance(session.server, LocalRedisCluster):
+        redis = (
+            f"cluster of {len(session.server.nodes)} local nodes at {redis},"
+            f" {session.settings.shards} frontier partitions"
+        )
     _print(
-        f"crawlfleet: {session.job.job_id}: {news}; redis {session.redis_url.split('@')[-1]};"
+        f"crawlfleet: {session.job.job_id}: {news}; redis {redis};"
         f" output {store.destination.url if store else 'none'}"
     )
 
@@ -634,6 +640,9 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
         crawled.max_workers,
         session.job.spec.dedup.capacity,
     )
+    summary["frontier_shards"] = session.settings.shards
+    if session.state.redis_nodes is not None:
+        summary["redis_nodes"] = session.state.redis_nodes
     checks = crawled.link_checks
     # The workers' local layer of dedup (crawlfleet.fleet.link_checks): links answered in the
     # workers, links sent to the frontier's filter, and the share answered locally.
@@ -643,9 +652,6 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
     }
     rate = checks.hit_rate
     summary["local_dedup_hit_rate"] = None if rate is None else round(rate, 4)
-    summary["frontier_shards"] = session.settings.shards
-    if session.state.redis_nodes is not None:
-        summary["redis_nodes"] = session.state.redis_nodes
     if session.job.spec.recrawl:  # a scheduled run: what its revisits found
         summary["freshness"] = Freshness.of(crawled.stats, now=time.time()).to_mapping()
     if crawled.files is not None:

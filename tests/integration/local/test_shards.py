@@ -2,14 +2,14 @@
 
 The run starts the nodes, joins them (``CLUSTER ADDSLOTSRANGE`` + ``CLUSTER MEET``: one and
 two masters, which ``redis-cli --cluster create`` refuses), crawls every page once with its
-frontier partitioned over them, says how many nodes it ran on, and stops them all at the end,
-as it stops its one private Redis. The cluster it leaves in its folder starts again as it was
-(its slots and its job's keys on both masters): what ``--resume`` relies on.
+frontier partitioned over them (each partition on the master its hash tag falls on), says how
+many nodes it ran on, and stops them all at the end, as it stops its one private Redis. The
+cluster it leaves in its folder starts again as it was (its slots, and its job's partitions on
+both masters): what ``--resume`` relies on.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
+from redis.crc import key_slot
 
 from crawlfleet.frontier import JobKeys, canonicalize
-from crawlfleet.local.redis_cluster import ClusterNode, LocalRedisCluster
+from crawlfleet.local.redis_cluster import ClusterNode, LocalRedisCluster, slot_ranges
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.support.crawls import requested_urls
 from tests.support.runs import crawlfleet, crawlfleet_done, job_for_site, no_stray_runs  # noqa: F401
@@ -34,12 +35,6 @@ def _listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _partitioned() -> bool:
-    """Whether this crawlfleet spreads a job's partitions over nodes (the PartitionedFrontier
-    of crawlfleet/frontier/partitions.py); without it a job is one partition, on one node."""
-    return importlib.util.find_spec("crawlfleet.frontier.partitions") is not None
 
 
 @pytest.mark.parametrize("nodes", [2])
@@ -61,6 +56,8 @@ def test_a_run_on_a_local_cluster_crawls_every_page_once_and_stops_every_node(
         summary = json.loads(stdout.strip().splitlines()[-1])
         expected = {canonicalize(url) for url in site.expected_pages()}
         requested = requested_urls(site, since)
+    assert f"redis cluster of {nodes} local nodes at 127.0.0.1:" in err
+    assert f"{nodes} frontier partitions" in err
 
     assert summary["crawled"] == len(expected)
     assert summary["dead_lettered"] == 0
@@ -81,22 +78,32 @@ def test_a_run_on_a_local_cluster_crawls_every_page_once_and_stops_every_node(
         log = (data / f"node-{index}" / "redis.log").read_text()
         assert "ready to exit, bye bye" in log
 
-    # Started again from its folder, the cluster is whole: its slots, and the job's keys on
-    # as many masters as the job has partitions (both, once partitions are spread).
+    # Started again from its folder, the cluster is whole: its slots, and each partition's
+    # keys on the master that serves the partition's hash tag (the job's name is one whose
+    # two tags fall on different masters: both hold a share of the job).
+    tags = [JobKeys("default.sharded", partition) for partition in range(nodes)]
+    owners = [
+        next(
+            index
+            for index, (low, high) in enumerate(slot_ranges(nodes))
+            if low <= key_slot(keys.prefix.encode()) <= high
+        )
+        for keys in tags
+    ]
+    assert sorted(owners) == list(range(nodes))
     password = (data / "password").read_text().strip()
     with LocalRedisCluster(data, nodes, password=password) as cluster:
-        job_id = "default.sharded"
-        holding = []
-        for node in cluster.nodes:
+        for index, node in enumerate(cluster.nodes):
             client = redis.Redis(port=node.port, password=password, decode_responses=True)
             try:
-                keys = [key for key in client.scan_iter(match="cf:{default.sharded*", count=1000)]
+                held = {key.split("}")[0] + "}" for key in client.scan_iter(count=1000)}
             finally:
                 client.close()
-            assert all(key.startswith("cf:{" + job_id) for key in keys)
-            holding.append(bool(keys))
-        assert sum(holding) == (nodes if _partitioned() else 1)
-        assert JobKeys(job_id).key("meta").startswith("cf:{default.sharded}")
+            assert held == {
+                "cf:{" + keys.tag + "}"
+                for keys, owner in zip(tags, owners, strict=True)
+                if owner == index
+            }
 
 
 def test_shards_are_refused_where_they_cannot_apply(tmp_path: Path) -> None:
