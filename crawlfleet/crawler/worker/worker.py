@@ -86,6 +86,7 @@ from crawlfleet.crawler.worker.flow import (
     every,
     flush_at_shutdown,
     heartbeat_fields,
+    log_unavailable,
     wait_for_wake,
     worker_counters,
     worker_output,
@@ -880,6 +881,10 @@ class Worker:
                 flushed = await self._flush()
             except OutputWriteError:
                 continue  # counted and logged by the sink; the batch is kept, claims stop
+            except FrontierUnavailable as exc:
+                log_unavailable("flush", exc)  # the batch is kept for the next flush
+                await asyncio.sleep(0.5)
+                continue
             except Exception:
                 log.exception("flush failed", extra={"layer": "flow"})
                 await asyncio.sleep(0.5)
