@@ -8,7 +8,8 @@
     │   ├── InvalidURL         not an absolute http(s) URL; nothing was written
     │   │   └── UnsupportedScheme  an absolute URL, but not http or https
     │   ├── FrontierUnavailable  Redis could not be reached or answered with an error
-    │   │   └── FrontierFull     Redis refused a write: used memory is past maxmemory
+    │   │   ├── FrontierFull     Redis refused a write: used memory is past maxmemory
+    │   │   └── NotReplicated    fewer replicas than asked confirmed writes within the wait
     │   ├── FrontierLost       the job's frontier is gone from Redis, or was re-created
     │   ├── FrontierLayoutMismatch  the frontier was written by another layout version
     │   └── UnsafeRedis        Redis is configured so it could drop frontier keys
@@ -47,6 +48,7 @@ __all__ = [
     "FrontierUnavailable",
     "InvalidURL",
     "KubeError",
+    "NotReplicated",
     "OutputError",
     "OutputUnavailable",
     "OutputWriteError",
@@ -96,6 +98,23 @@ class FrontierFull(FrontierUnavailable):
     A FrontierUnavailable, so a caller that waits out an outage waits this out too; the
     frontier's own scripts that free memory (ack, fail, release, requeue) are never refused.
     """
+
+
+class NotReplicated(FrontierUnavailable):
+    """Fewer replicas than asked confirmed the node's writes within the wait (``WAIT``).
+
+    The writes are on the master but could still be lost with it in a failover, so whatever
+    depended on them (a parent page's ack, after its links were enqueued) must not happen
+    yet: the caller keeps its lease and waits again later, as for any unavailable Redis. A
+    later wait covers these writes too (it waits for everything the node wrote before it).
+    """
+
+    reason = "NotReplicated"
+
+    def __init__(self, message: str, *, wanted: int, acknowledged: int) -> None:
+        super().__init__(message)
+        self.wanted = wanted
+        self.acknowledged = acknowledged
 
 
 class FrontierLost(FrontierError):

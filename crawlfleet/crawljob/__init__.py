@@ -18,7 +18,8 @@ One module per spec section, as Kubernetes keeps one file per kind:
   and workers), ``faults`` (retry and lease), ``fetch`` (fetch and userAgent), ``robots``,
   ``redis``, ``output``, ``extract``, ``scrapy`` (crawler.scrapy), ``recrawl`` (revisit rules
   and their pure policy: ``rule_for``, ``next_interval``), ``schedule`` (recurring runs),
-  ``files`` (which URLs are downloaded as files, and their limits);
+  ``files`` (which URLs are downloaded as files, and their limits), ``frontier`` (its
+  partitions by host, past one Redis);
 * ``spec`` puts the sections together with the rules across them, ``status`` is what the operator
   observed, ``resource`` the whole document, ``loading`` reads one from a mapping or a file;
 * beneath them, ``validation`` (problems in the user's words), ``base`` (the pydantic bases and
@@ -58,6 +59,7 @@ from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec
 from crawlfleet.crawljob.fields import STRING_SHAPES
 from crawlfleet.crawljob.files import FileElement, FileRuleSpec, FilesSpec
+from crawlfleet.crawljob.frontier import FrontierSpec
 from crawlfleet.crawljob.loading import load_crawljob, parse_crawljob, read_seed_file
 from crawlfleet.crawljob.output import CredentialsSecretRef, OutputSpec, S3Spec
 from crawlfleet.crawljob.recrawl import (
@@ -114,6 +116,7 @@ __all__ = [
     "FilesStatus",
     "FleetStatus",
     "FreshnessStatus",
+    "FrontierSpec",
     "LeaseSpec",
     "ManagedRedis",
     "ObjectMeta",

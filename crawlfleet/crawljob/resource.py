@@ -74,6 +74,11 @@ class CrawlJob(Model):
     """What the operator observed: phase, conditions, workers and crawl progress. Written by
     the operator only."""
 
+    def with_shards_at_least(self, shards: int) -> CrawlJob:
+        """The job with at least ``shards`` frontier partitions (CrawlJobSpec's, checked)."""
+        spec = self.spec.with_shards_at_least(shards)
+        return self if spec is self.spec else self.model_copy(update={"spec": spec})
+
     @property
     def job_id(self) -> str:
         """``namespace.name``: unique per cluster (namespaces hold no dots), the Redis hash tag."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, ClassVar, Final, Self
 
 from pydantic import JsonValue, model_validator
@@ -28,6 +28,7 @@ from crawlfleet.crawljob.faults import LeaseSpec, RetrySpec
 from crawlfleet.crawljob.fetch import DEFAULT_USER_AGENT, FetchSpec, UserAgent
 from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
 from crawlfleet.crawljob.files import FilesSpec, files_characters
+from crawlfleet.crawljob.frontier import FrontierSpec
 from crawlfleet.crawljob.output import OutputSpec
 from crawlfleet.crawljob.recrawl import RecrawlRules
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
@@ -42,6 +43,20 @@ from crawlfleet.errors import ConfigError
 __all__ = ["CrawlJobSpec"]
 
 _MAX_SPEC_JSON_BYTES: Final = 880_000  # see CrawlJobSpec._fits_the_workers_config_map
+
+
+def _one_shard_with(
+    field: str, cel: str, reason: str, holds: Callable[[CrawlJobSpec], bool]
+) -> Rule[CrawlJobSpec]:
+    """``frontier.shards`` refused above 1 beside ``field``, which is not yet partitioned
+    (``cel`` and ``holds``: the field is unset), for ``reason``."""
+    return Rule(
+        field="frontier.shards",
+        message=f"must be 1 with {field}: {reason}",
+        cel=f"self.frontier.shards == 1 || ({cel})",
+        holds=lambda spec: spec.frontier.shards == 1 or holds(spec),
+        shows=("frontier.shards",),
+    )
 
 
 def _unset_with_scrapy(section: str, reason: str) -> Rule[CrawlJobSpec]:
@@ -79,6 +94,9 @@ class CrawlJobSpec(Section):
     redis: RedisSpec = RedisSpec()
     """Where the frontier (queues, leases, Bloom filter, counters) lives. Set at most one of url,
     secretRef and managed; none means managed."""
+    frontier: FrontierSpec = FrontierSpec()
+    """How the frontier is laid out in Redis: partitions by host, to spread one job over the
+    nodes of a Redis Cluster, and how durable a page's links must be before it counts."""
     output: OutputSpec = OutputSpec()
     """What the workers write about the pages they fetch, and where."""
     robots: RobotsSpec = RobotsSpec()
@@ -199,6 +217,25 @@ class CrawlJobSpec(Section):
             "runs of a Scrapy spider cannot yet carry their state to the next run, so each"
             " would crawl everything again",
         ),
+        _one_shard_with(
+            "schedule",
+            "!has(self.schedule)",
+            "a run's state (its id, what it revisits, its commit) is kept in one partition,"
+            " not yet across partitions",
+            lambda spec: spec.schedule is None,
+        ),
+        _one_shard_with(
+            "recrawl",
+            "size(self.recrawl) == 0",
+            "revisits are kept by job, not yet by partition",
+            lambda spec: not spec.recrawl,
+        ),
+        _one_shard_with(
+            "crawler.scrapy",
+            "!has(self.crawler) || !has(self.crawler.scrapy)",
+            "the Scrapy scheduler claims from one partition (not yet partitioned)",
+            lambda spec: spec.scrapy is None,
+        ),
     )
 
     @property
@@ -287,6 +324,18 @@ class CrawlJobSpec(Section):
                 f" seeds (got {size})"
             )
         return self
+
+    def with_shards_at_least(self, shards: int) -> CrawlJobSpec:
+        """This spec with at least ``shards`` frontier partitions (``crawlfleet run --shards``
+        on a local cluster of that many nodes), checked again as a document: a job that cannot
+        be partitioned yet is refused with the field named, as if its file had said so."""
+        if self.frontier.shards >= shards:
+            return self
+        mapping = self.to_mapping()
+        frontier = mapping["frontier"]
+        assert isinstance(frontier, dict)
+        mapping["frontier"] = {**frontier, "shards": shards}
+        return CrawlJobSpec.from_mapping(mapping)
 
     @classmethod
     def from_mapping(cls, spec: Mapping[str, object]) -> CrawlJobSpec:

@@ -211,6 +211,11 @@ class CrawlJobStatus(_Observed):
     frontier_epoch: str | None = None
     """The epoch the job's frontier was created with. A Redis that answers with another epoch,
     or with none, has lost the frontier (condition FrontierLost)."""
+    frontier_shards: int | None = None
+    """The partitions the job's frontier was created with (spec.frontier.shards then): a spec
+    that asks for another count is refused (InvalidSpec), since each host's keys stay where
+    this count put them. Unset until the frontier exists (and for a frontier made before
+    partitions: 1)."""
     bloom_fill_ratio: float = 0.0
     """Distinct URLs seen as a share of dedup.capacity; past 0.8 the BloomNearlyFull condition
     is set (the filter grows past 1.0, at a tighter error rate per layer)."""

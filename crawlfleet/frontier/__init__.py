@@ -34,6 +34,7 @@ from crawlfleet.frontier.models import (
     Validators,
     WorkerHeartbeat,
 )
+from crawlfleet.frontier.partitions import PartitionedFrontier
 from crawlfleet.frontier.robots_cache import RobotsCache, RobotsEntry
 from crawlfleet.urls import CanonicalURL, canonicalize, host_of, try_canonicalize
 
@@ -59,6 +60,7 @@ __all__ = [
     "Link",
     "MemoryState",
     "Outcomes",
+    "PartitionedFrontier",
     "PressureLevel",
     "Requeued",
     "Revisit",

@@ -229,15 +229,16 @@ async def close_quietly(client: RedisClient) -> None:
         log.debug("closing the Redis client failed: %s", exc)
 
 
-async def check_epoch(client: RedisClient, job_id: str, expected: str, found: str | None) -> None:
-    """Raise FrontierLost unless ``found`` (the job meta's epoch, read in the caller's own
-    round trip) is ``expected``; the reasons are lib.lua's, so both sides say the same."""
+async def check_epoch(client: RedisClient, keys: JobKeys, expected: str, found: str | None) -> None:
+    """Raise FrontierLost unless ``found`` (the meta's epoch of the partition ``keys`` name,
+    read in the caller's own round trip) is ``expected``; the reasons are lib.lua's, so both
+    sides say the same (and name the partition as lib.lua does: ``job <ns>.<name>#k``)."""
     if found == expected:
         return
     if found is not None:
         why = f"the frontier was re-created (epoch {found}, this handle opened {expected})"
-    elif int(await call(client.dbsize(**await job_node(client, JobKeys(job_id).key("meta"))))) == 0:
+    elif int(await call(client.dbsize(**await job_node(client, keys.key("meta"))))) == 0:
         why = "Redis is empty (restarted without its data, or flushed)"
     else:
         why = "the job's meta key is missing (deleted or evicted) while Redis holds other keys"
-    raise FrontierLost(f"job {job_id}: {why}")
+    raise FrontierLost(f"job {keys.tag}: {why}")

@@ -18,16 +18,19 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from operator import methodcaller
-from typing import Any, Final, cast
+from typing import Any, Final, Protocol, Self, cast
 
+from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import ClusterPipeline
 from redis.client import NEVER_DECODE
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError, ResponseError
 
 from crawlfleet.crawljob.dedup import memory_problem
 from crawlfleet.errors import (
+    ConfigError,
     FrontierFull,
     FrontierLayoutMismatch,
     FrontierLost,
@@ -80,6 +83,7 @@ from crawlfleet.frontier.models import (
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.parents import sitemap_roots
+from crawlfleet.frontier.replicas import wait_for_replicas
 from crawlfleet.frontier.revisits import pack_validators, read_state
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
@@ -130,6 +134,10 @@ FILE_COUNTERS: Final = ("stored", "duplicates", "bytes", "resumed", "restarts", 
 #: rv-open, rv-states, the committed run:... copy) and three more fixed script keys.
 LAYOUT_VERSION: Final = "6"
 
+#: How long an enqueue waits for its links to reach ``frontier.waitReplicas`` replicas before
+#: it fails as unavailable (retried): below the client's socket timeout, which would cut it.
+WAIT_TIMEOUT_MS: Final = 5_000
+
 #: The one maxmemory-policy under which Redis never drops a key to make room.
 _SAFE_POLICY = "noeviction"
 
@@ -157,6 +165,35 @@ def _check_urls(urls: Sequence[str]) -> None:
             raise InvalidURL(f"URL contains whitespace (use canonicalize()): {url!r}")
 
 
+class OpenPartitioned(Protocol):
+    """partitions.open_partitioned's shape (:func:`open_partitioned_by`)."""
+
+    def __call__(
+        self,
+        client: RedisClient,
+        settings: FrontierSettings,
+        *,
+        expect_epoch: str | None,
+        reseed: bool,
+    ) -> Awaitable[Frontier]: ...
+
+
+async def _no_partitions(
+    client: RedisClient, settings: FrontierSettings, *, expect_epoch: str | None, reseed: bool
+) -> Frontier:
+    raise ConfigError(f"job {settings.job_id}: frontier partitions are not loaded")
+
+
+#: What opens a job of several partitions: partitions.py, which builds on this module, names
+#: itself here when the package is imported (an import back would be a circle).
+_PARTITIONED: list[OpenPartitioned] = [_no_partitions]
+
+
+def open_partitioned_by(opener: OpenPartitioned) -> None:
+    """Let :meth:`Frontier.open` open jobs of ``shards`` > 1 with ``opener``."""
+    _PARTITIONED[0] = opener
+
+
 class Frontier:
     """One job's frontier on one Redis, of one epoch. Build it with :meth:`open`."""
 
@@ -181,6 +218,7 @@ class Frontier:
         self.epoch = epoch
         #: Why this open re-created the frontier (``reseed=True`` found it lost); else None.
         self.reseeded: str | None = None
+        self.opened_meta: dict[str, str] = {}
         self._scripts = scripts
         #: The fleet-wide robots.txt answers of this job (the crawler's robots policy reads them).
         self.robots = RobotsCache(client, keys, scripts, epoch=epoch)
@@ -230,7 +268,7 @@ class Frontier:
 
     async def _check_epoch(self, found: str | None) -> None:
         """FrontierLost unless ``found``, read in the caller's round trip, is our epoch."""
-        await check_epoch(self.client, self.keys.job_id, self.epoch, found)
+        await check_epoch(self.client, self.keys, self.epoch, found)
 
     async def _checked(self, *command: str | int) -> Any:
         """One read command, the epoch read beside it in one round trip: its reply, or
@@ -286,10 +324,35 @@ class Frontier:
         :attr:`reseeded` says why; the caller seeds it again. Without ``expect_epoch`` a
         missing frontier is simply created (the job's first open).
 
-        Refuses a Redis whose ``maxmemory-policy`` evicts (:class:`UnsafeRedis`) and a
-        frontier written by another key layout (:class:`FrontierLayoutMismatch`).
+        Refuses a Redis whose ``maxmemory-policy`` evicts (:class:`UnsafeRedis`), a
+        frontier written by another key layout (:class:`FrontierLayoutMismatch`) and one
+        created with another number of partitions (``ConfigError``).
+
+        With ``settings.shards`` past 1 the answer is a
+        :class:`~crawlfleet.frontier.partitions.PartitionedFrontier` (the same face).
         """
-        keys = JobKeys(settings.job_id)
+        if settings.shards > 1:
+            return await _PARTITIONED[0](client, settings, expect_epoch=expect_epoch, reseed=reseed)
+        return await cls.open_partition(
+            client, settings, JobKeys(settings.job_id), expect_epoch=expect_epoch, reseed=reseed
+        )
+
+    @classmethod
+    async def open_partition(
+        cls,
+        client: RedisClient,
+        settings: FrontierSettings,
+        keys: JobKeys,
+        *,
+        expect_epoch: str | None = None,
+        reseed: bool = False,
+        fresh_epoch: str | None = None,
+    ) -> Self:
+        """:meth:`open` for one partition's keys (partition 0, the home, is :meth:`open`'s).
+
+        ``fresh_epoch`` is the epoch a partition created now is given (a partition k ≥ 1
+        takes its home's); None draws one. The home's meta records ``settings.shards`` at
+        creation, and an opener with another count is refused with a sentence."""
         flagged = await _inspect_server(client, keys)
         await _check_room(client, keys, settings)
         wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
@@ -302,17 +365,18 @@ class Frontier:
             "max_pages": str(settings.max_pages),
             "fetch_budget_ms": str(round(settings.fetch_budget_seconds * 1000)),
             "bloom_backend": backend,
+            "shards": str(settings.shards),
             **wanted.to_meta(),
         }
         scripts = Scripts.register(client, flagged=flagged)
-        created_epoch = secrets.token_hex(8)
+        created_epoch = fresh_epoch or secrets.token_hex(8)
         status, found = await _init(scripts, keys, expect_epoch, meta_args, created_epoch)
         reseeded = None
         if status == "lost":
             why = str(found)
             if not reseed:
-                raise FrontierLost(f"job {settings.job_id}: {why}")
-            log.warning("job %s: frontier lost (%s); re-creating it", settings.job_id, why)
+                raise FrontierLost(f"job {keys.tag}: {why}")
+            log.warning("job %s: frontier lost (%s); re-creating it", keys.tag, why)
             await _delete_keys(client, keys)
             reseeded = why
             status, found = await _init(scripts, keys, None, meta_args, created_epoch)
@@ -324,13 +388,15 @@ class Frontier:
                 f"job does; by hand: the keys {keys.prefix}*) and start it again"
             )
         meta = cast("dict[str, str]", found)
+        if keys.partition == 0:
+            check_shards(settings.job_id, int(meta.get("shards") or 1), settings.shards)
         stored = BloomParams.from_meta(meta)
         stored_backend: BloomBackend = "native" if meta["bloom_backend"] == "native" else "bitmap"
         if stored != wanted or stored_backend != backend:
             log.warning(
                 "job %s keeps the Bloom filter it was created with (%s, %s); "
                 "dedup settings cannot change after creation",
-                settings.job_id,
+                keys.tag,
                 stored_backend,
                 stored,
             )
@@ -341,6 +407,8 @@ class Frontier:
             client, keys, settings, stored, stored_backend, epoch=meta["epoch"], scripts=scripts
         )
         frontier.reseeded = reseeded
+        #: The meta fields the open found (partitions.py reads its ``partitions_ready``).
+        frontier.opened_meta = meta
         return frontier
 
     @staticmethod
@@ -433,12 +501,21 @@ class Frontier:
         *,
         seeding: bool = False,
         unfiltered: Sequence[bool] = (),
+        mark_seeded: bool = True,
     ) -> list[Admission]:
         """Dedup and queue links in one round trip; returns what happened to each.
 
         ``seeding`` marks the job seeded with the last batch, even an empty one (a Scrapy
-        spider's start requests may all have been queued before). ``unfiltered[i]`` queues
-        link ``i`` without the Bloom filter (Scrapy's ``dont_filter``): it is always NEW.
+        spider's start requests may all have been queued before), unless ``mark_seeded`` is
+        False (the seeds of a partition other than the job's home: the home's marks it).
+        ``unfiltered[i]`` queues link ``i`` without the Bloom filter (Scrapy's
+        ``dont_filter``): it is always NEW.
+
+        With ``settings.wait_replicas`` the call returns once the links are on that many
+        replicas (Redis ``WAIT``; replicas.py), so the pages that offered them may be acked:
+        a failover after the ack cannot lose them. This is the one place the wait happens:
+        every consumer's enqueue (the worker's flush, Scrapy's scheduler, seeding) comes
+        before the acks of the pages whose links it carries.
         """
         if not links and not seeding:
             return []
@@ -447,10 +524,25 @@ class Frontier:
             batch = links[start : start + _MAX_BATCH]
             # Seeds: only the last batch marks the job seeded, so a seeding cut short (the
             # operator restarted mid-list) is done again, whole, by the next tick.
-            mode = "0" if not seeding else "1" if start + _MAX_BATCH >= len(links) else "2"
+            last = mark_seeded and start + _MAX_BATCH >= len(links)
+            mode = "0" if not seeding else "1" if last else "2"
             forced = unfiltered[start : start + _MAX_BATCH]
             results.extend(await self._enqueue_batch(batch, mode, forced))
+        if self.settings.wait_replicas > 0 and links:
+            # Even when every link was a duplicate: a retry of a batch whose wait failed
+            # finds its links seen, and its pages must still not be acked before they are
+            # on the replicas (a wait covers every write the node made before it).
+            await self._wait_for_replicas()
         return results
+
+    async def _wait_for_replicas(self) -> None:
+        """Wait until this partition's writes so far are on ``settings.wait_replicas``
+        replicas: NotReplicated (a FrontierUnavailable) when they are not within
+        :data:`WAIT_TIMEOUT_MS`, so the caller does not ack the pages that offered the
+        links, and sends them again (a duplicate for the filter) before it does."""
+        await wait_for_replicas(
+            self.client, self.keys.key("meta"), self.settings.wait_replicas, WAIT_TIMEOUT_MS
+        )
 
     async def _enqueue_batch(
         self, links: Sequence[Link], mode: str, unfiltered: Sequence[bool] = ()
@@ -813,6 +905,13 @@ class Frontier:
         counters read from an emptied Redis would all be zero and look like a finished job.
         """
         pipe = self.client.pipeline(transaction=False)
+        await self.queue_stats_reads(pipe)
+        return await self.read_stats(await execute_keeping_refusals(pipe))
+
+    async def queue_stats_reads(self, pipe: Pipeline | ClusterPipeline) -> int:
+        """Add :meth:`stats`' reads to ``pipe`` (a partitioned frontier sends every
+        partition's in one pipeline); returns how many replies :meth:`read_stats` takes."""
+        queued = len(pipe)
         pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
         pipe.hmget(
             self.keys.key("meta"),
@@ -843,6 +942,10 @@ class Frontier:
             # refused (a module other than RedisBloom).
             pipe.execute_command("BF.CARD", self.keys.native_bloom)
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
+        return len(pipe) - queued
+
+    async def read_stats(self, replies: Sequence[Any]) -> FrontierStats:
+        """:meth:`stats` from the replies of :meth:`queue_stats_reads`' reads, in order."""
         (
             values,
             meta,
@@ -852,7 +955,7 @@ class Frontier:
             (seconds, micros),
             finished,
             *rest,
-        ) = await execute_keeping_refusals(pipe)
+        ) = replies
         held_back, native = rest[:6], rest[6:]
         replies = (values, meta, lags, first_due, earliest, finished, *held_back)
         for reply in (*replies, native[0] if native else None):
@@ -1123,6 +1226,17 @@ class Frontier:
     async def aclose(self) -> None:
         """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
         await close_quietly(self.client)
+
+
+def check_shards(job_id: str, created: int, wanted: int) -> None:
+    """Refuse to open a job's frontier with another partition count than it was created with:
+    its hosts' URLs, leases and dedup bits live where the first count put them, and another
+    count would look for them elsewhere (a lost page, a page crawled twice)."""
+    if created != wanted:
+        raise ConfigError(
+            f"job {job_id} was created with {created} frontier partitions; shards cannot "
+            "change on a running job (delete the job's frontier to start over)"
+        )
 
 
 #: Received call ids one state change names for Redis to drop (a call id is 16 characters).

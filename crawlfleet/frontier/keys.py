@@ -1,8 +1,13 @@
 """Every Redis key of a job, built in one place.
 
 All keys of one job share the hash tag ``{<namespace>.<name>}`` so that the whole job lives in
-one Redis Cluster slot and every Lua script may touch any of them. Sharding a job later
-(DESIGN §7) means one tag per partition: only this module changes.
+one Redis Cluster slot and every Lua script may touch any of them. A job split into
+``frontier.shards`` partitions (DESIGN §7) has one tag per partition: partition 0, the job's
+*home*, keeps ``{<namespace>.<name>}`` (so ``shards: 1`` is the layout it always was), and
+partition k ≥ 1 is ``{<namespace>.<name>#k}`` (``#`` cannot appear in a Kubernetes name, so
+no job's keys collide with another job's partitions). Which partition a host's URLs live in
+is :func:`partition_of`; every key a script derives from the prefix carries the partition's
+tag, so a script still touches one slot.
 
 Scripts receive the fixed keys in :data:`SCRIPT_KEYS` order (``KEYS[1..n]``) and the prefix as
 ``ARGV[1]``; the keys whose names depend on data are derived from the prefix in the script:
@@ -20,12 +25,22 @@ the file downloads' keys (``files:slots:<host>`` and :data:`FILE_KEYS`).
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Final
 
 from crawlfleet.errors import ConfigError
 
-__all__ = ["FILE_KEYS", "SCRIPT_KEYS", "JobKeys", "validate_job_id"]
+__all__ = [
+    "FILE_KEYS",
+    "MAX_PARTITIONS",
+    "REPLICA_MARK",
+    "SCRIPT_KEYS",
+    "JobKeys",
+    "partition_of",
+    "sibling_key",
+    "validate_job_id",
+]
 
 # The order scripts read them in (lib.lua maps KEYS[i] to these names).
 SCRIPT_KEYS: tuple[str, ...] = (
@@ -60,6 +75,10 @@ FILE_KEYS: Final[dict[str, str]] = {
     "counts": "files:counts",
 }
 
+#: The short name of the key replicas.py writes before a WAIT (its value means nothing: the
+#: write only makes the WAIT's connection cover every earlier write of the node).
+REPLICA_MARK: Final = "replica-mark"
+
 _JOB_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -73,18 +92,63 @@ def validate_job_id(job_id: str) -> str:
     return job_id
 
 
+#: The most partitions a job's frontier may have (``frontier.shards``' bound).
+MAX_PARTITIONS: Final = 256
+
+
+def partition_of(host: str, shards: int) -> int:
+    """The partition that holds ``host``'s URLs (``host[:port]``, :func:`crawlfleet.urls.host_of`).
+
+    CRC-32 of the host, mixed by MurmurHash3's 32-bit finalizer, modulo ``shards``: stable
+    across processes, machines and Python versions (``hash()`` is salted per process), so
+    every worker routes a host alike. The mixing is not decoration: CRC-32 is linear, its low
+    bits follow a few bits of the input, and ``crc32 % 8`` put 24 hosts ``h0.test`` …
+    ``h23.test`` into 4 partitions of 8 (a crawl of similar subdomains would use half its
+    partitions)."""
+    if shards <= 1:
+        return 0
+    mixed = zlib.crc32(host.encode())
+    mixed ^= mixed >> 16
+    mixed = (mixed * 0x85EBCA6B) & 0xFFFFFFFF
+    mixed ^= mixed >> 13
+    mixed = (mixed * 0xC2B2AE35) & 0xFFFFFFFF
+    mixed ^= mixed >> 16
+    return mixed % shards
+
+
+def sibling_key(key: str, name: str) -> str:
+    """The fixed key ``name`` of the frontier (job, or a job's partition) that ``key`` belongs
+    to: the same ``cf:{<tag>}:`` prefix, so the same hash slot. For code that is handed one
+    key of a frontier and no :class:`JobKeys` (replicas.py)."""
+    end = key.find("}:")
+    if not key.startswith("cf:{") or end < 0:
+        raise ValueError(f"{key!r} is not a key of a crawlfleet frontier (cf:{{<tag>}}:<name>)")
+    return key[: end + 2] + name
+
+
 @dataclass(frozen=True, slots=True)
 class JobKeys:
-    """Key names of one job's frontier."""
+    """Key names of one partition of one job's frontier (partition 0: the job's home)."""
 
     job_id: str
+    partition: int = 0
 
     def __post_init__(self) -> None:
         validate_job_id(self.job_id)
+        if not 0 <= self.partition < MAX_PARTITIONS:
+            raise ConfigError(
+                f"job {self.job_id}: partition {self.partition!r} is outside "
+                f"0..{MAX_PARTITIONS - 1}"
+            )
+
+    @property
+    def tag(self) -> str:
+        """The hash tag's content: ``<ns>.<name>``, or ``<ns>.<name>#k`` for partition k ≥ 1."""
+        return self.job_id if self.partition == 0 else f"{self.job_id}#{self.partition}"
 
     @property
     def prefix(self) -> str:
-        return f"cf:{{{self.job_id}}}:"
+        return f"cf:{{{self.tag}}}:"
 
     def key(self, name: str) -> str:
         """A fixed key by its short name, e.g. ``key("stats")``."""

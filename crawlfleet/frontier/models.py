@@ -259,6 +259,13 @@ class FrontierSettings:
     fetch_budget_seconds: float = 0.0
     #: ``scope.sitemaps``: seeding also queues each seed host's ``/sitemap.xml`` (parents.py).
     sitemaps: bool = False
+    #: ``frontier.shards``: partitions of the job's frontier by host (keys.partition_of);
+    #: past 1, :meth:`Frontier.open` gives a :class:`~crawlfleet.frontier.partitions.
+    #: PartitionedFrontier`. Fixed at creation (the home's meta records it).
+    shards: int = 1
+    #: ``frontier.waitReplicas``: replicas that must have a partition's new links before
+    #: their parent page is acked (replicas.py); 0: no wait.
+    wait_replicas: int = 0
 
     @classmethod
     def from_spec(
@@ -277,6 +284,8 @@ class FrontierSettings:
             bloom_backend=bloom_backend,
             fetch_budget_seconds=spec.fetch.total_timeout_seconds,
             sitemaps=spec.scope.sitemaps,
+            shards=spec.frontier.shards,
+            wait_replicas=spec.frontier.wait_replicas,
         )
 
 

@@ -235,7 +235,7 @@ class RobotsCache:
         for reply in (values, epoch):
             if isinstance(reply, Exception):
                 raise translate(reply) from reply
-        await check_epoch(self._client, self._keys.job_id, self._epoch, epoch)
+        await check_epoch(self._client, self._keys, self._epoch, epoch)
         return [
             None if value is None else RobotsEntry.from_json(origin, value)
             for origin, value in zip(origins, values, strict=True)

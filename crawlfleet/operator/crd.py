@@ -37,8 +37,9 @@ From pydantic's JSON schema to a structural schema:
   ``redis.managed``) stay with the models (see crawlfleet/crawljob/spec.py).
 * each section's ``cross_field_rules`` become ``x-kubernetes-validations`` with their messages
   and field paths; single-value CEL rules come from the models' ``_Cel`` markers (seed URLs).
-  Only rules the models cannot state live here: the Bloom filter's settings are immutable, a
-  transition rule over ``oldSelf`` that has no meaning for ``crawlfleet run``.
+  Only rules the models cannot state live here: the Bloom filter's settings and the
+  frontier's partitions are immutable, transition rules over ``oldSelf`` that have no meaning
+  for ``crawlfleet run``.
 * the status keeps no ``x-kubernetes-preserve-unknown-fields``: whatever the operator writes
   outside the model is pruned, so kopf must keep its own state in annotations.
 """
@@ -59,6 +60,7 @@ from pydantic import BaseModel, JsonValue
 
 from crawlfleet import crawljob
 from crawlfleet.crawljob import API_VERSION, KIND, CrawlJob, CrawlJobSpec, CrawlJobStatus
+from crawlfleet.crawljob.frontier import SHARDS_CANNOT_CHANGE
 
 __all__ = [
     "CRD_FILE",
@@ -114,6 +116,7 @@ _TRANSITION_RULES: Final[Mapping[_Path, tuple[_Schema, ...]]] = {
             " the Bloom filter is sized once",
         },
     ),
+    ("spec", "frontier", "shards"): ({"rule": "self == oldSelf", "message": SHARDS_CANNOT_CHANGE},),
 }
 
 # Lists whose items are keyed (merged by key by server-side apply, one item per key).

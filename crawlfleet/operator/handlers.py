@@ -71,6 +71,7 @@ from crawlfleet.operator.status import (
     job_status,
     output_not_durable_status,
     rfc3339,
+    shards_change_problem,
 )
 from crawlfleet.tenancy import REDIS_SECRET_FIELD, REDIS_URL_FIELD, SecretUse, TenancyPolicy
 
@@ -152,7 +153,8 @@ class JobState:
     output_problem: str | None = None
     #: Whether the last tick saw workers blocked by their output (an Event on each change).
     output_blocked: bool = False
-    #: Why the seedsFrom list cannot be used, as ensure() found it (InvalidSpec); None: it can.
+    #: Why the spec cannot be used (the seedsFrom list, or a change its frontier cannot
+    #: take), as ensure() found it (InvalidSpec); None: it can.
     seeds_problem: str | None = None
     #: The seedsFrom list ensure() read and checked, for the tick that seeds (which takes it:
     #: a hundred thousand URLs are not kept in memory once the frontier holds them).
@@ -320,6 +322,9 @@ class CrawlJobOperator:
         state = self._state(body)
         try:
             parsed = CrawlJobSpec.from_mapping(dict(spec))
+            changed = shards_change_problem(status, parsed)
+            if changed is not None:  # the frontier exists: its partitions stay as made
+                raise ConfigError(changed)
             # The workers' scope needs the list's hosts: it is read (and checked) before
             # anything is made, and again only when the tick seeds.
             listed = await self._listed_seeds(ref, parsed)
@@ -871,6 +876,7 @@ class CrawlJobOperator:
             output=state.output,
             output_blocked=done.output_blocked,
             frontier_epoch=done.memory.frontier_epoch,
+            frontier_shards=opened.settings.shards if isinstance(opened, Frontier) else None,
             frontier_memory=done.frontier_memory,
             pressure=decision.pressure,
             bloom_capacity=spec.dedup.capacity,
@@ -962,6 +968,7 @@ class CrawlJobOperator:
             scaled=scaled,
             output=state.output,
             frontier_epoch=state.memory.frontier_epoch,
+            frontier_shards=frontier.settings.shards,
             bloom_capacity=spec.dedup.capacity,
         )
         now = _now()

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from crawlfleet.crawljob import Phase
+from crawlfleet.crawljob import CrawlJobSpec, Phase
+from crawlfleet.crawljob.frontier import SHARDS_CANNOT_CHANGE
 from crawlfleet.fleet import Freshness, WorkersFailing
 from crawlfleet.fleet.waiting import Waiting
 from crawlfleet.fleet.watchdog import Stall
@@ -50,6 +51,7 @@ __all__ = [
     "merge_conditions",
     "output_not_durable_status",
     "rfc3339",
+    "shards_change_problem",
 ]
 
 ConditionStatus = Literal["True", "False", "Unknown"]
@@ -142,6 +144,9 @@ class Observed:
     frontier_lost: str | None = None
     #: The frontier's epoch (the job's identity in Redis), for status.frontierEpoch.
     frontier_epoch: str | None = None
+    #: The partitions of the frontier the tick opened, for status.frontierShards (kept as
+    #: first written: see shards_change_problem).
+    frontier_shards: int | None = None
     #: Redis's memory, and the backpressure level the frontier holds.
     frontier_memory: MemoryState | None = None
     pressure: PressureLevel = PressureLevel.NONE
@@ -351,6 +356,8 @@ def job_status(
         )
     if seen.frontier_epoch is not None:
         status["frontierEpoch"] = seen.frontier_epoch
+    if seen.frontier_shards is not None and previous.get("frontierShards") is None:
+        status["frontierShards"] = seen.frontier_shards
     if not previous.get("startTime"):
         status["startTime"] = rfc3339(now)
     if seen.phase in ("Succeeded", "Failed") and not previous.get("completionTime"):
@@ -407,6 +414,27 @@ def _held(
             now=now,
         ),
     }
+
+
+def shards_change_problem(previous: Mapping[str, Any], spec: CrawlJobSpec) -> str | None:
+    """Why ``spec`` cannot run on the job's frontier as it exists (None: it can): it asks for
+    another count of partitions than the frontier was created with.
+
+    The API server refuses that change (a transition rule); this is the door for a client that
+    got past it (an update of the whole object that dropped the rule's oldSelf, a CRD installed
+    without it). The count is the status's ``frontierShards``, written once when the frontier
+    is first seen; a frontier made before partitions existed (an epoch and no count) has 1.
+    """
+    created = previous.get("frontierShards")
+    if created is None and previous.get("frontierEpoch"):
+        created = 1
+    asked = spec.frontier.shards
+    if created is None or created == asked:
+        return None
+    return (
+        f"spec.frontier.shards: {SHARDS_CANNOT_CHANGE}; its frontier was created with"
+        f" {created} and the spec asks for {asked}: set it back to {created}"
+    )
 
 
 def invalid_spec_status(

@@ -97,6 +97,7 @@ def test_minimal_spec_fills_every_default() -> None:
             },
             "onLoss": "Fail",
         },
+        "frontier": {"shards": 1, "waitReplicas": 0},
         "output": {
             "format": "jsonl",
             "maxFileBytes": 256 * 1024 * 1024,
@@ -620,7 +621,7 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 30
+    assert len(rules) == 33
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases

@@ -5,8 +5,9 @@
 -- Returns {'ok', field, value, ...} (the stored meta), {'lost', why} when the caller
 -- remembers an epoch that Redis no longer holds (nothing is written), or {'layout', found}
 -- when the keys were written by another layout (nothing is read or written).
--- The first writer wins the Bloom shape, so every worker and the operator agree on one even
--- if their specs differ later; other settings take the latest opener's values.
+-- The first writer wins the Bloom shape and the partition count ('shards'), so every worker
+-- and the operator agree on them even if their specs differ later (frontier.py refuses an
+-- opener whose shards differ); other settings take the latest opener's values.
 local remembered, fresh, layout = ARGV[2], ARGV[3], ARGV[4]
 local stored = redis.call('HMGET', K.meta, 'epoch', 'layout')
 if not stored[1] and redis.call('EXISTS', K.meta) == 1 then
@@ -28,9 +29,9 @@ if not stored[1] then
   for i = 5, #ARGV, 2 do redis.call('HSET', K.meta, ARGV[i], ARGV[i + 1]) end
   redis.call('HSET', K.meta, 'epoch', fresh, 'layout', layout, 'created_ms', now_ms())
 else
-  -- Settings that may change between runs (not the Bloom shape): later values win.
+  -- Settings that may change between runs (not the Bloom shape, nor shards): later values win.
   for i = 5, #ARGV, 2 do
-    if string.sub(ARGV[i], 1, 6) ~= 'bloom_' then
+    if string.sub(ARGV[i], 1, 6) ~= 'bloom_' and ARGV[i] ~= 'shards' then
       redis.call('HSET', K.meta, ARGV[i], ARGV[i + 1])
     end
   end

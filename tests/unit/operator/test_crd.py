@@ -471,7 +471,7 @@ def test_every_cross_field_rule_is_a_validation_with_its_message(
         for model in section_models()
         for rule in vars(model).get("cross_field_rules", ())
     ]
-    assert len(expected) == 30
+    assert len(expected) == 33
     for model, rule in expected:
         wanted = {"rule": rule.cel, "message": rule.message}
         if rule.field:
@@ -496,6 +496,14 @@ def test_the_bloom_settings_are_immutable(spec_schema: dict[str, Any]) -> None:
         "dedup.capacity and dedup.errorRate cannot change after creation:"
         " the Bloom filter is sized once"
     )
+
+
+def test_the_frontiers_partitions_are_immutable(spec_schema: dict[str, Any]) -> None:
+    shards = at(spec_schema, "frontier.shards")
+    rules = {rule["rule"]: rule["message"] for rule in shards["x-kubernetes-validations"]}
+    assert rules["self == oldSelf"].startswith("shards cannot change on a running job: ")
+    assert rules["self >= 1 && self <= 256"] == "must be between 1 and 256"
+    assert at(spec_schema, "frontier")["default"] == {"shards": 1, "waitReplicas": 0}
 
 
 def test_error_rate_bounds_are_cel_in_the_words_crawlfleet_run_uses(

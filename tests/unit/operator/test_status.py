@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from crawlfleet.crawljob import CrawlJobStatus
+from crawlfleet.crawljob import CrawlJobSpec, CrawlJobStatus
 from crawlfleet.fleet import Freshness, WorkersFailing
 from crawlfleet.fleet.waiting import WaitCause, Waiting, next_revisit
 from crawlfleet.fleet.watchdog import Stall, StalledStage
@@ -15,6 +15,7 @@ from crawlfleet.operator.status import (
     Observed,
     invalid_spec_status,
     job_status,
+    shards_change_problem,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -260,3 +261,33 @@ def test_a_job_that_revisits_shows_its_freshness_and_what_it_waits_for() -> None
     assert CrawlJobStatus.model_validate(status).freshness is not None
     # A job without revisit rules says nothing of freshness.
     assert "freshness" not in job_status({}, observed(), generation=1, now=T0)
+
+
+def test_the_frontiers_partitions_are_written_once_and_held_against_the_spec() -> None:
+    first = job_status({}, observed(frontier_epoch="e1", frontier_shards=4), generation=1, now=T0)
+    assert first["frontierShards"] == 4
+    # Written once: a tick on a frontier opened with another count does not rewrite it.
+    later = job_status(
+        first, observed(frontier_epoch="e1", frontier_shards=8), generation=2, now=T0
+    )
+    assert "frontierShards" not in later
+
+    def spec(shards: int) -> CrawlJobSpec:
+        return CrawlJobSpec.from_mapping(
+            {"seeds": ["https://books.example/"], "frontier": {"shards": shards}}
+        )
+
+    assert shards_change_problem({}, spec(8)) is None  # no frontier yet: anything goes
+    assert shards_change_problem(first, spec(4)) is None
+    problem = shards_change_problem(first, spec(8))
+    assert problem is not None
+    assert problem.startswith("spec.frontier.shards: shards cannot change on a running job: ")
+    assert problem.endswith("created with 4 and the spec asks for 8: set it back to 4")
+    # A frontier made before partitions (an epoch, no count) has the one partition.
+    older = {"frontierEpoch": "e0"}
+    assert shards_change_problem(older, spec(1)) is None
+    assert "created with 1 and the spec asks for 2" in (shards_change_problem(older, spec(2)) or "")
+    # And the sentence is what the InvalidSpec condition carries.
+    marked = invalid_spec_status(first, problem, generation=3, now=T0)
+    assert conditions(marked)["InvalidSpec"]["message"] == problem
+    assert marked["phase"] == "Failed"
