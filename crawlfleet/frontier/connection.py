@@ -47,6 +47,7 @@ from crawlfleet.frontier.keys import JobKeys
 
 __all__ = [
     "CALL_RETRIES",
+    "CLUSTER_MAX_CONNECTIONS_PER_NODE",
     "LOST_CODE",
     "MAX_CONNECTIONS",
     "RedisClient",
@@ -83,6 +84,15 @@ _BACKOFF_CAP_SECONDS: Final = 1.0
 #: fleet's memory backpressure could see it coming. Every call is one short round trip (no
 #: blocking commands), so a few connections carry a worker.
 MAX_CONNECTIONS: Final = 8
+#: A cluster client's connections to each node. redis-py's asyncio cluster client does not
+#: wait for a free connection as the plain client's blocking pool does: past its bound a
+#: call fails at once (``MaxConnectionsError``). A partitioned frontier's calls fan out (a
+#: claim, an extend, an enqueue ask every partition at once; each new host's robots.txt
+#: takes a lock and a store), and eight proved too few: under a chaos test's slot move a
+#: worker's robots checks failed so, and two hosts' seeds waited a minute for their retry.
+#: A cluster is always one the user runs and sizes, never the small managed Redis the
+#: bound above protects.
+CLUSTER_MAX_CONNECTIONS_PER_NODE: Final = 32
 
 
 def connect(
@@ -108,6 +118,7 @@ def connect(
     }
     scheme, _, rest = url.partition("://")
     if scheme in CLUSTER_SCHEMES:
+        options["max_connections"] = max(max_connections, CLUSTER_MAX_CONNECTIONS_PER_NODE)
         return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
     pool = aioredis.BlockingConnectionPool.from_url(url, timeout=timeout_seconds, **options)
     return aioredis.Redis.from_pool(pool)
@@ -210,7 +221,8 @@ def translate(exc: BaseException) -> FrontierUnavailable | FrontierLost:
             " (TRYAGAIN, ASK or MOVED: a slot moving between masters, or a failover under way)"
         )
     if not isinstance(exc, ResponseError):
-        return FrontierUnavailable(f"Redis unavailable: {exc}")
+        # some say nothing (MaxConnectionsError): their name does
+        return FrontierUnavailable(f"Redis unavailable: {str(exc) or type(exc).__name__}")
     message = str(exc)
     if message.startswith(LOST_CODE):
         # Redis 7 appends " script: <sha>, on @user_script:<line>." to a script's error.

@@ -9,6 +9,7 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ClusterError,
+    MaxConnectionsError,
     MovedError,
     ResponseError,
     SlotNotCoveredError,
@@ -16,7 +17,13 @@ from redis.exceptions import (
 )
 
 from crawlfleet.errors import FrontierUnavailable
-from crawlfleet.frontier.connection import call, connect, retry_window_seconds, translate
+from crawlfleet.frontier.connection import (
+    CLUSTER_MAX_CONNECTIONS_PER_NODE,
+    call,
+    connect,
+    retry_window_seconds,
+    translate,
+)
 
 
 async def test_a_cluster_url_gives_the_cluster_client_with_the_same_bounds() -> None:
@@ -27,6 +34,10 @@ async def test_a_cluster_url_gives_the_cluster_client_with_the_same_bounds() -> 
         assert isinstance(cluster, RedisCluster)
         assert cluster.nodes_manager.connection_kwargs["password"] == "pw"
         assert cluster.nodes_manager.connection_kwargs["decode_responses"] is True
+        # no blocking pool on a cluster: a call past the bound fails, so the bound is wider
+        assert cluster.nodes_manager.connection_kwargs["max_connections"] == (
+            CLUSTER_MAX_CONNECTIONS_PER_NODE
+        )
         assert retry_window_seconds(cluster) == retry_window_seconds(plain)
     finally:
         await plain.aclose()
@@ -85,3 +96,7 @@ async def test_any_other_attribute_error_is_a_bug_and_stays_one() -> None:
     for bug in (buggy, misspelt):
         with pytest.raises(AttributeError):
             await call(bug())
+
+
+def test_an_error_without_a_message_is_named() -> None:
+    assert str(translate(MaxConnectionsError())) == "Redis unavailable: MaxConnectionsError"
