@@ -21,6 +21,7 @@ import yaml
 
 from crawlfleet.crawljob import load_crawljob
 from crawlfleet.frontier import JobKeys, canonicalize
+from crawlfleet.frontier.keys import partition_of
 from crawlfleet.testsite import TestSite
 from tests.support.crawls import requested_urls
 from tests.support.redis_cluster import RedisCluster
@@ -62,7 +63,17 @@ class ClusterRun:
     out: Path
     #: ``time.monotonic()`` just before the run started: the site's log is read from here.
     since: float
+    #: The job's frontier partitions (``frontier.shards``).
+    shards: int = 1
     stderr: str = field(default="")
+
+    def partition_keys(self) -> list[JobKeys]:
+        """Each partition's keys, the home's (partition 0) first."""
+        return [JobKeys(self.job_id, partition=k) for k in range(self.shards)]
+
+    def hosts_in(self, partitions: set[int]) -> set[str]:
+        """The site's hosts (``host:port``) whose URLs live in ``partitions``."""
+        return {host for host in self.site.hosts if partition_of(host, self.shards) in partitions}
 
     def requested(self) -> dict[str, int]:
         """Requests per page (canonical URL) since the run started."""
@@ -78,11 +89,13 @@ class ClusterRun:
         assert self.process.poll() is None, "the run ended before the test broke anything"
 
     def leased(self) -> int:
-        """The job's leases now (its counters in Redis): the pages in flight. Read without
-        opening a frontier, which would create the job if the run had not yet."""
+        """The job's leases now (every partition's counters in Redis): the pages in flight.
+        Read without opening a frontier, which would create the job if the run had not yet."""
         client = redis.cluster.RedisCluster.from_url(self.cluster.url.replace("+cluster", ""))
         try:
-            return int(client.hget(JobKeys(self.job_id).key("stats"), "leased") or 0)
+            return sum(
+                int(client.hget(keys.key("stats"), "leased") or 0) for keys in self.partition_keys()
+            )
         finally:
             client.close()
 
@@ -122,8 +135,11 @@ class ClusterRun:
         )
 
 
-def start_run(site: TestSite, cluster: RedisCluster, tmp_path: Path, name: str) -> ClusterRun:
-    """``crawlfleet run`` of the whole site on ``cluster`` with two workers."""
+def start_run(
+    site: TestSite, cluster: RedisCluster, tmp_path: Path, name: str, *, shards: int = 1
+) -> ClusterRun:
+    """``crawlfleet run`` of the whole site on ``cluster`` with two workers, the job's
+    frontier in ``shards`` partitions."""
     job = job_for_site(
         site,
         name,
@@ -133,6 +149,7 @@ def start_run(site: TestSite, cluster: RedisCluster, tmp_path: Path, name: str) 
         # a worker is dead after longer than a failover takes (NODE_TIMEOUT_MILLISECONDS and
         # the replica's election: about 3 s here), as docs/scale.md asks of a real cluster
         lease={"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 10},
+        frontier={"shards": shards},
     )
     job_file = tmp_path / f"{name}.yaml"
     job_file.write_text(yaml.safe_dump(job))
@@ -142,4 +159,4 @@ def start_run(site: TestSite, cluster: RedisCluster, tmp_path: Path, name: str) 
         "run", str(job_file), "--out", str(out), "--workers", "2", "--json",
         "--redis-url", cluster.url, cwd=tmp_path,
     )  # fmt: skip
-    return ClusterRun(site, cluster, process, load_crawljob(job_file).job_id, out, since)
+    return ClusterRun(site, cluster, process, load_crawljob(job_file).job_id, out, since, shards)

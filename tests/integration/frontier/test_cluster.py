@@ -110,12 +110,14 @@ async def test_an_evicting_node_holding_the_job_is_refused(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("shards", [1, 8])
 def test_a_local_crawl_on_a_cluster_crawls_every_page_once(
-    redis_cluster: RedisCluster, tmp_path: Path
+    redis_cluster: RedisCluster, tmp_path: Path, shards: int
 ) -> None:
-    config = SiteConfig(hosts=3, pages_per_host=40, hostile=False, latency_seconds=0.02)
+    """One partition on one master, or eight spread over the three."""
+    config = SiteConfig(hosts=8, pages_per_host=15, hostile=False, latency_seconds=0.02)
     with TestSite(config) as site:
-        run = start_run(site, redis_cluster, tmp_path, "on-cluster")
+        run = start_run(site, redis_cluster, tmp_path, f"on-cluster-{shards}", shards=shards)
         summary = run.finish()
         losses = run.losses()
     assert summary["crawled"] == len(site.expected_pages())
