@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_PREFIX",
+    "LINK_CACHE_GENERATION_SIZE",
     "Config",
     "DrainConfig",
     "OperatorConfig",
@@ -49,6 +50,10 @@ __all__ = [
 ]
 
 ENV_PREFIX: Final = "CRAWLFLEET_"
+
+#: Links in each of the two generations of a worker's local link cache
+#: (crawler/links/admission.py, which states the memory it bounds: about 24 MB at this size).
+LINK_CACHE_GENERATION_SIZE: Final = 65_536
 
 
 def _env(name: str) -> dict[str, str]:
@@ -143,6 +148,11 @@ class WorkerConfig:
     #: (crawler/fetching/memory.py). None: the container's cgroup limit, or 1 GiB without one; set
     #: it where several workers share one limit. 0: no budget (the benchmark's A/B comparison).
     memory_limit_bytes: int | None = field(default=None, metadata=_env("MEMORY_LIMIT_BYTES"))
+    #: Links per generation of the worker's local link cache (two are kept): a larger one
+    #: answers more repeats on a site with a wide menu, for more memory; 1 or more.
+    link_cache_generation_size: int = field(
+        default=LINK_CACHE_GENERATION_SIZE, metadata=_env("LINK_CACHE_GENERATION_SIZE")
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,6 +224,11 @@ class CrawlJobStatus(_Observed):
     for seen."""
     bloom_layers: int = 0
     """Layers of the Bloom filter: 1 until the URLs seen pass a layer's capacity."""
+    local_dedup_hit_rate: float | None = None
+    """Share of the links the live workers found that they answered themselves, from their
+    bounded caches of links the job's filter already saw, instead of asking the frontier:
+    local hits / (local hits + remote checks), summed over the live workers' heartbeats. Unset
+    until a worker has checked a link."""
     frontier_memory_used_bytes: int = 0
     """Memory the job's Redis uses, in bytes (used_memory)."""
     frontier_memory_max_bytes: int = 0

@@ -61,10 +61,11 @@ Event saying so.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from crawlfleet.errors import FrontierLost
 from crawlfleet.fleet.backend import FleetBackend, FleetEvent, FleetView, unit_of
+from crawlfleet.fleet.link_checks import LinkChecks, live_link_checks
 from crawlfleet.fleet.policy import (
     Decision,
     FleetMemory,
@@ -138,6 +139,11 @@ class Tick:
     news: tuple[FleetEvent, ...] = ()
     #: The file counters (a job with spec.files; None for the others, or when not read).
     files: FileStats | None = None
+    #: The live workers' links answered locally and checked by the filter (their heartbeats'
+    #: sum: crawlfleet.fleet.link_checks), whose share is status.localDedupHitRate.
+    link_checks: LinkChecks = field(default_factory=LinkChecks)
+    #: The heartbeats this tick read (the local run remembers each worker's last counters).
+    beats: tuple[WorkerHeartbeat, ...] = ()
 
 
 async def open_frontier(
@@ -481,6 +487,8 @@ async def _tick(
         stall,
         news,
         files,
+        link_checks=live_link_checks(beats, fresh_seconds=policy.dead_after_seconds),
+        beats=tuple(beats),
     )
 
 

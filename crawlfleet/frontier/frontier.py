@@ -1105,9 +1105,10 @@ class Frontier:
     async def extend_file_slots(
         self, lease_ids_by_host: Mapping[str, Sequence[str]], ttl_seconds: float
     ) -> None:
-        """Push the expiry of the file slots a worker still holds to ``ttl_seconds`` from now,
-        in one round trip (the worker's heartbeat). A slot that was dropped meanwhile (its
-        holder was late past its expiry) is not taken back."""
+        """Push the expiry of the file slots a worker still holds, and of the byte
+        reservations of the same leases (:meth:`reserve_file_bytes`), to ``ttl_seconds`` from
+        now, in one round trip (the worker's heartbeat). A slot or reservation that was
+        dropped meanwhile (its holder was late past its expiry) is not taken back."""
         pairs = [
             item
             for host, lease_ids in lease_ids_by_host.items()
@@ -1130,22 +1131,35 @@ class Frontier:
             _lease_id(lease_id),
         )
 
-    async def reserve_file_bytes(self, n: int, budget: int) -> bool:
-        """Reserve ``n`` bytes of a download against the job's budget (``files.maxTotalBytes``):
-        True while bytes reserved + bytes settled + ``n`` stay within ``budget``, in one
-        script, so concurrent downloads never overshoot it together. ``budget`` 0 is no limit
-        (always True, and the bytes are reserved all the same). Applied once per call."""
-        if n < 0 or budget < 0:
-            raise ValueError(f"bad file byte reservation {n!r} or budget {budget!r}")
-        return bool(await self._run_once(self._scripts.file_bytes, "reserve", n, budget) == 1)
+    async def reserve_file_bytes(
+        self, holder: str, n: int, budget: int, *, ttl_seconds: float
+    ) -> bool:
+        """Reserve ``n`` bytes of a download against the job's budget (``files.maxTotalBytes``)
+        for ``holder`` (its lease id): True while bytes reserved + bytes settled + ``n`` stay
+        within ``budget``, in one script, so concurrent downloads never overshoot it together.
+        ``budget`` 0 is no limit (always True, and the bytes are reserved all the same).
 
-    async def settle_file_bytes(self, reserved: int, stored: int) -> None:
-        """A download ended: its ``reserved`` bytes go, and the ``stored`` bytes (0 for a
-        duplicate or a failure) count against the budget from now on, every run. Applied
+        The reservation lives ``ttl_seconds`` unless settled, or extended with the holder's
+        file slot (:meth:`extend_file_slots`): a worker killed before it settles costs the
+        budget nothing for longer. A holder reserving again replaces its reservation. Applied
         once per call."""
-        if reserved < 0 or stored < 0:
-            raise ValueError(f"bad file bytes to settle: {reserved!r} reserved, {stored!r} stored")
-        await self._run_once(self._scripts.file_bytes, "settle", reserved, stored)
+        if n < 0 or budget < 0 or ttl_seconds <= 0:
+            raise ValueError(
+                f"bad file byte reservation {n!r}, budget {budget!r} or ttl {ttl_seconds!r}"
+            )
+        ttl_ms = max(1, round(ttl_seconds * 1000))
+        reply = await self._run_once(
+            self._scripts.file_bytes, "reserve", _lease_id(holder), n, budget, ttl_ms
+        )
+        return bool(reply == 1)
+
+    async def settle_file_bytes(self, holder: str, stored: int) -> None:
+        """``holder``'s download ended: its reservation goes, and the ``stored`` bytes (0 for
+        a duplicate or a failure) count against the budget from now on, every run. Applied
+        once per call."""
+        if stored < 0:
+            raise ValueError(f"bad file bytes to settle: {stored!r} stored")
+        await self._run_once(self._scripts.file_bytes, "settle", _lease_id(holder), stored)
 
     async def claim_content(self, sha256: str, key: str) -> str | None:
         """Record ``key`` as the stored copy of the bytes ``sha256`` in the content index:

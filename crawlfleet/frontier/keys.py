@@ -73,6 +73,9 @@ FILE_KEYS: Final[dict[str, str]] = {
     "budget": "files:budget",
     # this run's counters (Frontier.count_files), reset by begin_run as stats is
     "counts": "files:counts",
+    # the reservations in flight: holder (lease id) -> expiry (ms), and holder -> bytes
+    "reservations": "files:reservations",
+    "reserved-by": "files:reserved-by",
 }
 
 #: The short name of the key replicas.py writes before a WAIT (its value means nothing: the

@@ -48,6 +48,7 @@ from crawlfleet.fleet import (
 )
 from crawlfleet.fleet.clock import Clock, SystemClock, schedule_clock
 from crawlfleet.fleet.freshness import Freshness
+from crawlfleet.fleet.link_checks import LinkChecks, by_worker
 from crawlfleet.fleet.recurring import (
     RecurringSchedule,
     Step,
@@ -387,6 +388,8 @@ class _Crawled:
     elapsed_seconds: float = 0.0
     #: A job with file rules: what it stored (None for the others).
     files: FileStats | None = None
+    #: Every worker's links answered locally and checked by the filter, as last heartbeated.
+    link_checks: LinkChecks = field(default_factory=LinkChecks)
 
 
 async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None) -> _Crawled:
@@ -405,6 +408,8 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
     first = True
     next_tick = 0.0
     max_workers = 0
+    # Each worker's last link counters: one scaled down mid-run still counts in the summary.
+    link_checks: dict[str, LinkChecks] = {}
     job = session.job
     while not session.stop_signal:
         await session.outage.restart_if_exited()
@@ -470,6 +475,7 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
             first = False
             _say_started(session, done)
         max_workers = max(max_workers, len(backend.active()))
+        link_checks = by_worker(link_checks, done.beats)
         event = steer.output_event(done.output_blocked, output_blocked)
         if event is not None:
             output_blocked = bool(done.output_blocked)
@@ -483,7 +489,12 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
             elapsed = time.monotonic() - started
             progress.done(stats, elapsed, files)
             return _Crawled(
-                "complete", stats, max_workers=max_workers, elapsed_seconds=elapsed, files=files
+                "complete",
+                stats,
+                max_workers=max_workers,
+                elapsed_seconds=elapsed,
+                files=files,
+                link_checks=LinkChecks.total(link_checks.values()),
             )
         progress.show(done, len(backend.active()), suspended)
         await asyncio.sleep(config.run.poll_seconds)
@@ -542,6 +553,15 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
         crawled.max_workers,
         session.job.spec.dedup.capacity,
     )
+    checks = crawled.link_checks
+    # The workers' local layer of dedup (crawlfleet.fleet.link_checks): links answered in the
+    # workers, links sent to the frontier's filter, and the share answered locally.
+    summary["link_checks"] = {
+        "local_hits": checks.local_hits,
+        "remote_checks": checks.remote_checks,
+    }
+    rate = checks.hit_rate
+    summary["local_dedup_hit_rate"] = None if rate is None else round(rate, 4)
     if session.job.spec.recrawl:  # a scheduled run: what its revisits found
         summary["freshness"] = Freshness.of(crawled.stats, now=time.time()).to_mapping()
     if crawled.files is not None:

@@ -886,6 +886,7 @@ class CrawlJobOperator:
             stall=done.stall,
             freshness=freshness,
             files=done.files,
+            local_dedup_hit_rate=done.link_checks.hit_rate,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, phase, stats, desired, ready)
@@ -894,6 +895,7 @@ class CrawlJobOperator:
         if done.files is not None:
             self.metrics.files(ref.namespace, ref.name, done.files)
         self.metrics.motion(ref.namespace, ref.name, done.waiting, done.stall)
+        self.metrics.link_checks(ref.namespace, ref.name, done.link_checks)
         self.metrics.frontier(
             ref.namespace,
             ref.name,

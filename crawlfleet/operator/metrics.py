@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from crawlfleet.crawljob import Phase
 from crawlfleet.fleet.freshness import Freshness
+from crawlfleet.fleet.link_checks import LinkChecks
 from crawlfleet.fleet.waiting import WAIT_REASONS, Waiting
 from crawlfleet.fleet.watchdog import STALL_REASONS, Stall
 from crawlfleet.frontier import FileStats, FrontierStats, MemoryState, PressureLevel
@@ -176,6 +177,15 @@ class OperatorMetrics:
             job,
             registry=self.registry,
         )
+        # The workers' local layer of dedup (crawlfleet.fleet.link_checks): what share of the
+        # links found never needed a round trip to the job's filter.
+        self.local_dedup_hit_rate = Gauge(
+            "crawlfleet_local_dedup_hit_rate",
+            "share of the links the live workers found that their own caches answered, not the"
+            " job's Bloom filter: local hits / (local hits + remote checks)",
+            job,
+            registry=self.registry,
+        )
         #: The frontier's cumulative revisit counts last seen, per job: the counter grows by
         #: the difference.
         self._revisits_seen: dict[tuple[str, str, str], int] = {}
@@ -196,6 +206,7 @@ class OperatorMetrics:
             self.revisits_due,
             self.files_stored,
             self.file_bytes,
+            self.local_dedup_hit_rate,
         )
         self._phases: dict[tuple[str, str], str] = {}
 
@@ -274,6 +285,12 @@ class OperatorMetrics:
         """One job's file downloads, as its tick read them."""
         self.files_stored.labels(namespace, name).set(files.stored)
         self.file_bytes.labels(namespace, name).set(files.bytes)
+
+    def link_checks(self, namespace: str, name: str, checks: LinkChecks) -> None:
+        """One job's local dedup hit rate, as its tick summed it (unset before any check)."""
+        rate = checks.hit_rate
+        if rate is not None:
+            self.local_dedup_hit_rate.labels(namespace, name).set(rate)
 
     def motion(
         self, namespace: str, name: str, waiting: Waiting | None, stall: Stall | None

@@ -162,6 +162,8 @@ class Observed:
     freshness: Freshness | None = None
     #: What a job with file rules stored (None: it has none).
     files: FileStats | None = None
+    #: The live workers' share of link checks answered locally (None: none checked yet).
+    local_dedup_hit_rate: float | None = None
 
 
 def _frontier_conditions(seen: Observed) -> list[Wanted]:
@@ -354,6 +356,8 @@ def job_status(
             frontierMemoryUsedBytes=seen.frontier_memory.used_bytes,
             frontierMemoryMaxBytes=seen.frontier_memory.max_bytes,
         )
+    if seen.local_dedup_hit_rate is not None:
+        status["localDedupHitRate"] = round(seen.local_dedup_hit_rate, 4)
     if seen.frontier_epoch is not None:
         status["frontierEpoch"] = seen.frontier_epoch
     if seen.frontier_shards is not None and previous.get("frontierShards") is None:

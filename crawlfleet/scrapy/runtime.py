@@ -752,6 +752,10 @@ class Runtime:
             self._seeded = True
         new = sum(1 for code in codes if code is Admission.NEW)
         self.counters["links_new"] += new
+        # No local cache here (Scrapy's own dupefilter is off on the fleet): every check is
+        # the frontier's, and the fleet's local_dedup_hit_rate counts them as such.
+        self.counters["links_remote_checks"] += len(kept)
+        self.metrics.observe_link_checks(0, len(kept))
         for code in codes:
             if code is Admission.OVER_LIMIT:
                 dropped["max_pages"] = dropped.get("max_pages", 0) + 1

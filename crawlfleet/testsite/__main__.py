@@ -55,6 +55,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="link only normal pages; robots.txt allows everything",
     )
+    p.add_argument(
+        "--navigation-links",
+        type=int,
+        default=defaults.navigation_links,
+        help="every page links the same N pages of its host (a site menu)",
+    )
     p.add_argument("--crawl-delay", type=float, default=None, help="Crawl-delay for host 1")
     p.add_argument("--latency", type=float, default=0.0, help="seconds added to every response")
     p.add_argument(
@@ -157,6 +163,7 @@ async def _serve(args: argparse.Namespace) -> int:
         hostile=not args.no_hostile,
         crawl_delay_seconds=args.crawl_delay,
         latency_seconds=args.latency,
+        navigation_links=args.navigation_links,
     )
     keep = args.keep_records or args.record_file is not None
     server = SiteServer(config, base_address=args.base_address, keep_records=keep)

@@ -87,6 +87,7 @@ from crawlfleet.testsite.file_bodies import (
     if_range_matches,
     parse_range,
 )
+from crawlfleet.testsite.listeners import bind_hosts, netlocs, serve
 from crawlfleet.testsite.threaded import BackgroundSite, LoopThread
 
 __all__ = [
@@ -333,26 +334,10 @@ class FileServer:
     async def start(self) -> None:
         if self._runners:
             raise RuntimeError("already started")
-        socks: list[socket.socket] = []
-        try:
-            for k in range(len(KINDS)):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((str(self._base + k), 0))
-                sock.setblocking(False)
-            self._netlocs = ["{}:{}".format(*s.getsockname()[:2]) for s in socks]
-            for kind, sock in zip(KINDS, socks, strict=True):
-                server = web.Server(self._handler_for(kind), access_log=None)
-                runner = web.ServerRunner(server, shutdown_timeout=0.5)
-                await runner.setup()
-                self._runners.append(runner)
-                await web.SockSite(runner, sock).start()
-        except BaseException:
-            await self.stop()
-            for sock in socks:
-                sock.close()
-            raise
+        socks = bind_hosts(self._base, len(KINDS))
+        self._netlocs = netlocs(socks)
+        servers = [web.Server(self._handler_for(kind), access_log=None) for kind in KINDS]
+        self._runners = await serve(zip(servers, socks, strict=True))
 
     async def stop(self) -> None:
         runners, self._runners = self._runners, []

@@ -23,6 +23,9 @@ Shape of the graph
   page of its own host.
 * The out-of-scope host (index ``hosts``) has the same shape but only links to itself.  In
   hostile mode some in-scope pages link to it; a correct crawler never requests it.
+* With ``navigation_links = N`` every normal page also links pages ``1..N`` of its own host
+  from its ``<nav>``, always spelled the same (root-relative paths): a site menu, which makes
+  most of a crawl's links repeats.
 * Nofollow links in normal pages always point at the host root ``/`` (a depth-0 seed), so
   whether a crawler honours ``rel="nofollow"`` never changes :meth:`expected_pages`.  A
   dedicated ``/nofollow/only`` page (hostile mode) is linked *only* with ``rel="nofollow"``.
@@ -143,6 +146,10 @@ class SiteConfig:
     #: 304; and those that do the same with ``Last-Modified`` (crawlfleet/testsite/revisions.py).
     etag_hosts: tuple[int, ...] = ()
     last_modified_hosts: tuple[int, ...] = ()
+    #: Every normal page links, in its ``<nav>``, the same pages ``1..navigation_links`` of its
+    #: own host by their root-relative paths, as a site's menu does: the site on which a
+    #: worker's local layer of dedup answers most link checks (issue #25). 0: no menu.
+    navigation_links: int = 0
 
     def __post_init__(self) -> None:
         # Fail at construction, not half-way through a test with a confusing server error.
@@ -176,6 +183,8 @@ class SiteConfig:
             raise ValueError("etag_hosts and last_modified_hosts must name in-scope hosts")
         if self.robots_retry_after_seconds is not None and self.robots_retry_after_seconds < 0:
             raise ValueError("robots_retry_after_seconds must be >= 0")
+        if not 0 <= self.navigation_links < self.pages_per_host:
+            raise ValueError("navigation_links must be in 0..pages_per_host-1")
 
 
 @dataclass(frozen=True)
@@ -311,6 +320,10 @@ class SiteGraph:
         """Normal-page links of page ``ref`` (tree children first, then random links)."""
         return self._links[ref[0]][ref[1]]
 
+    def navigation(self, host: int) -> tuple[PageRef, ...]:
+        """The menu every normal page of ``host`` links (``SiteConfig.navigation_links``)."""
+        return tuple((host, index) for index in range(1, self.config.navigation_links + 1))
+
     def _build_links(self) -> list[list[tuple[PageRef, ...]]]:
         cfg = self.config
         rng = random.Random(cfg.seed)
@@ -383,7 +396,7 @@ class SiteGraph:
             d = depth[ref]
             if max_depth is not None and d >= max_depth:
                 continue
-            for target in self._links[ref[0]][ref[1]]:
+            for target in (*self._links[ref[0]][ref[1]], *self.navigation(ref[0])):
                 if target not in depth:
                     depth[target] = d + 1
                     queue.append(target)
@@ -472,6 +485,10 @@ class SiteGraph:
             # Fragment-only links resolve against <base>, so only where there is none.
             "" if base_tag else '<a href="#main">Skip to content</a> ',
             "<a>No href</a>",
+            *(
+                f' <a href="{page_path(target)}">Section {target}</a>'
+                for _host, target in self.navigation(host)
+            ),
             "</nav></header>\n",
             f'<main id="main">\n<h1>{title}</h1>\n',
             prose[0],

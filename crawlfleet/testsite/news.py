@@ -56,7 +56,6 @@ import hashlib
 import ipaddress
 import math
 import random
-import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -68,6 +67,7 @@ from typing import Final, Literal
 
 from aiohttp import web
 
+from crawlfleet.testsite.listeners import bind_hosts, netlocs, serve
 from crawlfleet.testsite.threaded import BackgroundSite, LoopThread
 
 __all__ = [
@@ -437,27 +437,12 @@ class NewsServer:
     async def start(self) -> None:
         if self._runners:
             raise RuntimeError("already started")
-        socks: list[socket.socket] = []
-        try:
-            for h in range(self.config.hosts):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((str(self._base + h), 0))
-                sock.setblocking(False)
-            self._netlocs = ["{}:{}".format(*s.getsockname()[:2]) for s in socks]
-            for h, sock in enumerate(socks):
-                runner = web.ServerRunner(
-                    web.Server(self._handler_for(h), access_log=None), shutdown_timeout=0.5
-                )
-                await runner.setup()
-                self._runners.append(runner)
-                await web.SockSite(runner, sock).start()
-        except BaseException:
-            await self.stop()
-            for sock in socks:
-                sock.close()
-            raise
+        socks = bind_hosts(self._base, self.config.hosts)
+        self._netlocs = netlocs(socks)
+        servers = [
+            web.Server(self._handler_for(h), access_log=None) for h in range(self.config.hosts)
+        ]
+        self._runners = await serve(zip(servers, socks, strict=True))
         self._started_at = time.monotonic()
 
     async def stop(self) -> None:

@@ -139,7 +139,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import socket
 import struct
 import threading
 import time
@@ -154,6 +153,7 @@ from aiohttp import web
 
 from crawlfleet.testsite import feeds, hostile, shop, sitemaps
 from crawlfleet.testsite.graph import SiteConfig, SiteGraph, SpecialUrls, page_path
+from crawlfleet.testsite.listeners import bind_hosts, netlocs, serve
 from crawlfleet.testsite.revisions import Revisions
 from crawlfleet.testsite.threaded import BackgroundSite, LoopThread
 
@@ -491,32 +491,23 @@ class SiteServer:
         """Bind every host on a free port and start serving; returns once all listen."""
         if self._runners:
             raise RuntimeError("already started")
-        socks: list[socket.socket] = []
-        try:
-            for i in range(self.config.hosts + 1):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(sock)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((str(self._base + i), 0))
-                sock.setblocking(False)
-            self._netlocs = ["{}:{}".format(*s.getsockname()[:2]) for s in socks]
-            self._graph = SiteGraph(self.config, self._netlocs[:-1], self._netlocs[-1])
-            self._stopping = asyncio.Event()
-            for i, sock in enumerate(socks):
-                server = web.Server(
-                    self._handler_for(i),
-                    handler_cancellation=not self.config.finish_abandoned_requests,
-                    access_log=None,
-                )
-                runner = web.ServerRunner(server, shutdown_timeout=self._shutdown_timeout)
-                await runner.setup()
-                self._runners.append(runner)
-                await web.SockSite(runner, sock, backlog=self._backlog).start()
-        except BaseException:
-            await self.stop()
-            for sock in socks:
-                sock.close()
-            raise
+        socks = bind_hosts(self._base, self.config.hosts + 1)
+        self._netlocs = netlocs(socks)
+        self._graph = SiteGraph(self.config, self._netlocs[:-1], self._netlocs[-1])
+        self._stopping = asyncio.Event()
+        servers = [
+            web.Server(
+                self._handler_for(i),
+                handler_cancellation=not self.config.finish_abandoned_requests,
+                access_log=None,
+            )
+            for i in range(len(socks))
+        ]
+        self._runners = await serve(
+            zip(servers, socks, strict=True),
+            shutdown_timeout=self._shutdown_timeout,
+            backlog=self._backlog,
+        )
 
     async def stop(self) -> None:
         """Stop now: abort every connection (cancelling its handler) and close the listeners.

@@ -96,3 +96,14 @@ def test_the_command_line_reads_its_defaults_from_the_environment(
     err = capsys.readouterr().err
     assert "CRAWLFLEET_TICK_SECONDS='oops'" in err
     assert "Traceback" not in err
+
+
+def test_the_worker_s_link_cache_size_comes_from_the_environment_and_must_be_positive() -> None:
+    from crawlfleet.crawler.worker.flow import WorkerOptions
+
+    config = Config.from_env({"CRAWLFLEET_LINK_CACHE_GENERATION_SIZE": "1000"}).worker
+    options = WorkerOptions.from_config("w1", config, exit_when_done=True)
+    assert options.link_cache_generation_size == 1000
+    zero = Config.from_env({"CRAWLFLEET_LINK_CACHE_GENERATION_SIZE": "0"}).worker
+    with pytest.raises(ConfigError, match="CRAWLFLEET_LINK_CACHE_GENERATION_SIZE: must be at"):
+        WorkerOptions.from_config("w1", zero, exit_when_done=True)

@@ -222,9 +222,32 @@ def test_no_hostile_pages_link_only_to_normal_pages() -> None:
     assert b"Crawl-delay: 1\n" in (graph.robots_txt(1) or b"")
 
 
+def test_navigation_pages_are_linked_the_same_way_from_every_page() -> None:
+    cfg = SiteConfig(hosts=2, pages_per_host=120, hostile=False, navigation_links=50)
+    graph = SiteGraph(cfg, FAKE_NETLOCS[:2], FAKE_OOS)
+    for h in range(cfg.hosts):
+        menu = [page_path(i) for i in range(1, 51)]
+        for i in range(cfg.pages_per_host):
+            url = graph.url(h, page_path(i))
+            parser, links = parse(url, graph.render_page(h, i))
+            hrefs = [href for href, _ in parser.links]
+            start = hrefs.index(menu[0])  # in the header: the menu, spelled the same everywhere
+            assert hrefs[start : start + 50] == menu, url
+            content = {graph.page_url(ref) for ref in graph.links((h, i))}
+            menu_urls = {graph.url(h, path) for path in menu}
+            found = {u for u, _ in links} - {url}  # '#main' is the page itself
+            assert found == ({graph.url(h, "/")} | menu_urls | content) - {url}
+    # The menu's pages are one click from the seeds.
+    depths = graph.expected_pages()
+    assert len(depths) == graph.page_count
+    assert all(depths[graph.url(h, page_path(i))] <= 1 for h in range(2) for i in range(1, 51))
+
+
 def test_site_config_validates() -> None:
     with pytest.raises(ValueError, match="links_per_page"):
         SiteConfig(links_per_page=0)
+    with pytest.raises(ValueError, match="navigation_links"):
+        SiteConfig(pages_per_host=10, navigation_links=10)
     with pytest.raises(ValueError, match="1 MiB"):
         SiteConfig(bomb_inflated_bytes=1000)
 

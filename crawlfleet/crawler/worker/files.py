@@ -371,7 +371,10 @@ class FileDownloads:
         size = result.size
         # Reserved whatever the budget (0: none, always granted): the frontier keeps the job's
         # stored bytes either way, and a download's bytes are never counted twice.
-        if not await self.frontier.reserve_file_bytes(size, self.max_total_bytes):
+        holder = lease.lease_id
+        if not await self.frontier.reserve_file_bytes(
+            holder, size, self.max_total_bytes, ttl_seconds=self.slot_ttl_seconds
+        ):
             await part.discard()
             return self._failed(
                 FailureClass.FILE_BUDGET,
@@ -379,7 +382,6 @@ class FileDownloads:
                 f" ({self.max_total_bytes} bytes)",
                 result,
             )
-        reserved = size
         try:
             digest = result.sha256
             if digest is None:  # _download read it back, or failed
@@ -387,13 +389,13 @@ class FileDownloads:
             stored = await part.finish(digest)
             existing = await self.frontier.claim_content(digest, stored.key)
         except BaseException:
-            await self.frontier.settle_file_bytes(reserved, 0)
+            await self.frontier.settle_file_bytes(holder, 0)
             raise
         # The content index decides, not the destination: two downloads of the same bytes
         # finishing at once may each find the other's object, but only one claims the index.
         duplicate = existing is not None
         new_bytes = 0 if duplicate else size
-        await self.frontier.settle_file_bytes(reserved, new_bytes)
+        await self.frontier.settle_file_bytes(holder, new_bytes)
         await self.frontier.count_files(
             stored=0 if duplicate else 1,
             duplicates=1 if duplicate else 0,

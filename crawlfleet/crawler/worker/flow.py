@@ -15,9 +15,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from crawlfleet.config import ENV_PREFIX, LINK_CACHE_GENERATION_SIZE
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.sinks import OnDurable, OutputSink
-from crawlfleet.errors import FrontierUnavailable, OutputWriteError
+from crawlfleet.errors import ConfigError, FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import HeartbeatValue
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class WorkerOptions:
     max_records_per_file: int
     max_pending_files: int
     output_retry_max_seconds: float
+    #: Links per generation of the worker's local link cache (crawler/links/admission.py).
+    link_cache_generation_size: int = LINK_CACHE_GENERATION_SIZE
     #: Write the output's closing files (manifest.json, dead-letters.jsonl) when the job is
     #: complete, if no other worker has: a worker that keeps running is in a fleet (a pod,
     #: or a child of crawlfleet run), whose first idle or draining worker writes them.
@@ -71,6 +74,11 @@ class WorkerOptions:
     def from_config(
         cls, worker_id: str, config: WorkerConfig, *, exit_when_done: bool
     ) -> WorkerOptions:
+        link_cache = config.link_cache_generation_size
+        if link_cache < 1:
+            raise ConfigError(
+                f"{ENV_PREFIX}LINK_CACHE_GENERATION_SIZE: must be at least 1 (got {link_cache})"
+            )
         return cls(
             worker_id=worker_id,
             exit_when_done=exit_when_done,
@@ -85,15 +93,21 @@ class WorkerOptions:
             max_pending_files=config.output.max_pending_files,
             output_retry_max_seconds=config.output.retry_max_seconds,
             finish_output=not exit_when_done,
+            link_cache_generation_size=link_cache,
         )
 
 
 #: The counters a worker's heartbeat carries besides its gauges (in_flight, limit, output_*).
+#: ``links_local_hits`` and ``links_remote_checks``: extracted links the worker's own cache
+#: answered, and links it sent to the frontier's filter (crawler/links/admission.py); the
+#: fleet reads their share as ``local_dedup_hit_rate`` (crawlfleet/fleet/link_checks.py).
 WORKER_COUNTERS: Final = (
     "fetched",
     "succeeded",
     "failed",
     "links_new",
+    "links_local_hits",
+    "links_remote_checks",
     "leases_lost",
     "released",
     "output_failures",

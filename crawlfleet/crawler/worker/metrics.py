@@ -94,6 +94,9 @@ _CHANGES: Final[tuple[str, ...]] = get_args(Change)
 #: The ``files`` subsystem (``spec.files``, DESIGN §11): its metrics are named after it, as the
 #: contract of issue #24 fixes them (``crawlfleet_files_total``, not ``crawlfleet_worker_...``).
 _FILES_PREFIX: Final = "crawlfleet_"
+#: The worker's local layer of dedup (DESIGN §7, issue #25): named after the ``links``
+#: subsystem as that issue's contract fixes them (``crawlfleet_links_local_hits_total``).
+_LINKS_PREFIX: Final = "crawlfleet_links_"
 #: What became of a file download that ended: the ``outcome`` label of ``files_total``.
 FILE_OUTCOMES: Final = ("stored", "duplicate", "failed")
 #: Why a download dropped its part and started from zero (``crawler/files/resume.py``).
@@ -200,6 +203,20 @@ class WorkerMetrics:
             " too_many_path_segments and repeated_path_segments), invalid_url, bad_scheme,"
             " max_pages, memory_pressure. Repeats the worker already settled are not counted.",
             ["reason"],
+            registry=reg,
+        )
+        self.links_local_hits = Counter(
+            _LINKS_PREFIX + "local_hits_total",
+            "Extracted links the worker answered without the frontier: settled by the job's"
+            " filter before (this worker's bounded cache of links it settled), or repeated"
+            " within one flush. The fleet's local dedup hit rate is"
+            " local_hits / (local_hits + remote_checks).",
+            registry=reg,
+        )
+        self.links_remote_checks = Counter(
+            _LINKS_PREFIX + "remote_checks_total",
+            "Links the worker sent to the frontier's enqueue, each one check of the job's"
+            " Bloom filter (the rest of the links found were answered locally or refused).",
             registry=reg,
         )
         self.feed_links_found = Counter(
@@ -413,6 +430,13 @@ class WorkerMetrics:
             self.bloom.labels(result="new").inc(new)
         if duplicate:
             self.bloom.labels(result="duplicate").inc(duplicate)
+
+    def observe_link_checks(self, local_hits: int, remote_checks: int) -> None:
+        """One flush's links answered locally and sent to the frontier: per batch."""
+        if local_hits > 0:
+            self.links_local_hits.inc(local_hits)
+        if remote_checks > 0:
+            self.links_remote_checks.inc(remote_checks)
 
     def observe_leases_lost(self, count: int = 1) -> None:
         if count > 0:

@@ -104,6 +104,7 @@ from crawlfleet.frontier import (
     Failure,
     Frontier,
     FrontierStats,
+    HeartbeatValue,
     Lease,
     Revisit,
     host_of,
@@ -220,7 +221,9 @@ class Worker:
         self._read_sitemaps = spec.scope.sitemaps
         #: The job's recrawl rules; empty: a one-shot crawl, no revisit state read or sent.
         self._recrawl = spec.recrawl
-        self._admission = LinkAdmission(self.scope)
+        self._admission = LinkAdmission(
+            self.scope, generation_size=options.link_cache_generation_size
+        )
         self._rng = rng or random.Random()
         #: The fetch task of each lease in its fetching stage.
         self._inflight: dict[str, asyncio.Task[None]] = {}
@@ -1023,6 +1026,10 @@ class Worker:
             self.counters["links_new"] += new
             self.metrics.observe_bloom(code == 1 for code in admitted)
         self._admission.settle(pending, admitted)
+        # Counted once the enqueue answered: a batch whose enqueue failed is prepared again.
+        self.counters["links_local_hits"] += pending.local_hits
+        self.counters["links_remote_checks"] += pending.remote_checks
+        self.metrics.observe_link_checks(pending.local_hits, pending.remote_checks)
         self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
         for outcome in batch:  # a batch the output refuses is written again, not admitted again
             outcome.forget_links()
@@ -1052,6 +1059,8 @@ class Worker:
                 self.leases.fail_later(outcome.lease.lease_id, outcome.failure)
             if outcome.revisit is not None:
                 self.leases.revisit_later(outcome.lease.lease_id, outcome.revisit)
+        if not self._inflight and not self._done:
+            await self._beat_before_idle()
         # Settled once ``generation`` is durable (now, when nothing was written: format none).
         await self.leases.written([outcome.lease.lease_id for outcome in batch], generation)
         self._report_output()
@@ -1073,8 +1082,8 @@ class Worker:
 
     # -- flow: heartbeats, lease extension, shutdown ------------------------------------
 
-    async def _heartbeat_once(self) -> None:
-        fields = heartbeat_fields(
+    def _heartbeat_fields(self) -> dict[str, HeartbeatValue]:
+        return heartbeat_fields(
             self.counters,
             self.leases,
             self.output,
@@ -1082,10 +1091,24 @@ class Worker:
             limit=self.limit.limit,
             file_downloads=self.files.in_flight if self.files is not None else 0,
         )
-        await self.frontier.heartbeat(self.worker_id, fields)
+
+    async def _heartbeat_once(self) -> None:
+        await self.frontier.heartbeat(self.worker_id, self._heartbeat_fields())
         await self.leases.keep_alive()
         if self.files is not None:
             await self.files.keep_alive()
+
+    async def _beat_before_idle(self) -> None:
+        """A heartbeat now, before the acks of a batch that leaves nothing in flight: if these
+        were the crawl's last pages, the fleet sees the job complete with this worker's final
+        counters already in its heartbeat (the local run's summary sums them), not up to a
+        heartbeat interval older. A busy worker never gets here; one that fails only costs
+        the counters their freshness, so it is not raised (the batch must not be flushed
+        twice)."""
+        try:
+            await self.frontier.heartbeat(self.worker_id, self._heartbeat_fields())
+        except FrontierUnavailable as error:
+            log.debug("heartbeat before idle failed: %s", error, extra={"layer": "flow"})
 
     async def _drain(self) -> None:
         """Give in-flight fetches the grace period, then release what is left."""

@@ -52,7 +52,8 @@ for _, pair in ipairs(bloom_keys(tonumber(redis.call('HGET', K.meta, 'bloom_laye
 end
 redis.call('DEL', K.ready, K.hosts, K.delayed, K.leases, K.dead, K.held, K.robots_waits,
   K.robots_wait_status, K.rv_index, K.rv_open, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
-  PREFIX .. 'output-finished', PREFIX .. 'output-finisher', FILES.counts)
+  PREFIX .. 'output-finished', PREFIX .. 'output-finisher', FILES.counts, FILES.reservations,
+  FILES.reserved_by)
 redis.call('HDEL', FILES.budget, 'reserved')
 local sequence = redis.call('HGET', K.stats, 'lease_seq')
 redis.call('DEL', K.stats)

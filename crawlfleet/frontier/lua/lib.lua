@@ -57,7 +57,8 @@ local function robots_lock_key(origin) return PREFIX .. 'robots-lock:' .. origin
 -- (reserved, settled) and this run's counters.
 local function file_slots_key(host) return PREFIX .. 'files:slots:' .. host end
 local FILES = {content = PREFIX .. 'files:content', budget = PREFIX .. 'files:budget',
-  counts = PREFIX .. 'files:counts'}
+  counts = PREFIX .. 'files:counts', reservations = PREFIX .. 'files:reservations',
+  reserved_by = PREFIX .. 'files:reserved-by'}
 local function host_of(url) return string.match(url, '^%a+://([^/?#]+)') or '' end
 
 local function split_task(task)

@@ -118,9 +118,9 @@ async def test_file_budget_content_and_counts_apply_once_and_answer_truly(
     """A reservation, a settlement, a content claim or a count sent twice would stay wrong
     for the whole run: a budget that fills with nothing, a copy that is its own duplicate."""
     proxy.drop_reply_to_next(b"EVALSHA")
-    assert await frontier.reserve_file_bytes(600, 1000)
+    assert await frontier.reserve_file_bytes("l1", 600, 1000, ttl_seconds=60)
     proxy.drop_reply_to_next(b"EVALSHA")
-    await frontier.settle_file_bytes(600, 500)
+    await frontier.settle_file_bytes("l1", 500)
     proxy.drop_reply_to_next(b"EVALSHA")
     assert await frontier.claim_content("ab" * 32, "files/sha256/ab/" + "ab" * 32) is None
     proxy.drop_reply_to_next(b"EVALSHA")

@@ -161,7 +161,7 @@ async def test_concurrent_reservations_never_overshoot_the_budget(
         sizes = [random.Random(i).randrange(1, 2**30) for i in range(200)]
         granted = await asyncio.gather(
             *(
-                (one if i % 2 else two).reserve_file_bytes(size, budget)
+                (one if i % 2 else two).reserve_file_bytes(f"l{i}", size, budget, ttl_seconds=60)
                 for i, size in enumerate(sizes)
             )
         )
@@ -173,8 +173,12 @@ async def test_concurrent_reservations_never_overshoot_the_budget(
         assert (await one.file_stats()).reserved == reserved
 
         # Equal sizes: exactly as many as fit.
-        await one.settle_file_bytes(reserved, 0)
-        equal = await asyncio.gather(*(one.reserve_file_bytes(2**30, budget) for _ in range(30)))
+        for i, ok in enumerate(granted):
+            if ok:
+                await one.settle_file_bytes(f"l{i}", 0)
+        equal = await asyncio.gather(
+            *(one.reserve_file_bytes(f"e{i}", 2**30, budget, ttl_seconds=60) for i in range(30))
+        )
         assert sum(equal) == 10
     finally:
         await two.aclose()
@@ -185,32 +189,63 @@ async def test_settled_bytes_count_against_the_budget_and_reservations_go(
 ) -> None:
     frontier = await open_frontier()
     budget = 1000
-    assert await frontier.reserve_file_bytes(600, budget)  # declared length
-    assert not await frontier.reserve_file_bytes(500, budget)
-    await frontier.settle_file_bytes(600, 550)  # it stored 550
+    assert await frontier.reserve_file_bytes("a", 600, budget, ttl_seconds=60)  # declared length
+    assert not await frontier.reserve_file_bytes("b", 500, budget, ttl_seconds=60)
+    await frontier.settle_file_bytes("a", 550)  # it stored 550
     stats = await frontier.file_stats()
     assert (stats.reserved, stats.settled) == (0, 550)
-    assert not await frontier.reserve_file_bytes(451, budget)
-    assert await frontier.reserve_file_bytes(450, budget)
-    await frontier.settle_file_bytes(450, 0)  # a duplicate stores no new bytes
+    assert not await frontier.reserve_file_bytes("c", 451, budget, ttl_seconds=60)
+    assert await frontier.reserve_file_bytes("c", 450, budget, ttl_seconds=60)
+    await frontier.settle_file_bytes("c", 0)  # a duplicate stores no new bytes
     assert (await frontier.file_stats()).settled == 550
-    # Settling more than is reserved (a begin_run dropped it) never goes below zero.
-    await frontier.settle_file_bytes(10_000, 0)
-    assert (await frontier.file_stats()).reserved == 0
+    # Settling a holder with no reservation (settled already, or dropped by a begin_run)
+    # releases nothing.
+    assert await frontier.reserve_file_bytes("d", 100, budget, ttl_seconds=60)
+    await frontier.settle_file_bytes("c", 0)
+    assert (await frontier.file_stats()).reserved == 100
+    # A holder reserving again replaces its reservation rather than adding to it.
+    assert await frontier.reserve_file_bytes("d", 300, budget, ttl_seconds=60)
+    assert (await frontier.file_stats()).reserved == 300
+
+
+async def test_a_reservation_its_holder_never_settles_expires_unless_extended(
+    open_frontier: OpenFrontier,
+) -> None:
+    """A worker killed between reserving and settling (its file stored, its lease not yet
+    acked) leaves its reservation behind: it expires with its ttl, so the job's budget is
+    whole again; a reservation whose holder's heartbeat extends it (with its file slot) stays."""
+    frontier = await open_frontier()
+    budget = 1000
+    assert await frontier.acquire_file_slot(HOST, "alive", 1, 60.0)
+    assert await frontier.reserve_file_bytes("alive", 400, budget, ttl_seconds=0.5)
+    assert await frontier.reserve_file_bytes("killed", 500, budget, ttl_seconds=0.5)
+    assert not await frontier.reserve_file_bytes("new", 200, budget, ttl_seconds=60)
+    for _ in range(3):  # the living holder's heartbeats, past the first ttl
+        await asyncio.sleep(0.3)
+        await frontier.extend_file_slots({HOST: ["alive"]}, 0.5)
+    # The killed holder's 500 bytes are back; the living one's 400 are still held.
+    assert await frontier.reserve_file_bytes("new", 601, budget, ttl_seconds=60) is False
+    assert await frontier.reserve_file_bytes("new", 500, budget, ttl_seconds=60)
+    assert (await frontier.file_stats()).reserved == 900
+    await frontier.settle_file_bytes("alive", 400)
+    stats = await frontier.file_stats()
+    assert (stats.reserved, stats.settled) == (500, 400)
 
 
 async def test_no_budget_grants_everything_and_still_counts(open_frontier: OpenFrontier) -> None:
     frontier = await open_frontier()
     big = 2**50  # the bound of files.maxTotalBytes; far past Lua's %.14g
-    assert await frontier.reserve_file_bytes(big, 0)
-    assert await frontier.reserve_file_bytes(big + 1, 0)
-    await frontier.settle_file_bytes(big, big - 1)
+    assert await frontier.reserve_file_bytes("a", big, 0, ttl_seconds=60)
+    assert await frontier.reserve_file_bytes("b", big + 1, 0, ttl_seconds=60)
+    await frontier.settle_file_bytes("a", big - 1)
     stats = await frontier.file_stats()
     assert (stats.reserved, stats.settled) == (big + 1, big - 1)
     with pytest.raises(ValueError, match="bad"):
-        await frontier.reserve_file_bytes(-1, 0)
+        await frontier.reserve_file_bytes("c", -1, 0, ttl_seconds=60)
     with pytest.raises(ValueError, match="bad"):
-        await frontier.settle_file_bytes(0, -1)
+        await frontier.reserve_file_bytes("c", 1, 0, ttl_seconds=0)
+    with pytest.raises(ValueError, match="bad"):
+        await frontier.settle_file_bytes("c", -1)
 
 
 # -- the content index ------------------------------------------------------------------------
@@ -288,9 +323,10 @@ async def test_a_new_run_resets_the_counters_and_keeps_the_content_and_stored_by
 ) -> None:
     frontier = await open_frontier()
     await frontier.begin_run("20261202T080000Z")
-    assert await frontier.reserve_file_bytes(100, 1000)
-    assert await frontier.reserve_file_bytes(200, 1000)  # in flight when the run is replaced
-    await frontier.settle_file_bytes(100, 100)
+    assert await frontier.reserve_file_bytes("a", 100, 1000, ttl_seconds=60)
+    # in flight when the run is replaced
+    assert await frontier.reserve_file_bytes("b", 200, 1000, ttl_seconds=60)
+    await frontier.settle_file_bytes("a", 100)
     assert await frontier.claim_content(SHA, stored_key(SHA, "runs/20261202T080000Z/")) is None
     await frontier.count_files(stored=1, bytes=100)
     assert await frontier.acquire_file_slot(HOST, "downloading", 1, 60.0)
@@ -303,7 +339,11 @@ async def test_a_new_run_resets_the_counters_and_keeps_the_content_and_stored_by
     )
     # A download still on the wire keeps its host's slot until it ends or expires.
     assert not await frontier.acquire_file_slot(HOST, "new run", 1, 60.0)
-    assert not await frontier.reserve_file_bytes(901, 1000)  # the job's stored bytes count
+    # the job's stored bytes count
+    assert not await frontier.reserve_file_bytes("c", 901, 1000, ttl_seconds=60)
+    # the dropped reservation is gone for good: its holder settling later releases nothing
+    await frontier.settle_file_bytes("b", 0)
+    assert await frontier.file_stats() == FileStats(settled=100)
 
     await frontier.commit_run("20261202T090000Z")
     await frontier.begin_run("20261202T100000Z")
@@ -315,7 +355,7 @@ async def test_deleting_the_job_deletes_its_file_keys(
 ) -> None:
     frontier = await open_frontier()
     await frontier.acquire_file_slot(HOST, "a", 1, 60.0)
-    await frontier.reserve_file_bytes(1, 0)
+    await frontier.reserve_file_bytes("a", 1, 0, ttl_seconds=60)
     await frontier.claim_content(SHA, stored_key(SHA))
     await frontier.count_files(stored=1)
     names = [frontier.keys.file_slots(HOST), *map(frontier.keys.key, FILE_KEYS.values())]
@@ -335,9 +375,9 @@ async def test_a_download_can_finish_when_redis_refuses_writes(
     try:
         assert await frontier.acquire_file_slot(HOST, "a", 1, 60.0)
         await frontier.extend_file_slots({HOST: ["a"]}, 60.0)
-        assert await frontier.reserve_file_bytes(100, 0)
+        assert await frontier.reserve_file_bytes("a", 100, 0, ttl_seconds=60)
         assert await frontier.claim_content(SHA, stored_key(SHA)) is None
-        await frontier.settle_file_bytes(100, 100)
+        await frontier.settle_file_bytes("a", 100)
         await frontier.count_files(stored=1, bytes=100)
         await frontier.release_file_slot(HOST, "a")
         assert await frontier.file_stats() == FileStats(stored=1, bytes=100, settled=100)

@@ -43,21 +43,82 @@ def test_a_settled_link_is_not_offered_again() -> None:
 def test_links_of_a_failed_enqueue_are_offered_again() -> None:
     admission = LinkAdmission(SCOPE)
     admission.prepare([page(["http://a.test/x"])])  # enqueue raised: settle never called
-    assert urls(admission.prepare([page(["http://a.test/x"])])) == ["http://a.test/x"]
+    again = admission.prepare([page(["http://a.test/x"])])
+    assert urls(again) == ["http://a.test/x"]
+    assert (again.local_hits, again.remote_checks) == (0, 1)
 
 
-def test_links_refused_for_max_pages_are_offered_again() -> None:
+@pytest.mark.parametrize("refusal", [Admission.OVER_LIMIT, Admission.OVER_BUDGET])
+def test_links_refused_for_max_pages_or_memory_pressure_are_offered_again(
+    refusal: Admission,
+) -> None:
     admission = LinkAdmission(SCOPE)
-    answer(admission, admission.prepare([page(["http://a.test/x"])]), Admission.OVER_LIMIT)
-    assert urls(admission.prepare([page(["http://a.test/x"])])) == ["http://a.test/x"]
+    answer(admission, admission.prepare([page(["http://a.test/x"])]), refusal)
+    again = admission.prepare([page(["http://a.test/x"])])
+    assert urls(again) == ["http://a.test/x"]
+    assert (again.local_hits, again.remote_checks) == (0, 1)
 
 
 def test_a_link_too_deep_here_is_offered_at_a_lower_depth() -> None:
     admission = LinkAdmission(SCOPE)
     deep = admission.prepare([page(["http://a.test/x"], depth=4)])
     assert (deep.links, deep.settled) == ([], [])
+    assert (deep.local_hits, deep.remote_checks) == (0, 0)  # the filter was not asked
     answer(admission, deep, Admission.NEW)
-    assert urls(admission.prepare([page(["http://a.test/x"], depth=2)])) == ["http://a.test/x"]
+    again = admission.prepare([page(["http://a.test/x"], depth=2)])
+    assert urls(again) == ["http://a.test/x"]
+    assert (again.local_hits, again.remote_checks) == (0, 1)
+
+
+def test_local_hits_count_the_cache_s_answers_and_the_batch_s_own_repeats() -> None:
+    admission = LinkAdmission(SCOPE)
+    nav = ["http://a.test/", "http://a.test/about", "http://a.test/news"]
+    first = admission.prepare([page([*nav, "http://a.test/1"]), page([*nav, "http://a.test/2"])])
+    # Two pages of one batch: the second page's menu is the batch's repeat of the first's.
+    assert (first.local_hits, first.remote_checks) == (3, 5)
+    answer(admission, first, Admission.NEW)
+    second = admission.prepare(
+        [page([*nav, "http://a.test/3", "http://b.test/away"]), page([*nav, "http://a.test/1"])]
+    )
+    assert urls(second) == ["http://a.test/3"]
+    # Seven links the filter answered before; the other host's link is a refusal, not a hit.
+    assert (second.local_hits, second.remote_checks) == (7, 1)
+    answer(admission, second, Admission.SEEN)
+    third = admission.prepare([page(["http://b.test/away", "http://a.test/3"])])
+    assert third.links == []
+    assert (third.skipped, third.local_hits, third.remote_checks) == (2, 1, 0)
+    # Met too deep, a link the filter answered is no local hit: the filter would not be asked.
+    deep = admission.prepare([page(nav, depth=4)])
+    assert (deep.skipped, deep.local_hits, deep.remote_checks) == (3, 0, 0)
+
+
+def test_a_link_is_skipped_only_after_the_filter_answered_it() -> None:
+    """The guarantee (issue #25): no URL is skipped as seen unless the frontier admitted it or
+    had seen it. Random batches, random answers (refusals and failed enqueues included): every
+    local hit is a link the filter answered before, or a repeat within its batch."""
+    rng = random.Random(25)
+    admission = LinkAdmission(SCOPE, generation_size=16)
+    answered: set[str] = set()
+    pool = [f"http://a.test/{k}" for k in range(60)]
+    codes = [Admission.NEW, Admission.SEEN, Admission.OVER_LIMIT, Admission.OVER_BUDGET]
+    for _ in range(300):
+        pages = [page(rng.sample(pool, rng.randint(1, 8))) for _ in range(rng.randint(1, 3))]
+        pending = admission.prepare(pages)
+        offered = {link.url for link in pending.links}
+        found = [link for one in pages for link in one.links]
+        assert pending.remote_checks == len(offered)
+        assert pending.local_hits == len(found) - len(offered)
+        for link in found:  # never skipped without an answer: offered again until it has one
+            assert link in answered or link in offered
+        if rng.random() < 0.1:
+            continue  # the enqueue failed: nothing settles
+        admitted = [rng.choice(codes) for _ in pending.links]
+        admission.settle(pending, admitted)
+        answered |= {
+            link.url
+            for link, code in zip(pending.links, admitted, strict=True)
+            if code in (Admission.NEW, Admission.SEEN)
+        }
 
 
 def test_out_of_scope_and_invalid_links_settle_without_the_filter() -> None:

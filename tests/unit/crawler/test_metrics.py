@@ -91,8 +91,8 @@ def test_registries_are_private() -> None:
 
 def test_every_metric_follows_the_naming_rule() -> None:
     for family in WorkerMetrics().registry.collect():
-        # The file downloads' own subsystem (issue #24's contract names them so).
-        assert family.name.startswith((P, "crawlfleet_file"))
+        # The file downloads' and the links' own subsystems (issues #24, #25 name them so).
+        assert family.name.startswith((P, "crawlfleet_file", "crawlfleet_links_"))
         if family.type == "counter":
             assert all(s.name.endswith(("_total", "_created")) for s in family.samples)
 
@@ -208,3 +208,14 @@ def test_file_downloads_are_counted_by_outcome_and_restart_reason() -> None:
     assert sample("crawlfleet_file_restarts_total", {"reason": "no_range"}) == 2
     with pytest.raises(ValueError, match="restart reason"):
         metrics.observe_file("stored", restarts=["https://example.com/a.mp4"])
+
+
+def test_links_answered_locally_and_sent_to_the_frontier_are_counted_per_batch() -> None:
+    metrics = WorkerMetrics()
+    sample = metrics.registry.get_sample_value
+    assert sample("crawlfleet_links_local_hits_total") == 0  # a series before any batch
+    assert sample("crawlfleet_links_remote_checks_total") == 0
+    metrics.observe_link_checks(45, 5)
+    metrics.observe_link_checks(50, 0)
+    assert sample("crawlfleet_links_local_hits_total") == 95
+    assert sample("crawlfleet_links_remote_checks_total") == 5

@@ -263,6 +263,14 @@ def test_a_job_that_revisits_shows_its_freshness_and_what_it_waits_for() -> None
     assert "freshness" not in job_status({}, observed(), generation=1, now=T0)
 
 
+def test_the_workers_local_dedup_hit_rate_is_in_status() -> None:
+    status = job_status({}, observed(local_dedup_hit_rate=0.912345), generation=1, now=T0)
+    assert status["localDedupHitRate"] == 0.9123
+    assert CrawlJobStatus.model_validate(status).local_dedup_hit_rate == 0.9123
+    # Before any worker checked a link there is no rate to show.
+    assert "localDedupHitRate" not in job_status({}, observed(), generation=1, now=T0)
+
+
 def test_the_frontiers_partitions_are_written_once_and_held_against_the_spec() -> None:
     first = job_status({}, observed(frontier_epoch="e1", frontier_shards=4), generation=1, now=T0)
     assert first["frontierShards"] == 4
