@@ -177,6 +177,12 @@ def _run_flags(parser: argparse.ArgumentParser, config: Config) -> None:
     )
     parser.add_argument("--redis-url", default=config.run.redis_url, help="use this Redis")
     parser.add_argument("--workers", type=int, help="a fixed number of workers")
+    parser.add_argument(
+        "--shards",
+        type=int,
+        help="start N redis-servers joined into a loopback Redis Cluster instead of one, and"
+        " partition the job's frontier over them (at least N partitions); 1-16",
+    )
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON last")
 
@@ -320,7 +326,8 @@ def _enqueue_local(args: argparse.Namespace, job_file: Path, urls: list[str]) ->
     job = load_crawljob(job_file)
     out = args.out or Path("crawl-output") / job.metadata.name
     run = find_local_run(job, job_file, out, STATE_FILE)
-    settings = FrontierSettings.from_spec(job.job_id, job.spec)
+    # The run's frontier may have more partitions than the file says (crawlfleet run --shards).
+    settings = FrontierSettings.from_spec(job.job_id, job.with_shards_at_least(run.shards).spec)
 
     async def into_frontier() -> EnqueueReport:
         url = args.redis_url or run.redis_url
@@ -543,11 +550,14 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         from crawlfleet.crawljob import load_crawljob
         from crawlfleet.destinations import destination_flag
         from crawlfleet.errors import ConfigError
+        from crawlfleet.local.redis_cluster import MAX_LOCAL_NODES
         from crawlfleet.local.runner import RunOptions, run_local
 
         job = load_crawljob(job_file, config.seed_list.bounds())
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (got {args.workers})")
+    if args.shards is not None and not 1 <= args.shards <= MAX_LOCAL_NODES:
+        raise ConfigError(f"--shards must be between 1 and {MAX_LOCAL_NODES} (got {args.shards})")
     config = dataclasses.replace(
         config, run=dataclasses.replace(config.run, redis_url=args.redis_url)
     )
@@ -560,6 +570,7 @@ def _run_with(args: argparse.Namespace, job_file: Path, config: Config, zygote: 
         destination=destination,
         config=config,
         workers=args.workers,
+        shards=args.shards,
         resume=args.resume,
         json_summary=args.json,
         once=getattr(args, "once", False),  # `crawlfleet demo` has no schedule

@@ -157,6 +157,9 @@ class LocalRun:
     redis_url: str
     epoch: str | None
     pid: int
+    #: The partitions of its frontier (its state's frontierShards: ``--shards`` may have
+    #: raised the job's).
+    shards: int = 1
 
 
 def find_local_run(job: CrawlJob, job_file: Path, output_dir: Path, state_file: str) -> LocalRun:
@@ -191,7 +194,14 @@ def find_local_run(job: CrawlJob, job_file: Path, output_dir: Path, state_file: 
         parts = urlsplit(redis_url)
         redis_url = parts._replace(netloc=f":{quote(password, safe='')}@{parts.netloc}").geturl()
     epoch = state.get("frontierEpoch")
-    return LocalRun(output_dir, redis_url, epoch if isinstance(epoch, str) else None, pid)
+    shards = state.get("frontierShards")
+    return LocalRun(
+        output_dir,
+        redis_url,
+        epoch if isinstance(epoch, str) else None,
+        pid,
+        shards if isinstance(shards, int) and shards >= 1 else 1,
+    )
 
 
 # -- a CrawlJob in a cluster ------------------------------------------------------------

@@ -150,6 +150,12 @@ def _parser(knobs: WorkerConfig) -> argparse.ArgumentParser:
         help="a file to write why the worker stopped into, when it must (its runner reads it)",
     )
     parser.add_argument(
+        "--shards",
+        type=int,
+        help="at least this many frontier partitions, over the job's frontier.shards (crawlfleet"
+        " run --shards gives its workers the count of its local Redis Cluster's nodes)",
+    )
+    parser.add_argument(
         "--keep-running",
         action="store_true",
         help="do not exit when the job is complete (the operator scales workers to zero)",
@@ -164,6 +170,8 @@ def _resolve(args: argparse.Namespace, knobs: WorkerConfig) -> tuple[CrawlJob, W
     if not args.redis_url:
         raise ConfigError("no Redis given: pass --redis-url or set CRAWLFLEET_REDIS_URL")
     job = load_crawljob(args.job)
+    if args.shards is not None:
+        job = job.with_shards_at_least(args.shards)
     output = None if args.output is None else destination_flag(args.output, "--output").url
     return job, dataclasses.replace(
         knobs,

@@ -1,9 +1,10 @@
 """``spec.frontier``: how the job's frontier is laid out in Redis, past one Redis (DESIGN.md §7).
 
-A job's frontier is split into ``shards`` partitions by host (``crc32(host) % shards``): a
-host's queue, politeness, leases and the dedup bits of its URLs live in one partition, each
-behind its own hash tag, so a Redis Cluster spreads the partitions over its nodes while every
-script still touches one slot. Partitions are logical and may outnumber the nodes. ``shards:
+A job's frontier is split into ``shards`` partitions by host (a mixed CRC-32 of the host,
+modulo ``shards``: ``partition_of`` in crawlfleet/frontier/keys.py): a host's queue,
+politeness, leases and the dedup bits of its URLs live in one partition, each behind its own
+hash tag, so a Redis Cluster spreads the partitions over its nodes while every script still
+touches one slot. Partitions are logical and may outnumber the nodes. ``shards:
 1`` is the layout of every job before partitions existed.
 
 The number is fixed once the job's frontier exists: a host's keys are where its hash put
@@ -13,7 +14,8 @@ got past that (``InvalidSpec``: the status remembers what the frontier was creat
 
 Not yet partitioned, so refused beside ``shards > 1`` (crawlfleet/crawljob/spec.py): a
 schedule (its runs' state is carried in one partition), recrawl rules (revisits are kept per
-job) and a Scrapy spider (its scheduler claims from one partition).
+job), a page budget (``scope.maxPages``: each partition counts its own admissions) and a
+Scrapy spider (its scheduler claims from one partition).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class FrontierSpec(Section):
     """Partitions of the job's frontier, by host: each has its own hash tag, so a Redis
     Cluster spreads them over its nodes (give at least as many as the cluster has masters).
     1 keeps the whole frontier in one slot. Fixed once the job exists. Not yet with schedule,
-    recrawl or crawler.scrapy."""
+    recrawl, scope.maxPages or crawler.scrapy."""
     wait_replicas: Annotated[int, Range(ge=0, le=MAX_WAIT_REPLICAS)] = 0
     """Replicas that must acknowledge a partition's new links (Redis WAIT) before the page
     they were found on is acked, so a failover cannot lose links whose parent counts as

@@ -231,6 +231,13 @@ class CrawlJobSpec(Section):
             lambda spec: not spec.recrawl,
         ),
         _one_shard_with(
+            "scope.maxPages",
+            "self.scope.maxPages == 0",
+            "each partition counts its own pages, and a budget for the whole job across"
+            " partitions is not built yet (leave maxPages at 0)",
+            lambda spec: spec.scope.max_pages == 0,
+        ),
+        _one_shard_with(
             "crawler.scrapy",
             "!has(self.crawler) || !has(self.crawler.scrapy)",
             "the Scrapy scheduler claims from one partition (not yet partitioned)",

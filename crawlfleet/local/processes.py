@@ -101,6 +101,9 @@ class LocalProcessBackend:
     events_file: Path | None = None
     #: A worker that exits within this long of its start died while starting.
     quick_death_seconds: float = SteeringConfig().startup_grace_seconds
+    #: ``crawlfleet run --shards``: the workers' frontier has at least this many partitions
+    #: (``crawlfleet worker --shards``), as the runner's has. None: the job file's.
+    shards: int | None = None
     _children: dict[str, _Child] = field(default_factory=dict)
     _started: int = 0
     #: Quick deaths in a row, their error, and when the last one was seen.
@@ -207,6 +210,7 @@ class LocalProcessBackend:
             "--grace-seconds", str(self.drain.grace_seconds),
             "--termination-log", str(logs / f"{worker_id}.exit"),
             *(("--output", self.destination) if self.destination else ()),
+            *(("--shards", str(self.shards)) if self.shards else ()),
         ]  # fmt: skip
         process: _Process | None = None
         if self.zygote is not None:

@@ -17,12 +17,16 @@ import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 from urllib.parse import quote
 
 from crawlfleet.errors import ConfigError, FrontierUnavailable
 from crawlfleet.local.lifetime import die_with_parent
 
-__all__ = ["RedisServer", "find_redis_server", "free_port"]
+__all__ = ["RedisServer", "Reply", "find_redis_server", "free_port"]
+
+#: A parsed RESP2 reply: a status or bulk string, an integer, nil, or an array of them.
+Reply = str | int | None | list["Reply"]
 
 INSTALL_HINT = (
     "redis-server was not found on PATH. Install it (Debian/Ubuntu: apt-get install "
@@ -164,6 +168,9 @@ class RedisServer:
         except OSError:
             return False
 
+    def _auth(self) -> bytes:
+        return _request(b"AUTH", self.password.encode()) if self.password else b""
+
     def _command(self, name: bytes) -> bytes:
         """One argument-less command on a fresh connection (AUTH first): the raw reply.
 
@@ -171,12 +178,24 @@ class RedisServer:
         (and after) anything async exists.
         """
         with socket.create_connection((self.host, self.port), timeout=0.5) as sock:
-            auth = b""
-            if self.password:
-                pw = self.password.encode()
-                auth = b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(pw), pw)
-            sock.sendall(auth + b"*1\r\n$%d\r\n%s\r\n" % (len(name), name))
+            sock.sendall(self._auth() + _request(name))
             return sock.recv(256)
+
+    def call(self, *args: str, timeout_seconds: float = 5.0) -> Reply:
+        """One command on a fresh connection (AUTH first), its reply parsed: for the few
+        administrative commands a local run sends (a cluster's CLUSTER ...). An error reply
+        is :class:`FrontierUnavailable` naming the command."""
+        with socket.create_connection((self.host, self.port), timeout=timeout_seconds) as sock:
+            sock.sendall(self._auth() + _request(*(arg.encode() for arg in args)))
+            with sock.makefile("rb") as stream:
+                try:
+                    if self.password:
+                        _read_reply(stream)
+                    return _read_reply(stream)
+                except FrontierUnavailable as error:
+                    raise FrontierUnavailable(
+                        f"redis-server on port {self.port} refused {args[0]}: {error}"
+                    ) from None
 
     def stop(self, timeout_seconds: float = 10.0) -> None:
         """SHUTDOWN, then SIGTERM if refused, then SIGKILL if it hangs.
@@ -208,3 +227,29 @@ class RedisServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _request(*args: bytes) -> bytes:
+    """A command as RESP: an array of bulk strings."""
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def _read_reply(stream: BinaryIO) -> Reply:
+    """One RESP2 reply read from ``stream``."""
+    line = stream.readline()
+    if not line.endswith(b"\r\n"):
+        raise ConnectionError("redis-server closed the connection mid-reply")
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"+":
+        return rest.decode()
+    if kind == b"-":
+        raise FrontierUnavailable(rest.decode(errors="replace"))  # call() names the command
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        size = int(rest)
+        return None if size < 0 else stream.read(size + 2)[:-2].decode(errors="replace")
+    if kind == b"*":
+        count = int(rest)
+        return None if count < 0 else [_read_reply(stream) for _ in range(count)]
+    raise ConnectionError(f"not a RESP reply: {line[:40]!r}")

@@ -1,7 +1,9 @@
 """``crawlfleet run``: a whole CrawlJob on one machine, steered by the operator's own brain.
 
 A private redis-server (AOF on, data under the output folder, so an interrupted run
-resumes), worker processes from :class:`LocalProcessBackend`, and the one steering tick
+resumes) -- or, with ``--shards N``, N of them joined into a loopback Redis Cluster
+(:mod:`crawlfleet.local.redis_cluster`) over which the job's frontier is partitioned --, worker
+processes from :class:`LocalProcessBackend`, and the one steering tick
 (:func:`crawlfleet.fleet.steer.tick`) every quarter second. Between ticks a cheap poll (one
 read of the job's counters, a waitpid per worker) brings the next tick forward the moment
 the crawl is done, the backlog outgrows the fleet, or a worker died.
@@ -62,6 +64,7 @@ from crawlfleet.fleet.waiting import duration, plural
 from crawlfleet.frontier import FileStats, Frontier, FrontierSettings, FrontierStats
 from crawlfleet.local.lifetime import RunLock
 from crawlfleet.local.processes import LocalProcessBackend
+from crawlfleet.local.redis_cluster import LocalRedisCluster
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.local.zygote import Zygote
 from crawlfleet.output.manifest import written_counts
@@ -92,6 +95,9 @@ class RunOptions:
     json_summary: bool = False
     #: A scheduled job: one run now, then exit (else a run at each due time until Ctrl-C).
     once: bool = False
+    #: ``--shards N``: a local Redis Cluster of N nodes instead of one private Redis, and at
+    #: least N frontier partitions. None: one private Redis (or, resumed, what the folder ran).
+    shards: int | None = None
     # Forks the workers when given (see crawlfleet/local/zygote.py); else each is started.
     zygote: Zygote | None = None
 
@@ -118,6 +124,11 @@ class _State:
     redis_url: str | None = None
     #: The 0600 file with the private Redis's password (RedisServer.write_password).
     redis_password_file: Path | None = None
+    #: The private Redis's nodes: 1, or a local cluster's N (None: an external Redis).
+    redis_nodes: int | None = None
+    #: The frontier's partitions (spec.frontier.shards, raised to --shards), for
+    #: ``crawlfleet enqueue``, which opens the same frontier.
+    frontier_shards: int = 1
     #: A scheduled job's runs: the next due time, the run going, the last runs.
     book: RunBook | None = None
 
@@ -151,11 +162,20 @@ class _State:
         self.memory, self.next_worker, self.phase, self.book = now
         self._write()
 
-    def running_on(self, redis_url: str, password_file: Path | None = None) -> None:
+    def running_on(
+        self,
+        redis_url: str,
+        password_file: Path | None = None,
+        *,
+        nodes: int | None = None,
+        shards: int = 1,
+    ) -> None:
         """Record the run's Redis (a private one's port changes with each start): its URL
-        without a password, and where a private one's password is kept."""
+        without a password, where a private one's password is kept, its nodes, and the
+        frontier's partitions."""
         self.redis_url = None if urlsplit(redis_url).password else redis_url
         self.redis_password_file = password_file
+        self.redis_nodes, self.frontier_shards = nodes, shards
         self._write()
 
     def _write(self) -> None:
@@ -171,6 +191,9 @@ class _State:
             document["redisUrl"] = self.redis_url
         if self.redis_password_file is not None:
             document["redisPasswordFile"] = str(self.redis_password_file)
+        if self.redis_nodes is not None:
+            document["redisNodes"] = self.redis_nodes
+        document["frontierShards"] = self.frontier_shards
         if self.book is not None:
             document["schedule"] = self.book.to_status()
         text = json.dumps(document, indent=2)
@@ -182,10 +205,14 @@ class _State:
 class _JobFile:
     """The job file, re-read when it changes: its steering fields apply to a running run."""
 
-    def __init__(self, path: Path, job: CrawlJob, seed_list: SeedListBounds) -> None:
+    def __init__(
+        self, path: Path, job: CrawlJob, seed_list: SeedListBounds, shards: int = 1
+    ) -> None:
         self.path = path
         self.job = job
         self.seed_list = seed_list
+        #: ``--shards``: the partitions every reading of the file is raised to.
+        self.shards = shards
         self._mtime = self._stat()
 
     def _stat(self) -> int | None:
@@ -201,7 +228,7 @@ class _JobFile:
             return self.job
         self._mtime = mtime
         try:
-            job = load_crawljob(self.path, self.seed_list)
+            job = load_crawljob(self.path, self.seed_list).with_shards_at_least(self.shards)
         except ConfigError as error:
             _print(f"crawlfleet: {self.path} changed but is invalid, keeping the last: {error}")
             return self.job
@@ -268,20 +295,40 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     destination = options.destination or job.spec.output.destination or str(out)
     store = await checked_store(job.spec, destination, config.worker.output)
     state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
-    server: RedisServer | None = None
+    nodes = _private_nodes(options, data_dir)
+    if nodes is not None:
+        job = _partitioned(job, nodes)
+    server: RedisServer | LocalRedisCluster | None = None
     if external_redis is None:
         # A password even on loopback: every user and process of the machine reaches it.
-        server = RedisServer(
-            data_dir,
-            appendonly=True,
-            die_with_parent=True,
-            own_session=True,
-            password=secrets.token_urlsafe(24),
+        password = secrets.token_urlsafe(24)
+        server = (
+            RedisServer(
+                data_dir,
+                appendonly=True,
+                die_with_parent=True,
+                own_session=True,
+                password=password,
+            )
+            if nodes is None
+            else LocalRedisCluster(
+                data_dir,
+                nodes,
+                appendonly=True,
+                die_with_parent=True,
+                own_session=True,
+                password=password,
+            )
         ).start()
         server.write_password(data_dir / PASSWORD_FILE)
-        state.running_on(server.address, data_dir / PASSWORD_FILE)
+        state.running_on(
+            server.address,
+            data_dir / PASSWORD_FILE,
+            nodes=nodes or 1,
+            shards=job.spec.frontier.shards,
+        )
     else:
-        state.running_on(external_redis)
+        state.running_on(external_redis, shards=job.spec.frontier.shards)
     redis_url = external_redis or (server.url if server else "")
     backend = LocalProcessBackend(
         options.job_file.resolve(),
@@ -293,6 +340,7 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
         first_number=state.next_worker,
         events_file=out / "events.jsonl",
         quick_death_seconds=config.steering.startup_grace_seconds,
+        shards=nodes,
     )
     stop_signal = _StopSignals()
     loop = asyncio.get_running_loop()
@@ -312,7 +360,9 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
             return _failed(lost.decision, options, out)
         session = _Session(
             options=options,
-            job_file=_JobFile(options.job_file, job, options.config.seed_list.bounds()),
+            job_file=_JobFile(
+                options.job_file, job, options.config.seed_list.bounds(), shards=nodes or 1
+            ),
             state=state,
             backend=backend,
             server=server,
@@ -337,6 +387,40 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
             server.stop()
 
 
+def _private_nodes(options: RunOptions, data_dir: Path) -> int | None:
+    """The nodes of the run's local Redis Cluster (None: one private Redis, or an external
+    one): ``--shards``, or on ``--resume`` what the folder ran on, which must agree."""
+    if options.config.run.redis_url is not None:
+        if options.shards is not None:
+            raise ConfigError(
+                "--shards starts a local Redis Cluster and --redis-url names a Redis of yours:"
+                " give one of them (on your own cluster, set spec.frontier.shards)"
+            )
+        return None
+    ran = LocalRedisCluster.nodes_in(data_dir) if options.resume else 0
+    if not options.resume or not data_dir.exists() or options.shards == ran:
+        return options.shards
+    if ran == 0 and options.shards is not None:
+        raise ConfigError(
+            f"{data_dir.parent} ran on one private Redis, which holds its frontier: resume it"
+            " without --shards"
+        )
+    if options.shards is not None:
+        raise ConfigError(
+            f"{data_dir.parent} ran on a local Redis Cluster of {ran} nodes, which holds its"
+            f" frontier: resume it with --shards {ran} (or without --shards)"
+        )
+    return ran or None
+
+
+def _partitioned(job: CrawlJob, nodes: int) -> CrawlJob:
+    """The job with a partition at least per node of its local cluster (``--shards``)."""
+    try:
+        return job.with_shards_at_least(nodes)
+    except ConfigError as error:
+        raise ConfigError(f"--shards {nodes}: {error}") from None
+
+
 @dataclass
 class _Session:
     """What one ``crawlfleet run`` holds while it steers: its Redis, workers, frontier, job
@@ -346,7 +430,7 @@ class _Session:
     job_file: _JobFile
     state: _State
     backend: LocalProcessBackend
-    server: RedisServer | None
+    server: RedisServer | LocalRedisCluster | None
     frontier: Frontier | None
     settings: FrontierSettings
     redis_url: str
@@ -515,8 +599,14 @@ def _say_started(session: _Session, done: steer.Tick) -> None:
         else f"{done.seeded} new seed(s)"
     )
     store = session.store
+    redis = session.redis_url.split("@")[-1]
+    if isinstance(session.server, LocalRedisCluster):
+        redis = (
+            f"cluster of {len(session.server.nodes)} local nodes at {redis},"
+            f" {session.settings.shards} frontier partitions"
+        )
     _print(
-        f"crawlfleet: {session.job.job_id}: {news}; redis {session.redis_url.split('@')[-1]};"
+        f"crawlfleet: {session.job.job_id}: {news}; redis {redis};"
         f" output {store.destination.url if store else 'none'}"
     )
 
@@ -553,6 +643,9 @@ async def _summarised(session: _Session, crawled: _Crawled) -> dict[str, Any]:
         crawled.max_workers,
         session.job.spec.dedup.capacity,
     )
+    summary["frontier_shards"] = session.settings.shards
+    if session.state.redis_nodes is not None:
+        summary["redis_nodes"] = session.state.redis_nodes
     checks = crawled.link_checks
     # The workers' local layer of dedup (crawlfleet.fleet.link_checks): links answered in the
     # workers, links sent to the frontier's filter, and the share answered locally.
@@ -915,27 +1008,36 @@ class _Outage:
     with its log's last lines. An external Redis is only waited for.
     """
 
-    def __init__(self, server: RedisServer | None) -> None:
-        self.server = server
+    def __init__(self, server: RedisServer | LocalRedisCluster | None) -> None:
+        #: The private servers: one, a local cluster's nodes (each restarted on its own
+        #: port and nodes.conf, so the cluster finds it again), or none.
+        self.servers: list[RedisServer] = (
+            []
+            if server is None
+            else [server]
+            if isinstance(server, RedisServer)
+            else [*server.nodes]
+        )
         #: When the tick first found Redis unavailable; None while it answers.
         self.down_since: float | None = None
         #: When Redis answered the tick again after the last outage; None: never away.
         self.back_at: float | None = None
 
     async def restart_if_exited(self) -> None:
-        """One waitpid; a server found gone is started again before the loop goes on."""
-        code = self.server.exited() if self.server is not None else None
-        if self.server is None or code is None:
-            return
-        _print(
-            f"crawlfleet: the private redis-server exited ({code}); restarting it on its"
-            f" append-only file in {self.server.data_dir}"
-        )
-        # Started here, on the main thread: the server's parent-death signal is tied to the
-        # thread that forked it (local/lifetime.py); only the wait goes to a thread.
-        self.server.launch()
-        await asyncio.to_thread(self.server.wait_ready, _REDIS_RESTART_SECONDS)
-        log.info("redis-server restarted on port %d", self.server.port)
+        """One waitpid each; a server found gone is started again before the loop goes on."""
+        for server in self.servers:
+            code = server.exited()
+            if code is None:
+                continue
+            _print(
+                f"crawlfleet: the private redis-server exited ({code}); restarting it on its"
+                f" append-only file in {server.data_dir}"
+            )
+            # Started here, on the main thread: the server's parent-death signal is tied to
+            # the thread that forked it (local/lifetime.py); only the wait goes to a thread.
+            server.launch()
+            await asyncio.to_thread(server.wait_ready, _REDIS_RESTART_SECONDS)
+            log.info("redis-server restarted on port %d", server.port)
 
     def begin(self, error: FrontierUnavailable, now: float) -> FleetEvent | None:
         """Redis did not answer the tick: said once per outage, a line and an Event."""

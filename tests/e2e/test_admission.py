@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob.frontier import SHARDS_CANNOT_CHANGE
 from crawlfleet.errors import ConfigError
 from crawlfleet.operator import crd
 from tests.e2e.cluster.client import Cluster, wait_established, wait_until
@@ -392,6 +393,28 @@ def test_changing_dedup_is_refused_but_other_changes_are_not(jobs: Jobs) -> None
     patched = jobs.patch_spec(name, {"scope": {"maxPages": 10}, "dedup": {"capacity": 50_000}})
     assert patched["spec"]["scope"]["maxPages"] == 10
     assert patched["spec"]["dedup"] == {"capacity": 50_000, "errorRate": 0.01}
+
+
+def test_changing_the_frontiers_partitions_is_refused_but_its_replica_wait_is_not(
+    jobs: Jobs,
+) -> None:
+    name = jobs.create({"seeds": [SEED], "frontier": {"shards": 4}})["metadata"]["name"]
+
+    for shards in (1, 8):
+        with pytest.raises(ApiException) as caught:
+            jobs.patch_spec(name, {"frontier": {"shards": shards}})
+        message = message_of(caught.value)
+        assert "spec.frontier.shards: Invalid value" in message
+        assert SHARDS_CANNOT_CHANGE in message
+
+    patched = jobs.patch_spec(name, {"frontier": {"shards": 4, "waitReplicas": 1}})
+    assert patched["spec"]["frontier"] == {"shards": 4, "waitReplicas": 1}
+    # a job made without the section gets it filled, and keeps it
+    plain = jobs.create({"seeds": [SEED]})
+    assert plain["spec"]["frontier"] == {"shards": 1, "waitReplicas": 0}
+    with pytest.raises(ApiException) as caught:
+        jobs.patch_spec(plain["metadata"]["name"], {"frontier": {"shards": 2}})
+    assert SHARDS_CANNOT_CHANGE in message_of(caught.value)
 
 
 # --- kubectl ----------------------------------------------------------------------------------

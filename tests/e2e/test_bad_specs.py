@@ -115,3 +115,36 @@ def test_the_operator_marks_each_admitted_bad_spec_invalid_and_keeps_running(
         assert operator.process is not None
         assert operator.process.poll() is None
         assert "Traceback" not in operator.log()
+
+
+def test_the_operator_refuses_a_partition_count_its_frontier_was_not_created_with(
+    cluster: Cluster, crd: None, namespace: str, tmp_path: Path
+) -> None:
+    # A client past the API server's transition rule (here: the frontier's count written in
+    # the status as a job made with 4 partitions would have it, then a spec that says 2).
+    name = "shards-changed"
+    apply(
+        cluster,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "CrawlJob", "metadata": {"name": name},
+         "spec": {"seeds": ["https://books.example/"], "frontier": {"shards": 2}}},
+        namespace=namespace,
+    )  # fmt: skip
+    client.CustomObjectsApi(cluster.api).patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name,
+        {"status": {"frontierEpoch": "0123456789abcdef", "frontierShards": 4}},
+    )  # fmt: skip
+    with running_operator(cluster, namespace, tmp_path) as operator:
+
+        def invalid() -> dict[str, object] | None:
+            return condition(get_job(cluster, namespace, name), "InvalidSpec")
+
+        found = wait_until(invalid, timeout=60, interval=0.5, what="InvalidSpec")
+        assert found["status"] == "True", found
+        message = str(found["message"])
+        assert message.startswith("spec.frontier.shards: shards cannot change on a running job")
+        assert "created with 4 and the spec asks for 2: set it back to 4" in message
+        job = get_job(cluster, namespace, name)
+        assert job["status"]["phase"] == "Failed"
+        assert job["status"]["frontierShards"] == 4  # the frontier's count is kept
+        assert not client.AppsV1Api(cluster.api).list_namespaced_deployment(namespace).items
+        assert "Traceback" not in operator.log()

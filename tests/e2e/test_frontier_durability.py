@@ -199,7 +199,9 @@ def test_without_persistence_a_deleted_redis_pod_is_a_lost_frontier_not_a_silent
             core.read_namespaced_persistent_volume_claim("forgetful-redis-data", namespace)
         first = redis_pod(core, namespace, "forgetful")
         assert first is not None
-        epoch = get_job(cluster, namespace, "forgetful")["status"]["frontierEpoch"]
+        seen = get_job(cluster, namespace, "forgetful")["status"]
+        epoch = seen["frontierEpoch"]
+        assert seen["frontierShards"] == 1  # what the frontier was created with, kept
         cluster.kubectl("delete", "pod", first.metadata.name, "-n", namespace, "--wait=false")
         failed = wait_for_phase(
             cluster, namespace, "forgetful", "Failed", timeout=120, operator=operator

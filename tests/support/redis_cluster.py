@@ -1,12 +1,13 @@
 """A real Redis Cluster on loopback: six redis-servers, three masters with a replica each.
 
-Each node is a :class:`~crawlfleet.local.redis_server.RedisServer` (its start, PING wait and
-stop) with cluster mode on and its own port and directory; ``redis-cli --cluster create``
-joins them, as an operator of a real cluster would. Failover is the real thing: the master
-that owns a slot is killed (SIGKILL, no SHUTDOWN) and the cluster promotes its replica once
-``cluster-node-timeout`` has passed. A shard (a master and its replica) may be stopped and
-started again on its data, and a slot moved to another master with ``redis-cli --cluster
-reshard``, as an operator growing a cluster does.
+Each node is crawlfleet's own :class:`~crawlfleet.local.redis_cluster.ClusterNode` (a
+RedisServer with cluster mode on, its own port, bus port and directory: what ``crawlfleet run
+--shards`` starts); ``redis-cli --cluster create`` joins them with replicas, as an operator of a
+real cluster would (``crawlfleet run`` joins masters only, by hand). Failover is the real
+thing: the master that owns a slot is killed (SIGKILL, no SHUTDOWN) and the cluster promotes
+its replica once ``cluster-node-timeout`` has passed. A shard (a master and its replica) may be
+stopped and started again on its data, and a slot moved to another master with ``redis-cli
+--cluster reshard``, as an operator growing a cluster does.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
-from crawlfleet.local.redis_server import RedisServer, free_port
+from crawlfleet.local.redis_cluster import ClusterNode as LocalClusterNode
+from crawlfleet.local.redis_cluster import LocalRedisCluster
 
 __all__ = ["ClusterNode", "RedisCluster", "first_slots"]
 
@@ -29,22 +30,13 @@ CLUSTER_SLOTS = 16384
 _READY_SECONDS = 30.0
 
 
-class ClusterNode(RedisServer):
-    """One redis-server of the cluster: cluster mode, its own nodes.conf, AOF as a run's."""
+class ClusterNode(LocalClusterNode):
+    """One redis-server of the cluster (crawlfleet's own cluster node: cluster mode, its own
+    nodes.conf and bus port), made to fail over fast, with ``redis-cli`` and a crash at hand."""
 
-    def __init__(self, data_dir: Path, *, appendonly: bool) -> None:
-        super().__init__(data_dir, appendonly=appendonly)
-        #: The cluster bus's port, named: by default it is the port + 10000, which a free
-        #: ephemeral port above 55535 does not have.
-        self.bus_port = free_port(self.host)
-
-    def command(self) -> list[str]:
+    def cluster_options(self) -> list[str]:
         return [
-            *super().command(),
-            "--cluster-enabled", "yes",
-            "--cluster-port", str(self.bus_port),
-            "--cluster-config-file", str(self.data_dir / "nodes.conf"),
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MILLISECONDS),
+            *super().cluster_options(),
             # a replica promotes however long it was cut off (the test kills its master)
             "--cluster-replica-validity-factor", "0",
             # a replica's first sync starts at once, not 5 s later waiting for others
@@ -82,39 +74,29 @@ def _redis_cli(*args: str, timeout_seconds: float = _READY_SECONDS) -> str:
     return done.stdout
 
 
-class RedisCluster:
-    """Start six nodes, join them into a cluster and wait until every node says it is ok."""
+class RedisCluster(LocalRedisCluster):
+    """Six nodes joined by ``redis-cli --cluster create`` (three masters, a replica each);
+    started, waited for and stopped as crawlfleet's own local cluster is, but stopped by a
+    crash (whatever state the test left it in)."""
+
+    node_class = ClusterNode
+    nodes: list[ClusterNode]  # type: ignore[assignment]
 
     def __init__(self, data_dir: Path, *, appendonly: bool = True) -> None:
-        while True:  # each port asked of the kernel alone: twelve that differ
-            self.nodes = [
-                ClusterNode(data_dir / f"node-{index}", appendonly=appendonly)
-                for index in range(2 * _MASTERS)
-            ]
-            ports = {port for node in self.nodes for port in (node.port, node.bus_port)}
-            if len(ports) == 4 * _MASTERS:
-                break
+        super().__init__(
+            data_dir,
+            2 * _MASTERS,
+            appendonly=appendonly,
+            node_timeout_milliseconds=NODE_TIMEOUT_MILLISECONDS,
+        )
 
-    @property
-    def url(self) -> str:
-        """The frontier's URL of the cluster: any one node; the client discovers the rest."""
-        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
-
-    def start(self) -> RedisCluster:
-        try:
-            for node in self.nodes:
-                node.start()
-            _redis_cli(
-                "--cluster", "create",
-                *(f"{node.host}:{node.port}" for node in self.nodes),
-                "--cluster-replicas", "1",
-                "--cluster-yes",
-            )  # fmt: skip
-            self.wait_ok()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def join(self) -> None:
+        _redis_cli(
+            "--cluster", "create",
+            *(f"{node.host}:{node.port}" for node in self.nodes),
+            "--cluster-replicas", "1",
+            "--cluster-yes",
+        )  # fmt: skip
 
     def live(self) -> list[ClusterNode]:
         return [node for node in self.nodes if node.exited() is None]
@@ -261,21 +243,10 @@ class RedisCluster:
             node.start()
         self.wait_ok()
 
-    def stop(self) -> None:
+    def stop(self, timeout_seconds: float = 0.0) -> None:
         """Every process goes, whatever state the cluster is in."""
         for node in self.nodes:
             node.kill()
-
-    def __enter__(self) -> RedisCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def first_slots(masters: int = _MASTERS) -> tuple[int, ...]:

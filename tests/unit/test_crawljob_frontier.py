@@ -66,7 +66,7 @@ def test_out_of_range_values_are_refused_with_their_field(
     assert line in refusal(frontier=frontier)
 
 
-def test_a_schedule_recrawl_rules_and_a_scrapy_spider_keep_one_partition() -> None:
+def test_a_schedule_recrawl_rules_a_page_budget_and_a_scrapy_spider_keep_one_partition() -> None:
     ok = spec(
         frontier={"shards": 1},
         schedule={"cron": "@daily"},
@@ -87,6 +87,9 @@ def test_a_schedule_recrawl_rules_and_a_scrapy_spider_keep_one_partition() -> No
         "spec.frontier.shards: must be 1 with recrawl: revisits are kept by job, not yet by"
         " partition (got frontier.shards=4)",
     ]
+    budget = refusal(frontier={"shards": 2}, scope={"maxPages": 100})
+    assert "spec.frontier.shards: must be 1 with scope.maxPages: each partition counts" in budget
+    assert spec(frontier={"shards": 2}, scope={"maxPages": 0}).frontier.shards == 2
     scrapy = refusal(frontier={"shards": 2}, crawler={"scrapy": {"spider": "books"}})
     assert "spec.frontier.shards: must be 1 with crawler.scrapy:" in scrapy
 
