@@ -1,9 +1,10 @@
 """``spec.frontier``: how the job's frontier is laid out in Redis, past one Redis (DESIGN.md §7).
 
-A job's frontier is split into ``shards`` partitions by host (``crc32(host) % shards``): a
-host's queue, politeness, leases and the dedup bits of its URLs live in one partition, each
-behind its own hash tag, so a Redis Cluster spreads the partitions over its nodes while every
-script still touches one slot. Partitions are logical and may outnumber the nodes. ``shards:
+A job's frontier is split into ``shards`` partitions by host (a mixed CRC-32 of the host,
+modulo ``shards``: ``partition_of`` in crawlfleet/frontier/keys.py): a host's queue,
+politeness, leases and the dedup bits of its URLs live in one partition, each behind its own
+hash tag, so a Redis Cluster spreads the partitions over its nodes while every script still
+touches one slot. Partitions are logical and may outnumber the nodes. ``shards:
 1`` is the layout of every job before partitions existed.
 
 The number is fixed once the job's frontier exists: a host's keys are where its hash put

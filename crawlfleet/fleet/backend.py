@@ -52,6 +52,9 @@ EventReason = Literal[
     "WaitEnded",
     "Stalled",
     "StallEnded",
+    # The frontier's Redis not answering the run, and answering again (a local run's).
+    "RedisUnavailable",
+    "RedisAvailable",
     # A scheduled job's runs (crawlfleet.fleet.recurring).
     "RunStarted",
     "RunSkipped",

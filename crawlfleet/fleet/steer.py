@@ -38,6 +38,15 @@ backlog outgrows the fleet, or a revisit comes due.
 The memory (:class:`~crawlfleet.fleet.policy.FleetMemory`) goes in and comes out: the caller
 keeps it durable (status in a cluster, state.json locally).
 
+**Silence while Redis was away** is no sign of death: a worker cannot heartbeat into a Redis
+that does not answer, so when the frontier comes back after an outage longer than
+``lease.deadAfterSeconds`` every heartbeat is older than that, and a tick that took them at
+their word would kill every live worker and requeue (fetch again) every page in flight.
+Callers pass ``reachable_since`` (when the frontier last came back for them, or "now" on the
+tick that first reaches it again) and a heartbeat's age counts only from then
+(:func:`heard_while_reachable`): a worker that really died is found ``deadAfterSeconds``
+later instead.
+
 **A lost frontier** (DESIGN §3, durability) is the tick's to judge, like everything else.
 Callers open the frontier with :func:`open_frontier`, which asks for the epoch the job
 remembers: with ``redis.onLoss: Fail`` a frontier found lost there raises ``FrontierLost``,
@@ -86,6 +95,7 @@ __all__ = [
     "Tick",
     "check",
     "frontier_lost",
+    "heard_while_reachable",
     "join",
     "open_frontier",
     "output_event",
@@ -150,6 +160,21 @@ async def open_frontier(
     )
 
 
+def heard_while_reachable(
+    beats: Sequence[WorkerHeartbeat], *, now: float, reachable_since: float | None
+) -> list[WorkerHeartbeat]:
+    """The heartbeats, none older than the time since the frontier came back
+    (``reachable_since``; None: it was not away): a worker's silence counts only while it
+    could have been heard."""
+    if reachable_since is None:
+        return list(beats)
+    heard_for = max(0.0, now - reachable_since)
+    return [
+        beat if beat.age_seconds <= heard_for else replace(beat, age_seconds=heard_for)
+        for beat in beats
+    ]
+
+
 def join(
     view: FleetView, beats: Sequence[WorkerHeartbeat]
 ) -> tuple[tuple[WorkerView, ...], tuple[str, ...]]:
@@ -211,8 +236,13 @@ async def tick(
     seeds: Seeds,
     seeds_hash: str | None = None,
     pages_per_second: float | None = None,
+    reachable_since: float | None = None,
 ) -> Tick | None:
     """Observe, decide, apply, once; None when the backend cannot see its fleet yet.
+
+    ``reachable_since``: when the frontier last came back after not answering this caller
+    (wall-clock seconds, as ``now``); heartbeats are not older than that
+    (:func:`heard_while_reachable`). None: it has not been away.
 
     ``seeds_hash``: the digest of the seed list (:func:`~crawlfleet.fleet.policy.seed_list_hash`)
     whose change on a running job queues the seeds again; None: the list is not tracked.
@@ -246,6 +276,7 @@ async def tick(
         return await _tick(
             frontier, backend, policy, memory, view, now=now, suspended=suspended, seeds=seeds,
             seeds_hash=seeds_hash, pages_per_second=pages_per_second,
+            reachable_since=reachable_since,
         )  # fmt: skip
     except FrontierLost as error:
         return await _loss(backend, policy, memory, view, str(error), now=now)
@@ -299,6 +330,7 @@ async def _tick(
     seeds: Seeds,
     seeds_hash: str | None,
     pages_per_second: float | None,
+    reachable_since: float | None,
 ) -> Tick:
     stats = await frontier.stats()
     seeded: int | None = None
@@ -336,7 +368,9 @@ async def _tick(
     revisits_due = policy.revisits and not suspended and _revisit_due(stats)
     if revisits_due and await frontier.promote_due():
         stats = await frontier.stats()
-    beats = await frontier.workers()
+    beats = heard_while_reachable(
+        await frontier.workers(), now=now, reachable_since=reachable_since
+    )
     workers, vanished = join(view, beats)
     output_blocked = tuple(
         sorted(

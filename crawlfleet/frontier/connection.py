@@ -13,7 +13,10 @@ multi-key commands and pipelines go to the node that owns it; the few server com
 frontier sends (INFO, CONFIG GET, TIME, SCAN, DBSIZE, PING) go there too
 (:func:`job_node`), so the maxmemory checks read the node that holds the job. A failover's
 redirections and refusals (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, a slot no node serves yet)
-become :class:`FrontierUnavailable`, as a plain Redis's restart does: callers retry.
+become :class:`FrontierUnavailable`, as a plain Redis's restart does: callers retry. So does
+a slot moved to another master (``redis-cli --cluster reshard``): while it is half moved
+every script of the job is refused with TRYAGAIN, which redis-py retries for a moment and
+then gives up on ("TTL exhausted"), and the caller retries it as any outage.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
     AskError,
     ClusterDownError,
+    ClusterError,
     OutOfMemoryError,
     RedisClusterException,
     RedisError,
@@ -43,6 +47,7 @@ from crawlfleet.frontier.keys import JobKeys
 
 __all__ = [
     "CALL_RETRIES",
+    "CLUSTER_MAX_CONNECTIONS_PER_NODE",
     "LOST_CODE",
     "MAX_CONNECTIONS",
     "RedisClient",
@@ -79,6 +84,15 @@ _BACKOFF_CAP_SECONDS: Final = 1.0
 #: fleet's memory backpressure could see it coming. Every call is one short round trip (no
 #: blocking commands), so a few connections carry a worker.
 MAX_CONNECTIONS: Final = 8
+#: A cluster client's connections to each node. redis-py's asyncio cluster client does not
+#: wait for a free connection as the plain client's blocking pool does: past its bound a
+#: call fails at once (``MaxConnectionsError``). A partitioned frontier's calls fan out (a
+#: claim, an extend, an enqueue ask every partition at once; each new host's robots.txt
+#: takes a lock and a store), and eight proved too few: under a chaos test's slot move a
+#: worker's robots checks failed so, and two hosts' seeds waited a minute for their retry.
+#: A cluster is always one the user runs and sizes, never the small managed Redis the
+#: bound above protects.
+CLUSTER_MAX_CONNECTIONS_PER_NODE: Final = 32
 
 
 def connect(
@@ -104,6 +118,7 @@ def connect(
     }
     scheme, _, rest = url.partition("://")
     if scheme in CLUSTER_SCHEMES:
+        options["max_connections"] = max(max_connections, CLUSTER_MAX_CONNECTIONS_PER_NODE)
         return RedisCluster.from_url(f"{CLUSTER_SCHEMES[scheme]}://{rest}", **options)
     pool = aioredis.BlockingConnectionPool.from_url(url, timeout=timeout_seconds, **options)
     return aioredis.Redis.from_pool(pool)
@@ -144,12 +159,29 @@ async def call(awaitable: Awaitable[_T]) -> _T:
 
     ``OSError`` too: a socket error redis-py has not wrapped is as much "Redis unavailable",
     and so is a cluster's slot that no node serves yet (``SlotNotCoveredError``, which is no
-    ``RedisError``).
+    ``RedisError``), and a connection the cluster client closed under the command
+    (:func:`_closed_under_us`).
     """
     try:
         return await awaitable
     except (RedisError, RedisClusterException, OSError) as exc:
         raise translate(exc) from exc
+    except AttributeError as exc:
+        if not _closed_under_us(exc):
+            raise
+        raise FrontierUnavailable(
+            f"Redis unavailable: the connection was closed under the command ({exc})"
+        ) from exc
+
+
+def _closed_under_us(exc: AttributeError) -> bool:
+    """redis-py's asyncio cluster client (8.1) closes every connection of its nodes, those in
+    use included, when it reloads the slot map after a failover's refusals
+    (``RedisCluster.aclose()``); a command another task was sending or reading on one of them
+    then finds its stream gone (``'NoneType' object has no attribute 'writelines'``), which is
+    a lost connection like any other, found by a cluster chaos test. Other attribute errors are
+    bugs and stay what they are."""
+    return exc.obj is None and exc.name is not None  # an attribute looked up on None
 
 
 #: Replies that are a cluster's redirection or refusal mid-failover, not the command's own.
@@ -172,10 +204,25 @@ async def execute_keeping_refusals(pipe: Pipeline | ClusterPipeline) -> list[Any
     return replies
 
 
+#: What redis-py's cluster client says when it gave up on one command after its redirections
+#: and refusals (``RedisClusterRequestTTL`` tries): the reply says nothing of why.
+_REDIRECTIONS_EXHAUSTED: Final = "TTL exhausted"
+
+
 def translate(exc: BaseException) -> FrontierUnavailable | FrontierLost:
     """The frontier's error for one redis-py (or socket) error; the caller raises it ``from``."""
+    if isinstance(exc, ClusterError) and _REDIRECTIONS_EXHAUSTED in str(exc):
+        # A slot half moved refuses every script of the job (TRYAGAIN: its keys are split
+        # between two nodes) until the move ends, and redis-py's asyncio client (8.1) also
+        # fails each ASK redirection while it holds several connections to the target (it
+        # sends ASKING on one and the command on another): the caller waits and tries again.
+        return FrontierUnavailable(
+            "Redis unavailable: the cluster kept redirecting or refusing the job's slot"
+            " (TRYAGAIN, ASK or MOVED: a slot moving between masters, or a failover under way)"
+        )
     if not isinstance(exc, ResponseError):
-        return FrontierUnavailable(f"Redis unavailable: {exc}")
+        # some say nothing (MaxConnectionsError): their name does
+        return FrontierUnavailable(f"Redis unavailable: {str(exc) or type(exc).__name__}")
     message = str(exc)
     if message.startswith(LOST_CODE):
         # Redis 7 appends " script: <sha>, on @user_script:<line>." to a script's error.

@@ -211,6 +211,11 @@ class RobotsCache:
         self._max_bytes = max_bytes
         self._clock = clock
         self._state = RobotsCacheState()
+        #: Answers this worker fetched holding the lock but could not store (Redis away),
+        #: with their lock's token: stored first when the origin is asked for again, which
+        #: releases the lock, instead of every worker waiting it out (a page's fetch
+        #: deadline could pass meanwhile).
+        self._unstored: dict[str, tuple[str, RobotsEntry]] = {}
 
     def state(self) -> RobotsCacheState:
         """What the cache held at this worker's last store, and what its stores dropped."""
@@ -249,6 +254,12 @@ class RobotsCache:
         ``lock_seconds`` must outlast ``fetch`` (its timeout plus the writes after it): a
         lock that expires mid-fetch lets a second worker fetch the same file.
         """
+        unstored = self._unstored.pop(origin, None)
+        if unstored is not None:
+            token, fetched = unstored
+            await self._storing(origin, token, fetched)
+            if fresh(fetched):
+                return fetched
         for _ in range(_LOCK_ROUNDS):
             token = uuid4().hex
             if await self._lock(origin, token, lock_seconds):
@@ -281,8 +292,16 @@ class RobotsCache:
         except BaseException:
             await self._unlock(origin, token)
             raise
-        await self._store(origin, token, entry)
+        await self._storing(origin, token, entry)
         return entry
+
+    async def _storing(self, origin: str, token: str, entry: RobotsEntry) -> None:
+        """:meth:`_store`, the answer kept for the next ask when Redis does not take it."""
+        try:
+            await self._store(origin, token, entry)
+        except FrontierUnavailable:
+            self._unstored[origin] = (token, entry)
+            raise
 
     async def _stored(self, origin: str) -> RobotsEntry | None:
         value = await call(self._client.hget(self._keys.robots, origin))

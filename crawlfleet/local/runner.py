@@ -41,6 +41,7 @@ from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
 from crawlfleet.fleet import (
     Decision,
+    FleetEvent,
     FleetMemory,
     FleetPolicy,
     WorkersFailing,
@@ -528,13 +529,15 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
                 seeds=session.seeds(),
                 seeds_hash=_seeds_hash(job, session.options.job_file),
                 pages_per_second=progress.rate(),
+                reachable_since=session.outage.reachable_since(time.time()),
             )
         except FrontierUnavailable as error:
-            session.outage.begin(error)  # the workers wait for Redis too; so does the tick
+            # the workers wait for Redis too; so does the tick
+            await _record(backend, session.outage.begin(error, time.time()))
             next_tick = 0.0
             await asyncio.sleep(_REDIS_RETRY_SECONDS)
             continue
-        session.outage.end()
+        await _record(backend, session.outage.end(time.time()))
         assert done is not None  # a local fleet is always in view
         _announce(done, session.memory, frontier)
         if done.seeds_added is not None:
@@ -1015,7 +1018,10 @@ class _Outage:
             if isinstance(server, RedisServer)
             else [*server.nodes]
         )
-        self.down = False
+        #: When the tick first found Redis unavailable; None while it answers.
+        self.down_since: float | None = None
+        #: When Redis answered the tick again after the last outage; None: never away.
+        self.back_at: float | None = None
 
     async def restart_if_exited(self) -> None:
         """One waitpid each; a server found gone is started again before the loop goes on."""
@@ -1033,16 +1039,42 @@ class _Outage:
             await asyncio.to_thread(server.wait_ready, _REDIS_RESTART_SECONDS)
             log.info("redis-server restarted on port %d", server.port)
 
-    def begin(self, error: FrontierUnavailable) -> None:
-        if not self.down:
-            self.down = True
-            log.warning("Redis unavailable: %s", error)
-            _print(f"crawlfleet: Redis unavailable ({error}); waiting for it")
+    def begin(self, error: FrontierUnavailable, now: float) -> FleetEvent | None:
+        """Redis did not answer the tick: said once per outage, a line and an Event."""
+        if self.down_since is not None:
+            return None
+        self.down_since = now
+        log.warning("Redis unavailable: %s", error)
+        _print(f"crawlfleet: Redis unavailable ({error}); waiting for it")
+        return FleetEvent(
+            "RedisUnavailable",
+            f"Redis unavailable ({error}): the run and its workers wait for it",
+            warning=True,
+        )
 
-    def end(self) -> None:
-        if self.down:
-            self.down = False
-            _print("crawlfleet: Redis answers again")
+    def reachable_since(self, now: float) -> float | None:
+        """Since when Redis has answered the run (the steering tick's ``reachable_since``):
+        ``now`` while it is away (a tick that gets through finds it back now), else when it
+        last came back. The workers could not heartbeat while it was away."""
+        return now if self.down_since is not None else self.back_at
+
+    def end(self, now: float) -> FleetEvent | None:
+        """Redis answered the tick again: how long it was away, a line and an Event."""
+        if self.down_since is None:
+            return None
+        down_seconds = round(now - self.down_since, 1)
+        self.down_since, self.back_at = None, now
+        _print("crawlfleet: Redis answers again")
+        return FleetEvent(
+            "RedisAvailable",
+            f"Redis answers again, after {down_seconds} s unavailable",
+            fields={"down_seconds": down_seconds},
+        )
+
+
+async def _record(backend: LocalProcessBackend, event: FleetEvent | None) -> None:
+    if event is not None:
+        await backend.record(event)
 
 
 #: How long a restarted private redis-server may take to load its append-only file.

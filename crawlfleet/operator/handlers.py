@@ -173,6 +173,13 @@ class JobState:
     seeds_from_checked: float = 0.0
     #: The digest of a seed list a finished job was warned about (SeedsIgnored, once).
     seeds_ignored: str | None = None
+    #: Redis did not answer the last reconcile; when it last answered again after that
+    #: (the tick's ``reachable_since``: the workers could not heartbeat meanwhile).
+    redis_away: bool = False
+    redis_back_at: float | None = None
+
+    def reachable_since(self, now: float) -> float | None:
+        return now if self.redis_away else self.redis_back_at
 
     def spec_for(self, generation: int | None, raw: Mapping[str, Any]) -> CrawlJobSpec | None:
         if generation is None or generation != self.spec_generation:
@@ -692,6 +699,7 @@ class CrawlJobOperator:
         except (FrontierError, OSError) as error:
             # Redis restarting or moving: reconnect next tick; leases stay valid meanwhile.
             self.metrics.reconcile_errors.inc()
+            state.redis_away = True
             await state.disconnect()
             log.warning("tick of %s/%s: %s", ref.namespace, ref.name, error)
             patch.status["message"] = f"Redis unavailable: {error}"
@@ -791,17 +799,21 @@ class CrawlJobOperator:
         if isinstance(opened, str):  # lost, and the job fails: the tick's decision to make
             done = await steer.frontier_lost(backend, policy, memory, opened, now=time.time())
         else:
+            ticked_at = time.time()
             done = await steer.tick(
                 opened,
                 backend,
                 policy,
                 memory,
-                now=time.time(),
+                now=ticked_at,
                 suspended=spec.suspend,
                 seeds=self._seeds_of(ref, spec, state),
                 seeds_hash=await self._seeds_hash(ref, spec, state),
                 pages_per_second=state.pages_per_second or None,
+                reachable_since=state.reachable_since(ticked_at),
             )
+            if state.redis_away:
+                state.redis_away, state.redis_back_at = False, ticked_at
         if done is None:
             return
         state.memory = done.memory
@@ -1095,6 +1107,7 @@ class CrawlJobOperator:
             raise
         except (FrontierError, ValueError) as error:  # ValueError: a URL redis cannot parse
             log.info("Redis of %s/%s not reachable yet: %s", ref.namespace, ref.name, error)
+            state.redis_away = True
             return None
         return state.frontier
 

@@ -34,6 +34,7 @@ __all__ = [
     "every",
     "flush_at_shutdown",
     "heartbeat_fields",
+    "log_unavailable",
     "wait_for_wake",
     "worker_counters",
     "worker_output",
@@ -183,7 +184,11 @@ async def wait_for_wake(wake: asyncio.Event, seconds: float) -> None:
 async def every(
     seconds: float, action: Callable[[], Awaitable[None]], closed: asyncio.Event
 ) -> None:
-    """Run ``action`` every ``seconds`` until ``closed``; log, never die, on errors."""
+    """Run ``action`` every ``seconds`` until ``closed``; log, never die, on errors.
+
+    Redis away (restarting, failing over, a cluster slot moving) is an outage the next round
+    waits out, not a bug: one line each round, no traceback (a 20-second outage used to fill
+    a worker's log with forty of them)."""
     while not closed.is_set():
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
@@ -192,8 +197,15 @@ async def every(
             return
         try:
             await action()
+        except FrontierUnavailable as exc:
+            log_unavailable(action.__name__, exc)
         except Exception:
             log.exception("%s failed", action.__name__, extra={"layer": "flow"})
+
+
+def log_unavailable(what: str, error: FrontierUnavailable) -> None:
+    """One warning line for a periodic task that Redis did not answer (tried again later)."""
+    log.warning("%s failed, tried again later: %s", what, error, extra={"layer": "flow"})
 
 
 async def flush_at_shutdown(flush: Callable[[], Awaitable[object]]) -> None:

@@ -86,12 +86,13 @@ from crawlfleet.crawler.worker.flow import (
     every,
     flush_at_shutdown,
     heartbeat_fields,
+    log_unavailable,
     wait_for_wake,
     worker_counters,
     worker_output,
 )
 from crawlfleet.crawler.worker.gate import Deferred, RequestGate
-from crawlfleet.crawler.worker.leases import LeaseBook, Stage
+from crawlfleet.crawler.worker.leases import Backoff, LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
 from crawlfleet.crawler.worker.sinks import DurableFile, FileRecord, PageOutput, PageRecord
@@ -337,7 +338,7 @@ class Worker:
                 await self._wait(self.leases.retry_in_seconds)
                 continue
             if not leases:
-                if not self._inflight and not self._done and await self._idle_and_complete():
+                if not self._inflight and not self._done and await self._complete_if_known():
                     log.info("job complete", extra={"layer": "flow"})
                     return
                 await self._wait(self.options.idle_poll_seconds)
@@ -374,6 +375,17 @@ class Worker:
                 continue
             self.leases.outage.succeeded()
             return True
+
+    async def _complete_if_known(self) -> bool:
+        """:meth:`_idle_and_complete`, False while Redis does not answer it: a claim that
+        came back empty does not mean every partition answered (one on a node that is down
+        costs only its share of the claim), and a worker must not die of the counters' read
+        that follows it (as one did when a cluster master was stopped for 20 s)."""
+        try:
+            return await self._idle_and_complete()
+        except FrontierUnavailable as exc:
+            log_unavailable("checking whether the job is complete", exc)
+            return False
 
     async def _idle_and_complete(self) -> bool:
         """Nothing to claim and nothing in hand: seal the open output file if the frontier has
@@ -443,7 +455,7 @@ class Worker:
 
     async def _process(self, lease: Lease, deadline: float | None) -> None:
         try:
-            outcome = await self._fetch_and_classify(lease, deadline)
+            outcome = await self._fetch_waiting_out_redis(lease, deadline)
         except Exception as exc:  # a bug or a hostile input we did not foresee: one URL
             log.exception("processing %s failed", lease.url, extra={"layer": "task"})
             outcome = self._failed(lease, None, FailureClass.PROTOCOL_ERROR, repr(exc)[:500])
@@ -458,6 +470,34 @@ class Worker:
         self._done.append(outcome)
         self._wake.set()
         self._flush_wanted.set()
+
+    async def _fetch_waiting_out_redis(
+        self, lease: Lease, deadline: float | None
+    ) -> _Outcome | None:
+        """The lease's outcome, the frontier's outages waited out on the way.
+
+        A fetch asks the frontier before its request (robots.txt's fleet-wide lock and
+        answer) and during it (pacing a redirect's hop): Redis away then, or the partition of
+        the URL's host, is no failure of the URL, whose attempt it would cost (and, taken for
+        a protocol error, the retry backoff: a chaos test's two seeds waited a minute). So it
+        is asked again once Redis answers, the lease kept; a worker that stops meanwhile
+        leaves it to the book, which gives it back at shutdown (None: as a deferral)."""
+        backoff = Backoff()
+        while True:
+            try:
+                return await self._fetch_and_classify(lease, deadline)
+            except FrontierUnavailable as exc:
+                if self._stopping:
+                    return None
+                wait = backoff.failed()
+                log.warning(
+                    "processing %s waits for Redis, again in %.1f s: %s",
+                    lease.url,
+                    wait,
+                    exc,
+                    extra={"layer": "task"},
+                )
+                await self._wait(wait)  # a stop wakes it
 
     async def _pace(self, url: str, home: str) -> None:
         """Keep a fetch's extra requests (retries, redirect hops) in their host's schedule.
@@ -883,6 +923,10 @@ class Worker:
                 flushed = await self._flush()
             except OutputWriteError:
                 continue  # counted and logged by the sink; the batch is kept, claims stop
+            except FrontierUnavailable as exc:
+                log_unavailable("flush", exc)  # the batch is kept for the next flush
+                await asyncio.sleep(0.5)
+                continue
             except Exception:
                 log.exception("flush failed", extra={"layer": "flow"})
                 await asyncio.sleep(0.5)

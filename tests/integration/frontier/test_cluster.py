@@ -1,32 +1,25 @@
 """A job's frontier on a real Redis Cluster (three masters, a replica each) over loopback.
 
-The frontier's operations answer on a cluster what they answer on one Redis; a local crawl
-pointed at the cluster (``redis+cluster://``) crawls every page once; and a crawl whose
-master is killed mid-way goes on on the promoted replica, losing no page and repeating at
-most the pages in flight at the kill (what an unreplicated write may have to redo).
+The frontier's operations answer on a cluster what they answer on one Redis, and a local
+crawl pointed at the cluster (``redis+cluster://``) crawls every page once. What a crawl on
+a cluster survives (a master killed, its slot moved, a shard stopped) is
+tests/integration/local/test_cluster_chaos.py.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-import redis.cluster
-import yaml
 
-from crawlfleet.crawljob import load_crawljob
-from crawlfleet.frontier import Failure, Frontier, FrontierStats, JobKeys, canonicalize
+from crawlfleet.frontier import Failure, Frontier, FrontierStats, JobKeys
 from crawlfleet.frontier.connection import connect
 from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
-from tests.support.crawls import requested_urls
+from tests.support.cluster_runs import start_run
 from tests.support.redis_cluster import RedisCluster
-from tests.support.runs import crawlfleet, job_for_site, no_stray_runs  # noqa: F401 (a fixture)
+from tests.support.runs import no_stray_runs  # noqa: F401 (a fixture)
 from tests.support.specs import frontier_settings
 
 pytestmark = pytest.mark.usefixtures("no_stray_runs")
@@ -116,88 +109,19 @@ async def test_an_evicting_node_holding_the_job_is_refused(
         node.cli("config", "set", "maxmemory-policy", "noeviction")
 
 
-def _run(site: TestSite, tmp_path: Path, url: str, name: str) -> tuple[subprocess.Popen[str], str]:
-    """``crawlfleet run`` of the whole site on the Redis at ``url``; the process, the job id."""
-    job = job_for_site(
-        site,
-        name,
-        concurrency={"perWorker": 4, "perHost": 2, "hostDelaySeconds": 0},
-        # pages are acked once their output file is written: short files, acks all along
-        output={"maxFileAgeSeconds": 1},
-        # a worker is dead after longer than a failover takes (NODE_TIMEOUT_MILLISECONDS and
-        # the replica's election: about 3 s here), as docs/scale.md asks of a real cluster
-        lease={"ttlSeconds": 60, "heartbeatSeconds": 0.5, "deadAfterSeconds": 10},
-    )
-    job_file = tmp_path / f"{name}.yaml"
-    job_file.write_text(yaml.safe_dump(job))
-    run = crawlfleet(
-        "run", str(job_file), "--out", str(tmp_path / "out"), "--workers", "2", "--json",
-        "--redis-url", url, cwd=tmp_path,
-    )  # fmt: skip
-    return run, load_crawljob(job_file).job_id
-
-
-def _finish(run: subprocess.Popen[str]) -> dict[str, Any]:
-    stdout, err = run.communicate(timeout=90)
-    assert run.returncode == 0, err[-3000:]
-    summary: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
-    return summary
-
-
-def _site() -> TestSite:
-    return TestSite(SiteConfig(hosts=3, pages_per_host=40, hostile=False, latency_seconds=0.02))
-
-
 @pytest.mark.slow
+@pytest.mark.parametrize("shards", [1, 8])
 def test_a_local_crawl_on_a_cluster_crawls_every_page_once(
-    redis_cluster: RedisCluster, tmp_path: Path
+    redis_cluster: RedisCluster, tmp_path: Path, shards: int
 ) -> None:
-    with _site() as site:
-        since = time.monotonic()
-        run, _ = _run(site, tmp_path, redis_cluster.url, "on-cluster")
-        summary = _finish(run)
-        expected = {canonicalize(u) for u in site.expected_pages()}
-        requested = requested_urls(site, since)
-    assert summary["crawled"] == len(expected)
+    """One partition on one master, or eight spread over the three."""
+    config = SiteConfig(hosts=8, pages_per_host=15, hostile=False, latency_seconds=0.02)
+    with TestSite(config) as site:
+        run = start_run(site, redis_cluster, tmp_path, f"on-cluster-{shards}", shards=shards)
+        summary = run.finish()
+        losses = run.losses()
+    assert summary["crawled"] == len(site.expected_pages())
     assert summary["dead_lettered"] == 0
-    assert set(requested) == expected
-    assert max(requested.values()) == 1
-
-
-def _leased(cluster: RedisCluster, job_id: str) -> int:
-    """The job's leases now, read from its counters (opening a frontier would create the job
-    if its run has not yet)."""
-    client = redis.cluster.RedisCluster.from_url(cluster.url.replace("+cluster", ""))
-    try:
-        return int(client.hget(JobKeys(job_id).key("stats"), "leased") or 0)
-    finally:
-        client.close()
-
-
-@pytest.mark.slow
-def test_a_master_killed_mid_crawl_loses_no_page(
-    private_redis_cluster: RedisCluster, tmp_path: Path
-) -> None:
-    cluster = private_redis_cluster
-    with _site() as site:
-        since = time.monotonic()
-        run, job_id = _run(site, tmp_path, cluster.url, "failover")
-        expected = {canonicalize(u) for u in site.expected_pages()}
-
-        deadline = time.monotonic() + 30
-        while len(requested_urls(site, since)) < len(expected) // 3:
-            assert time.monotonic() < deadline, "the crawl did not get going"
-            time.sleep(0.01)
-        in_flight = _leased(cluster, job_id)
-        slot = cluster.slot(JobKeys(job_id).key("meta"))
-        old = cluster.kill_master(slot)
-        assert run.poll() is None, "the crawl ended before the kill"
-        new = cluster.promoted(slot, old)
-        summary = _finish(run)
-        requested = requested_urls(site, since)
-    assert new is not old
-    assert summary["crawled"] == len(expected)
-    assert summary["dead_lettered"] == 0
-    assert set(requested) == expected  # 0 pages lost
-    repeats = sum(count - 1 for count in requested.values())
-    assert repeats <= in_flight, (repeats, in_flight)
+    assert losses.lost == frozenset()
+    assert losses.repeats == 0
+    assert losses.written_twice == 0

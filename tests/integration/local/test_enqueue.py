@@ -41,15 +41,18 @@ def _records(out: Path) -> Counter[str]:
 #: time, 0.1 s apart, 0.05 s per answer: ~40 pages take several seconds.
 SLOW_SITE = SiteConfig(hosts=1, pages_per_host=40, hostile=False, latency_seconds=0.05)
 #: Slower still, for three ``crawlfleet enqueue`` processes in a row while it runs: each one
-#: starts an interpreter, a few seconds on a loaded machine, and ~6 s of crawl ran out once.
+#: starts an interpreter, several seconds on a loaded machine, and ~6 s of crawl ran out once
+#: (then ~18 s did, at a load of 11 on 2 cores): with LONG_DELAY_SECONDS, ~36 s.
 LONG_SITE = SiteConfig(hosts=1, pages_per_host=120, hostile=False, latency_seconds=0.05)
+LONG_DELAY_SECONDS = 0.25
 
 
-def _slow_job(site: TestSite, name: str, folder: Path) -> tuple[dict[str, Any], Path, Path]:
+def _slow_job(
+    site: TestSite, name: str, folder: Path, *, host_delay_seconds: float = 0.1
+) -> tuple[dict[str, Any], Path, Path]:
     """A job of the slow site written to ``folder``: (the document, its file, its --out)."""
-    job = job_for_site(
-        site, name, concurrency={"perWorker": 2, "perHost": 1, "hostDelaySeconds": 0.1}
-    )
+    concurrency = {"perWorker": 2, "perHost": 1, "hostDelaySeconds": host_delay_seconds}
+    job = job_for_site(site, name, concurrency=concurrency)
     job_file = folder / "job.yaml"
     job_file.write_text(yaml.safe_dump(job))
     return job, job_file, folder / "out"
@@ -70,7 +73,9 @@ def test_urls_enqueued_into_a_running_crawl_are_crawled_once_and_seen_ones_not_a
     tmp_path: Path,
 ) -> None:
     with TestSite(LONG_SITE) as site:
-        _, job_file, out = _slow_job(site, "enqueued", tmp_path)
+        _, job_file, out = _slow_job(
+            site, "enqueued", tmp_path, host_delay_seconds=LONG_DELAY_SECONDS
+        )
         # Before the run: no running crawl, said in one sentence.
         early = _enqueue(str(job_file), "--out", str(out), site.url(0, "/x"), cwd=tmp_path)
         assert early.returncode == 2, early.stderr
