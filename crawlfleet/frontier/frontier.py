@@ -905,12 +905,12 @@ class Frontier:
         counters read from an emptied Redis would all be zero and look like a finished job.
         """
         pipe = self.client.pipeline(transaction=False)
-        await self.queue_stats_reads(pipe)
-        return await self.read_stats(await execute_keeping_refusals(pipe))
+        await self._queue_stats_reads(pipe)
+        return await self._read_stats(await execute_keeping_refusals(pipe))
 
-    async def queue_stats_reads(self, pipe: Pipeline | ClusterPipeline) -> int:
+    async def _queue_stats_reads(self, pipe: Pipeline | ClusterPipeline) -> int:
         """Add :meth:`stats`' reads to ``pipe`` (a partitioned frontier sends every
-        partition's in one pipeline); returns how many replies :meth:`read_stats` takes."""
+        partition's in one pipeline); returns how many replies :meth:`_read_stats` takes."""
         queued = len(pipe)
         pipe.hmget(self.keys.key("stats"), _STAT_FIELDS)
         pipe.hmget(
@@ -944,8 +944,8 @@ class Frontier:
             pipe.execute_command("BF.DEBUG", self.keys.native_bloom)
         return len(pipe) - queued
 
-    async def read_stats(self, replies: Sequence[Any]) -> FrontierStats:
-        """:meth:`stats` from the replies of :meth:`queue_stats_reads`' reads, in order."""
+    async def _read_stats(self, replies: Sequence[Any]) -> FrontierStats:
+        """:meth:`stats` from the replies of :meth:`_queue_stats_reads`' reads, in order."""
         (
             values,
             meta,

@@ -728,11 +728,11 @@ class PartitionedFrontier(Frontier):
         """:func:`combine_stats` of every partition's stats: their O(1) reads (each with its
         partition's epoch) in one pipeline, one round trip per node."""
         pipe = self.client.pipeline(transaction=False)
-        sizes = [await part.queue_stats_reads(pipe) for part in self.partitions]
+        sizes = [await part._queue_stats_reads(pipe) for part in self.partitions]
         replies = await execute_keeping_refusals(pipe)
         parts, start = [], 0
         for part, size in zip(self.partitions, sizes, strict=True):
-            parts.append(await Frontier.read_stats(part, replies[start : start + size]))
+            parts.append(await Frontier._read_stats(part, replies[start : start + size]))
             start += size
         return combine_stats(parts)
 
