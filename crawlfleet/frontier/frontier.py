@@ -146,6 +146,14 @@ _URL_PREFIXES = ("http://", "https://")
 _is_http = methodcaller("startswith", _URL_PREFIXES)
 
 
+def _check_link_fields(links: Sequence[Link]) -> None:
+    """Refuse the whole batch before anything is written if a link's depth or parent would
+    break its queue entry (what :func:`_check_urls` does not look at)."""
+    for link in links:
+        if link.depth < 0 or "\t" in link.parent:
+            raise InvalidURL(f"bad link depth or parent: {link!r}")
+
+
 def _check_urls(urls: Sequence[str]) -> None:
     """Refuse the whole batch before anything is written if one URL is not canonical-shaped.
 
@@ -587,9 +595,7 @@ class Frontier:
         self, links: Sequence[Link], mode: str, unfiltered: Sequence[bool] = ()
     ) -> list[Admission]:
         _check_urls([link.url for link in links])
-        for link in links:
-            if link.depth < 0 or "\t" in link.parent:
-                raise InvalidURL(f"bad link depth or parent: {link!r}")
+        _check_link_fields(links)
         hashes: Sequence[bytes | str] = (
             digests(link.url for link in links) if self.backend == "bitmap" else [""] * len(links)
         )

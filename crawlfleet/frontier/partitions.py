@@ -43,10 +43,11 @@ from typing import Final, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
 
-from crawlfleet.errors import ConfigError, FrontierLost, InvalidURL
+from crawlfleet.errors import ConfigError, FrontierLost
 from crawlfleet.frontier.connection import RedisClient, execute_keeping_refusals, job_node
 from crawlfleet.frontier.frontier import (
     Frontier,
+    _check_link_fields,
     _check_room,
     _check_urls,
     _delete_keys,
@@ -463,9 +464,7 @@ class PartitionedFrontier(Frontier):
         seeding cut short anywhere is done again, whole) unless ``mark_seeded`` is False."""
         if not links and not seeding:
             return []
-        for link in links:
-            if link.depth < 0 or "\t" in link.parent:
-                raise InvalidURL(f"bad link depth or parent: {link!r}")
+        _check_link_fields(links)
         groups = self._group_urls([link.url for link in links])
         forced = list(unfiltered) + [False] * (len(links) - len(unfiltered))
 
