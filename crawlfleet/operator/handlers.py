@@ -177,6 +177,9 @@ class JobState:
     #: (the tick's ``reachable_since``: the workers could not heartbeat meanwhile).
     redis_away: bool = False
     redis_back_at: float | None = None
+    #: Why the job's Redis was last refused (RedisRefused, announced once: the status this
+    #: tick reads may not show the previous tick's patch yet); None: it was not.
+    redis_refused: str | None = None
 
     def reachable_since(self, now: float) -> float | None:
         return now if self.redis_away else self.redis_back_at
@@ -769,9 +772,11 @@ class CrawlJobOperator:
             opened = await self._frontier(ref, spec, state, policy, memory)
         except UnsafeRedis as error:  # it could evict the frontier's keys: never run on it
             opened, unsafe = None, str(error)
-        if opened is None:
+        if unsafe != state.redis_refused:
             if unsafe is not None and status.get("message") != unsafe:
                 kopf.warn(body, reason="RedisRefused", message=unsafe)
+            state.redis_refused = unsafe
+        if opened is None:
             seen = Observed(
                 phase="Pending",
                 redis_ready=False,
