@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENV_PREFIX",
     "LINK_CACHE_GENERATION_SIZE",
+    "LINK_SPOOL_BYTES",
     "Config",
     "DrainConfig",
     "OperatorConfig",
@@ -54,6 +55,10 @@ ENV_PREFIX: Final = "CRAWLFLEET_"
 #: Links in each of the two generations of a worker's local link cache
 #: (crawler/links/admission.py, which states the memory it bounds: about 24 MB at this size).
 LINK_CACHE_GENERATION_SIZE: Final = 65_536
+
+#: The bytes of links a worker may spool for a frontier partition that is down
+#: (crawler/worker/spool.py): about 400,000 links of 100-character URLs.
+LINK_SPOOL_BYTES: Final = 64 * 1024 * 1024
 
 
 def _env(name: str) -> dict[str, str]:
@@ -153,6 +158,11 @@ class WorkerConfig:
     link_cache_generation_size: int = field(
         default=LINK_CACHE_GENERATION_SIZE, metadata=_env("LINK_CACHE_GENERATION_SIZE")
     )
+    #: With a partitioned frontier, where links bound for a partition that is down wait until
+    #: it answers (crawler/worker/spool.py; a folder per worker under it), and how many bytes
+    #: they may take before the worker stops claiming. None: a temporary folder.
+    link_spool_dir: Path | None = field(default=None, metadata=_env("LINK_SPOOL_DIR"))
+    link_spool_bytes: int = field(default=LINK_SPOOL_BYTES, metadata=_env("LINK_SPOOL_BYTES"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@
     │   │   └── UnsupportedScheme  an absolute URL, but not http or https
     │   ├── FrontierUnavailable  Redis could not be reached or answered with an error
     │   │   ├── FrontierFull     Redis refused a write: used memory is past maxmemory
-    │   │   └── NotReplicated    fewer replicas than asked confirmed writes within the wait
+    │   │   ├── NotReplicated    fewer replicas than asked confirmed writes within the wait
+    │   │   └── PartitionsUnavailable  some frontier partitions did not answer; others did
     │   ├── FrontierLost       the job's frontier is gone from Redis, or was re-created
     │   ├── FrontierLayoutMismatch  the frontier was written by another layout version
     │   └── UnsafeRedis        Redis is configured so it could drop frontier keys
@@ -52,6 +53,7 @@ __all__ = [
     "OutputError",
     "OutputUnavailable",
     "OutputWriteError",
+    "PartitionsUnavailable",
     "RedisTooSmall",
     "UnsafeRedis",
     "UnsupportedScheme",
@@ -98,6 +100,31 @@ class FrontierFull(FrontierUnavailable):
     A FrontierUnavailable, so a caller that waits out an outage waits this out too; the
     frontier's own scripts that free memory (ack, fail, release, requeue) are never refused.
     """
+
+
+class PartitionsUnavailable(FrontierUnavailable):
+    """Some partitions of a job's frontier did not answer; the others did (``frontier.shards``
+    past 1, DESIGN §7).
+
+    ``partitions`` are the indexes that failed (0 is the home). ``answered`` carries what the
+    other partitions replied, in the call's order, None where a reply is missing: a caller
+    that can use half an answer (a worker admitting a batch's links spools the missing ones
+    and goes on) takes it; any other treats this as FrontierUnavailable and retries the call,
+    which each partition that applied it answers with its first reply.
+    """
+
+    reason = "PartitionUnavailable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        partitions: tuple[int, ...],
+        answered: tuple[object | None, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+        self.answered = answered
 
 
 class NotReplicated(FrontierUnavailable):

@@ -55,6 +55,8 @@ EventReason = Literal[
     # The frontier's Redis not answering the run, and answering again (a local run's).
     "RedisUnavailable",
     "RedisAvailable",
+    # Some partitions of a partitioned frontier not answering (the others do).
+    "PartitionUnavailable",
     # A scheduled job's runs (crawlfleet.fleet.recurring).
     "RunStarted",
     "RunSkipped",

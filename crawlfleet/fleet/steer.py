@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from crawlfleet.errors import FrontierLost
+from crawlfleet.errors import FrontierLost, FrontierUnavailable, PartitionsUnavailable
 from crawlfleet.fleet.backend import FleetBackend, FleetEvent, FleetView, unit_of
 from crawlfleet.fleet.link_checks import LinkChecks, live_link_checks
 from crawlfleet.fleet.policy import (
@@ -86,11 +86,13 @@ from crawlfleet.frontier import (
     FrontierSettings,
     FrontierStats,
     MemoryState,
+    PartitionedFrontier,
     PressureLevel,
     WorkerHeartbeat,
 )
 
 __all__ = [
+    "PartitionOutage",
     "Seeds",
     "Tick",
     "check",
@@ -99,9 +101,59 @@ __all__ = [
     "join",
     "open_frontier",
     "output_event",
+    "partition_outage",
     "requeue_unit",
     "tick",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutage:
+    """Some partitions of a partitioned frontier do not answer; the others do."""
+
+    #: The partitions that do not answer (never the home: without it nothing answers).
+    partitions: tuple[int, ...]
+    #: Workers whose link spool is full (they stopped claiming until a replay frees room).
+    spool_full: int
+    #: What it is, in a sentence: which partitions, why, what the workers do meanwhile.
+    message: str
+
+
+async def partition_outage(
+    frontier: Frontier, error: FrontierUnavailable
+) -> PartitionOutage | None:
+    """What a tick that failed with ``error`` waits for, when it is some partitions of a
+    partitioned frontier (the others answer): which, why, and what the workers do meanwhile,
+    with the links they spooled (their heartbeats, in the home partition); None when it is
+    Redis as a whole (or the home partition, which every worker needs)."""
+    if not isinstance(frontier, PartitionedFrontier):
+        return None
+    if not isinstance(error, PartitionsUnavailable):
+        error = await frontier.which_unavailable(error)
+    if not isinstance(error, PartitionsUnavailable) or 0 in error.partitions:
+        return None
+    names = ", ".join(f"{k} ({frontier.partitions[k].keys.tag})" for k in error.partitions)
+    cause = str(error.__cause__ or error).split(": ", 1)[-1]
+    spooled, full = 0, 0
+    try:
+        for beat in await frontier.workers():
+            spooled += int(beat.number("spooled_links"))
+            full += 1 if beat.number("link_spool_full") else 0
+    except FrontierUnavailable:
+        pass
+    then = (
+        f"{full} worker(s) have a full link spool and stopped claiming until it answers"
+        if full
+        else "the workers go on crawling the other partitions' hosts"
+    )
+    which = "partitions" if len(error.partitions) > 1 else "partition"
+    return PartitionOutage(
+        error.partitions,
+        full,
+        f"frontier {which} {names} of {frontier.shards} unavailable ({cause}): {then};"
+        f" {spooled} link(s) bound for it spooled, replayed when it answers again",
+    )
+
 
 #: The seeds a tick queues when the frontier is not seeded yet: the URLs, or how to read them
 #: (a seedsFrom list is read only then, not at every tick).

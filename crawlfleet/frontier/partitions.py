@@ -22,6 +22,14 @@ at creation (``shards``; the frontier refuses another) and ``partitions_ready`` 
 partition exists: before that an open creates the missing ones (a first open that stopped
 midway), after it a missing partition is a lost one.
 
+A partition whose node does not answer costs only its hosts (docs/scale.md, "A partition that
+is down"): a call that some partitions answer raises :class:`~crawlfleet.errors.
+PartitionsUnavailable` naming the others and carrying the answers (the worker spools the
+links it could not write, ``crawler/worker/spool.py``); extends count the silent partition's
+leases as held, requeues and claims go on without it, a settlement sent again asks only the
+partitions that owed their reply, and calls skip a silent partition for
+:data:`SKIP_SILENT_SECONDS` before asking it again.
+
 Not partitioned (spec validation refuses them with ``shards`` past 1, and these methods raise
 ConfigError): recurring runs and revisits (``schedule``, ``recrawl``). ``scope.maxPages`` is
 refused too (:func:`open_partitioned`): each partition counts its own admissions, and an exact
@@ -36,15 +44,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import fields, replace
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
-from crawlfleet.errors import ConfigError, FrontierLost
-from crawlfleet.frontier.connection import RedisClient, execute_keeping_refusals, job_node
+from crawlfleet.errors import (
+    ConfigError,
+    FrontierLost,
+    FrontierUnavailable,
+    NotReplicated,
+    PartitionsUnavailable,
+)
+from crawlfleet.frontier.connection import (
+    RedisClient,
+    call,
+    execute_keeping_refusals,
+    job_node,
+    translate,
+)
 from crawlfleet.frontier.frontier import (
     Frontier,
     _check_link_fields,
@@ -98,6 +120,15 @@ _T = TypeVar("_T")
 READY_FIELD: Final = "partitions_ready"
 #: At most this share of a claim probes partitions whose last claim came back short.
 _PROBE_SHARE: Final = 4
+#: After a partition did not answer a call the others answered, calls skip it this long
+#: (then one asks again): a node that is down is not asked by every call, each waiting for its
+#: connection to fail, and redis-py's cluster client, which re-reads the slots after every
+#: connection error, is not sent into that many times (a command sent meanwhile may fail on
+#: any node, when the client's default node is the one down).
+SKIP_SILENT_SECONDS: Final = 2.0
+#: Settlements (ack, fail, release) some partitions answered and others not, kept by call id
+#: so that a retry asks only the others: at most this many (the oldest forgotten first).
+_PARTIAL_CALLS_KEPT: Final = 1024
 
 _NOT_PARTITIONED = (
     "job {job}: {what} is not available with frontier.shards > 1 (recurring runs and "
@@ -211,6 +242,26 @@ async def _each(calls: Sequence[Awaitable[_T]]) -> list[_T]:
     if errors:
         raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
     return results  # type: ignore[return-value]  # no exceptions left
+
+
+def _outage_only(errors: Sequence[BaseException]) -> bool:
+    """Whether ``errors`` say only that partitions did not answer (no lost frontier, no
+    refusal, no unconfirmed replication): a caller may go on with the others' replies."""
+    return all(
+        isinstance(e, FrontierUnavailable) and not isinstance(e, NotReplicated) for e in errors
+    )
+
+
+def _partitions_unavailable(
+    failed: Mapping[int, BaseException], answered: Sequence[object | None] = ()
+) -> PartitionsUnavailable:
+    first = failed[min(failed)]
+    names = ", ".join(str(p) for p in sorted(failed))
+    return PartitionsUnavailable(
+        f"frontier partition(s) {names} unavailable: {first}",
+        partitions=tuple(sorted(failed)),
+        answered=tuple(answered),
+    )
 
 
 # -- opening ---------------------------------------------------------------------------------
@@ -369,6 +420,11 @@ class PartitionedFrontier(Frontier):
         self._claim_start = 0
         #: The shares of the last claim, by call id: a retry asks the same partitions.
         self._last_claim: tuple[str, list[int], list[int] | None] | None = None
+        #: Partitions that did not answer while others did: until when calls skip them, and
+        #: the error they answer meanwhile (:meth:`_gather`).
+        self._silent: dict[int, tuple[float, BaseException]] = {}
+        #: The replies of settlements some partitions did not answer, by call id (_by_lease).
+        self._partial: dict[str, dict[int, Sequence[Any]]] = {}
         self.robots = PartitionedRobotsCache([self.robots, *(p.robots for p in others)])
 
     @property
@@ -383,6 +439,10 @@ class PartitionedFrontier(Frontier):
 
     def _index(self, host: str) -> int:
         return partition_of(host, len(self.partitions))
+
+    def index_of(self, url: str) -> int:
+        """The index of the partition that holds ``url``'s host."""
+        return self._index(host_of(CanonicalURL(url)))
 
     def _group_urls(self, urls: Sequence[str]) -> dict[int, list[int]]:
         _check_urls(urls)  # before anything is written, and before host_of slices them
@@ -406,26 +466,124 @@ class PartitionedFrontier(Frontier):
     ) -> tuple[list[_T], float]:
         """Send each partition its items at once; the answers in the items' order, and the
         latest server time among the partitions' (Outcomes.at)."""
-        parts = list(groups.items())
-        replies = await _each([send(self.partitions[p], indices) for p, indices in parts])
+        replies = await self._ask(groups, send)
         merged: list[_T] = [empty] * size
         at = 0.0
-        for (_, indices), reply in zip(parts, replies, strict=True):
+        for p, reply in replies.items():
             at = max(at, getattr(reply, "at", 0.0))
-            for i, value in zip(indices, reply, strict=True):
+            for i, value in zip(groups[p], reply, strict=True):
                 merged[i] = value
         return merged, at
+
+    async def _ask(
+        self,
+        groups: Mapping[int, list[int]],
+        send: Callable[[Frontier, list[int]], Awaitable[Sequence[_T]]],
+    ) -> dict[int, Sequence[_T]]:
+        """Each partition's reply to its items, all asked at once. When only some partitions
+        did not answer (their nodes are down), :class:`PartitionsUnavailable` names them and
+        carries the others' answers by item (None where missing); a lost partition, a
+        refusal, or no answer at all raises as :func:`_each` does."""
+        replies, skipped = await self._gather(
+            {p: send(self.partitions[p], indices) for p, indices in groups.items()}
+        )
+        failed = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
+        if not failed:
+            return replies  # type: ignore[return-value]  # no exceptions among them
+        errors = list(failed.values())
+        answered_some = len(failed) < len(replies)
+        if not _outage_only(errors) or not (answered_some or set(failed) == skipped):
+            # a lost or refusing partition, or none answered: not an outage of some only
+            raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
+        answered: list[object | None] = [None] * (
+            max((max(i) for i in groups.values() if i), default=-1) + 1
+        )
+        for p, reply in replies.items():
+            if not isinstance(reply, BaseException):
+                for i, value in zip(groups[p], reply, strict=True):
+                    answered[i] = value
+        raise _partitions_unavailable(failed, answered)
+
+    async def _gather(
+        self, calls: Mapping[int, Awaitable[_T]]
+    ) -> tuple[dict[int, _T | BaseException], set[int]]:
+        """Each partition's call at once, but for the partitions skipped as silent
+        (:data:`SKIP_SILENT_SECONDS`), which answer their last error unasked: the replies or
+        errors by partition, and which were skipped. A partition that fails while another
+        answers is skipped from now on for a while; one that answers is not any more."""
+        now = time.monotonic()
+        skipped: dict[int, BaseException] = {}
+        for p in calls:
+            silent = self._silent.get(p)
+            if silent is not None and now < silent[0]:
+                skipped[p] = silent[1]
+        for p, call_ in calls.items():
+            if p in skipped and asyncio.iscoroutine(call_):
+                call_.close()  # never sent
+        asked = [p for p in calls if p not in skipped]
+        results = await asyncio.gather(*(calls[p] for p in asked), return_exceptions=True)
+        replies: dict[int, _T | BaseException] = dict(zip(asked, results, strict=True))
+        if any(not isinstance(r, BaseException) for r in results):
+            for p, reply in replies.items():
+                if not isinstance(reply, BaseException):
+                    self._silent.pop(p, None)
+                elif _outage_only([reply]):
+                    self._silent[p] = (time.monotonic() + SKIP_SILENT_SECONDS, reply)
+        return {**skipped, **replies}, set(skipped)
+
+    async def _each_answering(self, calls: Mapping[int, Awaitable[_T]]) -> dict[int, _T]:
+        """Every partition's call at once (:meth:`_gather`); the replies of those that
+        answered. Raises when one is lost or refused, or none answered; when only some did
+        not answer (an outage of their nodes), the others' replies are returned: for calls
+        whose work a partition that comes back does later by itself (requeues)."""
+        replies, _ = await self._gather(calls)
+        failed = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
+        if failed and (len(failed) == len(replies) or not _outage_only(list(failed.values()))):
+            errors = list(failed.values())
+            raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
+        if failed:
+            log.debug("%s; the others answered", _partitions_unavailable(failed))
+        return {p: r for p, r in replies.items() if not isinstance(r, BaseException)}
 
     async def _by_lease(
         self,
         tokens: Sequence[str],
         send: Callable[[Frontier, list[int]], Awaitable[Outcomes[_T]]],
         empty: _T,
+        call_id: str,
     ) -> Outcomes[_T]:
         """Settle leases, each in the partition its token's host names (ack, fail, release:
-        one call id for all, each partition's ``once()`` keeps its own replies)."""
-        merged, at = await self._scatter(self._group_tokens(tokens), len(tokens), send, empty)
+        one call id for all).
+
+        When some partitions did not answer, the others' replies are kept under the call id
+        and :class:`PartitionsUnavailable` raised: the caller's retry (same call id, same
+        tokens) asks only the partitions still owing their reply. A partition's own
+        ``once()`` keeps a reply only until its next call, and a partition that settled a
+        lease, asked again, would answer "not yours" and have it counted lost."""
+        groups = self._group_tokens(tokens)
+        kept = self._partial.pop(call_id, {})
+        owing = {p: indices for p, indices in groups.items() if p not in kept}
+        try:
+            replies = {**kept, **(await self._ask(owing, send) if owing else {})}
+        except PartitionsUnavailable as error:
+            answered = dict(kept)
+            for p, indices in owing.items():
+                if p not in error.partitions:
+                    answered[p] = [error.answered[i] for i in indices]
+            self._keep_partial(call_id, answered)
+            raise
+        merged: list[_T] = [empty] * len(tokens)
+        at = 0.0
+        for p, reply in replies.items():
+            at = max(at, getattr(reply, "at", 0.0))
+            for i, value in zip(groups[p], reply, strict=True):
+                merged[i] = value
         return Outcomes.of(round(at * 1000), merged)
+
+    def _keep_partial(self, call_id: str, replies: dict[int, Sequence[Any]]) -> None:
+        self._partial[call_id] = replies
+        while len(self._partial) > _PARTIAL_CALLS_KEPT:
+            self._partial.pop(next(iter(self._partial)))
 
     # -- admitting URLs -------------------------------------------------------------------
 
@@ -570,7 +728,10 @@ class PartitionedFrontier(Frontier):
         for p in partitions:
             pipe.zcard(self.partitions[p].keys.key("ready"))
             pipe.zcard(self.partitions[p].keys.key("delayed"))
-        counts = await execute_keeping_refusals(pipe)
+        try:
+            counts = await execute_keeping_refusals(pipe)
+        except FrontierUnavailable:
+            return []  # a node is down: no second ask (the next claim's probes find them)
         return [p for i, p in enumerate(partitions) if counts[2 * i] or counts[2 * i + 1]]
 
     async def _claim_shares(
@@ -584,20 +745,20 @@ class PartitionedFrontier(Frontier):
         the partitions' errors, and how many partitions were asked. Notes which partitions
         filled their share (:func:`split_claim`'s ``hungry``)."""
         asked = [p for p in range(len(shares)) if shares[p] > 0 or fetched.get(p)]
-        replies = await asyncio.gather(
-            *(
-                Frontier.claim(
+        replies, _ = await self._gather(
+            {
+                p: Frontier.claim(
                     self.partitions[p], worker, shares[p], fetched.get(p, ()), call_id=call_id
                 )
                 for p in asked
-            ),
-            return_exceptions=True,
+            }
         )
         leases: list[Lease] = []
         errors: list[BaseException] = []
-        for p, reply in zip(asked, replies, strict=True):
+        for p, reply in replies.items():
             if isinstance(reply, BaseException):
                 errors.append(reply)
+                self._hungry[p] = False  # its share goes to the others, but for a probe
                 continue
             if shares[p] > 0:
                 self._hungry[p] = len(reply) >= shares[p]
@@ -623,6 +784,7 @@ class PartitionedFrontier(Frontier):
                 part, worker, [lease_ids[i] for i in idx], call_id=call_id
             ),
             False,
+            call_id,
         )
 
     async def fail(
@@ -644,21 +806,28 @@ class PartitionedFrontier(Frontier):
                 part, worker, [failures[i] for i in idx], call_id=call_id
             ),
             FailOutcome.NOT_OWNER,
+            call_id,
         )
 
     async def extend(
         self, worker: str, lease_ids: Sequence[str], ttl_seconds: float | None = None
     ) -> list[bool]:
+        """Each partition's leases extended in it. A lease of a partition that does not answer
+        counts as held (True): whether it expired is known when the partition is back, and
+        answered then by this call or by the lease's ack ("not yours")."""
         if not lease_ids:
             return []
-        merged, _ = await self._scatter(
-            self._group_tokens(lease_ids),
-            len(lease_ids),
-            lambda part, idx: Frontier.extend(
-                part, worker, [lease_ids[i] for i in idx], ttl_seconds
-            ),
-            False,
-        )
+        try:
+            merged, _ = await self._scatter(
+                self._group_tokens(lease_ids),
+                len(lease_ids),
+                lambda part, idx: Frontier.extend(
+                    part, worker, [lease_ids[i] for i in idx], ttl_seconds
+                ),
+                False,
+            )
+        except PartitionsUnavailable as error:
+            return [True if ok is None else bool(ok) for ok in error.answered]
         return merged
 
     async def release(
@@ -673,19 +842,27 @@ class PartitionedFrontier(Frontier):
                 part, worker, [lease_ids[i] for i in idx], call_id=call_id
             ),
             False,
+            call_id,
         )
 
     async def requeue_expired(self, limit: int = 10_000) -> Requeued:
-        """Every partition's expired leases (up to ``limit`` each), summed."""
-        return _sum_requeued(
-            await _each([Frontier.requeue_expired(p, limit) for p in self.partitions])
+        """Every partition's expired leases (up to ``limit`` each), summed; a partition that
+        does not answer is skipped (its leases are requeued by a call after it is back)."""
+        replies = await self._each_answering(
+            {k: Frontier.requeue_expired(p, limit) for k, p in enumerate(self.partitions)}
         )
+        return _sum_requeued(list(replies.values()))
 
     async def requeue_owner(self, worker: str, *, ended: bool = False) -> Requeued:
-        """A gone worker's leases in every partition, summed."""
-        return _sum_requeued(
-            await _each([Frontier.requeue_owner(p, worker, ended=ended) for p in self.partitions])
+        """A gone worker's leases in every partition, summed; a partition that does not
+        answer is skipped (its share of them expires, and is requeued once it is back)."""
+        replies = await self._each_answering(
+            {
+                k: Frontier.requeue_owner(p, worker, ended=ended)
+                for k, p in enumerate(self.partitions)
+            }
         )
+        return _sum_requeued(list(replies.values()))
 
     # -- politeness, by host --------------------------------------------------------------
 
@@ -728,12 +905,69 @@ class PartitionedFrontier(Frontier):
         partition's epoch) in one pipeline, one round trip per node."""
         pipe = self.client.pipeline(transaction=False)
         sizes = [await part._queue_stats_reads(pipe) for part in self.partitions]
-        replies = await execute_keeping_refusals(pipe)
+        try:
+            replies = await execute_keeping_refusals(pipe)
+        except PartitionsUnavailable:
+            raise
+        except FrontierUnavailable as error:
+            raise await self.which_unavailable(error) from error
         parts, start = [], 0
         for part, size in zip(self.partitions, sizes, strict=True):
             parts.append(await Frontier._read_stats(part, replies[start : start + size]))
             start += size
         return combine_stats(parts)
+
+    async def unreachable(self) -> dict[int, FrontierUnavailable]:
+        """The partitions that do not answer now, with why.
+
+        On a cluster, one PING to each node that holds a partition (by the client's slot
+        map), straight on the node's own connections: not through the cluster client's
+        routing, which re-reads the slots after a connection error and may fail a command
+        to any node meanwhile. On one Redis, one EXISTS of each partition's meta."""
+        if isinstance(self.client, RedisCluster):
+            return await self._unreachable_nodes(self.client)
+        replies = await asyncio.gather(
+            *(call(self.client.exists(p.keys.key("meta"))) for p in self.partitions),
+            return_exceptions=True,
+        )
+        found: dict[int, FrontierUnavailable] = {}
+        for k, reply in enumerate(replies):
+            if isinstance(reply, FrontierUnavailable):
+                found[k] = reply
+            elif isinstance(reply, BaseException):
+                raise reply
+        return found
+
+    async def _unreachable_nodes(self, client: RedisCluster) -> dict[int, FrontierUnavailable]:
+        try:
+            nodes = [client.get_node_from_key(p.keys.key("meta")) for p in self.partitions]
+        except (RedisError, RedisClusterException) as exc:  # no slot map to read (yet)
+            raise translate(exc) from exc
+        distinct = {node.name: node for node in nodes if node is not None}
+        replies = await asyncio.gather(
+            *(call(node.execute_command("PING")) for node in distinct.values()),
+            return_exceptions=True,
+        )
+        uncovered = FrontierUnavailable("Redis unavailable: no node serves the partition's slot")
+        silent: dict[str | None, FrontierUnavailable] = {None: uncovered}
+        for name, reply in zip(distinct, replies, strict=True):
+            if isinstance(reply, FrontierUnavailable):
+                silent[name] = reply
+            elif isinstance(reply, BaseException):
+                raise reply
+        names = [None if node is None else node.name for node in nodes]
+        return {k: silent[name] for k, name in enumerate(names) if name in silent}
+
+    async def which_unavailable(self, error: FrontierUnavailable) -> FrontierUnavailable:
+        """``error`` (a read across every partition failed) as :class:`PartitionsUnavailable`
+        naming the partitions that do not answer, when some do; else as it is."""
+        try:
+            down = await self.unreachable()
+        except FrontierUnavailable:
+            return error
+        if not down or len(down) == len(self.partitions):
+            return error
+        return _partitions_unavailable(down)
 
     async def dead_letters(self, batch: int = 500) -> AsyncIterator[DeadLetter]:
         """Every partition's dead letters, one partition after the other."""

@@ -2,7 +2,10 @@
 
 Each script is a package-data file under ``lua/`` whose header documents its KEYS, ARGV and
 return codes; ``lib.lua`` (shared helpers) is prepended to each, since Lua has no include.
-redis-py's Script objects run them with EVALSHA and reload them on NOSCRIPT.
+They run with EVALSHA, and on NOSCRIPT with EVAL on the node of their keys, which caches
+them there (:class:`KeyedScript`; redis-py's own Script loads the script on every master of a
+cluster, which fails while one of them is down, and a replica a failover promoted starts
+with none).
 
 On Redis 7 and later each script declares its flags in a shebang line (``#!lua flags=…``):
 Redis then decides before a script starts whether it may run past ``maxmemory``. The scripts
@@ -33,16 +36,26 @@ on Redis 6 only backpressure keeps them from being refused.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
-from typing import Final
+from typing import Any, Final
 
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+from redis.typing import EncodableT, KeyT
 
 from crawlfleet.frontier.connection import RedisClient
 
-__all__ = ["ONCE_SCRIPTS", "SCRIPT_FLAGS", "SCRIPT_NAMES", "Scripts", "script_source"]
+__all__ = [
+    "ONCE_SCRIPTS",
+    "SCRIPT_FLAGS",
+    "SCRIPT_NAMES",
+    "KeyedScript",
+    "Scripts",
+    "script_source",
+]
 
 SCRIPT_NAMES = (
     "init",
@@ -162,7 +175,26 @@ class Scripts:
         """The scripts for ``client``; ``flagged`` False for a Redis without script flags."""
         return cls(
             **{
-                name: client.register_script(script_source(name, flagged=flagged))
+                name: KeyedScript(client, script_source(name, flagged=flagged))
                 for name in SCRIPT_NAMES
             }
         )
+
+
+class KeyedScript(AsyncScript):
+    """A script run where its keys are: EVALSHA, and EVAL on NOSCRIPT (module docstring).
+    Never queued on a pipeline (the frontier runs each script on its own)."""
+
+    async def __call__(
+        self,
+        keys: Sequence[KeyT] | None = None,
+        args: Iterable[EncodableT] | None = None,
+        client: Any = None,
+    ) -> Any:
+        client = self.registered_client if client is None else client
+        keys = list(keys or ())
+        args = list(args or ())
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await client.eval(self.script, len(keys), *keys, *args)

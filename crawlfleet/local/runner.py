@@ -532,8 +532,10 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
                 reachable_since=session.outage.reachable_since(time.time()),
             )
         except FrontierUnavailable as error:
-            # the workers wait for Redis too; so does the tick
-            await _record(backend, session.outage.begin(error, time.time()))
+            # the workers wait for Redis too (or crawl the partitions that answer); the tick
+            # waits for all of it
+            partitions = await steer.partition_outage(frontier, error)
+            await _record(backend, session.outage.begin(error, time.time(), partitions))
             next_tick = 0.0
             await asyncio.sleep(_REDIS_RETRY_SECONDS)
             continue
@@ -1022,6 +1024,8 @@ class _Outage:
         self.down_since: float | None = None
         #: When Redis answered the tick again after the last outage; None: never away.
         self.back_at: float | None = None
+        #: Which partitions the last PartitionUnavailable named, and whether a spool was full.
+        self.partitions_said: tuple[tuple[int, ...], bool] | None = None
 
     async def restart_if_exited(self) -> None:
         """One waitpid each; a server found gone is started again before the loop goes on."""
@@ -1039,8 +1043,25 @@ class _Outage:
             await asyncio.to_thread(server.wait_ready, _REDIS_RESTART_SECONDS)
             log.info("redis-server restarted on port %d", server.port)
 
-    def begin(self, error: FrontierUnavailable, now: float) -> FleetEvent | None:
-        """Redis did not answer the tick: said once per outage, a line and an Event."""
+    def begin(
+        self,
+        error: FrontierUnavailable,
+        now: float,
+        partitions: steer.PartitionOutage | None = None,
+    ) -> FleetEvent | None:
+        """Redis did not answer the tick: said once per outage, a line and an Event.
+        ``partitions``: only some frontier partitions did not (``steer.partition_outage``):
+        the Event is ``PartitionUnavailable``, said again when which partitions, or whether
+        workers wait for a full link spool, change."""
+        if partitions is not None:
+            said = (partitions.partitions, partitions.spool_full > 0)
+            if self.down_since is not None and said == self.partitions_said:
+                return None
+            self.down_since = self.down_since if self.down_since is not None else now
+            self.partitions_said = said
+            log.warning("%s", partitions.message)
+            _print(f"crawlfleet: {partitions.message}; the run waits for it")
+            return FleetEvent("PartitionUnavailable", partitions.message, warning=True)
         if self.down_since is not None:
             return None
         self.down_since = now
@@ -1063,7 +1084,7 @@ class _Outage:
         if self.down_since is None:
             return None
         down_seconds = round(now - self.down_since, 1)
-        self.down_since, self.back_at = None, now
+        self.down_since, self.back_at, self.partitions_said = None, now, None
         _print("crawlfleet: Redis answers again")
         return FleetEvent(
             "RedisAvailable",

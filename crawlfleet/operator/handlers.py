@@ -49,7 +49,14 @@ import kopf
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJobSpec, Phase, parse_seed_list
-from crawlfleet.errors import ConfigError, FrontierError, FrontierLost, KubeError, UnsafeRedis
+from crawlfleet.errors import (
+    ConfigError,
+    FrontierError,
+    FrontierLost,
+    FrontierUnavailable,
+    KubeError,
+    UnsafeRedis,
+)
 from crawlfleet.fleet import FleetMemory, FleetPolicy, Freshness, seed_list_hash, steer
 from crawlfleet.fleet.clock import schedule_clock
 from crawlfleet.fleet.recurring import fresh_memory, run_ended
@@ -70,6 +77,7 @@ from crawlfleet.operator.status import (
     invalid_spec_status,
     job_status,
     output_not_durable_status,
+    partition_condition,
     rfc3339,
     shards_change_problem,
 )
@@ -180,6 +188,9 @@ class JobState:
     #: Why the job's Redis was last refused (RedisRefused, announced once: the status this
     #: tick reads may not show the previous tick's patch yet); None: it was not.
     redis_refused: str | None = None
+    #: The last tick failed for some frontier partitions only: which, and whether a worker's
+    #: link spool was full (PartitionUnavailable, announced again when either changes).
+    partition_outage: tuple[tuple[int, ...], bool] | None = None
 
     def reachable_since(self, now: float) -> float | None:
         return now if self.redis_away else self.redis_back_at
@@ -703,15 +714,36 @@ class CrawlJobOperator:
             # Redis restarting or moving: reconnect next tick; leases stay valid meanwhile.
             self.metrics.reconcile_errors.inc()
             state.redis_away = True
-            await state.disconnect()
-            log.warning("tick of %s/%s: %s", ref.namespace, ref.name, error)
-            patch.status["message"] = f"Redis unavailable: {error}"
+            outage = (
+                await steer.partition_outage(state.frontier, error)
+                if isinstance(error, FrontierUnavailable) and state.frontier is not None
+                else None
+            )
+            if outage is None:
+                log.warning("tick of %s/%s: %s", ref.namespace, ref.name, error)
+                await state.disconnect()
+                patch.status["message"] = f"Redis unavailable: {error}"
+            else:  # the other partitions' connections are fine: only the tick waits
+                said = (outage.partitions, outage.spool_full > 0)
+                if state.partition_outage != said:
+                    log.warning("%s/%s: %s", ref.namespace, ref.name, outage.message)
+                    kopf.warn(body, reason="PartitionUnavailable", message=outage.message)
+                state.partition_outage = said
+                patch.status["message"] = outage.message
+                patch.status["conditions"] = partition_condition(
+                    status.get("conditions") or (),
+                    outage.message,
+                    meta.get("generation"),
+                    now=_now(),
+                )
         except KubeError as error:
             self.metrics.reconcile_errors.inc()
             raise _retry_later(error) from error
         except Exception:
             self.metrics.reconcile_errors.inc()
             raise
+        else:
+            state.partition_outage = None
         finally:
             self.metrics.reconcile_duration.observe(time.perf_counter() - started)
 

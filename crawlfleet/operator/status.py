@@ -50,6 +50,7 @@ __all__ = [
     "job_status",
     "merge_conditions",
     "output_not_durable_status",
+    "partition_condition",
     "rfc3339",
     "shards_change_problem",
 ]
@@ -120,6 +121,25 @@ def merge_conditions(
             condition["observedGeneration"] = generation
         merged.append(condition)
     return merged
+
+
+def partition_condition(
+    previous: Sequence[Mapping[str, Any]],
+    message: str,
+    generation: int | None,
+    *,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """The conditions with ``PartitionUnavailable`` true (``message`` says which partition
+    and what waits for it), the others as they were. A tick that gets through again writes
+    the conditions anew, without it."""
+    kept = [
+        Wanted(c["type"], c["status"], c.get("reason", ""), c.get("message", ""))
+        for c in previous
+        if c.get("type") != "PartitionUnavailable"
+    ]
+    wanted = [*kept, Wanted("PartitionUnavailable", "True", "PartitionUnavailable", message)]
+    return merge_conditions(previous, wanted, generation=generation, now=now)
 
 
 @dataclass(frozen=True, slots=True)

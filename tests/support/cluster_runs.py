@@ -9,9 +9,11 @@ the job's counters in Redis (the leases in flight when a test breaks something).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,10 +138,16 @@ class ClusterRun:
 
 
 def start_run(
-    site: TestSite, cluster: RedisCluster, tmp_path: Path, name: str, *, shards: int = 1
+    site: TestSite,
+    cluster: RedisCluster,
+    tmp_path: Path,
+    name: str,
+    *,
+    shards: int = 1,
+    env: Mapping[str, str] | None = None,
 ) -> ClusterRun:
     """``crawlfleet run`` of the whole site on ``cluster`` with two workers, the job's
-    frontier in ``shards`` partitions."""
+    frontier in ``shards`` partitions; ``env``: variables set for it (and its workers)."""
     job = job_for_site(
         site,
         name,
@@ -158,5 +166,6 @@ def start_run(
     process = crawlfleet(
         "run", str(job_file), "--out", str(out), "--workers", "2", "--json",
         "--redis-url", cluster.url, cwd=tmp_path,
+        env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
     return ClusterRun(site, cluster, process, load_crawljob(job_file).job_id, out, since, shards)

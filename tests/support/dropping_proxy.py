@@ -35,7 +35,8 @@ class DroppingProxy:
     def drop_reply_to_next(self, command: bytes) -> None:
         """The next request holding ``command`` (e.g. ``b"EVALSHA"``) is forwarded; its reply
         is swallowed and the client's connection closed. A NOSCRIPT error reply passes (the
-        script was not run; the client loads it and sends the command again)."""
+        script was not run; the frontier sends it again with EVAL, whose reply is dropped
+        instead)."""
         self._armed = command
 
     async def __aenter__(self) -> DroppingProxy:
@@ -73,7 +74,10 @@ class DroppingProxy:
                     if not data.startswith(b"-NOSCRIPT"):
                         self.dropped += 1
                         break
-                    self._armed = fired.pop()  # not run: wait for the command sent again
+                    # not run: wait for it sent again (EVALSHA comes back as EVAL, whose
+                    # name both share)
+                    again = fired.pop()
+                    self._armed = b"EVAL" if again == b"EVALSHA" else again
                 client_w.write(data)
                 await client_w.drain()
             for writer in (client_w, upstream_w):

@@ -204,8 +204,9 @@ class LinkAdmission:
         pending.local_hits = hits + waiting - len(pending.links)
         return pending
 
-    def settle(self, pending: PendingLinks, admitted: Sequence[Admission]) -> None:
-        """Remember what ``pending`` settled, given the filter's answers to its links."""
+    def settle(self, pending: PendingLinks, admitted: Sequence[Admission | None]) -> None:
+        """Remember what ``pending`` settled, given the filter's answers to its links (None:
+        no answer yet, the link spooled for a partition that is down: not settled)."""
         answered = self._current
         for raws, code in zip(pending.waiting, admitted, strict=True):
             if code in _FILTER_ANSWERED:

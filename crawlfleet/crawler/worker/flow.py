@@ -13,17 +13,19 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from crawlfleet.config import ENV_PREFIX, LINK_CACHE_GENERATION_SIZE
+from crawlfleet.config import ENV_PREFIX, LINK_CACHE_GENERATION_SIZE, LINK_SPOOL_BYTES
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
-from crawlfleet.crawler.worker.sinks import OnDurable, OutputSink
+from crawlfleet.crawler.worker.sinks import OnDurable, OutputSink, safe_file_token
 from crawlfleet.errors import ConfigError, FrontierUnavailable, OutputWriteError
 from crawlfleet.frontier import HeartbeatValue
 
 if TYPE_CHECKING:
     from crawlfleet.config import WorkerConfig
     from crawlfleet.crawler.worker.metrics import WorkerMetrics
+    from crawlfleet.crawler.worker.spool import LinkSpool
     from crawlfleet.crawljob import OutputSpec
     from crawlfleet.output.stores import OutputStore
 
@@ -65,6 +67,10 @@ class WorkerOptions:
     output_retry_max_seconds: float
     #: Links per generation of the worker's local link cache (crawler/links/admission.py).
     link_cache_generation_size: int = LINK_CACHE_GENERATION_SIZE
+    #: Where links bound for a frontier partition that is down wait (crawler/worker/spool.py),
+    #: and their bound in bytes. None: a private temporary folder.
+    link_spool_dir: Path | None = None
+    link_spool_bytes: int = LINK_SPOOL_BYTES
     #: Write the output's closing files (manifest.json, dead-letters.jsonl) when the job is
     #: complete, if no other worker has: a worker that keeps running is in a fleet (a pod,
     #: or a child of crawlfleet run), whose first idle or draining worker writes them.
@@ -94,6 +100,12 @@ class WorkerOptions:
             output_retry_max_seconds=config.output.retry_max_seconds,
             finish_output=not exit_when_done,
             link_cache_generation_size=link_cache,
+            link_spool_dir=(
+                config.link_spool_dir / safe_file_token(worker_id)
+                if config.link_spool_dir is not None
+                else None
+            ),
+            link_spool_bytes=config.link_spool_bytes,
         )
 
 
@@ -111,6 +123,8 @@ WORKER_COUNTERS: Final = (
     "leases_lost",
     "released",
     "output_failures",
+    "links_spooled",
+    "links_replayed",
 )
 
 
@@ -131,6 +145,7 @@ def heartbeat_fields(
     in_flight: int,
     limit: int,
     file_downloads: int = 0,
+    spool: LinkSpool | None = None,
 ) -> dict[str, HeartbeatValue]:
     """What a worker's heartbeat tells the fleet: its counters, its leases' account (how many
     in each stage and how long the oldest has been there: the fleet's watchdog reads it), and
@@ -149,6 +164,10 @@ def heartbeat_fields(
     reason = output.blocked_reason
     if output.blocked and reason:
         fields["output_blocked_reason"] = reason[:OUTPUT_BLOCKED_REASON_CHARS]
+    if spool is not None:  # a partitioned frontier: links waiting for a partition that is down
+        fields["spooled_links"] = spool.links
+        fields["link_spool_full"] = 1 if spool.full else 0
+        fields["spooled_for"] = ",".join(map(str, spool.partitions))
     return fields
 
 

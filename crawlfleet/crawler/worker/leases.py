@@ -134,6 +134,8 @@ class _Settlement:
     #: Leases the frontier answered "not yours" for (expired or requeued meanwhile).
     lost_acks: int = 0
     lost_fails: int = 0
+    #: The output generation whose records these leases' are (None: no file to wait for).
+    generation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +191,13 @@ class LeaseBook:
         self._generations: dict[int, list[str]] = {}
         #: Generations whose files are recorded for the manifest, their leases not settled yet.
         self._files_recorded: set[int] = set()
-        #: A settlement that failed on its way: sent again, with its call ids, first.
+        #: Settlements that failed on their way: sent again, with their call ids, first.
         self._retry: list[_Settlement] = []
+        #: Leases whose page's links wait in the worker's link spool (a frontier partition
+        #: did not take them): not settled until :meth:`unhold` (``spool.py``).
+        self._held: set[str] = set()
+        #: Held leases whose records are durable: settled as soon as they are unheld.
+        self._held_durable: set[str] = set()
         self._claim_call = frontier.new_call_id()
 
     # -- reading ------------------------------------------------------------------------
@@ -357,35 +364,88 @@ class LeaseBook:
         if generation in self._generations and generation not in self._files_recorded:
             await self.frontier.record_output_files([f.to_mapping() for f in files])
             self._files_recorded.add(generation)
-        settled = await self.settle(self._generations.pop(generation, ()))
+        settled = await self.settle(self._generations.pop(generation, ()), generation=generation)
         self._files_recorded.discard(generation)
         return settled
 
+    # -- holding ------------------------------------------------------------------------
+
+    def hold(self, lease_ids: Iterable[str]) -> None:
+        """Keep the leases from being settled, durable or not, until :meth:`unhold`: their
+        pages' links wait in the worker's spool for a partition that did not answer, and the
+        lease is what brings them back if this worker dies first (its page is fetched again)."""
+        self._held.update(lease_id for lease_id in lease_ids if lease_id in self._entries)
+
+    @property
+    def held(self) -> int:
+        """Leases held for their links."""
+        return len(self._held)
+
+    async def unhold(self, lease_ids: Iterable[str]) -> Settled:
+        """The leases' links reached their partitions: settle those whose records are durable
+        (the others settle with their generation). Raises FrontierUnavailable as
+        :meth:`settle` does; the leases are settled by its next call."""
+        ready = []
+        for lease_id in lease_ids:
+            self._held.discard(lease_id)
+            if lease_id in self._held_durable:
+                self._held_durable.discard(lease_id)
+                ready.append(lease_id)
+        return await self.settle(ready)
+
     # -- settling -----------------------------------------------------------------------
 
-    async def settle(self, lease_ids: Iterable[str]) -> Settled:
+    async def settle(self, lease_ids: Iterable[str], *, generation: int | None = None) -> Settled:
         """Ack the leases without a failure and fail the others: one call each, applied once.
+        A held lease (:meth:`hold`) waits for :meth:`unhold` instead.
 
-        Raises FrontierUnavailable when Redis did not answer; the settlement is kept and sent
+        Raises FrontierUnavailable when Redis did not answer this call's settlement (that of
+        ``generation``'s leases, for a call that retries one; for a call with neither, any
+        earlier one's); a failed settlement is kept and sent
         again (same call ids) by the next call of this method, so a retry never acks twice or
-        counts a lease lost that its first call settled.
+        counts a lease lost that its first call settled. One that keeps failing (its leases'
+        partition is down) holds up no other: each is sent on its own.
         """
-        batch = [
-            entry
-            for lease_id in lease_ids
-            if (entry := self._entries.get(lease_id)) is not None and not entry.settling
-        ]
+        batch = []
+        for lease_id in lease_ids:
+            entry = self._entries.get(lease_id)
+            if entry is None or entry.settling:
+                continue
+            if lease_id in self._held:
+                self._held_durable.add(lease_id)
+                continue
+            batch.append(entry)
+        mine: _Settlement | None = None
         if batch:
             for entry in batch:
                 entry.settling = True
-            self._retry.append(
-                _Settlement(batch, self.frontier.new_call_id(), self.frontier.new_call_id())
+            mine = _Settlement(
+                batch,
+                self.frontier.new_call_id(),
+                self.frontier.new_call_id(),
+                generation=generation,
             )
+            self._retry.append(mine)
+        elif generation is not None:
+            mine = next((x for x in self._retry if x.generation == generation), None)
         total = Settled()
-        while self._retry:
-            total += await self._send(self._retry[0])
-            self._retry.pop(0)
+        failed: FrontierUnavailable | None = None
+        for settlement in list(self._retry):
+            try:
+                total += await self._send(settlement)
+            except FrontierUnavailable as error:
+                if settlement is mine or (mine is None and generation is None):
+                    failed = failed or error
+                continue
+            self._retry.remove(settlement)
+        if failed is not None:
+            raise failed
         return total
+
+    @property
+    def unsettled(self) -> int:
+        """Settlements that failed on their way and wait to be sent again."""
+        return len(self._retry)
 
     async def _send(self, settlement: _Settlement) -> Settled:
         succeeded = [entry for entry in settlement.entries if entry.failure is None]
@@ -483,6 +543,8 @@ class LeaseBook:
         with contextlib.suppress(FrontierUnavailable):
             await self.settle(())
         self._retry.clear()
+        self._held.clear()  # their pages are fetched again: their links with them
+        self._held_durable.clear()
         for entry in self._entries.values():
             entry.settling = False
         try:
@@ -539,6 +601,8 @@ class LeaseBook:
         if entry is not None:
             self._counts[entry.stage] -= 1
         self._to_free.pop(lease_id, None)
+        self._held.discard(lease_id)
+        self._held_durable.discard(lease_id)
 
     def _lost(self, count: int) -> None:
         if count:

@@ -51,6 +51,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
+from typing import cast
 from urllib.parse import urljoin
 
 from crawlfleet.crawler.fetching.conditional import Conditional
@@ -96,9 +97,10 @@ from crawlfleet.crawler.worker.leases import Backoff, LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.revisits import Visit, judge, rule_of
 from crawlfleet.crawler.worker.sinks import DurableFile, FileRecord, PageOutput, PageRecord
+from crawlfleet.crawler.worker.spool import LinkSpool
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.crawljob.recrawl import DocumentKind, output_file_age_seconds
-from crawlfleet.errors import FrontierUnavailable, OutputWriteError
+from crawlfleet.errors import FrontierUnavailable, OutputWriteError, PartitionsUnavailable
 from crawlfleet.frontier import (
     Admission,
     Failure,
@@ -106,6 +108,8 @@ from crawlfleet.frontier import (
     FrontierStats,
     HeartbeatValue,
     Lease,
+    Link,
+    PartitionedFrontier,
     Revisit,
     host_of,
     try_canonicalize,
@@ -123,6 +127,9 @@ from crawlfleet.output.stores import OutputStore
 from crawlfleet.urls import origin_of
 
 __all__ = ["Worker"]
+
+#: Spooled links enqueued per call when a partition answers again.
+_REPLAY_BATCH = 2_000
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +231,12 @@ class Worker:
         self._admission = LinkAdmission(
             self.scope, generation_size=options.link_cache_generation_size
         )
+        #: Links a partition that is down could not take (``spool.py``); None: one partition.
+        self.spool = (
+            LinkSpool(options.link_spool_dir, max_bytes=options.link_spool_bytes)
+            if isinstance(frontier, PartitionedFrontier)
+            else None
+        )
         self._rng = rng or random.Random()
         #: The fetch task of each lease in its fetching stage.
         self._inflight: dict[str, asyncio.Task[None]] = {}
@@ -306,6 +319,8 @@ class Worker:
             if self.harvester is not None:
                 await asyncio.to_thread(self.harvester.close)
             await self._release_unsaved()
+            if self.spool is not None:
+                self.spool.close()
             with contextlib.suppress(Exception):
                 await self.frontier.forget_worker(self.worker_id)
         return 0
@@ -320,6 +335,7 @@ class Worker:
                 or len(self._done) >= self.options.max_buffered
                 or self.output.blocked
                 or self.memory.exhausted
+                or (self.spool is not None and self.spool.full)
             ):
                 await self._wait(self.options.idle_poll_seconds)  # backpressure
                 continue
@@ -920,6 +936,7 @@ class Worker:
                 continue  # a batch the spool refused waits in _done for the sink's backoff
             await asyncio.sleep(self.options.flush_linger_seconds)  # let a batch gather
             try:
+                await self._replay_spooled()
                 flushed = await self._flush()
             except OutputWriteError:
                 continue  # counted and logged by the sink; the batch is kept, claims stop
@@ -1019,18 +1036,26 @@ class Worker:
         )
         pages += (group for outcome in batch for group in outcome.link_groups)
         pending = self._admission.prepare(pages)
-        admitted: list[Admission] = []
+        admitted: list[Admission | None] = []
         if pending.links:
-            admitted = await self.frontier.enqueue(pending.links)
-            new = sum(1 for code in admitted if code == 1)
-            self.counters["links_new"] += new
-            self.metrics.observe_bloom(code == 1 for code in admitted)
+            try:
+                admitted = list(await self.frontier.enqueue(pending.links))
+            except PartitionsUnavailable as error:
+                admitted = self._spool_unanswered(batch, pending.links, error)
+            else:
+                if self.spool is not None:
+                    self.spool.passed()
+            answered = [code for code in admitted if code is not None]
+            self.counters["links_new"] += sum(1 for code in answered if code == 1)
+            self.metrics.observe_bloom(code == 1 for code in answered)
         self._admission.settle(pending, admitted)
         # Counted once the enqueue answered: a batch whose enqueue failed is prepared again.
         self.counters["links_local_hits"] += pending.local_hits
         self.counters["links_remote_checks"] += pending.remote_checks
         self.metrics.observe_link_checks(pending.local_hits, pending.remote_checks)
-        self.metrics.observe_dropped_links(_dropped_links(batch, pending.dropped, admitted))
+        self.metrics.observe_dropped_links(
+            _dropped_links(batch, pending.dropped, [c for c in admitted if c is not None])
+        )
         for outcome in batch:  # a batch the output refuses is written again, not admitted again
             outcome.forget_links()
         generation = self.output.write(
@@ -1065,6 +1090,79 @@ class Worker:
         await self.leases.written([outcome.lease.lease_id for outcome in batch], generation)
         self._report_output()
 
+    def _spool_unanswered(
+        self, batch: Sequence[_Outcome], links: Sequence[Link], error: PartitionsUnavailable
+    ) -> list[Admission | None]:
+        """The links of the partitions that did not answer go to the spool, and the batch's
+        pages that offered links are held until those partitions take them (``spool.py``);
+        the answers of the others, None where there is none. Raises ``error`` when the spool
+        is full: the batch is kept and flushed again (its answered links are then seen)."""
+        if self.spool is None or not isinstance(self.frontier, PartitionedFrontier):
+            raise error  # only a partitioned frontier answers in part
+        admitted: list[Admission | None] = [
+            cast("Admission | None", code) for code in error.answered
+        ]
+        admitted += [None] * (len(links) - len(admitted))
+        by_partition: dict[int, list[Link]] = {}
+        for link, code in zip(links, admitted, strict=True):
+            if code is None:
+                by_partition.setdefault(self.frontier.index_of(link.url), []).append(link)
+        holders = [
+            outcome.lease.lease_id
+            for outcome in batch
+            if outcome.links or outcome.file_links or outcome.link_groups
+        ]
+        if not self.spool.add(by_partition, holders):
+            log.warning(
+                "link spool full (%d links, %d bytes): the batch waits for partition(s) %s",
+                self.spool.links,
+                self.spool.bytes,
+                ", ".join(map(str, error.partitions)),
+                extra={"layer": "flow"},
+            )
+            raise error
+        self.leases.hold(holders)
+        spooled = sum(len(group) for group in by_partition.values())
+        self.counters["links_spooled"] += spooled
+        log.warning(
+            "%s: %d link(s) spooled, %d page(s) held until it takes them",
+            error,
+            spooled,
+            len(holders),
+            extra={"layer": "flow"},
+        )
+        return admitted
+
+    async def _replay_spooled(self) -> None:
+        """Each partition's spooled links, enqueued again once it answers (backing off while
+        it does not); the pages no partition owes links any more are settled."""
+        spool = self.spool
+        now = time.monotonic()
+        if spool is None or not spool.partitions or not spool.backoff.due(now):
+            return
+        for partition in spool.partitions:
+            links = spool.read(partition)
+            try:
+                for start in range(0, len(links), _REPLAY_BATCH):
+                    codes = await self.frontier.enqueue(links[start : start + _REPLAY_BATCH])
+                    self.counters["links_new"] += sum(1 for code in codes if code == 1)
+            except FrontierUnavailable as error:
+                wait = spool.backoff.missed(now)
+                log.info("spooled links not replayed yet (%s); next try in %.0f s", error, wait,
+                         extra={"layer": "flow"})  # fmt: skip
+                return
+            self.counters["links_replayed"] += len(links)
+            released = spool.replayed(partition)
+            log.info(
+                "replayed %d spooled link(s) into partition %d; %d page(s) released",
+                len(links),
+                partition,
+                len(released),
+                extra={"layer": "flow"},
+            )
+            await self.leases.unhold(released)
+        spool.backoff.answered()
+
     async def _settle_generation(self, generation: int, files: Sequence[DurableFile]) -> None:
         """The sink's callback: every file of ``generation`` is durable. The book records the
         files for the manifest, then acks and fails the leases whose records they hold.
@@ -1090,6 +1188,7 @@ class Worker:
             in_flight=len(self._inflight),
             limit=self.limit.limit,
             file_downloads=self.files.in_flight if self.files is not None else 0,
+            spool=self.spool,
         )
 
     async def _heartbeat_once(self) -> None:

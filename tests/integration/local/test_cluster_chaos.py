@@ -17,9 +17,11 @@ the run's output, its lines and events.jsonl.
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from redis.crc import key_slot
@@ -36,7 +38,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_stray_runs")]
 SHARDS = 8
 #: How long the shard is down in the outage tests: longer than the workers' deadAfterSeconds
 #: (cluster_runs.py: 10 s), so the outage outlasts what a worker's silence is allowed.
-OUTAGE_SECONDS = 20.0
+OUTAGE_SECONDS = 30.0
 #: Masters in the fixture's cluster (``redis-cli --cluster create`` deals them the slots).
 MASTERS = len(first_slots())
 
@@ -166,6 +168,10 @@ def test_the_home_partitions_slot_moved_mid_crawl_loses_no_page(
         assert "a slot moving between masters" in run.stderr, run.stderr[-3000:]
 
 
+def _host(url: str) -> str:
+    return urlsplit(url).netloc
+
+
 def _requests_while_down(
     site: TestSite, hosts: set[str], down_at: float, up_at: float
 ) -> list[RequestRecord]:
@@ -180,14 +186,37 @@ def _requests_while_down(
     ]
 
 
+def _said_which_partitions_waited(run: ClusterRun, partitions: set[int]) -> None:
+    """The run named the partitions that did not answer (PartitionUnavailable, not Redis as a
+    whole), once, and said when they answered again; the workers spooled the links bound for
+    them and replayed every one; no worker died of it or was taken for dead."""
+    said = [e for e in run.events() if e["kind"] in ("PartitionUnavailable", "RedisAvailable")]
+    assert [e["kind"] for e in said] == ["PartitionUnavailable", "RedisAvailable"], said
+    message = said[0]["message"]
+    named = {int(k) for k in re.findall(r"(\d+) \([^)]*#\d+\)", message)}
+    assert named == partitions, message
+    assert "the workers go on crawling the other partitions' hosts" in message, message
+    assert "frontier partition" in run.stderr, run.stderr[-3000:]
+    logs = run.worker_logs()
+    spooled = sum(int(n) for n in re.findall(r"(\d+) link\(s\) spooled", logs))
+    replayed = sum(int(n) for n in re.findall(r"replayed (\d+) spooled link", logs))
+    assert spooled > 0, "no link was spooled for the partitions that were down"
+    assert replayed == spooled, (spooled, replayed)
+    errors = [line for line in logs.splitlines() if '"level": "error"' in line]
+    assert errors == [], errors[:3]
+    lost = [e for e in run.events() if e["kind"] in ("LeasesRequeued", "WorkerReplaced")]
+    assert lost == [], lost
+
+
 @pytest.mark.parametrize("shards", [1, SHARDS])
-def test_a_shard_stopped_for_twenty_seconds_is_waited_for(
+def test_a_shard_stopped_for_thirty_seconds_is_waited_for(
     private_redis_cluster: RedisCluster, tmp_path: Path, shards: int
 ) -> None:
     """One partition: the job's only master stopped, nothing is claimed until it is back.
     Eight: a master holding some partitions (not the home, whose heartbeats and output
     ledger every worker needs) stopped, and the hosts of the partitions on the other masters
-    are crawled meanwhile."""
+    are crawled meanwhile, to the end of the outage: the links bound for the stopped ones
+    wait in the workers' spools (their pages held), and are replayed once it is back."""
     cluster = private_redis_cluster
     with _site() as site:
         run = start_run(site, cluster, tmp_path, _job_name("outage", shards), shards=shards)
@@ -208,14 +237,61 @@ def test_a_shard_stopped_for_twenty_seconds_is_waited_for(
         losses = run.losses()
         there = _requests_while_down(site, stopped_hosts, down_at, up_at)
         elsewhere = _requests_while_down(site, other_hosts, down_at, up_at)
+        expected_elsewhere = sum(1 for url in site.expected_pages() if _host(url) in other_hosts)
+        done_elsewhere = len(
+            {
+                (r.host, r.path)
+                for r in site.all_requests()
+                if r.host in other_hosts and r.start <= up_at and r.path != "/robots.txt"
+            }
+        )
+    late = [r for r in elsewhere if r.start >= up_at - OUTAGE_SECONDS / 3]
     print(
         f"outage of {len(down_partitions)} of {shards} partitions: in flight {in_flight},"
-        f" requests while down: {len(there)} there, {len(elsewhere)} elsewhere, {losses.figures}"
+        f" requests while down: {len(there)} there, {len(elsewhere)} elsewhere"
+        f" ({len(late)} in its last third), {losses.figures}"
     )
-    # shorter than the leases' ttl, its data kept (SHUTDOWN syncs the AOF), no worker taken
-    # for dead for the heartbeats it could not send: nothing is fetched again
+    # its data kept (SHUTDOWN syncs the AOF), no worker taken for dead for the heartbeats it
+    # could not send: nothing is fetched again
     _every_page(run, summary, losses, repeats_at_most=0)
     assert there == []  # nothing claimed from partitions nobody served
-    if other_hosts:
-        assert elsewhere, "the crawl stopped on every master while one was down"
-    _said_it_waited(run)
+    if shards == 1:
+        _said_it_waited(run)
+        return
+    # the other masters' hosts are crawled to the end of the outage, not until the pages
+    # whose links could not be written fill the workers' buffers
+    assert late or done_elsewhere == expected_elsewhere, (len(elsewhere), done_elsewhere)
+    _said_which_partitions_waited(run, down_partitions)
+
+
+def test_a_full_link_spool_stops_claims_and_loses_nothing(
+    private_redis_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    """The workers' link spools bounded to a few links: a master holding some partitions
+    stopped, the spools fill, the workers stop claiming and the run says so (a second
+    PartitionUnavailable, naming the full spools); once it is back every page is crawled
+    once, none lost."""
+    cluster = private_redis_cluster
+    with _site() as site:
+        run = start_run(
+            site,
+            cluster,
+            tmp_path,
+            _job_name("spool", SHARDS),
+            shards=SHARDS,
+            env={"CRAWLFLEET_LINK_SPOOL_BYTES": "600"},
+        )
+        masters = _masters_of(run)
+        down = next(m for m in masters if m is not masters[0])
+        down_partitions = {k for k, master in enumerate(masters) if master is down}
+        _under_way(run)
+        stopped = cluster.stop_shard(_slots(run.job_id, SHARDS)[min(down_partitions)])
+        time.sleep(OUTAGE_SECONDS / 2)
+        assert run.process.poll() is None, "the run gave up while the shard was down"
+        cluster.restart(stopped)
+        summary = run.finish()
+        losses = run.losses()
+    _every_page(run, summary, losses, repeats_at_most=0)
+    said = [e["message"] for e in run.events() if e["kind"] == "PartitionUnavailable"]
+    assert any("full link spool and stopped claiming" in m for m in said), said
+    assert "link spool full" in run.worker_logs()

@@ -15,6 +15,7 @@ from crawlfleet.operator.status import (
     Observed,
     invalid_spec_status,
     job_status,
+    partition_condition,
     shards_change_problem,
 )
 
@@ -299,3 +300,23 @@ def test_the_frontiers_partitions_are_written_once_and_held_against_the_spec() -
     marked = invalid_spec_status(first, problem, generation=3, now=T0)
     assert conditions(marked)["InvalidSpec"]["message"] == problem
     assert marked["phase"] == "Failed"
+
+
+def test_a_partition_that_is_down_is_a_condition_until_a_tick_reads_every_partition() -> None:
+    running = job_status({}, observed(), generation=3, now=T0)
+    said = "frontier partition 5 (crawl.news#5) of 8 unavailable (...): the workers go on"
+    later = T0 + timedelta(seconds=30)
+    down = partition_condition(running["conditions"], said, 3, now=later)  # type: ignore[arg-type]
+    found = {c["type"]: c for c in down}
+    assert found["PartitionUnavailable"]["status"] == "True"
+    assert found["PartitionUnavailable"]["message"] == said
+    assert found["PartitionUnavailable"]["lastTransitionTime"] == "2026-11-29T12:00:30Z"
+    # the others as they were, their transition times kept
+    assert [c for c in down if c["type"] != "PartitionUnavailable"] == running["conditions"]
+    again = partition_condition(down, said + " still", 3, now=later + timedelta(seconds=5))
+    assert {c["type"]: c for c in again}["PartitionUnavailable"][
+        "lastTransitionTime"
+    ] == "2026-11-29T12:00:30Z"
+    # a tick that reads every partition writes the conditions anew, without it
+    back = job_status({**running, "conditions": again}, observed(), generation=3, now=later)
+    assert "PartitionUnavailable" not in conditions(back)

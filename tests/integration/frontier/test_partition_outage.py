@@ -1,0 +1,172 @@
+"""A partitioned frontier with one shard of a real Redis Cluster stopped (master and replica).
+
+What the partitions that answer must still do, and what the caller is told about the others:
+an enqueue answers for the links of the live partitions and names the silent ones
+(PartitionsUnavailable), extends count the silent partition's leases as held, requeues skip it,
+stats name it, and an ack sent again with its call id once the shard is back asks only the
+partition that owed its reply (the others' leases are not counted lost). The lease book holds a
+page whose links wait and settles the rest meanwhile: one settlement stuck on the silent
+partition holds up no other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from crawlfleet.crawler.worker.flow import worker_counters
+from crawlfleet.crawler.worker.leases import LeaseBook
+from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.errors import FrontierUnavailable, PartitionsUnavailable
+from crawlfleet.fleet import steer
+from crawlfleet.frontier import Frontier, JobKeys, Lease, Link, canonicalize, host_of, partitions
+from crawlfleet.frontier.partitions import PartitionedFrontier
+from tests.integration.frontier.conftest import TEST_JOB
+from tests.support.redis_cluster import ClusterNode, RedisCluster
+from tests.support.specs import frontier_settings, merged
+
+pytestmark = pytest.mark.slow
+
+SHARDS = 8
+HOSTS = [f"h{i}.test" for i in range(24)]
+WORKER = "w1"
+_T = TypeVar("_T")
+
+
+async def _open(cluster: RedisCluster, job_id: str) -> PartitionedFrontier:
+    settings = replace(frontier_settings(job_id, merged(TEST_JOB, {})), shards=SHARDS)
+    frontier = await Frontier.connect(cluster.url, settings, timeout_seconds=2.0)
+    assert isinstance(frontier, PartitionedFrontier)
+    return frontier
+
+
+def _down_partitions(cluster: RedisCluster, job_id: str) -> tuple[set[int], int]:
+    """The partitions of a master that does not hold the home, and a slot of it."""
+    slots = [cluster.slot(JobKeys(job_id, k).key("meta")) for k in range(SHARDS)]
+    home = cluster.master_of(slots[0])
+    for k in range(1, SHARDS):
+        master = cluster.master_of(slots[k])
+        if master is not home:
+            return {p for p in range(SHARDS) if cluster.master_of(slots[p]) is master}, slots[k]
+    raise AssertionError("every partition is on the home's master")
+
+
+async def _answered(call: Callable[[], Awaitable[_T]], *, whole: bool = False) -> _T:
+    """``call()`` until it is not refused whole (FrontierUnavailable but not
+    PartitionsUnavailable), as the product's loops do: the first command after another met a
+    node that is down may fail on every node (redis-py's cluster client re-reads the slots
+    after a connection error, through its default node, which may be the one down).
+    ``whole``: until every partition answers (a partition is skipped for a while after it
+    was silent)."""
+    for _ in range(30):
+        try:
+            return await call()
+        except PartitionsUnavailable:
+            if not whole:
+                raise
+        except FrontierUnavailable:
+            pass
+        await asyncio.sleep(0.5)
+    raise AssertionError("the cluster never answered")
+
+
+async def _partial(call: Callable[[], Awaitable[object]]) -> PartitionsUnavailable:
+    """The PartitionsUnavailable ``call()`` raises once the client has found the node down."""
+    try:
+        await _answered(call)
+    except PartitionsUnavailable as raised:
+        return raised
+    raise AssertionError("every partition answered")
+
+
+async def test_a_stopped_shard_costs_only_its_own_partitions(
+    private_redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = private_redis_cluster
+    # calls skip the silent partitions past the test's steps before the restart
+    monkeypatch.setattr(partitions, "SKIP_SILENT_SECONDS", 5.0)
+    job_id = "test.outage"
+    frontier = await _open(cluster, job_id)
+    stopped: list[ClusterNode] = []
+    try:
+        await frontier.seed([f"http://{host}/" for host in HOSTS])
+        book = LeaseBook(
+            frontier,
+            WORKER,
+            metrics=WorkerMetrics(CollectorRegistry()),
+            counters=worker_counters(),
+        )
+        leases: list[Lease] = []
+        for _ in range(10):
+            leases += await book.claim(len(HOSTS) - len(leases)) or []
+            if len(leases) == len(HOSTS):
+                break
+        assert len(leases) == len(HOSTS)
+        down, slot = _down_partitions(cluster, job_id)
+        on_down = [lease for lease in leases if frontier.index_of(lease.url) in down]
+        elsewhere = [lease for lease in leases if lease not in on_down]
+        assert on_down
+        assert elsewhere
+        stopped = cluster.stop_shard(slot)
+
+        # links: the live partitions answer theirs; the silent ones are named, None for theirs
+        links = [Link(canonicalize(f"http://{host}/next"), 1, "http://h0.test/") for host in HOSTS]
+        raised = await _partial(lambda: frontier.enqueue(links))
+        assert set(raised.partitions) == down
+        missing = {
+            host_of(link.url)
+            for link, code in zip(links, raised.answered, strict=True)
+            if code is None
+        }
+        assert missing == {h for h in HOSTS if frontier.index_of(f"http://{h}/") in down}
+        # extends: the silent partition's leases count as held; requeues skip it
+        assert await frontier.extend(WORKER, [lease.lease_id for lease in leases]) == [True] * len(
+            leases
+        )
+        await frontier.requeue_expired()
+        # stats name the silent partitions; the steering's sentence says what goes on
+        unread = await _partial(frontier.stats)
+        assert set(unread.partitions) == down
+        said = await steer.partition_outage(frontier, unread)
+        assert said is not None
+        assert set(said.partitions) == down
+        assert said.spool_full == 0
+        assert f"of {SHARDS} unavailable" in said.message
+        assert "the workers go on crawling the other partitions' hosts" in said.message
+
+        # the lease book: one page held for its links, the silent partition's settlement
+        # stuck, and the others settled meanwhile
+        held = elsewhere[0].lease_id
+        book.hold([held])
+        with pytest.raises(PartitionsUnavailable):
+            await book.settle([lease.lease_id for lease in on_down])
+        settled = await book.settle([lease.lease_id for lease in elsewhere])
+        assert settled.acked == len(elsewhere) - 1  # all but the held one
+        assert settled.lost == 0
+        assert book.unsettled == 1  # the silent partition's, kept with its call ids
+        assert held in book
+
+        cluster.restart(stopped)
+        stopped = []
+        # the stuck settlement again, under its call ids: only the partition that owed its
+        # reply is asked; nothing counted lost
+        again = await _answered(lambda: book.settle(()), whole=True)
+        assert again.acked == len(on_down)
+        assert again.lost == 0
+        assert book.unsettled == 0
+        unheld = await book.unhold([held])
+        assert unheld.acked == 1
+        stats = await frontier.stats()
+        assert stats.crawled == len(leases)
+        assert stats.leased == 0
+        assert await frontier.enqueue(links) != []  # every partition answers again
+    finally:
+        if stopped:  # a failure while it was down: back, to clean up
+            cluster.restart(stopped)
+        await frontier.delete()
+        await frontier.aclose()
