@@ -16,7 +16,10 @@ the per-host queues (``q:<depth>:<host>``), the robots.txt fetch locks
 the filter has grown to), the chunks of tracked URLs at rest per host (``rv:<k>:<host>``)
 and the committed copy a recurring run restores (``run:…``: ``run:meta``, ``run:rv-index``,
 ``run:rv-open``, ``run:rv:<k>:<host>``, ``run:bloom:<layer>:<segment>``, ``run:bf``), and
-the file downloads' keys (``files:slots:<host>`` and :data:`FILE_KEYS`).
+the file downloads' keys (``files:slots:<host>`` and :data:`FILE_KEYS`), and the per-host
+counters the readers of a running frontier sort by (``host-queued``, ``host-crawled``,
+``host-dead``: sorted sets of host -> count, kept by lib.lua's ``count_host``;
+frontier/introspection.py reads them).
 ``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock`,
 :meth:`JobKeys.bloom_segment`, :meth:`JobKeys.revisits`, :meth:`JobKeys.committed` and
 :meth:`JobKeys.file_slots` do; they carry the job's hash tag, so they share its slot.

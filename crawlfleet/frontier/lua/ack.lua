@@ -14,11 +14,12 @@ local tokens = {}
 for i = first, #ARGV do tokens[#tokens + 1] = ARGV[i] end
 local taken, per_host = take_leases(tokens, ARGV[3])
 release_slots(per_host, cfg, now)
-local result, done = {now}, 0
+local result, done, crawled = {now}, 0, {}
 for i = 1, #tokens do
   local lease = taken[i]
   if lease then
     done = done + 1
+    crawled[lease.host] = (crawled[lease.host] or 0) + 1
     result[#result + 1] = 1
     if cfg.tracking or revisits[i] then
       local _, depth, url = split_task(lease.task)
@@ -28,6 +29,7 @@ for i = 1, #tokens do
     result[#result + 1] = 0
   end
 end
+for host, count in pairs(crawled) do count_host('crawled', host, count) end
 if done > 0 then
   redis.call('HINCRBY', K.stats, 'leased', -done)
   redis.call('HINCRBY', K.stats, 'crawled', done)

@@ -170,6 +170,19 @@ local function settle_host(host, st, cfg, now)
   place_host(host, st, cfg, now)
 end
 
+-- Per-host counts for the frontier's readers (crawlfleet frontier hosts; DESIGN §3 stats),
+-- kept by the helpers that move tasks, so the scripts' callers never count: sorted sets,
+-- so "the hosts with most queued" is one ZRANGE. HOST_COUNTS.queued holds queued tasks (not
+-- list entries: parent entries are not tasks), .crawled acked pages, .dead dead letters.
+local HOST_COUNTS = {queued = PREFIX .. 'host-queued', crawled = PREFIX .. 'host-crawled',
+  dead = PREFIX .. 'host-dead'}
+
+local function count_host(which, host, by)
+  if by == 0 then return end
+  local now_count = tonumber(redis.call('ZINCRBY', HOST_COUNTS[which], by, host))
+  if now_count <= 0 then redis.call('ZREM', HOST_COUNTS[which], host) end
+end
+
 -- A queued entry of a task (the host and depth are its list's), and back.
 local function task_entry(url, host, attempts)
   local https = string.byte(url, 5) == 115 -- 's' of "https://"
@@ -225,6 +238,7 @@ local function push_back(host, depth, urls, parents, attempts)
     entries[#entries + 1] = task_entry(url, host, attempts or 0)
   end
   chunked('RPUSH', qkey(host, depth), entries)
+  count_host('queued', host, #urls)
 end
 
 -- Queue one task (a full task string) at the front of its depth: a lease given back.
@@ -233,6 +247,7 @@ local function push_front(task)
   local host = host_of(url)
   redis.call('LPUSH', qkey(host, depth), task_entry(url, host, attempts),
     parent_entry(parent, host))
+  count_host('queued', host, 1)
   return host, depth
 end
 
@@ -290,6 +305,7 @@ local function pop_tasks(host, st, want)
       if depth >= st.dmax then st.dmin, st.dmax = -1, -1 else st.dmin = depth + 1 end
     end
   end
+  count_host('queued', host, -#tasks)
   return tasks
 end
 
@@ -432,6 +448,7 @@ local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, no
       failure_class = fclass, message = message, attempts = attempts, depth = depth,
       parent = parent, at_ms = now,
     }))
+    count_host('dead', host_of(url), 1)
     return 'dead'
   end
   local again = make_task(attempts, depth, url, parent)

@@ -1,0 +1,127 @@
+"""What ``crawlfleet frontier hosts|url`` read, against a real redis-server mid-crawl.
+
+A crawl-shaped workload (seeds on several hosts, claims, acks, a retry, a dead letter) is
+driven through the frontier's own scripts; at each step the per-host counters the scripts
+keep add up to the job's counters (they are the same events counted twice), the top hosts
+come out in order, and one URL's story follows it through queued, leased, delayed and dead.
+The same on one partition and on eight.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+import redis.asyncio as aioredis
+
+from crawlfleet.frontier import (
+    Failure,
+    Frontier,
+    FrontierSettings,
+    Lease,
+    Link,
+    canonicalize,
+    host_of,
+)
+from crawlfleet.frontier.introspection import host_counts, top_hosts, url_story
+from crawlfleet.frontier.keys import partition_of
+from tests.integration.frontier.conftest import TEST_JOB
+from tests.support.specs import frontier_settings
+
+#: Host i has 2 + 3 i URLs queued: every host a different count, so the order is known.
+_HOSTS = [f"h{i}.test" for i in range(6)]
+_URLS = [f"http://{host}/p{n}" for i, host in enumerate(_HOSTS) for n in range(2 + 3 * i)]
+
+
+def _settings(job_id: str, shards: int) -> FrontierSettings:
+    return replace(frontier_settings(job_id, TEST_JOB), shards=shards)
+
+
+async def _sums_agree(frontier: Frontier) -> dict[str, Counter[str]]:
+    """The per-host counters, checked against the job's: equal sums."""
+    counts = await host_counts(frontier, _HOSTS)
+    stats = await frontier.stats()
+    per: dict[str, Counter[str]] = {"queued": Counter(), "crawled": Counter(), "dead": Counter()}
+    for host, c in counts.items():
+        per["queued"][host], per["crawled"][host], per["dead"][host] = c.queued, c.crawled, c.dead
+    assert per["queued"].total() == stats.queued, (per, stats)
+    assert per["crawled"].total() == stats.crawled, (per, stats)
+    assert per["dead"].total() == stats.dead, (per, stats)
+    return per
+
+
+@pytest.mark.parametrize("shards", [1, 8])
+async def test_hosts_and_a_urls_story_follow_the_crawl(
+    redis_client: aioredis.Redis, job_id: str, shards: int
+) -> None:
+    frontier = await Frontier.open(redis_client, _settings(f"{job_id}-{shards}", shards))
+    urls = [canonicalize(u) for u in _URLS]
+    await frontier.enqueue([Link(u, 0) for u in urls], seeding=True)
+    expected = Counter(host_of(u) for u in urls)
+    assert (await _sums_agree(frontier))["queued"] == expected
+
+    rows = await top_hosts(frontier, by="queued", top=3)
+    assert [r.host for r in rows] == ["h5.test", "h4.test", "h3.test"]
+    assert [r.counts.queued for r in rows] == [17, 14, 11]
+    assert all(r.in_flight == 0 and r.last_fetch_ms is None for r in rows)
+    assert all(r.next_allowed_ms is not None for r in rows)  # queued, slots free: ready
+
+    story = await url_story(frontier, "HTTP://h5.test/p16")  # canonicalised first
+    assert (story.state, story.queued_depth, story.queued_position) == ("queued", 0, 17)
+    assert story.seen
+    assert story.attempts == 0
+
+    # claim everything (perHost 4: each round's responses "arrived", freeing their slots),
+    # then settle: ack most, one retry, one dead
+    leases: list[Lease] = []
+    while len(leases) < len(urls):
+        got = await frontier.claim("w1", 50, fetched=[lease.lease_id for lease in leases])
+        assert got, "the frontier stopped handing out its URLs"
+        leases += got
+    by_url = {lease.url: lease for lease in leases}
+    leased = await url_story(frontier, "http://h5.test/p16")
+    assert (leased.state, leased.leased_by, leased.queued_depth) == ("leased", "w1", None)
+    assert leased.lease_expires_ms is not None
+    assert leased.lease_expires_ms > leased.now_ms
+    busy = await top_hosts(frontier, by="queued", top=10)
+    assert busy == []  # nothing queued any more: no host has a queued count
+
+    retry, dead = (
+        by_url[canonicalize("http://h5.test/p16")],
+        by_url[canonicalize("http://h1.test/p0")],
+    )
+    await frontier.fail(
+        "w1",
+        [
+            Failure(retry.lease_id, "timeout", "read timed out", True, delay_seconds=60),
+            Failure(dead.lease_id, "http_404", "404 Not Found", False),
+        ],
+    )
+    rest = [lease.lease_id for lease in leases if lease not in (retry, dead)]
+    await frontier.ack("w1", rest)
+    per = await _sums_agree(frontier)
+    assert per["crawled"] == expected - Counter(["h5.test", "h1.test"])
+    assert per["dead"] == Counter(["h1.test"])
+
+    delayed = await url_story(frontier, "http://h5.test/p16")
+    assert delayed.state == "delayed"
+    assert delayed.attempts == 1
+    assert delayed.retry_at_ms is not None
+    assert delayed.retry_at_ms > delayed.now_ms + 50_000
+    buried = await url_story(frontier, "http://h1.test/p0")
+    assert buried.state == "dead"
+    assert buried.dead is not None
+    assert buried.dead["failure_class"] == "http_404"
+    done = await url_story(frontier, "http://h3.test/p1")
+    assert done.state == "done"
+    assert done.scans_cut == ()
+    never = await url_story(frontier, "http://h3.test/never")
+    assert never.state == "unseen"
+    assert not never.seen
+
+    top_crawled = await top_hosts(frontier, by="crawled", top=2)
+    assert [r.host for r in top_crawled] == ["h5.test", "h4.test"]
+    assert [r.counts.crawled for r in top_crawled] == [16, 14]
+    assert [r.partition for r in top_crawled] == [partition_of(r.host, shards) for r in top_crawled]
+    await frontier.delete()
