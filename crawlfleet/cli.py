@@ -94,6 +94,32 @@ def _parser(config: Config) -> argparse.ArgumentParser:
         "--redis-url", help="the run's Redis, when it is an external one with a password"
     )
 
+    look = commands.add_parser(
+        "frontier",
+        help="look inside a running crawl's frontier: its hosts, one URL's story, counts,"
+        " dead letters",
+    )
+    look.add_argument(
+        "target", help="the CrawlJob YAML file of a running `crawlfleet run`, or namespace/name"
+    )
+    look.add_argument(
+        "what",
+        choices=("hosts", "url", "count", "dead-letters"),
+        help="hosts: the top hosts (queued, in flight, crawled, dead, delay, next allowed"
+        " time, robots.txt wait); url URL: where it is (seen, queued, leased by whom,"
+        " retried when, dead, its output record); count [HOST...]: the job's counters, or"
+        " those hosts'; dead-letters: what will not be retried, and why",
+    )
+    look.add_argument("args", nargs="*", metavar="URL|HOST", help="url: the URL; count: hosts")
+    look.add_argument(
+        "--by", choices=("queued", "crawled", "dead"), default="queued", help="hosts: sort by"
+    )
+    look.add_argument("--top", type=int, default=20, help="hosts: how many [20]")
+    look.add_argument("--reason", help="dead-letters: only this failure class")
+    look.add_argument("--limit", type=int, default=50, help="dead-letters: how many to list [50]")
+    look.add_argument("--out", type=Path, help="the local run's folder [./crawl-output/<name>]")
+    look.add_argument("--json", action="store_true", help="one JSON document instead of text")
+
     output = commands.add_parser(
         "output",
         help="list, print, verify or diff a crawl's output (a folder or a bucket)",
@@ -210,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _output(args)
         if args.command == "enqueue":
             return _enqueue(args)
+        if args.command == "frontier":
+            return _frontier(args, config)
         if args.command == "extract":
             return _extract(args)
         if args.command == "run":
@@ -365,6 +393,25 @@ async def _enqueue_cluster(target: str, urls: list[str]) -> EnqueueReport:
         raise ConfigError(f"{target}: cannot log in to the cluster ({error})") from None
     finally:
         await kube.close()
+
+
+def _frontier(args: argparse.Namespace, config: Config) -> int:
+    """``crawlfleet frontier``: read a running crawl's frontier (see crawlfleet/inspection.py).
+
+    Exit 0 with what was asked, 1 for a URL the frontier never saw, 2 when nothing could be
+    read (no such run or job, no Redis)."""
+    from crawlfleet.inspection import open_frontier_of, report
+
+    async def look() -> int:
+        frontier, output = await open_frontier_of(
+            args.target, out=args.out, redis_url=config.run.redis_url
+        )
+        try:
+            return await report(frontier, output, args)
+        finally:
+            await frontier.aclose()
+
+    return asyncio.run(look())
 
 
 def _output(args: argparse.Namespace) -> int:

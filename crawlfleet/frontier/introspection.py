@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
-from crawlfleet.frontier.connection import call
+from crawlfleet.frontier.connection import call, job_node
 from crawlfleet.frontier.frontier import Frontier
 from crawlfleet.frontier.partitions import PartitionedFrontier
 from crawlfleet.urls import CanonicalURL, canonicalize, host_of
@@ -38,6 +38,7 @@ __all__ = [
     "HostRow",
     "UrlStory",
     "host_counts",
+    "server_ms",
     "top_hosts",
     "url_story",
 ]
@@ -209,6 +210,14 @@ async def host_counts(frontier: Frontier, hosts: Sequence[str]) -> dict[str, Hos
         for i, host in enumerate(names):
             found[host] = HostCounts(_count(queued[i]), _count(crawled[i]), _count(dead[i]))
     return found
+
+
+async def server_ms(frontier: Frontier) -> int:
+    """The frontier's clock (Redis TIME on the job's node, ms): what its times are in."""
+    seconds, micros = await call(
+        frontier.client.time(**await job_node(frontier.client, frontier.keys.key("meta")))
+    )
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _glob_escaped(text: str) -> str:

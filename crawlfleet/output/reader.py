@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Verification",
+    "fetches_of",
     "file_records",
     "item_records",
     "page_files",
@@ -126,6 +127,19 @@ async def _latest_fetches(
             if url not in best or rank > best[url]:
                 best[url] = rank
     return best
+
+
+async def fetches_of(store: OutputStore, url: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every page record of ``url`` with the file that holds it, in file order: one pass over
+    ``pages/`` that parses only the lines that contain the URL (``crawlfleet frontier url``
+    says where a crawled URL landed)."""
+    needle = json.dumps(url)[1:-1].encode()  # as a JSON string spells it
+    found = []
+    for stored in await page_files(store):
+        async for line in _lines(store, stored.key):
+            if needle in line and (record := _parse(line)) is not None and record["url"] == url:
+                found.append((stored.key, record))
+    return found
 
 
 async def page_records(store: OutputStore, *, every_fetch: bool = False) -> AsyncIterator[bytes]:

@@ -99,7 +99,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # tenancy policy.
     ("crawlfleet.local", "crawlfleet.operator", "crawlfleet.tenancy"),
     # Commands and tools.
-    ("crawlfleet.__main__", "crawlfleet.cli", "crawlfleet.enqueue", "crawlfleet.testsite"),
+    (
+        "crawlfleet.__main__",
+        "crawlfleet.cli",
+        "crawlfleet.enqueue",
+        "crawlfleet.inspection",
+        "crawlfleet.testsite",
+    ),
 )
 #: The ground floor, which the model stands on alone.
 GROUND_FLOOR = FLOORS[0]
