@@ -112,7 +112,10 @@ def _parser(config: Config) -> argparse.ArgumentParser:
     )
     look.add_argument("args", nargs="*", metavar="URL|HOST", help="url: the URL; count: hosts")
     look.add_argument(
-        "--by", choices=("queued", "crawled", "dead"), default="queued", help="hosts: sort by"
+        "--by",
+        choices=("queued", "crawled", "dead", "admitted"),
+        default="queued",
+        help="hosts: sort by [queued]",
     )
     look.add_argument("--top", type=int, default=20, help="hosts: how many [20]")
     look.add_argument("--reason", help="dead-letters: only this failure class")

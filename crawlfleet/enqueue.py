@@ -59,6 +59,22 @@ _JOB_REFERENCE: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a
 #: Refusal reasons of our own, beside the scope's verdicts.
 _MAX_PAGES = "max_pages_reached"
 _PRESSURE = "held_back_by_memory_pressure"
+_HOST_BUDGET = "host_budget"
+
+
+def _host_budget_words(spec: CrawlJobSpec) -> str:
+    scope = spec.scope
+    budgets = [
+        f"spec.scope.{name} ({value})"
+        for name, value in (
+            ("maxQueuedPerHost", scope.max_queued_per_host),
+            ("maxPagesPerHost", scope.max_pages_per_host),
+        )
+        if value
+    ]
+    return "its host's budget is spent: " + ", ".join(budgets)
+
+
 _INVALID = "invalid_url"
 #: How often an append races another writer of the CrawlJob before it gives up.
 _CONFLICT_RETRIES: Final = 5
@@ -80,7 +96,8 @@ class EnqueueReport:
     new: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
     #: reason -> (URL as given, the sentence or verdict): a scope verdict's value,
-    #: ``invalid_url``, ``max_pages_reached``, ``held_back_by_memory_pressure``.
+    #: ``invalid_url``, ``max_pages_reached``, ``held_back_by_memory_pressure``,
+    #: ``host_budget``.
     refused: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
 
     def refuse(self, reason: str, url: str, why: str = "") -> None:
@@ -141,6 +158,8 @@ async def enqueue_urls(
             report.seen.append(url)
         elif code is Admission.OVER_LIMIT:
             report.refuse(_MAX_PAGES, url, f"spec.scope.maxPages ({spec.scope.max_pages})")
+        elif code is Admission.OVER_HOST_BUDGET:
+            report.refuse(_HOST_BUDGET, url, _host_budget_words(spec))
         else:
             report.refuse(_PRESSURE, url, "Redis is near maxmemory; try again later")
     return report

@@ -53,9 +53,12 @@ __all__ = [
 ]
 
 #: The job-wide counters ``frontier count`` prints, in order.
-COUNT_FIELDS: Final = ("queued", "delayed", "leased", "crawled", "dead", "failed", "seen")
+COUNT_FIELDS: Final = (
+    "queued", "delayed", "leased", "crawled", "dead", "failed", "seen", "host_budget",
+)  # fmt: skip
 _HOST_COLUMNS: Final = (
-    "HOST", "PART", "QUEUED", "IN-FLIGHT", "CRAWLED", "DEAD", "DELAY", "NEXT", "ROBOTS",
+    "HOST", "PART", "QUEUED", "IN-FLIGHT", "CRAWLED", "DEAD", "ADMITTED", "DELAY", "NEXT",
+    "ROBOTS",
 )  # fmt: skip
 
 
@@ -106,6 +109,7 @@ def host_lines(rows: Sequence[HostRow], now_ms: int) -> list[str]:
                 str(r.in_flight),
                 str(r.counts.crawled),
                 str(r.counts.dead),
+                str(r.counts.admitted),
                 _seconds(r.delay_ms),
                 _next(r, now_ms),
                 "ok" if r.robots_wait is None else f"waiting ({r.robots_wait})",
@@ -118,8 +122,11 @@ def host_lines(rows: Sequence[HostRow], now_ms: int) -> list[str]:
 def host_count_lines(counts: dict[str, HostCounts]) -> list[str]:
     """Named hosts' counters as a table."""
     return _table(
-        ("HOST", "QUEUED", "CRAWLED", "DEAD"),
-        ((h, str(c.queued), str(c.crawled), str(c.dead)) for h, c in sorted(counts.items())),
+        ("HOST", "QUEUED", "CRAWLED", "DEAD", "ADMITTED"),
+        (
+            (h, str(c.queued), str(c.crawled), str(c.dead), str(c.admitted))
+            for h, c in sorted(counts.items())
+        ),
     )
 
 

@@ -61,6 +61,16 @@ class ScopeSpec(Section):
     max_pages: Annotated[int, Range(ge=0, le=MAX_CAPACITY)] = 0
     """The most URLs the crawl admits, seeds included; each is fetched once (plus retries).
     0 means no limit: the crawl ends when scope runs out."""
+    max_pages_per_host: Annotated[int, Range(ge=0, le=MAX_CAPACITY)] = 0
+    """The most URLs the crawl admits of one host (``host[:port]``), seeds included; links
+    past it are dropped with reason host_budget (counted, not queued), as Heritrix's queue
+    budgets and Nutch's generate.max.count cap one site that would eat the crawl. 0 means no
+    limit."""
+    max_queued_per_host: Annotated[int, Range(ge=0, le=MAX_CAPACITY)] = 0
+    """The most URLs queued for one host at a time: links past it are dropped with reason
+    host_budget (counted, not added to the dedup filter), and admitted when they are met again
+    after the host's queue has drained below it. Bounds what an endless calendar or forum
+    can hold in the frontier. 0 means no limit."""
     include: URLPatterns = ()
     """Regular expressions (RE2 syntax, as CEL's matches() uses) searched anywhere in a
     discovered URL: when any is given, a link must match one of them to be followed. Empty:

@@ -3,8 +3,8 @@
 Every read here is bounded, never a ``KEYS`` and never a walk of a whole queue:
 
 * :func:`top_hosts` reads the per-host counters the scripts keep (lib.lua ``HOST_COUNTS``:
-  sorted sets of queued tasks, crawled pages and dead letters per host), so "the hosts with
-  most queued" is one ``ZREVRANGE`` per partition, then one pipelined round trip per
+  sorted sets of queued tasks, crawled pages, dead letters and admitted URLs per host), so
+  "the hosts with most queued" is one ``ZREVRANGE`` per partition, then one pipelined round trip per
   partition for those hosts' state (in flight, last fetch, delay, next allowed time, robots
   wait). O(partitions × top).
 * :func:`url_story` tells where one URL is: in the Bloom filter, dead-lettered (one
@@ -44,13 +44,14 @@ __all__ = [
 ]
 
 #: What :func:`top_hosts` may sort by: each is one of the scripts' per-host sorted sets.
-HostOrder = Literal["queued", "crawled", "dead"]
-HOST_ORDERS: Final[tuple[HostOrder, ...]] = ("queued", "crawled", "dead")
+HostOrder = Literal["queued", "crawled", "dead", "admitted"]
+HOST_ORDERS: Final[tuple[HostOrder, ...]] = ("queued", "crawled", "dead", "admitted")
 #: The per-host counters' keys, by name (lib.lua ``HOST_COUNTS``).
 _COUNT_KEYS: Final[dict[HostOrder, str]] = {
     "queued": "host-queued",
     "crawled": "host-crawled",
     "dead": "host-dead",
+    "admitted": "host-admitted",
 }
 #: The most entries one scan of :func:`url_story` looks at (per list, or of the delayed set).
 SCAN_LIMIT: Final = 100_000
@@ -59,11 +60,13 @@ _SCAN_PAGE: Final = 1000
 
 @dataclass(frozen=True, slots=True)
 class HostCounts:
-    """One host's counters: queued tasks, acked pages, dead letters."""
+    """One host's counters: queued tasks, acked pages, dead letters, URLs ever admitted
+    (what ``scope.maxPagesPerHost`` counts)."""
 
     queued: int = 0
     crawled: int = 0
     dead: int = 0
+    admitted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +177,7 @@ async def _rows(part: Frontier, index: int, hosts: Sequence[str]) -> list[HostRo
     pipe.hmget(keys.key("robots-wait-status"), list(hosts))
     for name in _COUNT_KEYS.values():
         pipe.zmscore(keys.key(name), list(hosts))
-    job_delay, states, ready, robots, queued, crawled, dead = await call(pipe.execute())
+    job_delay, states, ready, robots, *counts = await call(pipe.execute())
     rows = []
     for i, host in enumerate(hosts):
         inflight, last, delay = _host_state(states[i])
@@ -183,7 +186,7 @@ async def _rows(part: Frontier, index: int, hosts: Sequence[str]) -> list[HostRo
             HostRow(
                 host=host,
                 partition=index,
-                counts=HostCounts(_count(queued[i]), _count(crawled[i]), _count(dead[i])),
+                counts=HostCounts(*(_count(column[i]) for column in counts)),
                 in_flight=max(0, inflight),
                 delay_ms=delay if delay >= 0 else int(job_delay or 0),
                 last_fetch_ms=last if last >= 0 else None,
@@ -206,9 +209,9 @@ async def host_counts(frontier: Frontier, hosts: Sequence[str]) -> dict[str, Hos
         pipe = part.client.pipeline(transaction=False)
         for key in _COUNT_KEYS.values():
             pipe.zmscore(part.keys.key(key), names)
-        queued, crawled, dead = await call(pipe.execute())
+        counts = await call(pipe.execute())
         for i, host in enumerate(names):
-            found[host] = HostCounts(_count(queued[i]), _count(crawled[i]), _count(dead[i]))
+            found[host] = HostCounts(*(_count(column[i]) for column in counts))
     return found
 
 

@@ -55,6 +55,9 @@ class Admission(IntEnum):
     NEW = 1
     OVER_LIMIT = 2
     OVER_BUDGET = 3
+    #: Its host's budget is spent (``scope.maxQueuedPerHost``: that many queued now;
+    #: ``scope.maxPagesPerHost``: that many admitted): not added to the filter either.
+    OVER_HOST_BUDGET = 5
 
 
 class PressureLevel(IntEnum):
@@ -254,6 +257,9 @@ class FrontierSettings:
     task_attempts: int
     max_pages: int
     bloom_backend: BloomBackend | None
+    #: ``scope.maxPagesPerHost`` and ``scope.maxQueuedPerHost`` (0: no budget).
+    max_pages_per_host: int = 0
+    max_queued_per_host: int = 0
     #: How long after its claim a worker may still send requests for a lease (the fetch's
     #: total timeout): a dead worker's host slots stay counted that long (docs/frontier.md).
     fetch_budget_seconds: float = 0.0
@@ -282,6 +288,8 @@ class FrontierSettings:
             task_attempts=spec.retry.task_attempts,
             max_pages=spec.scope.max_pages,
             bloom_backend=bloom_backend,
+            max_pages_per_host=spec.scope.max_pages_per_host,
+            max_queued_per_host=spec.scope.max_queued_per_host,
             fetch_budget_seconds=spec.fetch.total_timeout_seconds,
             sitemaps=spec.scope.sitemaps,
             shards=spec.frontier.shards,
@@ -466,6 +474,9 @@ class FrontierStats:
     over_limit: int = 0
     #: Links refused under memory pressure (over a page's budget, or Redis past maxmemory).
     over_budget: int = 0
+    #: Links refused because their host's budget was spent (scope.maxPagesPerHost,
+    #: scope.maxQueuedPerHost): each time one was met.
+    host_budget: int = 0
     seeded: bool = False
     bloom_backend: str = ""
     #: Filled share of the newest Bloom layer (items / its capacity); at 1.0 the next new URL

@@ -1127,6 +1127,9 @@ def _summary(
         "max_workers": max_workers,
         # Links the frontier's memory backpressure held back (met again later, admitted then).
         "links_held_back": stats.over_budget,
+        # Links refused because their host's budget was spent (scope.maxQueuedPerHost,
+        # scope.maxPagesPerHost), each time one was met.
+        "links_over_host_budget": stats.host_budget,
         "bloom": {
             "capacity": capacity,
             "fill_ratio": round(stats.seen / capacity, 4),

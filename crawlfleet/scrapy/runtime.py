@@ -759,6 +759,8 @@ class Runtime:
         for code in codes:
             if code is Admission.OVER_LIMIT:
                 dropped["max_pages"] = dropped.get("max_pages", 0) + 1
+            elif code is Admission.OVER_HOST_BUDGET:
+                dropped["host_budget"] = dropped.get("host_budget", 0) + 1
             elif code is Admission.OVER_BUDGET:
                 dropped["memory_pressure"] = dropped.get("memory_pressure", 0) + 1
         if dropped:

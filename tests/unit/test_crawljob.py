@@ -62,6 +62,8 @@ def test_minimal_spec_fills_every_default() -> None:
             "allowedDomains": ["example.com"],
             "maxDepth": 3,
             "maxPages": 0,
+            "maxPagesPerHost": 0,
+            "maxQueuedPerHost": 0,
             "include": [],
             "exclude": [],
             "allowPrivateNetworks": False,

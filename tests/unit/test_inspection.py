@@ -13,7 +13,7 @@ NOW = 1_800_000_000_000
 ROW = HostRow(
     host="a.test",
     partition=2,
-    counts=HostCounts(queued=17, crawled=3, dead=1),
+    counts=HostCounts(queued=17, crawled=3, dead=1, admitted=21),
     in_flight=1,
     delay_ms=1500,
     last_fetch_ms=NOW - 500,
@@ -49,14 +49,15 @@ def test_host_rows_say_when_and_why_not() -> None:
     ]
     lines = host_lines(rows, NOW)
     assert lines[0].split() == [
-        "HOST", "PART", "QUEUED", "IN-FLIGHT", "CRAWLED", "DEAD", "DELAY", "NEXT", "ROBOTS",
+        "HOST", "PART", "QUEUED", "IN-FLIGHT", "CRAWLED", "DEAD", "ADMITTED", "DELAY", "NEXT",
+        "ROBOTS",
     ]  # fmt: skip
     cells = [line.split() for line in lines[1:]]
-    assert cells[0] == ["a.test", "2", "17", "1", "3", "1", "1.5s", "in", "1.0s", "ok"]
-    assert cells[1][7] == "now"
-    assert cells[2][7:] == ["robots.txt", "waiting", "(503)"]
-    assert cells[3][7:9] == ["slots", "full"]  # queued, not ready: its slots are in use
-    assert cells[4][7] == "-"  # nothing queued
+    assert cells[0] == ["a.test", "2", "17", "1", "3", "1", "21", "1.5s", "in", "1.0s", "ok"]
+    assert cells[1][8] == "now"
+    assert cells[2][8:] == ["robots.txt", "waiting", "(503)"]
+    assert cells[3][8:10] == ["slots", "full"]  # queued, not ready: its slots are in use
+    assert cells[4][8] == "-"  # nothing queued
     # columns line up: every row as wide as the header's columns
     assert len({line.index("1.5s") for line in lines[1:2]}) == 1
     assert host_lines([], NOW) == ["no host has any (nothing counted yet)"]

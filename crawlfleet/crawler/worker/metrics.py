@@ -67,6 +67,8 @@ LINK_DROP_REASONS: Final = frozenset(
         "link_cap",
         "nofollow",
         "max_pages",
+        # scope.maxQueuedPerHost / scope.maxPagesPerHost: the link's host's budget was spent
+        "host_budget",
         "memory_pressure",
         # scope.sitemaps (crawler/links/sitemaps.py): entries past a sitemap's bound, sitemaps past
         # an index's (or robots.txt's) bound, sitemaps of an index nested too deep

@@ -1283,6 +1283,8 @@ def _dropped_links(
     for code in admitted:
         if code is Admission.OVER_LIMIT:
             dropped["max_pages"] = dropped.get("max_pages", 0) + 1
+        elif code is Admission.OVER_HOST_BUDGET:
+            dropped["host_budget"] = dropped.get("host_budget", 0) + 1
         elif code not in (Admission.NEW, Admission.SEEN):
             dropped["memory_pressure"] = dropped.get("memory_pressure", 0) + 1
     return dropped

@@ -10,8 +10,10 @@
 --       seed is queued whatever the filter says (and added to it), and a tracked seed is
 --       taken from its host's revisit set into its queue, due now (its validators kept).
 -- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
--- 3 refused: over the per-page budget of memory pressure (set_pressure.lua). Refused links
--- are not added to the filter, so they can still be admitted later.
+-- 3 refused: over the per-page budget of memory pressure (set_pressure.lua), 5 refused: its
+-- host's budget (scope.maxQueuedPerHost: tasks queued now; scope.maxPagesPerHost: URLs ever
+-- admitted). Refused links are not added to the filter, so they can still be admitted later
+-- (a host whose queue drained below its budget takes them when they are met again).
 local backend = ARGV[3]
 local seeding = ARGV[4] ~= '0'
 local last_seeds = ARGV[4] == '1' or ARGV[4] == '3'
@@ -23,6 +25,26 @@ local now = now_ms()
 local count = (#ARGV - FIRST + 1) / 4
 local admitted = tonumber(redis.call('HGET', K.stats, 'admitted')) or 0
 local limited = cfg.max_pages > 0
+-- Per-host budgets (0: none); each host's counts read once per batch, then kept here.
+local host_budget = redis.call('HMGET', K.meta, 'max_queued_per_host', 'max_pages_per_host')
+local max_queued, max_admitted = tonumber(host_budget[1]) or 0, tonumber(host_budget[2]) or 0
+local budgeted = max_queued > 0 or max_admitted > 0
+local host_room = {}
+local function room_of(host)
+  local room = host_room[host]
+  if room then return room end
+  room = math.huge
+  if max_queued > 0 then
+    local queued = tonumber(redis.call('ZSCORE', HOST_COUNTS.queued, host)) or 0
+    room = math.min(room, max_queued - queued)
+  end
+  if max_admitted > 0 then
+    local ever = tonumber(redis.call('ZSCORE', HOST_COUNTS.admitted, host)) or 0
+    room = math.min(room, max_admitted - ever)
+  end
+  host_room[host] = room
+  return room
+end
 -- Under memory pressure each page (parent) may add at most `budget` new links. A parent's
 -- mark after '#' (frontier/parents.py: a sitemap's lastmod per listed page) is not part of
 -- the page: one sitemap shares one budget.
@@ -34,7 +56,7 @@ if backend == 'bitmap' then filter = bloom_open() end
 
 -- Unlimited native path: one BF.MADD for the batch.
 local bulk = nil
-if backend == 'native' and not limited and budget < 0 then
+if backend == 'native' and not limited and budget < 0 and not budgeted then
   local urls = {}
   for i = 0, count - 1 do urls[#urls + 1] = ARGV[FIRST + i * 4] end
   bulk = native_multi('BF.MADD', native_key, urls)
@@ -49,7 +71,7 @@ end
 
 -- New tasks grouped by host and depth, in the order they came.
 local result, queues, hosts = {}, {}, {}
-local new, dup, refused, over_budget, unfiltered = 0, 0, 0, 0, 0
+local new, dup, refused, over_budget, unfiltered, over_host = 0, 0, 0, 0, 0, 0
 for i = 0, count - 1 do
   local base = FIRST + i * 4
   local url, parent = ARGV[base], ARGV[base + 2]
@@ -62,6 +84,8 @@ for i = 0, count - 1 do
     code = 2
   elseif budget >= 0 and (per_parent[page] or 0) >= budget then
     code = 3
+  elseif budgeted and room_of(host_of(url)) <= 0 then
+    code = 5
   else
     local is_new
     if ARGV[base + 3] == '!' then
@@ -98,12 +122,16 @@ for i = 0, count - 1 do
     admitted = admitted + 1
     new = new + 1
     per_parent[page] = (per_parent[page] or 0) + 1
+    queue.admitted = (queue.admitted or 0) + 1
+    if budgeted then host_room[host] = room_of(host) - 1 end
   elseif code == 0 then
     dup = dup + 1
   elseif code == 4 then
     code = 1 -- queued (promote_tracked_seed counted it)
   elseif code == 2 then
     refused = refused + 1
+  elseif code == 5 then
+    over_host = over_host + 1
   else
     over_budget = over_budget + 1
   end
@@ -112,10 +140,13 @@ end
 
 for _, host in ipairs(hosts) do
   local st = load_host(host)
+  local admitted_here = 0
   for depth, queue in pairs(queues[host]) do
     push_back(host, depth, queue.urls, queue.parents)
     note_depth(st, depth)
+    admitted_here = admitted_here + (queue.admitted or 0)
   end
+  count_host('admitted', host, admitted_here)
   settle_host(host, st, cfg, now)
 end
 if new > 0 then
@@ -126,5 +157,6 @@ end
 if dup > 0 then redis.call('HINCRBY', K.stats, 'duplicates', dup) end
 if refused > 0 then redis.call('HINCRBY', K.stats, 'over_limit', refused) end
 if over_budget > 0 then redis.call('HINCRBY', K.stats, 'over_budget', over_budget) end
+if over_host > 0 then redis.call('HINCRBY', K.stats, 'host_budget', over_host) end
 if last_seeds then redis.call('HSETNX', K.meta, 'seeded_ms', now) end
 return result

@@ -173,9 +173,10 @@ end
 -- Per-host counts for the frontier's readers (crawlfleet frontier hosts; DESIGN §3 stats),
 -- kept by the helpers that move tasks, so the scripts' callers never count: sorted sets,
 -- so "the hosts with most queued" is one ZRANGE. HOST_COUNTS.queued holds queued tasks (not
--- list entries: parent entries are not tasks), .crawled acked pages, .dead dead letters.
+-- list entries: parent entries are not tasks), .crawled acked pages, .dead dead letters,
+-- .admitted URLs admitted (scope.maxPagesPerHost counts them, as maxPages counts the job's).
 local HOST_COUNTS = {queued = PREFIX .. 'host-queued', crawled = PREFIX .. 'host-crawled',
-  dead = PREFIX .. 'host-dead'}
+  dead = PREFIX .. 'host-dead', admitted = PREFIX .. 'host-admitted'}
 
 local function count_host(which, host, by)
   if by == 0 then return end

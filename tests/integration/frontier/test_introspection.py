@@ -16,6 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from crawlfleet.frontier import (
+    Admission,
     Failure,
     Frontier,
     FrontierSettings,
@@ -124,4 +125,51 @@ async def test_hosts_and_a_urls_story_follow_the_crawl(
     assert [r.host for r in top_crawled] == ["h5.test", "h4.test"]
     assert [r.counts.crawled for r in top_crawled] == [16, 14]
     assert [r.partition for r in top_crawled] == [partition_of(r.host, shards) for r in top_crawled]
+    await frontier.delete()
+
+
+@pytest.mark.parametrize("shards", [1, 8])
+async def test_a_hosts_queue_never_passes_its_budget(
+    redis_client: aioredis.Redis, job_id: str, shards: int
+) -> None:
+    """maxQueuedPerHost 500: an endless calendar's host holds 500 queued however many links
+    come, the rest refused (counted, not added to the filter), and admitted once its queue
+    drained; another host is not held back by it."""
+    settings = replace(_settings(f"{job_id}-q{shards}", shards), max_queued_per_host=500)
+    frontier = await Frontier.open(redis_client, settings)
+    calendar = [canonicalize(f"http://cal.test/day/{n}") for n in range(700)]
+    other = [canonicalize(f"http://other.test/p{n}") for n in range(20)]
+    codes = await frontier.enqueue([Link(u, 1, "http://cal.test/") for u in calendar[:400]])
+    codes += await frontier.enqueue([Link(u, 1, "http://cal.test/") for u in calendar[400:]])
+    assert Counter(codes) == {Admission.NEW: 500, Admission.OVER_HOST_BUDGET: 200}
+    assert set(await frontier.enqueue([Link(u, 1) for u in other])) == {Admission.NEW}
+    counts = await host_counts(frontier, ["cal.test", "other.test"])
+    assert (counts["cal.test"].queued, counts["other.test"].queued) == (500, 20)
+    stats = await frontier.stats()
+    assert (stats.host_budget, stats.queued, stats.seen) == (200, 520, 520)
+    refused = calendar[500:]
+    assert not any(await frontier.contains(refused))  # met again later, admitted then
+    # a claim takes 4 of each host (perHost 4): room for 4 of the refused, no more
+    taken = await frontier.claim("w1", 20)
+    assert len([lease for lease in taken if lease.host == "cal.test"]) == 4
+    again = await frontier.enqueue([Link(u, 1) for u in refused])
+    assert Counter(again) == {Admission.NEW: 4, Admission.OVER_HOST_BUDGET: 196}
+    assert (await host_counts(frontier, ["cal.test"]))["cal.test"].queued == 500
+    await frontier.delete()
+
+
+async def test_a_hosts_pages_stop_at_its_budget(redis_client: aioredis.Redis, job_id: str) -> None:
+    """maxPagesPerHost 30: a host admits 30 URLs over the crawl, queued or crawled, and no
+    more, seeds included."""
+    settings = replace(_settings(f"{job_id}-p", 1), max_pages_per_host=30)
+    frontier = await Frontier.open(redis_client, settings)
+    urls = [canonicalize(f"http://big.test/p{n}") for n in range(50)]
+    seeded = await frontier.enqueue([Link(u, 0) for u in urls[:10]], seeding=True)
+    assert set(seeded) == {Admission.NEW}
+    leases = await frontier.claim("w1", 4)
+    await frontier.ack("w1", [lease.lease_id for lease in leases])
+    codes = await frontier.enqueue([Link(u, 1) for u in urls[10:]])
+    assert Counter(codes) == {Admission.NEW: 20, Admission.OVER_HOST_BUDGET: 20}
+    counts = (await host_counts(frontier, ["big.test"]))["big.test"]
+    assert (counts.queued, counts.crawled) == (26, 4)
     await frontier.delete()
