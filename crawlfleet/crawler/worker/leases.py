@@ -136,6 +136,10 @@ class _Settlement:
     lost_fails: int = 0
     #: The output generation whose records these leases' are (None: no file to wait for).
     generation: int | None = None
+    #: A call of LeaseBook.settle is sending it now: another call (the flush and a replay
+    #: of held links settle concurrently) leaves it to that one, so it is sent, counted and
+    #: removed once.
+    sending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,13 +435,19 @@ class LeaseBook:
         total = Settled()
         failed: FrontierUnavailable | None = None
         for settlement in list(self._retry):
+            if settlement.sending:
+                continue
+            settlement.sending = True
             try:
                 total += await self._send(settlement)
             except FrontierUnavailable as error:
                 if settlement is mine or (mine is None and generation is None):
                     failed = failed or error
                 continue
-            self._retry.remove(settlement)
+            finally:
+                settlement.sending = False
+            if settlement in self._retry:  # release_all may have cleared it meanwhile
+                self._retry.remove(settlement)
         if failed is not None:
             raise failed
         return total

@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry
 from crawlfleet.crawler.worker.flow import worker_counters
 from crawlfleet.crawler.worker.leases import LeaseBook, Stage
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
+from crawlfleet.errors import FrontierUnavailable
 from crawlfleet.frontier import Failure, Frontier, Link, canonicalize
 from crawlfleet.local.redis_server import RedisServer
 from tests.support.slots import read_slots
@@ -224,3 +225,39 @@ def test_every_lease_is_settled_once_and_every_slot_freed_once(tmp_path: Path) -
         suppress_health_check=[HealthCheck.too_slow],
     )
     Machine.TestCase().runTest()
+
+
+async def test_two_settle_calls_at_once_send_each_settlement_once(tmp_path: Path) -> None:
+    """Settlements that failed (Redis away) wait in the book; when it answers again, the
+    flush and a replay of held links may both call settle at once: each settlement is sent,
+    counted and removed by one of them (CI saw the other remove it twice: a ValueError that
+    failed a flush)."""
+    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+    job = {"concurrency": {"perHost": 4, "hostDelaySeconds": 0.0}, "lease": {"ttlSeconds": 60.0}}
+    frontier = await Frontier.connect(server.url, frontier_settings(JOB, job), timeout_seconds=1.0)
+    counters = worker_counters()
+    book = LeaseBook(
+        frontier, WORKER, metrics=WorkerMetrics(CollectorRegistry()), counters=counters
+    )
+    try:
+        await frontier.enqueue([Link(url, 0) for url in URLS[:4] + URLS[12:16]], seeding=True)
+        claimed = await book.claim(8) or []
+        assert len(claimed) == 8
+        for generation, half in ((1, claimed[:4]), (2, claimed[4:])):
+            await book.written([lease.lease_id for lease in half], generation)
+        server.stop()
+        for generation in (1, 2):
+            with pytest.raises(FrontierUnavailable):
+                await book.durable(generation, ())
+        assert book.unsettled == 2
+        server.start()
+        settled = await asyncio.gather(book.settle(()), book.settle(()))
+        assert book.unsettled == 0
+        assert sorted(i for s in settled for i in s.lease_ids) == sorted(
+            lease.lease_id for lease in claimed
+        )  # each lease reported settled by one call only
+        assert counters["succeeded"] == 8
+        assert (await frontier.stats()).crawled == 8
+    finally:
+        await frontier.aclose()
+        server.stop()
