@@ -57,6 +57,9 @@ EventReason = Literal[
     "RedisAvailable",
     # Some partitions of a partitioned frontier not answering (the others do).
     "PartitionUnavailable",
+    # Limits of a running job changed (perHost, hostDelaySeconds, per-host budgets), in force
+    # from the next claim or batch of links.
+    "LimitsChanged",
     # A scheduled job's runs (crawlfleet.fleet.recurring).
     "RunStarted",
     "RunSkipped",

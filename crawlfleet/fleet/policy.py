@@ -50,7 +50,7 @@ from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
-from crawlfleet.frontier.models import Backpressure, FrontierStats, PressureLevel
+from crawlfleet.frontier.models import Backpressure, FrontierLimits, FrontierStats, PressureLevel
 
 __all__ = [
     "BLOOM_NEARLY_FULL",
@@ -162,6 +162,10 @@ class FleetPolicy:
     keeps_going: bool = False
     #: ``spec.recrawl`` is set: the tick moves due revisits into their queues.
     revisits: bool = False
+    #: The limits the frontier's scripts enforce that a running job may change (perHost,
+    #: hostDelaySeconds, the per-host budgets): each tick writes the spec's into the
+    #: frontier when they differ (``LimitsChanged``). None: the tick leaves them.
+    frontier_limits: FrontierLimits | None = None
     #: ``spec.files`` is set: the tick reads the file counters (one more O(1) read).
     files: bool = False
 
@@ -205,6 +209,7 @@ class FleetPolicy:
             keeps_going=spec.keeps_going,
             revisits=bool(spec.recrawl),
             files=spec.files is not None,
+            frontier_limits=FrontierLimits.from_spec(spec),
         )
 
 

@@ -83,6 +83,7 @@ from crawlfleet.frontier import (
     Backpressure,
     FileStats,
     Frontier,
+    FrontierLimits,
     FrontierSettings,
     FrontierStats,
     MemoryState,
@@ -384,6 +385,8 @@ async def _tick(
     pages_per_second: float | None,
     reachable_since: float | None,
 ) -> Tick:
+    if policy.frontier_limits is not None:
+        await _retune(frontier, backend, policy.frontier_limits)
     stats = await frontier.stats()
     seeded: int | None = None
     seeds_added: FleetEvent | None = None
@@ -542,6 +545,21 @@ async def _tick(
         link_checks=live_link_checks(beats, fresh_seconds=policy.dead_after_seconds),
         beats=tuple(beats),
     )
+
+
+async def _retune(frontier: Frontier, backend: FleetBackend, limits: FrontierLimits) -> None:
+    """The spec's limits into the frontier when a running job changed them (one HMGET a
+    tick; a write and an Event only on a change)."""
+    changes = await frontier.retune(limits)
+    if changes:
+        said = ", ".join(str(change) for change in changes)
+        await backend.record(
+            FleetEvent(
+                "LimitsChanged",
+                f"{said}: in force from the next claim and the next batch of links",
+                fields={change.field: change.after for change in changes},
+            )
+        )
 
 
 def _revisit_due(stats: FrontierStats) -> bool:

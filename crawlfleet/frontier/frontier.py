@@ -60,18 +60,21 @@ from crawlfleet.frontier.connection import (
 )
 from crawlfleet.frontier.keys import FILE_KEYS, JobKeys
 from crawlfleet.frontier.models import (
+    LIMIT_FIELDS,
     Admission,
     Backpressure,
     DeadLetter,
     FailOutcome,
     Failure,
     FileStats,
+    FrontierLimits,
     FrontierSettings,
     FrontierStats,
     FrontierWaits,
     HeartbeatValue,
     LagHistogram,
     Lease,
+    LimitChange,
     Link,
     MemoryState,
     Outcomes,
@@ -367,13 +370,10 @@ class Frontier:
         wanted = BloomParams.for_capacity(settings.capacity, settings.error_rate)
         backend = settings.bloom_backend or await cls._detect_backend(client, keys)
         meta_args: dict[str, str] = {
-            "per_host": str(settings.per_host),
-            "host_delay_ms": str(round(settings.host_delay_seconds * 1000)),
+            **settings.limits.to_meta(),
             "task_attempts": str(settings.task_attempts),
             "lease_ttl_ms": str(round(settings.lease_ttl_seconds * 1000)),
             "max_pages": str(settings.max_pages),
-            "max_pages_per_host": str(settings.max_pages_per_host),
-            "max_queued_per_host": str(settings.max_queued_per_host),
             "fetch_budget_ms": str(round(settings.fetch_budget_seconds * 1000)),
             "bloom_backend": backend,
             "shards": str(settings.shards),
@@ -1240,6 +1240,25 @@ class Frontier:
             self._scripts.set_pressure, int(pressure.level), links, repr(max(0.0, rate))
         )
 
+    async def retune(self, limits: FrontierLimits) -> list[LimitChange]:
+        """Write the limits a running job changed into its meta (what every claim and
+        enqueue reads), and say which changed: one HMGET, and one guarded HSET when any did
+        (a lost frontier gets no stray meta). Nothing re-queued or re-placed here: a host at
+        a lowered perHost takes no new lease until its in-flight count is under it, a host
+        capped at the old perHost is placed again at its next settled lease, a host's next
+        allowed time follows the new delay from its next fetch on."""
+        wanted = limits.to_meta()
+        found = await self._checked("HMGET", self.keys.key("meta"), *wanted)
+        changes = [
+            LimitChange(LIMIT_FIELDS[name], _spec_value(name, old), _spec_value(name, new))
+            for (name, new), old in zip(wanted.items(), found, strict=True)
+            if old != new
+        ]
+        if changes:
+            changed = [x for name, new in wanted.items() for x in (name, new)]
+            await self._run(self._scripts.guarded, "HSET", "meta", *changed)
+        return changes
+
     # -- the connection ---------------------------------------------------------------------
 
     async def ping(self) -> None:
@@ -1249,6 +1268,15 @@ class Frontier:
     async def aclose(self) -> None:
         """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
         await close_quietly(self.client)
+
+
+def _spec_value(name: str, meta: str | None) -> str:
+    """A meta field's value as the spec spells it (milliseconds as seconds)."""
+    if meta is None:
+        return "unset"
+    if name == "host_delay_ms":
+        return f"{int(meta) / 1000:g}"
+    return meta
 
 
 def check_shards(job_id: str, created: int, wanted: int) -> None:

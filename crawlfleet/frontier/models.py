@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple, TypeVar
 
 from crawlfleet.frontier.bloom import BloomBackend
 from crawlfleet.urls import CanonicalURL, host_of
@@ -273,6 +273,15 @@ class FrontierSettings:
     #: their parent page is acked (replicas.py); 0: no wait.
     wait_replicas: int = 0
 
+    @property
+    def limits(self) -> FrontierLimits:
+        return FrontierLimits(
+            self.per_host,
+            self.host_delay_seconds,
+            self.max_pages_per_host,
+            self.max_queued_per_host,
+        )
+
     @classmethod
     def from_spec(
         cls, job_id: str, spec: CrawlJobSpec, *, bloom_backend: BloomBackend | None = None
@@ -295,6 +304,59 @@ class FrontierSettings:
             shards=spec.frontier.shards,
             wait_replicas=spec.frontier.wait_replicas,
         )
+
+
+#: The limits a running job may change (``kubectl edit``, an edited job file), by the meta
+#: field the scripts read, with the spec's name for each and how a value is written there.
+LIMIT_FIELDS: Final[dict[str, str]] = {
+    "per_host": "concurrency.perHost",
+    "host_delay_ms": "concurrency.hostDelaySeconds",
+    "max_pages_per_host": "scope.maxPagesPerHost",
+    "max_queued_per_host": "scope.maxQueuedPerHost",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierLimits:
+    """What the scripts enforce that a running job may change: read by every claim and
+    enqueue from the job's meta, so writing them there (:meth:`Frontier.retune`) takes
+    effect at the next claim or batch of links, without a restart."""
+
+    per_host: int
+    host_delay_seconds: float
+    max_pages_per_host: int = 0
+    max_queued_per_host: int = 0
+
+    @classmethod
+    def from_spec(cls, spec: CrawlJobSpec) -> FrontierLimits:
+        return cls(
+            per_host=spec.concurrency.per_host,
+            host_delay_seconds=spec.concurrency.host_delay_seconds,
+            max_pages_per_host=spec.scope.max_pages_per_host,
+            max_queued_per_host=spec.scope.max_queued_per_host,
+        )
+
+    def to_meta(self) -> dict[str, str]:
+        """The meta fields (:data:`LIMIT_FIELDS`' keys) as the scripts read them."""
+        return {
+            "per_host": str(self.per_host),
+            "host_delay_ms": str(round(self.host_delay_seconds * 1000)),
+            "max_pages_per_host": str(self.max_pages_per_host),
+            "max_queued_per_host": str(self.max_queued_per_host),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LimitChange:
+    """One limit a :meth:`Frontier.retune` changed: its spec name, the values as the spec
+    spells them."""
+
+    field: str
+    before: str
+    after: str
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.before} -> {self.after}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,10 +82,12 @@ from crawlfleet.frontier.models import (
     DeadLetter,
     FailOutcome,
     Failure,
+    FrontierLimits,
     FrontierSettings,
     FrontierStats,
     FrontierWaits,
     Lease,
+    LimitChange,
     Link,
     MemoryState,
     Outcomes,
@@ -991,6 +993,12 @@ class PartitionedFrontier(Frontier):
         rate = pressure.claims_per_second
         share = replace(pressure, claims_per_second=rate / self.shards if rate else rate)
         await _each([Frontier.set_pressure(p, share) for p in self.partitions])
+
+    async def retune(self, limits: FrontierLimits) -> list[LimitChange]:
+        """The limits into every partition's meta (each partition's scripts read their own);
+        the changes the home saw, which every partition shares."""
+        changes = await _each([Frontier.retune(p, limits) for p in self.partitions])
+        return changes[0]
 
     async def delete(self) -> int:
         """Every partition's keys (lost ones too)."""

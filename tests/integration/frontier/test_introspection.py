@@ -19,6 +19,7 @@ from crawlfleet.frontier import (
     Admission,
     Failure,
     Frontier,
+    FrontierLimits,
     FrontierSettings,
     Lease,
     Link,
@@ -172,4 +173,33 @@ async def test_a_hosts_pages_stop_at_its_budget(redis_client: aioredis.Redis, jo
     assert Counter(codes) == {Admission.NEW: 20, Admission.OVER_HOST_BUDGET: 20}
     counts = (await host_counts(frontier, ["big.test"]))["big.test"]
     assert (counts.queued, counts.crawled) == (26, 4)
+    await frontier.delete()
+
+
+@pytest.mark.parametrize("shards", [1, 8])
+async def test_limits_changed_on_a_running_job_apply_at_the_next_claim(
+    redis_client: aioredis.Redis, job_id: str, shards: int
+) -> None:
+    """perHost 1 -> 3 written into the running frontier (what a tick does when the spec
+    changed): said once, in the spec's words; the host, capped at 1, takes 3 leases once its
+    lease settles; a budget set live refuses the next batch's links past it."""
+    frontier = await Frontier.open(
+        redis_client, replace(_settings(f"{job_id}-l{shards}", shards), per_host=1)
+    )
+    urls = [canonicalize(f"http://one.test/p{n}") for n in range(10)]
+    await frontier.enqueue([Link(u, 0) for u in urls], seeding=True)
+    first = await frontier.claim("w1", 10)
+    assert len(first) == 1
+    wider = FrontierLimits(per_host=3, host_delay_seconds=0.0, max_queued_per_host=10)
+    changes = await frontier.retune(wider)
+    assert [str(c) for c in changes] == [
+        "concurrency.perHost 1 -> 3",
+        "scope.maxQueuedPerHost 0 -> 10",
+    ]
+    assert await frontier.retune(wider) == []  # said once
+    await frontier.ack("w1", [first[0].lease_id])
+    assert len(await frontier.claim("w1", 10)) == 3
+    more = [canonicalize(f"http://one.test/q{n}") for n in range(10)]
+    codes = await frontier.enqueue([Link(u, 1) for u in more])
+    assert Counter(codes) == {Admission.NEW: 4, Admission.OVER_HOST_BUDGET: 6}  # 6 + 4 = 10
     await frontier.delete()
