@@ -60,6 +60,9 @@ EventReason = Literal[
     # Limits of a running job changed (perHost, hostDelaySeconds, per-host budgets), in force
     # from the next claim or batch of links.
     "LimitsChanged",
+    # The scope's include/exclude of a running job changed: the workers follow at their next
+    # heartbeat, and drop queued URLs out of it when they claim them (excluded_live).
+    "ScopeChanged",
     # A scheduled job's runs (crawlfleet.fleet.recurring).
     "RunStarted",
     "RunSkipped",

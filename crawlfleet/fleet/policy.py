@@ -50,7 +50,13 @@ from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
-from crawlfleet.frontier.models import Backpressure, FrontierLimits, FrontierStats, PressureLevel
+from crawlfleet.frontier.models import (
+    Backpressure,
+    FrontierLimits,
+    FrontierStats,
+    PressureLevel,
+    ScopeRules,
+)
 
 __all__ = [
     "BLOOM_NEARLY_FULL",
@@ -166,6 +172,9 @@ class FleetPolicy:
     #: hostDelaySeconds, the per-host budgets): each tick writes the spec's into the
     #: frontier when they differ (``LimitsChanged``). None: the tick leaves them.
     frontier_limits: FrontierLimits | None = None
+    #: ``(scope.include, scope.exclude)``: written into the frontier the same way, for the
+    #: workers to follow (``ScopeChanged``). None: the tick leaves them.
+    scope_rules: ScopeRules | None = None
     #: ``spec.files`` is set: the tick reads the file counters (one more O(1) read).
     files: bool = False
 
@@ -210,6 +219,7 @@ class FleetPolicy:
             revisits=bool(spec.recrawl),
             files=spec.files is not None,
             frontier_limits=FrontierLimits.from_spec(spec),
+            scope_rules=(tuple(spec.scope.include), tuple(spec.scope.exclude)),
         )
 
 

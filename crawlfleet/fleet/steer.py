@@ -89,6 +89,7 @@ from crawlfleet.frontier import (
     MemoryState,
     PartitionedFrontier,
     PressureLevel,
+    ScopeRules,
     WorkerHeartbeat,
 )
 
@@ -387,6 +388,8 @@ async def _tick(
 ) -> Tick:
     if policy.frontier_limits is not None:
         await _retune(frontier, backend, policy.frontier_limits)
+    if policy.scope_rules is not None:
+        await _rescope(frontier, backend, policy.scope_rules)
     stats = await frontier.stats()
     seeded: int | None = None
     seeds_added: FleetEvent | None = None
@@ -560,6 +563,34 @@ async def _retune(frontier: Frontier, backend: FleetBackend, limits: FrontierLim
                 fields={change.field: change.after for change in changes},
             )
         )
+
+
+async def _rescope(frontier: Frontier, backend: FleetBackend, rules: ScopeRules) -> None:
+    """The spec's include/exclude into the frontier for the workers (one HGET a tick); an
+    Event when a running job changed them (not when a new frontier gets its first)."""
+    changed, before = await frontier.set_scope_rules(rules)
+    if not changed or before is None:
+        return
+    said = "; ".join(
+        f"scope.{name}: {_pattern_diff(old, new)}"
+        for name, old, new in (("include", before[0], rules[0]), ("exclude", before[1], rules[1]))
+        if old != new
+    )
+    await backend.record(
+        FleetEvent(
+            "ScopeChanged",
+            f"{said}: the workers follow within a heartbeat, and queued URLs out of scope now"
+            " are dropped when claimed (excluded_live)",
+            fields={"include": len(rules[0]), "exclude": len(rules[1])},
+        )
+    )
+
+
+def _pattern_diff(before: Sequence[str], after: Sequence[str]) -> str:
+    added = [p for p in after if p not in before]
+    removed = [p for p in before if p not in after]
+    words = [f"+{p!r}" for p in added] + [f"-{p!r}" for p in removed]
+    return " ".join(words) or "reordered"
 
 
 def _revisit_due(stats: FrontierStats) -> bool:

@@ -33,6 +33,7 @@ from crawlfleet.frontier.models import (
     Revisit,
     RevisitState,
     RunStart,
+    ScopeRules,
     Validators,
     WorkerHeartbeat,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "RobotsCache",
     "RobotsEntry",
     "RunStart",
+    "ScopeRules",
     "Validators",
     "WorkerHeartbeat",
     "canonicalize",

@@ -83,6 +83,7 @@ from crawlfleet.frontier.models import (
     Revisit,
     RevisitState,
     RunStart,
+    ScopeRules,
     WorkerHeartbeat,
 )
 from crawlfleet.frontier.parents import sitemap_roots
@@ -1259,6 +1260,21 @@ class Frontier:
             await self._run(self._scripts.guarded, "HSET", "meta", *changed)
         return changes
 
+    async def scope_rules(self) -> ScopeRules | None:
+        """The scope's URL patterns in force (``scope.include``, ``scope.exclude``), as the
+        steering tick last wrote them; None before any tick did. Workers follow them."""
+        raw = await self._checked("HGET", self.keys.key("meta"), "scope_rules")
+        return None if raw is None else _rules_from_json(raw)
+
+    async def set_scope_rules(self, rules: ScopeRules) -> tuple[bool, ScopeRules | None]:
+        """Write the scope's URL patterns when they differ: (changed, the ones before)."""
+        before = await self.scope_rules()
+        if before == rules:
+            return False, before
+        value = json.dumps({"include": list(rules[0]), "exclude": list(rules[1])})
+        await self._run(self._scripts.guarded, "HSET", "meta", "scope_rules", value)
+        return True, before
+
     # -- the connection ---------------------------------------------------------------------
 
     async def ping(self) -> None:
@@ -1268,6 +1284,11 @@ class Frontier:
     async def aclose(self) -> None:
         """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
         await close_quietly(self.client)
+
+
+def _rules_from_json(raw: str) -> ScopeRules:
+    value = json.loads(raw)
+    return tuple(value.get("include", ())), tuple(value.get("exclude", ()))
 
 
 def _spec_value(name: str, meta: str | None) -> str:

@@ -346,6 +346,10 @@ class FrontierLimits:
         }
 
 
+#: ``(scope.include, scope.exclude)``: the URL patterns a running job may change.
+ScopeRules = tuple[tuple[str, ...], tuple[str, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class LimitChange:
     """One limit a :meth:`Frontier.retune` changed: its spec name, the values as the spec

@@ -74,6 +74,9 @@ class FailureClass(StrEnum):
     INVALID_URL = "invalid_url"
     OUT_OF_SCOPE = "out_of_scope"
     ROBOTS_DISALLOWED = "robots_disallowed"
+    #: Queued before the job's scope (include/exclude) changed while it ran, out of it now:
+    #: dropped when claimed, before any request (a counted reason, in the dead letters).
+    EXCLUDED_LIVE = "excluded_live"
     ROBOTS_UNAVAILABLE = "robots_unavailable"
     TOO_MANY_REDIRECTS = "too_many_redirects"
     REDIRECT_LOOP = "redirect_loop"
@@ -135,6 +138,7 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.INVALID_URL: _PERMANENT,
     FailureClass.OUT_OF_SCOPE: _PERMANENT,
     FailureClass.ROBOTS_DISALLOWED: _PERMANENT,
+    FailureClass.EXCLUDED_LIVE: _PERMANENT,
     # robots.txt of the host (or of a redirect's target) cannot be read: the site pushes back.
     # A host's own URLs wait without a failure (see crawler/politeness/robots.py) until it is given
     # up, and then go to the dead letters at once.

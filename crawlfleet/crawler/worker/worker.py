@@ -65,7 +65,7 @@ from crawlfleet.crawler.links.admission import LinkAdmission, PageLinksToAdmit
 from crawlfleet.crawler.links.charset import decode_html
 from crawlfleet.crawler.links.feeds import Feed, FeedRefused, is_feed, read_feed
 from crawlfleet.crawler.links.links import PageLinks, extract_links
-from crawlfleet.crawler.links.scope import Scope
+from crawlfleet.crawler.links.scope import Scope, ScopeVerdict
 from crawlfleet.crawler.links.sitemaps import (
     DEFAULT_SITEMAP_LIMITS,
     Sitemap,
@@ -111,6 +111,7 @@ from crawlfleet.frontier import (
     Link,
     PartitionedFrontier,
     Revisit,
+    ScopeRules,
     host_of,
     try_canonicalize,
 )
@@ -231,6 +232,10 @@ class Worker:
         self._admission = LinkAdmission(
             self.scope, generation_size=options.link_cache_generation_size
         )
+        #: The include/exclude in force: the spec's, until the fleet writes others into the
+        #: frontier (a running job's scope edited); then claimed URLs are checked against them.
+        self._scope_rules: ScopeRules = (tuple(spec.scope.include), tuple(spec.scope.exclude))
+        self._scope_changed = False
         #: Links a partition that is down could not take (``spool.py``); None: one partition.
         self.spool = (
             LinkSpool(options.link_spool_dir, max_bytes=options.link_spool_bytes)
@@ -532,6 +537,13 @@ class Worker:
         """The lease's outcome; None when it was deferred (given back, see gate.py)."""
         # A sitemap document is fetched like a page; only what is read from it differs.
         sitemap = sitemap_task(lease.parent) if self._read_sitemaps else None
+        if self._scope_changed:
+            verdict = self.scope.check(lease.url, lease.depth)
+            if verdict in (ScopeVerdict.EXCLUDED, ScopeVerdict.NOT_INCLUDED):
+                message = f"out of the scope changed while the job ran ({verdict})"
+                return self._failed(
+                    lease, None, FailureClass.EXCLUDED_LIVE, message, retryable=False
+                )
         decision = await self.gate.before_request(lease)
         if isinstance(decision, Deferred):
             return None
@@ -1196,6 +1208,28 @@ class Worker:
         await self.leases.keep_alive()
         if self.files is not None:
             await self.files.keep_alive()
+        await self._follow_scope()
+
+    async def _follow_scope(self) -> None:
+        """Take the scope's include/exclude the fleet wrote (a running job's edited): links
+        found from now on are judged by them, and claimed URLs out of them are dropped."""
+        rules = await self.frontier.scope_rules()
+        if rules is None or rules == self._scope_rules:
+            return
+        include, exclude = rules
+        spec = self.spec.scope.model_copy(update={"include": include, "exclude": exclude})
+        self.scope = Scope.from_spec(spec)
+        self._admission = LinkAdmission(
+            self.scope, generation_size=self.options.link_cache_generation_size
+        )
+        self._scope_rules = rules
+        self._scope_changed = True
+        log.info(
+            "the job's scope changed: include %d pattern(s), exclude %d",
+            len(include),
+            len(exclude),
+            extra={"layer": "flow"},
+        )
 
     async def _beat_before_idle(self) -> None:
         """A heartbeat now, before the acks of a batch that leaves nothing in flight: if these

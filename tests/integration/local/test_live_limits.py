@@ -1,4 +1,4 @@
-"""Limits edited into the job file of a running ``crawlfleet run`` take effect within a tick.
+"""Limits and scope edited into the job file of a running ``crawlfleet run`` take effect at once.
 
 One slow host (each answer takes 0.4 s) crawled one request at a time (``perHost: 1``); a
 few pages in, the job file is edited to ``perHost: 3``. The run says so (``LimitsChanged``
@@ -9,9 +9,11 @@ before that moment, and saw several at once after it, never more than three.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -76,3 +78,52 @@ def test_per_host_raised_in_the_job_file_applies_within_a_tick(tmp_path: Path) -
     # within a tick (a quarter second) and a fetch (the host's slot settles first)
     after = _most_at_once(requests, edited_at + 2.0, float("inf"))
     assert 2 <= after <= 3, after
+
+
+def test_an_exclusion_added_to_a_running_crawl_stops_its_urls(tmp_path: Path) -> None:
+    """``scope.exclude`` gains a pattern mid-crawl: from a heartbeat and a fetch later the site
+    sees no request that matches it, the run says so (ScopeChanged), and the URLs queued
+    before are dropped with their reason (dead letters of class excluded_live), none lost
+    in silence."""
+    site_config = SiteConfig(hosts=1, pages_per_host=70, hostile=False, latency_seconds=0.1)
+    with TestSite(site_config) as site:
+        job = job_for_site(
+            site, "narrowed", concurrency={"perWorker": 4, "perHost": 1, "hostDelaySeconds": 0.1}
+        )
+        job_file = tmp_path / "job.yaml"
+        job_file.write_text(yaml.safe_dump(job))
+        out = tmp_path / "out"
+        run = crawlfleet("run", str(job_file), "--out", str(out), "--workers", "1", cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while len([r for r in site.all_requests() if r.status == 200]) < 5:
+            assert time.monotonic() < deadline, "the crawl did not start"
+            assert run.poll() is None, run.communicate()[1][-3000:]
+            time.sleep(0.05)
+        job["spec"]["scope"]["exclude"] = ["/d[13]/"]
+        edited_at = time.monotonic()
+        job_file.write_text(yaml.safe_dump(job))
+        _, err = run.communicate(timeout=180)
+        assert run.returncode == 0, err[-3000:]
+        requests = site.all_requests()
+    excluded = re.compile("/d[13]/")
+    late = [r.path for r in requests if excluded.search(r.path) and r.start > edited_at + 2.0]
+    assert late == [], late
+    before = [r.path for r in requests if excluded.search(r.path) and r.start <= edited_at]
+    after = [r.path for r in requests if not excluded.search(r.path) and r.start > edited_at]
+    assert after, "nothing crawled after the edit: the test proves nothing"
+    said = [e for e in _events(out) if e["kind"] == "ScopeChanged"]
+    assert len(said) == 1, said
+    assert said[0]["message"].startswith("scope.exclude: +'/d[13]/':"), said
+    dropped = [
+        json.loads(line)
+        for line in (out / "dead-letters.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    live = [d for d in dropped if d["failure_class"] == "excluded_live"]
+    assert live, dropped  # queued before the edit, dropped when claimed
+    assert all(excluded.search(d["url"]) for d in live), live
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dead_lettered"] >= len(live)
+    fetched = {r.path for r in requests}
+    assert not any(urlsplit(d["url"]).path in fetched for d in live)  # dropped before a request
+    print(f"excluded: {len(before)} fetched before the edit, {len(live)} dropped after")

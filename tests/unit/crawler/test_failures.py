@@ -100,6 +100,7 @@ PERMANENT = {
     F.FEED_INVALID,
     F.FILE_TOO_LARGE,
     F.FILE_BUDGET,
+    F.EXCLUDED_LIVE,
 }
 SLOW_RETRY = {F.HTTP_403, F.HTTP_429, F.SOFT_BLOCK, F.ROBOTS_UNAVAILABLE, F.FILE_TOO_SMALL}
 SLOWER_RETRY = {F.FILE_TYPE_MISMATCH}
@@ -152,6 +153,7 @@ def test_class_values_are_the_brief_names() -> None:
         "bad_scheme",
         "out_of_scope",
         "robots_disallowed",
+        "excluded_live",
         "robots_unavailable",
         "too_many_redirects",
         "redirect_loop",
