@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,20 @@ def _most_at_once(requests: list[RequestRecord], since: float, until: float) -> 
     return most
 
 
+def _started(
+    site: TestSite, job: dict[str, Any], job_file: Path, out: Path
+) -> subprocess.Popen[str]:
+    """``crawlfleet run`` of ``job`` with one worker, once the site has answered 5 pages."""
+    job_file.write_text(yaml.safe_dump(job))
+    run = crawlfleet("run", str(job_file), "--out", str(out), "--workers", "1", cwd=out.parent)
+    deadline = time.monotonic() + 60
+    while len([r for r in site.all_requests() if r.status == 200]) < 5:
+        assert time.monotonic() < deadline, "the crawl did not start"
+        assert run.poll() is None, run.communicate()[1][-3000:]
+        time.sleep(0.05)
+    return run
+
+
 def _events(out: Path) -> list[dict[str, Any]]:
     path = out / "events.jsonl"
     if not path.exists():
@@ -56,15 +71,8 @@ def test_per_host_raised_in_the_job_file_applies_within_a_tick(tmp_path: Path) -
         job = job_for_site(
             site, "widened", concurrency={"perWorker": 8, "perHost": 1, "hostDelaySeconds": 0.1}
         )
-        job_file = tmp_path / "job.yaml"
-        job_file.write_text(yaml.safe_dump(job))
-        out = tmp_path / "out"
-        run = crawlfleet("run", str(job_file), "--out", str(out), "--workers", "1", cwd=tmp_path)
-        deadline = time.monotonic() + 60
-        while len([r for r in site.all_requests() if r.status == 200]) < 5:
-            assert time.monotonic() < deadline, "the crawl did not start"
-            assert run.poll() is None, run.communicate()[1][-3000:]
-            time.sleep(0.05)
+        job_file, out = tmp_path / "job.yaml", tmp_path / "out"
+        run = _started(site, job, job_file, out)
         job["spec"]["concurrency"]["perHost"] = 3
         edited_at = time.monotonic()
         job_file.write_text(yaml.safe_dump(job))
@@ -90,15 +98,8 @@ def test_an_exclusion_added_to_a_running_crawl_stops_its_urls(tmp_path: Path) ->
         job = job_for_site(
             site, "narrowed", concurrency={"perWorker": 4, "perHost": 1, "hostDelaySeconds": 0.1}
         )
-        job_file = tmp_path / "job.yaml"
-        job_file.write_text(yaml.safe_dump(job))
-        out = tmp_path / "out"
-        run = crawlfleet("run", str(job_file), "--out", str(out), "--workers", "1", cwd=tmp_path)
-        deadline = time.monotonic() + 60
-        while len([r for r in site.all_requests() if r.status == 200]) < 5:
-            assert time.monotonic() < deadline, "the crawl did not start"
-            assert run.poll() is None, run.communicate()[1][-3000:]
-            time.sleep(0.05)
+        job_file, out = tmp_path / "job.yaml", tmp_path / "out"
+        run = _started(site, job, job_file, out)
         job["spec"]["scope"]["exclude"] = ["/d[13]/"]
         edited_at = time.monotonic()
         job_file.write_text(yaml.safe_dump(job))
