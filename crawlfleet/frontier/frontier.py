@@ -1260,19 +1260,31 @@ class Frontier:
             await self._run(self._scripts.guarded, "HSET", "meta", *changed)
         return changes
 
-    async def scope_rules(self) -> ScopeRules | None:
-        """The scope's URL patterns in force (``scope.include``, ``scope.exclude``), as the
-        steering tick last wrote them; None before any tick did. Workers follow them."""
+    async def scope_rules(self) -> tuple[ScopeRules, bool] | None:
+        """The scope's URL patterns in force (``scope.include``, ``scope.exclude``) as the
+        steering tick last wrote them, and whether a running job ever changed them (then
+        URLs queued before may be out of them: workers check what they claim); None before
+        any tick wrote them."""
         raw = await self._checked("HGET", self.keys.key("meta"), "scope_rules")
-        return None if raw is None else _rules_from_json(raw)
+        if raw is None:
+            return None
+        value = json.loads(raw)
+        rules = tuple(value.get("include", ())), tuple(value.get("exclude", ()))
+        return rules, bool(value.get("changed"))
 
     async def set_scope_rules(self, rules: ScopeRules) -> tuple[bool, ScopeRules | None]:
-        """Write the scope's URL patterns when they differ: (changed, the ones before)."""
-        before = await self.scope_rules()
+        """Write the scope's URL patterns when they differ: (changed, the ones before). The
+        first ones a frontier gets are its baseline, not a change."""
+        found = await self.scope_rules()
+        before, changed_before = found if found is not None else (None, False)
         if before == rules:
             return False, before
-        value = json.dumps({"include": list(rules[0]), "exclude": list(rules[1])})
-        await self._run(self._scripts.guarded, "HSET", "meta", "scope_rules", value)
+        value = {
+            "include": list(rules[0]),
+            "exclude": list(rules[1]),
+            "changed": changed_before or before is not None,
+        }
+        await self._run(self._scripts.guarded, "HSET", "meta", "scope_rules", json.dumps(value))
         return True, before
 
     # -- the connection ---------------------------------------------------------------------
@@ -1284,11 +1296,6 @@ class Frontier:
     async def aclose(self) -> None:
         """Close the Redis client (and its pool); the frontier cannot be used afterwards."""
         await close_quietly(self.client)
-
-
-def _rules_from_json(raw: str) -> ScopeRules:
-    value = json.loads(raw)
-    return tuple(value.get("include", ())), tuple(value.get("exclude", ()))
 
 
 def _spec_value(name: str, meta: str | None) -> str:

@@ -1213,8 +1213,13 @@ class Worker:
     async def _follow_scope(self) -> None:
         """Take the scope's include/exclude the fleet wrote (a running job's edited): links
         found from now on are judged by them, and claimed URLs out of them are dropped."""
-        rules = await self.frontier.scope_rules()
-        if rules is None or rules == self._scope_rules:
+        found = await self.frontier.scope_rules()
+        if found is None:
+            return
+        rules, changed = found
+        # a worker started with the new spec still claims URLs queued under the old one
+        self._scope_changed = self._scope_changed or changed
+        if rules == self._scope_rules:
             return
         include, exclude = rules
         spec = self.spec.scope.model_copy(update={"include": include, "exclude": exclude})

@@ -1,0 +1,86 @@
+"""A running CrawlJob edited with ``kubectl patch`` on the real control plane: an exclusion
+and a wider ``perHost`` take effect within the operator's tick, each said once in an Event
+(ScopeChanged, LimitsChanged), and the site sees no request to the excluded URLs from a
+heartbeat after the Event on; the URLs queued before are dead letters (excluded_live)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from kubernetes import client
+
+from crawlfleet.testsite import SiteConfig, TestSite
+from tests.e2e.cluster.client import Cluster, wait_until
+from tests.e2e.cluster.kubelet import KubeletDouble
+from tests.e2e.operator_support import (
+    apply,
+    crawljob,
+    install_crd,
+    running_operator,
+    wait_crawled,
+    wait_for_phase,
+)
+
+
+def _messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[str] | None:
+    found = core.list_namespaced_event(namespace).items
+    return [e.message for e in found if e.reason == reason] or None
+
+
+def test_a_patched_crawljob_follows_its_new_scope_and_limits(
+    cluster: Cluster,
+    kubelet: KubeletDouble,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    install_crd(cluster)
+    # One host, one fetch at a time, 0.2 s apart: ~20 s of crawl to edit.
+    config = SiteConfig(hosts=1, pages_per_host=100, hostile=False, latency_seconds=0.05)
+    excluded = re.compile("/d[13]/")
+    with TestSite(config) as site:
+        job = crawljob(
+            "edited",
+            site,
+            concurrency={"perWorker": 4, "perHost": 1, "hostDelaySeconds": 0.2},
+            workers={"minReplicas": 1, "maxReplicas": 1},
+        )
+        with running_operator(cluster, namespace, tmp_path) as operator:
+            apply(cluster, job, namespace=namespace)
+            wait_crawled(cluster, namespace, "edited", 3, timeout=180)
+            custom = client.CustomObjectsApi(cluster.api)
+            custom.patch_namespaced_custom_object(
+                "crawlfleet.io",
+                "v1alpha1",
+                namespace,
+                "crawljobs",
+                "edited",
+                {"spec": {"scope": {"exclude": ["/d[13]/"]}, "concurrency": {"perHost": 2}}},
+            )
+            scoped = wait_until(
+                lambda: _messages(core, namespace, "ScopeChanged"),
+                timeout=120,
+                what=f"the ScopeChanged Event\n{operator.log()}",
+            )
+            said_at = time.monotonic()
+            limits = wait_until(
+                lambda: _messages(core, namespace, "LimitsChanged"),
+                timeout=60,
+                what="the LimitsChanged Event",
+            )
+            done = wait_for_phase(
+                cluster, namespace, "edited", "Succeeded", timeout=300, operator=operator
+            )
+            requests = site.log.all_requests()
+            assert "Traceback" not in operator.log()
+    assert len(scoped) == 1, scoped
+    assert scoped[0].startswith("scope.exclude: +'/d[13]/':"), scoped
+    assert limits == ["concurrency.perHost 1 -> 2: in force from the next claim and the next"
+                      " batch of links"], limits  # fmt: skip
+    # the workers follow at their next heartbeat; a fetch under way may finish
+    late = [r.path for r in requests if excluded.search(r.path) and r.start > said_at + 5.0]
+    assert late == [], late
+    assert any(not excluded.search(r.path) and r.start > said_at for r in requests)
+    assert done["status"]["failed"] > 0, done["status"]  # the excluded_live dead letters
