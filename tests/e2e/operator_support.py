@@ -106,6 +106,12 @@ def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     return job
 
 
+def event_messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[str] | None:
+    """The messages of the namespace's Events of ``reason``; None while there is none."""
+    found = core.list_namespaced_event(namespace).items
+    return [e.message for e in found if e.reason == reason] or None
+
+
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for entry in job.get("status", {}).get("conditions") or ():
         if entry.get("type") == kind:

@@ -18,6 +18,7 @@ from tests.e2e.operator_support import (
     apply,
     crawljob,
     enqueue,
+    event_messages,
     get_job,
     install_crd,
     running_operator,
@@ -26,17 +27,11 @@ from tests.e2e.operator_support import (
 )
 
 
-def _messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[str] | None:
-    """The messages of the namespace's Events of ``reason``; None while there is none."""
-    found = core.list_namespaced_event(namespace).items
-    return [e.message for e in found if e.reason == reason] or None
-
-
 def _seeds_added(core: client.CoreV1Api, namespace: str, operator: OperatorProcess) -> list[str]:
     """The SeedsAdded Events' messages, once there is one (the operator's log if none comes)."""
     try:
         return wait_until(
-            lambda: _messages(core, namespace, "SeedsAdded"),
+            lambda: event_messages(core, namespace, "SeedsAdded"),
             timeout=120,
             what="the SeedsAdded Event",
         )
@@ -119,7 +114,7 @@ def test_seeds_added_to_a_running_crawljob_are_crawled_once(
             )
 
             [warning] = wait_until(
-                lambda: _messages(core, namespace, "SeedsIgnored"),
+                lambda: event_messages(core, namespace, "SeedsIgnored"),
                 timeout=60,
                 what="the SeedsIgnored Event",
             )
@@ -174,7 +169,7 @@ def test_a_seed_list_edited_in_its_configmap_is_queued_again_once(
             assert messages == [
                 "the seed list changed: 1 of 2 seeds new, queued ahead of discovered links"
             ]
-            assert _messages(core, namespace, "SeedsAdded") == messages  # once
+            assert event_messages(core, namespace, "SeedsAdded") == messages  # once
             served = Counter(r.path for r in site.log.all_requests() if r.status == 200)
             assert served["/unlinked/5"] == 1
             assert served["/"] == 1

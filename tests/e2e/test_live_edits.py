@@ -17,16 +17,12 @@ from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.operator_support import (
     apply,
     crawljob,
+    event_messages,
     install_crd,
     running_operator,
     wait_crawled,
     wait_for_phase,
 )
-
-
-def _messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[str] | None:
-    found = core.list_namespaced_event(namespace).items
-    return [e.message for e in found if e.reason == reason] or None
 
 
 def test_a_patched_crawljob_follows_its_new_scope_and_limits(
@@ -60,13 +56,13 @@ def test_a_patched_crawljob_follows_its_new_scope_and_limits(
                 {"spec": {"scope": {"exclude": ["/d[13]/"]}, "concurrency": {"perHost": 2}}},
             )
             scoped = wait_until(
-                lambda: _messages(core, namespace, "ScopeChanged"),
+                lambda: event_messages(core, namespace, "ScopeChanged"),
                 timeout=120,
                 what=f"the ScopeChanged Event\n{operator.log()}",
             )
             said_at = time.monotonic()
             limits = wait_until(
-                lambda: _messages(core, namespace, "LimitsChanged"),
+                lambda: event_messages(core, namespace, "LimitsChanged"),
                 timeout=60,
                 what="the LimitsChanged Event",
             )
