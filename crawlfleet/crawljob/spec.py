@@ -37,6 +37,7 @@ from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.crawljob.scope import MAX_DOMAINS, ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seeds import Seeds, SeedsFrom, seed_hosts
+from crawlfleet.crawljob.suspension import SuspendExpirySpec
 from crawlfleet.crawljob.validation import problem, problems, validate
 from crawlfleet.errors import ConfigError
 
@@ -141,6 +142,9 @@ class CrawlJobSpec(Section):
     suspend: bool = False
     """Pause the crawl: workers scale to 0 while Redis and the frontier are kept, so setting it
     back to false resumes where the crawl stopped."""
+    suspend_expiry: SuspendExpirySpec | None = None
+    """How long a suspension may last, and what then (resume, or fail the job). Unset: a
+    suspended job waits until it is resumed."""
     ttl_seconds_after_finished: Annotated[int, Range(ge=0, le=365 * DAY_SECONDS)] | None = None
     """Seconds after the job succeeds or fails before it is deleted, with everything it created.
     Unset: kept until you delete it."""

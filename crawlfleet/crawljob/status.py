@@ -90,6 +90,11 @@ class FleetStatus(_Observed):
     wait ends (a WaitEnded Event) once that has lasted."""
     stalled: str | None = None
     """The reason of the last Stalled Event (leases that stopped moving); unset once they move."""
+    suspended_since: datetime | None = None
+    """When the job was first seen suspended (spec.suspendExpiry counts from it); unset
+    while it runs."""
+    suspend_expired: bool = False
+    """The suspension outlasted spec.suspendExpiry.after (the SuspendExpired Event was given)."""
 
 
 class RunStatus(_Observed):

@@ -63,6 +63,8 @@ EventReason = Literal[
     # The scope's include/exclude of a running job changed: the workers follow at their next
     # heartbeat, and drop queued URLs out of it when they claim them (excluded_live).
     "ScopeChanged",
+    # A suspended job outlasted spec.suspendExpiry: it resumes, or fails.
+    "SuspendExpired",
     # A scheduled job's runs (crawlfleet.fleet.recurring).
     "RunStarted",
     "RunSkipped",

@@ -48,6 +48,7 @@ from typing import Final, Literal
 
 from crawlfleet.config import SteeringConfig
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.crawljob.suspension import SuspendOutcome
 from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
 from crawlfleet.frontier.models import (
@@ -73,6 +74,7 @@ __all__ = [
     "Requeue",
     "RequeueReason",
     "SeedAction",
+    "Suspension",
     "WorkerView",
     "WorkersFailing",
     "decide",
@@ -81,6 +83,7 @@ __all__ = [
     "seed_action",
     "seed_list_hash",
     "stall_after_seconds",
+    "suspension",
     "wants_tick",
 ]
 
@@ -172,6 +175,9 @@ class FleetPolicy:
     #: hostDelaySeconds, the per-host budgets): each tick writes the spec's into the
     #: frontier when they differ (``LimitsChanged``). None: the tick leaves them.
     frontier_limits: FrontierLimits | None = None
+    #: ``spec.suspendExpiry``: (seconds, then) -- how long a suspension may last, and
+    #: whether the job then resumes or fails (None: it waits).
+    suspend_expiry: tuple[float, SuspendOutcome] | None = None
     #: ``(scope.include, scope.exclude)``: written into the frontier the same way, for the
     #: workers to follow (``ScopeChanged``). None: the tick leaves them.
     scope_rules: ScopeRules | None = None
@@ -220,6 +226,11 @@ class FleetPolicy:
             files=spec.files is not None,
             frontier_limits=FrontierLimits.from_spec(spec),
             scope_rules=(tuple(spec.scope.include), tuple(spec.scope.exclude)),
+            suspend_expiry=(
+                (spec.suspend_expiry.after, spec.suspend_expiry.then)
+                if spec.suspend_expiry is not None
+                else None
+            ),
         )
 
 
@@ -372,6 +383,10 @@ class FleetMemory:
     moving_since: float | None = None
     #: The watchdog's last ``Stalled`` reason (None: no lease is stalled).
     stalled: str | None = None
+    #: When the job was first seen suspended (None: it runs), and whether the suspension
+    #: outlasted ``spec.suspendExpiry`` (:func:`suspension`).
+    suspended_since: float | None = None
+    suspend_expired: bool = False
 
     def to_mapping(self) -> dict[str, int | str | bool]:
         """camelCase, times as RFC 3339 with microseconds (``status.fleet``'s shape)."""
@@ -394,6 +409,10 @@ class FleetMemory:
             out["movingSince"] = _timestamp(self.moving_since)
         if self.stalled is not None:
             out["stalled"] = self.stalled
+        if self.suspended_since is not None:
+            out["suspendedSince"] = _timestamp(self.suspended_since)
+        if self.suspend_expired:
+            out["suspendExpired"] = True
         return out
 
     @classmethod
@@ -416,9 +435,48 @@ class FleetMemory:
                 waiting=_text(raw.get("waiting")),
                 moving_since=_seconds(raw.get("movingSince")),
                 stalled=_text(raw.get("stalled")),
+                suspended_since=_seconds(raw.get("suspendedSince")),
+                suspend_expired=raw.get("suspendExpired") is True,
             )
         except (TypeError, ValueError):
             return None
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """What ``spec.suspend`` means this tick (:func:`suspension`)."""
+
+    #: The job waits (workers at 0): suspended and not expired, or expired with ``Fail``.
+    suspended: bool
+    memory: FleetMemory
+    #: The expiry's outcome once the suspension outlasted it (None: it has not).
+    expired: SuspendOutcome | None = None
+    #: It expired at this tick (announce it once).
+    newly_expired: bool = False
+
+
+def suspension(
+    policy: FleetPolicy, memory: FleetMemory, *, suspended: bool, now: float
+) -> Suspension:
+    """``spec.suspend`` against ``spec.suspendExpiry``: the clock starts at the first tick
+    that sees the job suspended and stops when it runs again; past the expiry a ``Resume``
+    job runs although ``suspend`` still says true, a ``Fail`` job stays at 0 workers and
+    fails (the caller ends it)."""
+    if not suspended:
+        if memory.suspended_since is None and not memory.suspend_expired:
+            return Suspension(False, memory)
+        return Suspension(False, replace(memory, suspended_since=None, suspend_expired=False))
+    since = memory.suspended_since if memory.suspended_since is not None else now
+    if since != memory.suspended_since:
+        memory = replace(memory, suspended_since=since)
+    expiry = policy.suspend_expiry
+    if expiry is None or now - since < expiry[0]:
+        return Suspension(True, memory)
+    then = expiry[1]
+    newly = not memory.suspend_expired
+    if newly:
+        memory = replace(memory, suspend_expired=True)
+    return Suspension(then == "Fail", memory, then, newly)
 
 
 #: What a tick does with the job's seed list (:func:`seed_action`).

@@ -63,6 +63,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from crawlfleet.crawljob.durations import format_duration
 from crawlfleet.errors import FrontierLost, FrontierUnavailable, PartitionsUnavailable
 from crawlfleet.fleet.backend import FleetBackend, FleetEvent, FleetView, unit_of
 from crawlfleet.fleet.link_checks import LinkChecks, live_link_checks
@@ -72,9 +73,11 @@ from crawlfleet.fleet.policy import (
     FleetPolicy,
     Observation,
     RequeueReason,
+    Suspension,
     WorkerView,
     decide,
     seed_action,
+    suspension,
     wants_tick,
 )
 from crawlfleet.fleet.waiting import Waiting, assess, track
@@ -188,7 +191,8 @@ class Tick:
     waiting: Waiting | None = None
     #: Leases of live workers that stopped moving (None: none): crawlfleet.fleet.watchdog.
     stall: Stall | None = None
-    #: The Events of this tick about waits and stalls (Waiting, WaitEnded, Stalled,
+    #: The Events of this tick about the spec's changes it applied (LimitsChanged,
+    #: ScopeChanged, SuspendExpired), waits and stalls (Waiting, WaitEnded, Stalled,
     #: StallEnded), recorded already; callers echo them (the local run prints them).
     news: tuple[FleetEvent, ...] = ()
     #: The file counters (a job with spec.files; None for the others, or when not read).
@@ -386,10 +390,18 @@ async def _tick(
     pages_per_second: float | None,
     reachable_since: float | None,
 ) -> Tick:
+    # The spec's changes this tick applies, said (recorded, and echoed by the callers).
+    applied: list[FleetEvent] = []
     if policy.frontier_limits is not None:
-        await _retune(frontier, backend, policy.frontier_limits)
+        applied += await _retune(frontier, policy.frontier_limits)
     if policy.scope_rules is not None:
-        await _rescope(frontier, backend, policy.scope_rules)
+        applied += await _rescope(frontier, policy.scope_rules)
+    held = suspension(policy, memory, suspended=suspended, now=now)
+    memory, suspended = held.memory, held.suspended
+    if held.newly_expired:
+        applied.append(_suspend_expired(policy, held))
+    for said in applied:
+        await backend.record(said)
     stats = await frontier.stats()
     seeded: int | None = None
     seeds_added: FleetEvent | None = None
@@ -451,6 +463,11 @@ async def _tick(
     )
     before = memory
     decision, memory = decide(policy, observation, memory)
+    if held.expired == "Fail" and decision.phase != "Failed":
+        why = f"suspended longer than spec.suspendExpiry.after ({_after(policy)})"
+        decision = replace(
+            decision, phase="Failed", desired_replicas=0, reasons=(*decision.reasons, why)
+        )
     await _frontier_health(frontier, backend, policy, before, decision, stats, redis_memory)
     await _workers_health(backend, before, decision)
 
@@ -543,47 +560,68 @@ async def _tick(
         seeds_added,
         waiting,
         stall,
-        news,
+        (*applied, *news),
         files,
         link_checks=live_link_checks(beats, fresh_seconds=policy.dead_after_seconds),
         beats=tuple(beats),
     )
 
 
-async def _retune(frontier: Frontier, backend: FleetBackend, limits: FrontierLimits) -> None:
+async def _retune(frontier: Frontier, limits: FrontierLimits) -> list[FleetEvent]:
     """The spec's limits into the frontier when a running job changed them (one HMGET a
     tick; a write and an Event only on a change)."""
     changes = await frontier.retune(limits)
-    if changes:
-        said = ", ".join(str(change) for change in changes)
-        await backend.record(
-            FleetEvent(
-                "LimitsChanged",
-                f"{said}: in force from the next claim and the next batch of links",
-                fields={change.field: change.after for change in changes},
-            )
+    if not changes:
+        return []
+    said = ", ".join(str(change) for change in changes)
+    return [
+        FleetEvent(
+            "LimitsChanged",
+            f"{said}: in force from the next claim and the next batch of links",
+            fields={change.field: change.after for change in changes},
         )
+    ]
 
 
-async def _rescope(frontier: Frontier, backend: FleetBackend, rules: ScopeRules) -> None:
+def _after(policy: FleetPolicy) -> str:
+    assert policy.suspend_expiry is not None
+    return format_duration(policy.suspend_expiry[0])
+
+
+def _suspend_expired(policy: FleetPolicy, held: Suspension) -> FleetEvent:
+    since = held.memory.suspended_since
+    what = (
+        "the job resumes (spec.suspend still says true)"
+        if held.expired == "Resume"
+        else ("the job fails")
+    )
+    return FleetEvent(
+        "SuspendExpired",
+        f"suspended longer than spec.suspendExpiry.after ({_after(policy)}): {what}",
+        warning=held.expired == "Fail",
+        fields={"then": str(held.expired), "since": since or 0.0},
+    )
+
+
+async def _rescope(frontier: Frontier, rules: ScopeRules) -> list[FleetEvent]:
     """The spec's include/exclude into the frontier for the workers (one HGET a tick); an
     Event when a running job changed them (not when a new frontier gets its first)."""
     changed, before = await frontier.set_scope_rules(rules)
     if not changed or before is None:
-        return
+        return []
     said = "; ".join(
         f"scope.{name}: {_pattern_diff(old, new)}"
         for name, old, new in (("include", before[0], rules[0]), ("exclude", before[1], rules[1]))
         if old != new
     )
-    await backend.record(
+    return [
         FleetEvent(
             "ScopeChanged",
             f"{said}: the workers follow within a heartbeat, and queued URLs out of scope now"
             " are dropped when claimed (excluded_live)",
             fields={"include": len(rules[0]), "exclude": len(rules[1])},
         )
-    )
+    ]
 
 
 def _pattern_diff(before: Sequence[str], after: Sequence[str]) -> str:

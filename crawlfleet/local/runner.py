@@ -549,6 +549,12 @@ async def _crawl(session: _Session, *, schedule: RecurringSchedule | None = None
         if done.decision.workers_failing is not None and done.decision.phase == "Failed":
             code = _workers_failing(done.decision.workers_failing, session.options, session.out)
             return _Crawled("failed", code=code)
+        if done.decision.phase == "Failed" and done.memory.suspend_expired:
+            _print(
+                f"crawlfleet: {done.decision.reason}: the job fails (spec.suspendExpiry.then:"
+                f" Fail); its frontier is kept in {session.out}"
+            )
+            return _Crawled("failed", code=EXIT_SUSPEND_EXPIRED)
         if done.stats is None:  # the frontier is lost
             if not done.decision.reopen:
                 return _Crawled("failed", code=_failed(done.decision, session.options, session.out))
@@ -946,6 +952,8 @@ def _workers_failing(failing: WorkersFailing, options: RunOptions, out: Path) ->
 
 #: ``crawlfleet run``'s exit code when the job's frontier was lost (redis.onLoss: Fail).
 EXIT_FRONTIER_LOST = 3
+#: ... and when it stayed suspended past spec.suspendExpiry with ``then: Fail``.
+EXIT_SUSPEND_EXPIRED = 4
 
 
 def _failed(decision: Decision, options: RunOptions, out: Path) -> int:

@@ -866,9 +866,15 @@ class CrawlJobOperator:
             "waiting": None,
             "movingSince": None,
             "stalled": None,
+            "suspendedSince": None,
+            "suspendExpired": False,
             **done.memory.to_mapping(),
         }
-        stored = {"bloomNearlyFull": False, **dict(status.get("fleet") or {})}
+        stored = {
+            "bloomNearlyFull": False,
+            "suspendExpired": False,
+            **dict(status.get("fleet") or {}),
+        }
         if {k: v for k, v in remembered.items() if v is not None} != stored:  # strings exactly
             patch.status["fleet"] = remembered
         stats, decision = done.stats, done.decision

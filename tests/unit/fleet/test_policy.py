@@ -26,6 +26,7 @@ from crawlfleet.fleet.policy import (
     backpressure,
     memory_pressure,
     stall_after_seconds,
+    suspension,
 )
 from crawlfleet.frontier import Backpressure, FrontierStats, PressureLevel
 
@@ -648,3 +649,58 @@ def test_a_job_with_file_rules_has_its_file_counters_read_by_the_tick() -> None:
         for spec in (plain, files)
     ]
     assert read == [False, True]
+
+
+# -- spec.suspendExpiry (suspension) ------------------------------------------------------
+
+WEEK = 7 * 24 * 3600.0
+
+
+def test_without_an_expiry_a_suspended_job_waits_and_the_clock_is_kept() -> None:
+    held = suspension(POLICY, FleetMemory(), suspended=True, now=1000.0)
+    assert held.suspended
+    assert held.memory.suspended_since == 1000.0
+    later = suspension(POLICY, held.memory, suspended=True, now=1000.0 + 10 * WEEK)
+    assert later.suspended
+    assert later.expired is None
+    assert later.memory.suspended_since == 1000.0  # the first tick that saw it
+
+
+def test_resume_after_the_expiry_runs_the_job_and_says_so_once() -> None:
+    policy = dataclasses.replace(POLICY, suspend_expiry=(WEEK, "Resume"))
+    start = suspension(policy, FleetMemory(), suspended=True, now=0.0)
+    almost = suspension(policy, start.memory, suspended=True, now=WEEK - 1)
+    assert almost.suspended
+    assert almost.expired is None
+    expired = suspension(policy, almost.memory, suspended=True, now=WEEK)
+    assert not expired.suspended
+    assert (expired.expired, expired.newly_expired) == ("Resume", True)
+    again = suspension(policy, expired.memory, suspended=True, now=WEEK + 1)
+    assert not again.suspended
+    assert (again.expired, again.newly_expired) == ("Resume", False)
+    # resumed by hand, suspended again: a new clock, a new expiry
+    resumed = suspension(policy, again.memory, suspended=False, now=WEEK + 2)
+    assert resumed.memory == dataclasses.replace(
+        again.memory, suspended_since=None, suspend_expired=False
+    )
+    anew = suspension(policy, resumed.memory, suspended=True, now=WEEK + 3)
+    assert anew.suspended
+    assert anew.memory.suspended_since == WEEK + 3
+
+
+def test_fail_after_the_expiry_keeps_the_workers_at_zero() -> None:
+    policy = dataclasses.replace(POLICY, suspend_expiry=(60.0, "Fail"))
+    start = suspension(policy, FleetMemory(), suspended=True, now=0.0)
+    expired = suspension(policy, start.memory, suspended=True, now=60.0)
+    assert expired.suspended
+    assert (expired.expired, expired.newly_expired) == ("Fail", True)
+
+
+def test_the_memory_round_trips_through_the_status() -> None:
+    memory = FleetMemory(suspended_since=1_800_000_000.25, suspend_expired=True)
+    mapping = memory.to_mapping()
+    assert mapping["suspendExpired"] is True
+    assert str(mapping["suspendedSince"]).startswith("2027-01-15T")
+    assert FleetMemory.from_mapping(mapping) == memory
+    running = FleetMemory.from_mapping(FleetMemory(replicas=2).to_mapping())
+    assert running == FleetMemory(replicas=2)
