@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Final, Literal
 
+from pydantic import Field
+
 from crawlfleet.crawljob.base import Section
-from crawlfleet.crawljob.durations import DurationRange
+from crawlfleet.crawljob.durations import DurationRange, format_duration
 
 __all__ = ["DEFAULT_SUSPEND_EXPIRY_SECONDS", "SuspendExpirySpec", "SuspendOutcome"]
 
@@ -28,8 +30,10 @@ class SuspendExpirySpec(Section):
     """When a suspended job stops waiting (``spec.suspend`` stays as written: the job's
     status says the suspension expired)."""
 
-    after: Annotated[float, DurationRange(ge=1.0, le=_MAX_SECONDS)] = (
-        DEFAULT_SUSPEND_EXPIRY_SECONDS
+    after: Annotated[float, DurationRange(ge=1.0, le=_MAX_SECONDS)] = Field(
+        # written as the YAML would write it (the CRD's default), validated into seconds
+        default=format_duration(DEFAULT_SUSPEND_EXPIRY_SECONDS),
+        validate_default=True,
     )
     """How long the job may stay suspended, as a Go duration (`168h`), counted from when the
     operator (or `crawlfleet run`) first saw it suspended."""

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -290,6 +291,26 @@ def running_operator(
         yield operator
     finally:
         operator.stop()
+
+
+def frontier_command(
+    cluster: Cluster, *args: str, redis_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``crawlfleet frontier`` as a user runs it: the cluster's kubeconfig, and the job's Redis
+    (a port-forward's address here: the Service's) in ``CRAWLFLEET_REDIS_URL``."""
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    env.pop("CRAWLFLEET_REDIS_URL", None)
+    if redis_url is not None:
+        env["CRAWLFLEET_REDIS_URL"] = redis_url
+    return crawlfleet_done("frontier", *args, cwd=REPO, env=env)
+
+
+def job_redis_url(kubelet: KubeletDouble, core: client.CoreV1Api, namespace: str, job: str) -> str:
+    """The URL of a job's managed Redis, through its Service, with the generated password."""
+    host, port = kubelet.service_address(f"{job}-redis.{namespace}.svc", 6379)
+    secret = core.read_namespaced_secret(f"{job}-redis-auth", namespace).data
+    password = base64.b64decode(secret["password"]).decode()
+    return f"redis://:{urllib.parse.quote(password, safe='')}@{host}:{port}/0"
 
 
 def enqueue(cluster: Cluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

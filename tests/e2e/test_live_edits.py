@@ -5,6 +5,7 @@ heartbeat after the Event on; the URLs queued before are dead letters (excluded_
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -18,7 +19,9 @@ from tests.e2e.operator_support import (
     apply,
     crawljob,
     event_messages,
+    frontier_command,
     install_crd,
+    job_redis_url,
     running_operator,
     wait_crawled,
     wait_for_phase,
@@ -46,6 +49,22 @@ def test_a_patched_crawljob_follows_its_new_scope_and_limits(
         with running_operator(cluster, namespace, tmp_path) as operator:
             apply(cluster, job, namespace=namespace)
             wait_crawled(cluster, namespace, "edited", 3, timeout=180)
+            # looked at first, through the job's Service (a user's port-forward)
+            target = f"{namespace}/edited"
+            refused = frontier_command(cluster, target, "hosts")
+            assert refused.returncode == 2, refused.stderr
+            assert "port-forward svc/edited-redis" in refused.stderr, refused.stderr
+            url = job_redis_url(kubelet, core, namespace, "edited")
+            hosts = frontier_command(cluster, target, "hosts", "--json", redis_url=url)
+            assert hosts.returncode == 0, hosts.stderr
+            [row] = json.loads(hosts.stdout)["hosts"]
+            assert row["host"] == site.hosts[0]
+            assert row["in_flight"] <= 1  # perHost 1
+            assert row["counts"]["queued"] > 0  # a slow crawl: work waits
+            seed = frontier_command(cluster, target, "url", site.seeds[0], redis_url=url)
+            assert seed.returncode == 0, seed.stderr
+            assert "seen       yes" in seed.stdout, seed.stdout
+            assert url.split("@")[0] not in hosts.stderr + seed.stderr + seed.stdout
             custom = client.CustomObjectsApi(cluster.api)
             custom.patch_namespaced_custom_object(
                 "crawlfleet.io",
