@@ -113,6 +113,26 @@ def event_messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[
     return [e.message for e in found if e.reason == reason] or None
 
 
+def posted_events(
+    core: client.CoreV1Api, namespace: str, reason: str, at_least: int = 1, timeout: float = 30
+) -> list[Any]:
+    """The namespace's Events of ``reason``, once at least ``at_least`` are posted.
+
+    kopf posts an Event from a background queue after the handler that raised it has patched
+    the status, so a test that has just seen the status must wait for the Event, not race it.
+    A test asserting "exactly once" waits for one and then counts.
+    """
+    found: list[Any] = []
+
+    def posted() -> bool:
+        selector = f"reason={reason}"
+        found[:] = core.list_namespaced_event(namespace, field_selector=selector).items
+        return len(found) >= at_least
+
+    wait_until(posted, timeout=timeout, what=f"{at_least} {reason} Event(s) posted")
+    return found
+
+
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for entry in job.get("status", {}).get("conditions") or ():
         if entry.get("type") == kind:

@@ -34,6 +34,7 @@ from tests.e2e.operator_support import (
     install_crd,
     job_redis,
     leases_held,
+    posted_events,
     running_operator,
     wait_crawled,
     wait_for_phase,
@@ -122,8 +123,8 @@ def test_a_crawljob_crawls_the_site_to_completion(
 
         header = wait_until(table, timeout=20, what="kubectl get crawljobs to settle")[0]
         assert header == ["NAME", "PHASE", "WORKERS", "QUEUED", "CRAWLED", "FAILED"]
-        assert events(core, namespace, "Scaled")
-        assert events(core, namespace, "Completed")
+        assert posted_events(core, namespace, "Scaled")
+        assert posted_events(core, namespace, "Completed")
 
         # Its own endpoints: liveness, and metrics that agree with the status.
         assert operator.get("/healthz", operator.health_port)[0] == 200
@@ -205,7 +206,7 @@ def test_an_operator_restart_makes_no_second_set_of_children(
             wait_for_phase(
                 cluster, namespace, "restart", "Succeeded", timeout=150, operator=operator
             )
-        assert len(events(core, namespace, "Seeded")) == 1
+        assert len(posted_events(core, namespace, "Seeded")) == 1
         deployments = apps.list_namespaced_deployment(namespace).items
         assert sorted(d.metadata.name for d in deployments) == ["restart-redis", "restart-workers"]
         secrets = [s.metadata.name for s in core.list_namespaced_secret(namespace).items]
@@ -258,7 +259,7 @@ def test_a_spec_that_passed_admission_but_is_invalid_is_marked_not_retried(
         assert invalid["status"] == "True"
         assert "spec.scope.exclude: are too large to match together" in invalid["message"]
         time.sleep(3)  # ticks keep coming: nothing may be retried or crash
-        assert len(events(core, namespace, "InvalidSpec")) == 1
+        assert len(posted_events(core, namespace, "InvalidSpec")) == 1
         assert operator.process is not None
         assert operator.process.poll() is None
         assert "Traceback" not in operator.log()

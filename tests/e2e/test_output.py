@@ -33,6 +33,7 @@ from tests.e2e.operator_support import (
     crawljob,
     get_job,
     install_crd,
+    posted_events,
     running_operator,
     wait_crawled,
     wait_for_phase,
@@ -277,9 +278,7 @@ def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_ex
         said = container.last_state.terminated
         assert said.exit_code == 2
         assert said.message.startswith(f"OutputUnavailable: output destination s3://{bucket}/")
-        warned = core.list_namespaced_event(
-            namespace, field_selector="reason=OutputUnavailable"
-        ).items
+        warned = posted_events(core, namespace, "OutputUnavailable")
         assert len(warned) == 1  # once, however many ticks saw it
         assert warned[0].type == "Warning"
         assert "NoSuchBucket" in warned[0].message
@@ -302,9 +301,7 @@ def test_workers_whose_bucket_is_missing_say_so_and_the_job_completes_once_it_ex
         cleared = condition(job, "WorkersFailing")
         assert cleared is not None
         assert (cleared["status"], cleared["reason"]) == ("False", "NotFailing")
-        recovered = core.list_namespaced_event(
-            namespace, field_selector="reason=WorkersRecovered"
-        ).items
+        recovered = posted_events(core, namespace, "WorkersRecovered")
         assert len(recovered) == 1
 
 

@@ -19,7 +19,14 @@ from crawlfleet.local.redis_server import RedisServer
 from crawlfleet.testsite import SiteConfig, TestSite
 from tests.e2e.cluster.client import Cluster, wait_until
 from tests.e2e.cluster.kubelet import KubeletDouble
-from tests.e2e.operator_support import apply, crawljob, get_job, install_crd, running_operator
+from tests.e2e.operator_support import (
+    apply,
+    crawljob,
+    get_job,
+    install_crd,
+    posted_events,
+    running_operator,
+)
 
 MIB = 1024 * 1024
 
@@ -59,7 +66,6 @@ def test_a_filter_past_an_external_redis_is_refused_with_both_figures(
             in (ready["message"])
         )
         assert "it may take of this Redis (maxmemory 64.0 MiB" in ready["message"]
-        reasons = [e.reason for e in core.list_namespaced_event(namespace).items]
-        assert reasons.count("RedisRefused") == 1
+        assert len(posted_events(core, namespace, "RedisRefused")) == 1
         assert redis_client.keys("cf:*") == []  # nothing written
         assert not [r for r in site.log.all_requests() if r.path != "/robots.txt"]

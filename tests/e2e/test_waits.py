@@ -25,6 +25,7 @@ from tests.e2e.operator_support import (
     crawljob,
     get_job,
     install_crd,
+    posted_events,
     running_operator,
     wait_condition,
     wait_crawled,
@@ -101,7 +102,7 @@ def test_an_unschedulable_worker_is_what_the_job_waits_for_and_is_not_replaced(
         (still,) = core.list_namespaced_pod(namespace, label_selector=selector).items
         assert still.metadata.uid == pod.metadata.uid
         assert not warnings(core, namespace, "WorkerReplaced")
-        (event,) = warnings(core, namespace, "Waiting")
+        (event,) = posted_events(core, namespace, "Waiting")
         assert event.type == "Warning"
         assert "Insufficient cpu" in event.message
 
@@ -149,7 +150,7 @@ def test_leases_stuck_behind_a_store_that_is_down_are_stalled_until_it_is_back(
         assert found["reason"] == "StuckOutput", operator.log()
         assert " in output on stuck-workers-" in found["message"]
         assert "their records wait for the output to become durable" in found["message"]
-        (stalled,) = warnings(core, namespace, "Stalled")
+        (stalled,) = posted_events(core, namespace, "Stalled")
         assert stalled.type == "Warning"
 
         server.start()
@@ -157,5 +158,5 @@ def test_leases_stuck_behind_a_store_that_is_down_are_stalled_until_it_is_back(
         cleared = condition(job, "Stalled")
         assert cleared is not None
         assert (cleared["status"], cleared["reason"]) == ("False", "Moving")
-        assert warnings(core, namespace, "StallEnded")
+        assert posted_events(core, namespace, "StallEnded")
         assert job["status"]["crawled"] == len(slow_site.expected_pages())
