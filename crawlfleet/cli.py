@@ -572,9 +572,12 @@ async def _fetch_one(url: str, spec: CrawlJobSpec) -> tuple[str, bytes, str | No
     """One page fetched as a worker fetches it (the job's limits, user agent and address
     guard); returns its URL after redirects, its body and its Content-Type."""
     from crawlfleet.crawler.fetching.fetch import Fetcher, FetchSettings
+    from crawlfleet.crawljob.proxy import checked_proxies
     from crawlfleet.errors import FetchError
 
-    fetcher = Fetcher(FetchSettings.from_spec(spec))
+    fetcher = Fetcher(
+        FetchSettings.from_spec(spec), proxies=checked_proxies(spec.proxy, os.environ)
+    )
     try:
         result = await fetcher.fetch(url, min_html_bytes=0)
     finally:

@@ -12,7 +12,8 @@ it creates any child:
   prefixes (the worker image's own repository by default; ``redis`` for Redis);
 - ``spec.output.volume`` must be of an allowed volume type (``persistentVolumeClaim``,
   ``ephemeral`` and ``emptyDir`` by default);
-- every Secret a spec names (``spec.redis.secretRef``, ``spec.output.s3.secretRef``) must carry
+- every Secret a spec names (``spec.redis.secretRef``, ``spec.output.s3.secretRef``,
+  ``spec.proxy.secretRef``) must carry
   the label that says it is meant for CrawlJobs (``crawlfleet.io/crawljob-secret=true``);
 - the ConfigMap a spec reads its seeds from (``spec.seedsFrom.configMapKeyRef``) must carry
   :data:`SEED_LIST_LABEL` (``crawlfleet.io/crawljob-seeds=true``): the operator reads any
@@ -232,6 +233,8 @@ class TenancyPolicy:
         s3 = spec.output.s3
         if s3 is not None and s3.secret_ref is not None:
             uses.append(SecretUse("spec.output.s3.secretRef.name", s3.secret_ref.name))
+        if spec.proxy is not None and spec.proxy.secret_ref is not None:
+            uses.append(SecretUse("spec.proxy.secretRef.name", spec.proxy.secret_ref.name))
         return uses
 
     def secret_problem(self, use: SecretUse, labels: Mapping[str, str] | None) -> str | None:

@@ -62,6 +62,7 @@ from crawlfleet.crawljob.files import FileElement, FileRuleSpec, FilesSpec
 from crawlfleet.crawljob.frontier import FrontierSpec
 from crawlfleet.crawljob.loading import load_crawljob, parse_crawljob, read_seed_file
 from crawlfleet.crawljob.output import CredentialsSecretRef, OutputSpec, S3Spec
+from crawlfleet.crawljob.proxy import ProxySecretRef, ProxySpec, checked_proxies, proxy_plan
 from crawlfleet.crawljob.recrawl import (
     Adaptive,
     Change,
@@ -123,6 +124,8 @@ __all__ = [
     "OutputSpec",
     "Persistence",
     "Phase",
+    "ProxySecretRef",
+    "ProxySpec",
     "RecrawlRule",
     "RedisSpec",
     "RetrySpec",
@@ -137,10 +140,12 @@ __all__ = [
     "SeedListBounds",
     "SeedsFrom",
     "WorkersSpec",
+    "checked_proxies",
     "load_crawljob",
     "next_interval",
     "parse_crawljob",
     "parse_seed_list",
+    "proxy_plan",
     "read_seed_file",
     "rule_for",
 ]

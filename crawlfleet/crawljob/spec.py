@@ -30,6 +30,7 @@ from crawlfleet.crawljob.fields import DAY_SECONDS, MIB, PARSER_REFERENCE
 from crawlfleet.crawljob.files import FilesSpec, files_characters
 from crawlfleet.crawljob.frontier import FrontierSpec
 from crawlfleet.crawljob.output import OutputSpec
+from crawlfleet.crawljob.proxy import ProxySpec
 from crawlfleet.crawljob.recrawl import RecrawlRules
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE, RedisSpec
 from crawlfleet.crawljob.robots import RobotsSpec
@@ -121,6 +122,11 @@ class CrawlJobSpec(Section):
     against. Say who you are and how site owners can reach you."""
     fetch: FetchSpec = FetchSpec()
     """Limits of one fetch: timeouts, body sizes and redirects."""
+    proxy: ProxySpec | None = None
+    """Send requests through proxies (HTTP(S) or SOCKS5), from a Secret when they carry
+    credentials: a host keeps its proxy while that proxy works, a proxy that keeps failing is
+    taken out for a while, and noProxy hosts go direct. Unset: requests go direct. See
+    docs/operations.md."""
     crawler: CrawlerSpec | None = None
     """Which crawler the workers run: unset, crawlfleet's own; scrapy, a spider of your
     Scrapy project over the job's frontier."""
@@ -215,6 +221,11 @@ class CrawlJobSpec(Section):
             message="must not be none with files: the downloaded files' records would go nowhere",
             cel="self.output.format != 'none' || !has(self.files)",
             holds=lambda spec: spec.output.format != "none" or spec.files is None,
+        ),
+        _unset_with_scrapy(
+            "proxy",
+            "a Scrapy spider's requests go through Scrapy's downloader; give it proxies with"
+            " its HttpProxyMiddleware (request.meta['proxy'])",
         ),
         _unset_with_scrapy(
             "schedule",

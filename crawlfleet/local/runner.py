@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 
 from crawlfleet.config import Config
 from crawlfleet.crawljob import CrawlJob, SeedListBounds, load_crawljob, read_seed_file
+from crawlfleet.crawljob.proxy import checked_proxies
 from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.destinations import parse_destination
 from crawlfleet.errors import ConfigError, FrontierLost, FrontierUnavailable
@@ -294,6 +295,8 @@ async def _run_locked(job: CrawlJob, options: RunOptions) -> int:
     # Before anything starts: a destination that cannot be written to is one sentence, exit 2.
     destination = options.destination or job.spec.output.destination or str(out)
     store = await checked_store(job.spec, destination, config.worker.output)
+    # So are proxies the workers could not use (CRAWLFLEET_PROXIES: the workers inherit it).
+    checked_proxies(job.spec.proxy, os.environ)
     state = _State.load(out / STATE_FILE) if options.resume else _State(out / STATE_FILE)
     nodes = _private_nodes(options, data_dir)
     if nodes is not None:

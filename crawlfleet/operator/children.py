@@ -25,6 +25,7 @@ import yaml
 from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec, ManagedRedis
 from crawlfleet.networks import METADATA_ADDRESSES, PRIVATE_NETWORKS
+from crawlfleet.proxies import PROXY_ENV
 
 __all__ = [
     "METRICS_PORT",
@@ -552,6 +553,15 @@ def _output_env(spec: CrawlJobSpec) -> list[Manifest]:
     return env
 
 
+def _proxy_env(spec: CrawlJobSpec) -> list[Manifest]:
+    """``spec.proxy.secretRef``'s proxy list (credentials and all) as the variable the workers
+    read, from the Secret: never in the ConfigMap, the argv or the pod spec's values."""
+    if spec.proxy is None or spec.proxy.secret_ref is None:
+        return []
+    ref = spec.proxy.secret_ref
+    return [_secret_env(PROXY_ENV, ref.name, ref.key)]
+
+
 def worker_deployment(
     job: JobRef,
     spec: CrawlJobSpec,
@@ -582,6 +592,7 @@ def worker_deployment(
         {"name": "CRAWLFLEET_METRICS_HOST", "value": "$(POD_IP)"},
         *_redis_env(job, spec),
         *_output_env(spec),
+        *_proxy_env(spec),
     ]
     return {
         "apiVersion": "apps/v1",

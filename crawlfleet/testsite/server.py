@@ -200,6 +200,8 @@ class RequestRecord:
     start: float
     end: float | None = None
     status: int | None = None
+    #: The request's ``Via`` header: which proxies it came through (None: it came direct).
+    via: str | None = None
 
     @property
     def url(self) -> str:
@@ -230,9 +232,11 @@ class RequestLog:
         self._max: Counter[str] = Counter()
         self._total = 0
 
-    def begin(self, host: str, path: str, method: str, user_agent: str) -> RequestRecord:
+    def begin(
+        self, host: str, path: str, method: str, user_agent: str, via: str | None = None
+    ) -> RequestRecord:
         """Register an arriving request; pass the result to :meth:`end`."""
-        rec = RequestRecord(host, path, method, user_agent, time.monotonic())
+        rec = RequestRecord(host, path, method, user_agent, time.monotonic(), via=via)
         with self._lock:
             if self._keep:
                 self._records.append(rec)
@@ -537,9 +541,11 @@ class SiteServer:
         log = self.log
 
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            headers = request.headers
             rec = log.begin(
-                netloc, request.raw_path, request.method, request.headers.get("User-Agent", "")
-            )
+                netloc, request.raw_path, request.method, headers.get("User-Agent", ""),
+                headers.get("Via"),
+            )  # fmt: skip
             status: int | None = None
             try:
                 if self.config.latency_seconds:

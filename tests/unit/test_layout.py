@@ -33,6 +33,9 @@ PACKAGE_DIR = Path(crawlfleet.__file__).parent
 #: Errors outside the tree, and why none of them reaches a user.
 OUTSIDE_THE_TREE = {
     "crawlfleet.hosts.InvalidHost": "a ValueError of a pure helper; callers translate it",
+    "crawlfleet.proxies.InvalidProxy": (
+        "a ValueError of a pure helper; the model and checked_proxies translate it"
+    ),
     "crawlfleet.patterns.PatternError": "a ValueError of a pure helper; the model translates it",
     "crawlfleet.destinations.InvalidDestination": (
         "a ValueError of a pure helper; the model and the command line translate it"
@@ -78,6 +81,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "crawlfleet.networks",
         "crawlfleet.parsing",
         "crawlfleet.patterns",
+        "crawlfleet.proxies",
         "crawlfleet.selection",
         "crawlfleet.startup",
         "crawlfleet.urls",

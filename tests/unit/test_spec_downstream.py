@@ -27,6 +27,7 @@ from crawlfleet.crawler.politeness.robots import product_token
 from crawlfleet.crawler.worker.sinks import DurableFile, OutputSink
 from crawlfleet.crawljob import CrawlJobSpec
 from crawlfleet.crawljob.dedup import BLOOM_MEMORY_SHARE, first_layer_bytes
+from crawlfleet.crawljob.proxy import checked_proxies
 from crawlfleet.crawljob.redis import REDIS_MAXMEMORY_SHARE
 from crawlfleet.destinations import parse_destination
 from crawlfleet.fleet.policy import FleetPolicy
@@ -89,6 +90,8 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
         rules = spec["files"].setdefault("rules", [{}])
         rules[0].update({"match": r"\.mp4$", "context": ["video", "a"]})
         rules[0]["minBytes"] = min(rules[0].get("minBytes", 0), rules[0].get("maxBytes", 1))
+    if "proxy" in spec:  # a proxy section made to hold a number needs its proxies
+        spec["proxy"]["urls"] = ["http://proxy.corp.example:3128"]
     spec["userAgent"] = rng.choice(USER_AGENTS)
     if rng.random() < 0.5:
         spec["scope"]["include"] = [r"/(?P<id>\d+)", r"/(?P<id>[a-z]+)/", "(?i)X"]
@@ -125,6 +128,7 @@ def _build_everything(spec: CrawlJobSpec, tmp_path: Path) -> None:
     FrontierSettings.from_spec("crawl.books", spec)
     BloomParams.for_capacity(spec.dedup.capacity, spec.dedup.error_rate)
     FetchSettings.from_spec(spec)
+    checked_proxies(spec.proxy, {})
     httpx.Request("GET", "http://a.test/", headers={"User-Agent": spec.user_agent})  # ASCII only
     product_token(spec.user_agent)
     Scope.from_spec(spec.scope)

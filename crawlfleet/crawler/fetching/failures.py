@@ -92,6 +92,9 @@ class FailureClass(StrEnum):
     #: The same for an RSS or Atom feed (``crawler/links/feeds.py``).
     FEED_TOO_LARGE = "feed_too_large"
     FEED_INVALID = "feed_invalid"
+    #: The request's proxy (``spec.proxy``) failed it: refused the connection, refused our
+    #: credentials (407), or every proxy is out of service. Not the site's doing: retried.
+    PROXY_ERROR = "proxy_error"
     #: A file download (``crawler/files/download.py``): over its rule's ``maxBytes``, by
     #: ``Content-Length`` before any byte is read or while streaming.
     FILE_TOO_LARGE = "file_too_large"
@@ -132,6 +135,7 @@ _FATES: dict[FailureClass, Fate] = {
     FailureClass.TIMEOUT: _RETRY,
     FailureClass.CONNECT_ERROR: _RETRY,
     FailureClass.DNS_ERROR: _RETRY,  # resolvers fail transiently; attempts bound the cost
+    FailureClass.PROXY_ERROR: _RETRY,  # the next attempt may take another proxy
     FailureClass.PROTOCOL_ERROR: _RETRY,  # e.g. the server closed the connection mid-response
     FailureClass.FORBIDDEN_ADDRESS: _PERMANENT,
     FailureClass.BAD_SCHEME: _PERMANENT,

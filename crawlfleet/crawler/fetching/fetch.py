@@ -74,6 +74,7 @@ from crawlfleet.crawler.fetching.failures import (
     parse_retry_after,
 )
 from crawlfleet.crawler.fetching.memory import Reservation
+from crawlfleet.crawler.fetching.proxying import ProxyObserver
 from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.crawler.fetching.streaming import StreamedBody
 from crawlfleet.crawler.fetching.transport import (
@@ -84,6 +85,7 @@ from crawlfleet.crawler.fetching.transport import (
     stream_pieces,
 )
 from crawlfleet.crawljob import CrawlJobSpec
+from crawlfleet.proxies import ProxyPlan
 
 __all__ = [
     "ACCEPT",
@@ -102,6 +104,7 @@ ACCEPT: Final = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
 _RETRIED: Final = frozenset(
     {
         FailureClass.CONNECT_ERROR,
+        FailureClass.PROXY_ERROR,
         FailureClass.TIMEOUT,
         FailureClass.HTTP_5XX,
         FailureClass.PROTOCOL_ERROR,
@@ -233,7 +236,9 @@ class Fetcher:
     one passed in must agree with that setting, so the two can never silently disagree.
     ``rng`` drives the retry jitter (pass a seeded one for reproducible tests). The client is
     built here but its aiohttp session only on the first request, so a ``Fetcher`` may be made
-    outside the event loop that will use it.
+    outside the event loop that will use it. ``proxies`` routes the requests through
+    ``spec.proxy``'s proxies (``proxying.ProxyRouter``), telling ``observe_proxies`` how each
+    went.
     """
 
     def __init__(
@@ -242,6 +247,8 @@ class Fetcher:
         *,
         guard: AddressGuard | None = None,
         rng: random.Random | None = None,
+        proxies: ProxyPlan | None = None,
+        observe_proxies: ProxyObserver | None = None,
     ) -> None:
         if guard is None:
             guard = AddressGuard(allow_private=settings.allow_private_networks)
@@ -253,7 +260,7 @@ class Fetcher:
         self._settings = settings
         self._guard = guard
         self._rng = rng if rng is not None else random.Random()
-        self._transport = build_transport(guard)
+        self._transport = build_transport(guard, proxies, observe_proxies=observe_proxies)
         self._timeouts = request_timeouts(
             connect_seconds=settings.connect_timeout_seconds,
             read_seconds=settings.read_timeout_seconds,

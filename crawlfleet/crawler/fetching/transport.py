@@ -38,8 +38,10 @@ from httpx_aiohttp import AiohttpTransport
 from httpx_aiohttp.transport import AiohttpResponseStream, map_aiohttp_exceptions
 
 from crawlfleet.crawler.fetching.failures import FailureClass
+from crawlfleet.crawler.fetching.proxying import ProxyObserver, ProxyRouter
 from crawlfleet.crawler.fetching.safety import AddressGuard
 from crawlfleet.errors import FetchError
+from crawlfleet.proxies import ProxyPlan
 
 __all__ = [
     "MAX_HEADERS",
@@ -50,6 +52,7 @@ __all__ = [
     "GuardResolver",
     "build_transport",
     "failure_from_exception",
+    "new_session",
     "request_timeouts",
 ]
 
@@ -85,16 +88,24 @@ class GuardResolver(AbstractResolver):
 
     The guard caches its answers, so the check before a request and the resolution at connect
     time normally see the very same addresses from one lookup; if they differ (the cache
-    expired in between), the connect-time answer is checked again, never trusted.
+    expired in between), the connect-time answer is checked again, never trusted. The names
+    of ``proxies`` (``spec.proxy``'s HTTP proxies, which aiohttp dials by name) are judged by
+    their own guard, which ``proxy.allowPrivate`` may open to private addresses.
     """
 
-    def __init__(self, guard: AddressGuard) -> None:
+    def __init__(
+        self, guard: AddressGuard, proxies: tuple[frozenset[str], AddressGuard] | None = None
+    ) -> None:
         self._guard = guard
+        self._proxies = proxies
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        addresses = await self._guard.check_host(host, port)
+        guard = self._guard
+        if self._proxies is not None and host in self._proxies[0]:
+            guard = self._proxies[1]
+        addresses = await guard.check_host(host, port)
         results: list[ResolveResult] = []
         for address in addresses:
             address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -118,39 +129,74 @@ class GuardResolver(AbstractResolver):
         """Nothing to release: the guard belongs to the Fetcher's owner."""
 
 
-def build_transport(guard: AddressGuard) -> AiohttpTransport:
-    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard.
+def new_session(connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+    """A client session over ``connector`` with the crawler's settings: no cookies kept, no
+    proxy from the environment, bodies left compressed, the response-head limits, and no
+    silent resend."""
+    session = aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        auto_decompress=False,
+        max_line_size=MAX_HEADER_LINE_BYTES,
+        max_field_size=MAX_HEADER_FIELD_BYTES,
+        max_headers=MAX_HEADERS,
+    )
+    # aiohttp silently resends an idempotent request once when the server hangs up (on
+    # fresh connections too), so a hostile server would see twice the requests we count
+    # and pace. Retries are this module's job. No public switch exists (aiohttp 3.14).
+    if hasattr(session, "_retry_connection"):
+        session._retry_connection = False
+    return session
+
+
+def build_transport(
+    guard: AddressGuard,
+    proxies: ProxyPlan | None = None,
+    *,
+    observe_proxies: ProxyObserver | None = None,
+) -> httpx.AsyncBaseTransport:
+    """The one pooled transport: httpx's API over an aiohttp session resolving through the guard,
+    routed through ``proxies`` when the job has any (``proxying.ProxyRouter``).
 
     The pool has no cap of its own (``limit=0``): the worker bounds its fetches
     (``concurrency.perWorker``) and each fetch makes one request at a time, so the connections
     in use never exceed that, and a second, smaller cap could only queue a fetch the worker
     meant to run. Politeness per host is the frontier's.
     """
+    proxy_guard: AddressGuard | None = None
+    if proxies is not None:
+        proxy_guard = AddressGuard(allow_private=proxies.allow_private)
+    made: list[aiohttp.ClientSession] = []
 
     def make_session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            use_dns_cache=False,  # the guard caches, and only what it approved
-            resolver=GuardResolver(guard),
-        )
-        session = aiohttp.ClientSession(
-            connector=connector,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-            auto_decompress=False,
-            max_line_size=MAX_HEADER_LINE_BYTES,
-            max_field_size=MAX_HEADER_FIELD_BYTES,
-            max_headers=MAX_HEADERS,
-        )
-        # aiohttp silently resends an idempotent request once when the server hangs up (on
-        # fresh connections too), so a hostile server would see twice the requests we count
-        # and pace. Retries are this module's job. No public switch exists (aiohttp 3.14).
-        if hasattr(session, "_retry_connection"):
-            session._retry_connection = False
-        return session
+        # One session for the direct route and every HTTP proxy's: made on the first request,
+        # inside the loop that will own it, whichever route asks first.
+        if not made:
+            resolver = GuardResolver(
+                guard,
+                None
+                if proxies is None or proxy_guard is None
+                else (frozenset(p.host for p in proxies.proxies), proxy_guard),
+            )
+            connector = aiohttp.TCPConnector(
+                limit=0,
+                use_dns_cache=False,  # the guard caches, and only what it approved
+                resolver=resolver,
+            )
+            made.append(new_session(connector))
+        return made[0]
 
-    # Called on the first request, inside the loop that will own the session.
-    return AiohttpTransport(client=make_session)
+    direct = AiohttpTransport(client=make_session)
+    if proxies is None or proxy_guard is None:
+        return direct
+    return ProxyRouter(
+        direct,
+        make_session,
+        proxies,
+        proxy_guard=proxy_guard,
+        **({} if observe_proxies is None else {"observe": observe_proxies}),
+    )
 
 
 def request_timeouts(

@@ -198,6 +198,19 @@ class WorkerMetrics:
             registry=reg,
         )
         self._memory_waits_seen = 0
+        self.proxy_requests = Counter(
+            _PREFIX + "proxy_requests_total",
+            "Requests sent through a proxy (spec.proxy), by proxy (scheme://host:port, never"
+            " its credentials) and outcome: ok, or failed by the proxy's fault.",
+            ["proxy", "outcome"],
+            registry=reg,
+        )
+        self.proxy_ejections = Counter(
+            _PREFIX + "proxy_ejections_total",
+            "Times a proxy was taken out of service after proxy.maxFailures failures in a row.",
+            ["proxy"],
+            registry=reg,
+        )
         self.links_dropped = Counter(
             _PREFIX + "links_dropped_total",
             "Links found on pages and not admitted, by reason: the page's link cap, nofollow, a"
@@ -529,6 +542,14 @@ class WorkerMetrics:
         self.file_downloads_in_flight.set(count)
 
     # -- exposition -----------------------------------------------------------------------
+
+    def observe_proxy(self, proxy: str, event: str) -> None:
+        """What ``crawler/fetching/proxying.py`` reports: a request ("ok", "failed") through
+        ``proxy``, or ``proxy`` taken out of service ("ejected")."""
+        if event == "ejected":
+            self.proxy_ejections.labels(proxy).inc()
+        else:
+            self.proxy_requests.labels(proxy, event).inc()
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Expose ``/metrics`` on ``host:port`` in a daemon thread; port 0 disables it.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import signal
 from typing import Final
 
@@ -21,6 +22,7 @@ from crawlfleet.crawler.worker.flow import WorkerOptions
 from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.crawler.worker.worker import Worker
 from crawlfleet.crawljob import CrawlJob, read_seed_file
+from crawlfleet.crawljob.proxy import checked_proxies
 from crawlfleet.errors import ConfigError
 from crawlfleet.frontier import Frontier, FrontierSettings
 from crawlfleet.output.stores import checked_store, open_store
@@ -84,8 +86,13 @@ async def run_worker(
     memory = _memory_budget(config, spec.fetch.max_decompressed_bytes)
     if guard is None:
         guard = AddressGuard(allow_private=spec.scope.allow_private_networks)
-    fetcher = Fetcher(FetchSettings.from_spec(spec), guard=guard)
     metrics = WorkerMetrics()
+    fetcher = Fetcher(
+        FetchSettings.from_spec(spec),
+        guard=guard,
+        proxies=checked_proxies(spec.proxy, os.environ),
+        observe_proxies=metrics.observe_proxy,
+    )
     frontier: Frontier | None = None
     try:
         frontier = await Frontier.connect(redis_url, FrontierSettings.from_spec(job.job_id, spec))

@@ -154,6 +154,7 @@ def test_class_values_are_the_brief_names() -> None:
         "out_of_scope",
         "robots_disallowed",
         "excluded_live",
+        "proxy_error",
         "robots_unavailable",
         "too_many_redirects",
         "redirect_loop",

@@ -130,6 +130,22 @@ def test_external_redis_url_comes_from_a_secret(redis: dict[str, object], expect
     assert "pw@" not in yaml.safe_dump(container)
 
 
+def test_the_proxy_list_reaches_the_workers_from_its_secret_alone() -> None:
+    job_spec = spec(proxy={"secretRef": {"name": "crawl-proxies"}, "noProxy": ["corp.example"]})
+    container = children.worker_deployment(JOB, job_spec, replicas=0, image="img", drain=DRAIN)[
+        "spec"
+    ]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["CRAWLFLEET_PROXIES"]["valueFrom"]["secretKeyRef"] == {
+        "name": "crawl-proxies",
+        "key": "proxies",
+    }
+    job = parse_crawljob(yaml.safe_load(children.config_map(JOB, job_spec)["data"]["job.yaml"]))
+    assert job.spec.proxy == job_spec.proxy  # the workers read the same section
+    without = children.worker_deployment(JOB, spec(), replicas=0, image="img", drain=DRAIN)
+    assert "CRAWLFLEET_PROXIES" not in yaml.safe_dump(without)
+
+
 def test_the_config_map_never_holds_the_redis_url() -> None:
     job_spec = spec(redis={"url": "redis://:hunter2@redis.example:6379/0"})
     data = children.config_map(JOB, job_spec)["data"]["job.yaml"]
