@@ -224,8 +224,8 @@ class CrawlJobSpec(Section):
         ),
         _unset_with_scrapy(
             "proxy",
-            "a Scrapy spider's requests go through Scrapy's downloader; give it proxies with"
-            " its HttpProxyMiddleware (request.meta['proxy'])",
+            "a Scrapy spider's requests go through Scrapy's downloader, whose proxies the"
+            " address guard refuses (request.meta['proxy'])",
         ),
         _unset_with_scrapy(
             "schedule",
