@@ -48,6 +48,7 @@ from crawlfleet.errors import ConfigError
 __all__ = [
     "ANY_IMAGE",
     "ANY_REDIS_HOST",
+    "PROXY_SECRET_FIELD",
     "REDIS_SECRET_FIELD",
     "REDIS_URL_FIELD",
     "SEED_LIST_LABEL",
@@ -60,6 +61,8 @@ __all__ = [
 
 #: Where a spec names its Redis's Secret: the field path of a refusal.
 REDIS_SECRET_FIELD: Final = "spec.redis.secretRef.name"
+#: The field that names the Secret with the job's proxy list.
+PROXY_SECRET_FIELD: Final = "spec.proxy.secretRef.name"
 #: Where a spec names an external Redis by its URL: the field path of a refusal.
 REDIS_URL_FIELD: Final = "spec.redis.url"
 #: An allowed-image entry that admits every image: the administrator's explicit opt-out.
@@ -234,7 +237,7 @@ class TenancyPolicy:
         if s3 is not None and s3.secret_ref is not None:
             uses.append(SecretUse("spec.output.s3.secretRef.name", s3.secret_ref.name))
         if spec.proxy is not None and spec.proxy.secret_ref is not None:
-            uses.append(SecretUse("spec.proxy.secretRef.name", spec.proxy.secret_ref.name))
+            uses.append(SecretUse(PROXY_SECRET_FIELD, spec.proxy.secret_ref.name))
         return uses
 
     def secret_problem(self, use: SecretUse, labels: Mapping[str, str] | None) -> str | None:

@@ -81,7 +81,14 @@ from crawlfleet.operator.status import (
     rfc3339,
     shards_change_problem,
 )
-from crawlfleet.tenancy import REDIS_SECRET_FIELD, REDIS_URL_FIELD, SecretUse, TenancyPolicy
+from crawlfleet.proxies import InvalidProxy, parse_proxy_list
+from crawlfleet.tenancy import (
+    PROXY_SECRET_FIELD,
+    REDIS_SECRET_FIELD,
+    REDIS_URL_FIELD,
+    SecretUse,
+    TenancyPolicy,
+)
 
 __all__ = [
     "GROUP",
@@ -532,14 +539,38 @@ class CrawlJobOperator:
         for use in self.policy.secret_uses(spec):
             labels = await self._secret_labels(ref, use)
             problem = self.policy.secret_problem(use, labels)
-            fixed_in_secret = problem is None and use.field == REDIS_SECRET_FIELD
-            if fixed_in_secret:
+            fixed_in_secret = problem is None and use.field in (
+                REDIS_SECRET_FIELD,
+                PROXY_SECRET_FIELD,
+            )
+            if fixed_in_secret and use.field == REDIS_SECRET_FIELD:
                 problem = await self._secret_redis_problem(ref, spec)
+            elif fixed_in_secret:
+                problem = await self._secret_proxy_problem(ref, spec)
             if problem is not None:
                 problems.append(problem)
                 # Fixed outside the spec (a Secret created, or its URL changed): look again.
                 missing = missing or labels is None or fixed_in_secret
         return problems, missing
+
+    async def _secret_proxy_problem(self, ref: JobRef, spec: CrawlJobSpec) -> str | None:
+        """Why the proxy list in ``spec.proxy.secretRef``'s Secret cannot be used, in the words
+        the workers and ``crawlfleet run`` would use (None: it can). Never its credentials."""
+        assert spec.proxy is not None
+        secret_ref = spec.proxy.secret_ref
+        assert secret_ref is not None
+        try:
+            listed = await self.kube.secret_value(ref.namespace, secret_ref.name, secret_ref.key)
+        except KubeError as error:
+            raise _retry_later(error) from error
+        where = f"spec.proxy.secretRef: Secret {secret_ref.name}, key {secret_ref.key}"
+        if listed is None:
+            return f"{where}: no such key (it holds the proxy URLs, one per line)"
+        try:
+            parse_proxy_list(listed)
+        except InvalidProxy as error:
+            return f"{where}: {error}"
+        return None
 
     async def _secret_redis_problem(self, ref: JobRef, spec: CrawlJobSpec) -> str | None:
         """Why the Redis URL in the job's Secret is outside the policy (None: it is inside, or
