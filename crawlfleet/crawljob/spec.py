@@ -38,7 +38,7 @@ from crawlfleet.crawljob.schedule import ScheduleSpec
 from crawlfleet.crawljob.scope import MAX_DOMAINS, ScopeSpec
 from crawlfleet.crawljob.scrapy import CrawlerSpec, ScrapySpec
 from crawlfleet.crawljob.seeds import Seeds, SeedsFrom, seed_hosts
-from crawlfleet.crawljob.suspension import SuspendExpirySpec
+from crawlfleet.crawljob.suspension import AutoPauseSpec, SuspendExpirySpec
 from crawlfleet.crawljob.validation import problem, problems, validate
 from crawlfleet.errors import ConfigError
 
@@ -151,6 +151,11 @@ class CrawlJobSpec(Section):
     suspend_expiry: SuspendExpirySpec | None = None
     """How long a suspension may last, and what then (resume, or fail the job). Unset: a
     suspended job waits until it is resumed."""
+    auto_pause: AutoPauseSpec | None = None
+    """Pause the job by itself when its sites have pushed back every fetch for a while (429,
+    403, empty pages) rather than keep asking: its workers go to 0, the frontier is kept, and
+    the job says why (phase Suspended, reason RateLimited). Unset: the job keeps retrying with
+    back-off."""
     ttl_seconds_after_finished: Annotated[int, Range(ge=0, le=365 * DAY_SECONDS)] | None = None
     """Seconds after the job succeeds or fails before it is deleted, with everything it created.
     Unset: kept until you delete it."""

@@ -95,6 +95,12 @@ class FleetStatus(_Observed):
     while it runs."""
     suspend_expired: bool = False
     """The suspension outlasted spec.suspendExpiry.after (the SuspendExpired Event was given)."""
+    rate_limited_pause_since: datetime | None = None
+    """When the job paused itself, every fetch pushed back for spec.autoPause.rateLimitedFor
+    (the RateLimited Event); unset while it is not paused so."""
+    pushback_counted_from: datetime | None = None
+    """The earliest pushback spec.autoPause counts: when the job was last resumed (by itself
+    after resumeAfter, or by hand), so an old run of pushback does not pause it at once."""
 
 
 class RunStatus(_Observed):

@@ -17,11 +17,19 @@ from pydantic import Field
 from crawlfleet.crawljob.base import Section
 from crawlfleet.crawljob.durations import DurationRange, format_duration
 
-__all__ = ["DEFAULT_SUSPEND_EXPIRY_SECONDS", "SuspendExpirySpec", "SuspendOutcome"]
+__all__ = [
+    "DEFAULT_RATE_LIMITED_SECONDS",
+    "DEFAULT_SUSPEND_EXPIRY_SECONDS",
+    "AutoPauseSpec",
+    "SuspendExpirySpec",
+    "SuspendOutcome",
+]
 
 #: Browsertrix's: a week.
 DEFAULT_SUSPEND_EXPIRY_SECONDS: Final = 7 * 24 * 3600.0
 _MAX_SECONDS: Final = 365 * 24 * 3600.0
+#: Browsertrix's: twelve hours of rate limiting.
+DEFAULT_RATE_LIMITED_SECONDS: Final = 12 * 3600.0
 
 SuspendOutcome = Literal["Resume", "Fail"]
 
@@ -40,3 +48,18 @@ class SuspendExpirySpec(Section):
     then: SuspendOutcome = "Resume"
     """What happens then: `Resume` crawls on as if `suspend` were false; `Fail` ends the job
     with phase Failed (reason SuspendExpired)."""
+
+
+class AutoPauseSpec(Section):
+    """When a job pauses itself instead of spinning: every fetch pushed back by its sites (429
+    Too Many Requests, 403, an empty page) for a while, with no page coming through. The job
+    then waits with 0 workers (phase Suspended, reason RateLimited), its frontier kept."""
+
+    rate_limited_for: Annotated[float, DurationRange(ge=1.0, le=_MAX_SECONDS)] = Field(
+        default=format_duration(DEFAULT_RATE_LIMITED_SECONDS), validate_default=True
+    )
+    """How long every fetch must have been pushed back, as a Go duration (`12h`, Browsertrix's
+    figure), before the job pauses."""
+    resume_after: Annotated[float, DurationRange(ge=1.0, le=_MAX_SECONDS)] | None = None
+    """Try again by itself this long after pausing (the clock of rateLimitedFor starts again).
+    Unset: the job stays paused until someone resumes it (spec.suspend true, then false)."""

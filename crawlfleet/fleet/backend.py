@@ -65,6 +65,10 @@ EventReason = Literal[
     "ScopeChanged",
     # A suspended job outlasted spec.suspendExpiry: it resumes, or fails.
     "SuspendExpired",
+    # Every fetch pushed back for spec.autoPause.rateLimitedFor: the job paused itself; and
+    # it tries again after resumeAfter.
+    "RateLimited",
+    "RateLimitPauseEnded",
     # A scheduled job's runs (crawlfleet.fleet.recurring).
     "RunStarted",
     "RunSkipped",

@@ -71,6 +71,7 @@ __all__ = [
     "Observation",
     "OnLoss",
     "Phase",
+    "RateLimitPause",
     "Requeue",
     "RequeueReason",
     "SeedAction",
@@ -80,6 +81,7 @@ __all__ = [
     "decide",
     "demand",
     "memory_pressure",
+    "rate_limit_pause",
     "seed_action",
     "seed_list_hash",
     "stall_after_seconds",
@@ -178,6 +180,10 @@ class FleetPolicy:
     #: ``spec.suspendExpiry``: (seconds, then) -- how long a suspension may last, and
     #: whether the job then resumes or fails (None: it waits).
     suspend_expiry: tuple[float, SuspendOutcome] | None = None
+    #: ``spec.autoPause``: (rateLimitedFor, resumeAfter) seconds -- how long every fetch may
+    #: be pushed back before the job pauses itself, and when it tries again (None: only by
+    #: hand). None: the job never pauses itself.
+    auto_pause: tuple[float, float | None] | None = None
     #: ``(scope.include, scope.exclude)``: written into the frontier the same way, for the
     #: workers to follow (``ScopeChanged``). None: the tick leaves them.
     scope_rules: ScopeRules | None = None
@@ -229,6 +235,11 @@ class FleetPolicy:
             suspend_expiry=(
                 (spec.suspend_expiry.after, spec.suspend_expiry.then)
                 if spec.suspend_expiry is not None
+                else None
+            ),
+            auto_pause=(
+                (spec.auto_pause.rate_limited_for, spec.auto_pause.resume_after)
+                if spec.auto_pause is not None
                 else None
             ),
         )
@@ -387,6 +398,10 @@ class FleetMemory:
     #: outlasted ``spec.suspendExpiry`` (:func:`suspension`).
     suspended_since: float | None = None
     suspend_expired: bool = False
+    #: When the job paused itself for pushback (:func:`rate_limit_pause`; None: it did not),
+    #: and the earliest pushback that counts (when it was last resumed).
+    rate_limited_pause_since: float | None = None
+    pushback_counted_from: float | None = None
 
     def to_mapping(self) -> dict[str, int | str | bool]:
         """camelCase, times as RFC 3339 with microseconds (``status.fleet``'s shape)."""
@@ -413,6 +428,10 @@ class FleetMemory:
             out["suspendedSince"] = _timestamp(self.suspended_since)
         if self.suspend_expired:
             out["suspendExpired"] = True
+        if self.rate_limited_pause_since is not None:
+            out["rateLimitedPauseSince"] = _timestamp(self.rate_limited_pause_since)
+        if self.pushback_counted_from is not None:
+            out["pushbackCountedFrom"] = _timestamp(self.pushback_counted_from)
         return out
 
     @classmethod
@@ -437,6 +456,8 @@ class FleetMemory:
                 stalled=_text(raw.get("stalled")),
                 suspended_since=_seconds(raw.get("suspendedSince")),
                 suspend_expired=raw.get("suspendExpired") is True,
+                rate_limited_pause_since=_seconds(raw.get("rateLimitedPauseSince")),
+                pushback_counted_from=_seconds(raw.get("pushbackCountedFrom")),
             )
         except (TypeError, ValueError):
             return None
@@ -477,6 +498,54 @@ def suspension(
     if newly:
         memory = replace(memory, suspend_expired=True)
     return Suspension(then == "Fail", memory, then, newly)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitPause:
+    """What ``spec.autoPause`` means this tick (:func:`rate_limit_pause`)."""
+
+    #: The job waits with 0 workers, paused by itself.
+    paused: bool
+    memory: FleetMemory
+    #: It paused at this tick, or resumed by itself at this tick (announce each once).
+    newly_paused: bool = False
+    newly_resumed: bool = False
+
+
+def rate_limit_pause(
+    policy: FleetPolicy,
+    memory: FleetMemory,
+    *,
+    pushed_back_since: float | None,
+    pending: int,
+    suspended: bool,
+    resumed: bool,
+    now: float,
+) -> RateLimitPause:
+    """``spec.autoPause`` against the frontier's pushback run: a job with work left whose
+    every fetch has been pushed back (``pushed_back_since``, nothing acked since) for
+    ``rateLimitedFor`` pauses itself; with ``resumeAfter`` it tries again that long after.
+    Suspending by hand ends the pause, and resuming (``resumed``: this tick) is how a person
+    says "try again": either way pushback counts only from the resumption on."""
+    if policy.auto_pause is None or suspended:
+        if memory.rate_limited_pause_since is None:
+            return RateLimitPause(False, memory)
+        return RateLimitPause(False, replace(memory, rate_limited_pause_since=None))
+    if resumed:
+        memory = replace(memory, rate_limited_pause_since=None, pushback_counted_from=now)
+    limited_for, resume_after = policy.auto_pause
+    paused_at = memory.rate_limited_pause_since
+    if paused_at is not None:
+        if resume_after is not None and now - paused_at >= resume_after:
+            again = replace(memory, rate_limited_pause_since=None, pushback_counted_from=now)
+            return RateLimitPause(False, again, newly_resumed=True)
+        return RateLimitPause(True, memory)
+    if pushed_back_since is None or pending == 0:
+        return RateLimitPause(False, memory)
+    start = max(pushed_back_since, memory.pushback_counted_from or pushed_back_since)
+    if now - start < limited_for:
+        return RateLimitPause(False, memory)
+    return RateLimitPause(True, replace(memory, rate_limited_pause_since=now), newly_paused=True)
 
 
 #: What a tick does with the job's seed list (:func:`seed_action`).

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from crawlfleet.crawljob.durations import format_duration
 from crawlfleet.errors import FrontierLost, FrontierUnavailable, PartitionsUnavailable
@@ -72,10 +73,12 @@ from crawlfleet.fleet.policy import (
     FleetMemory,
     FleetPolicy,
     Observation,
+    RateLimitPause,
     RequeueReason,
     Suspension,
     WorkerView,
     decide,
+    rate_limit_pause,
     seed_action,
     suspension,
     wants_tick,
@@ -397,6 +400,7 @@ async def _tick(
     if policy.scope_rules is not None:
         applied += await _rescope(frontier, policy.scope_rules)
     held = suspension(policy, memory, suspended=suspended, now=now)
+    resumed = memory.suspended_since is not None and held.memory.suspended_since is None
     memory, suspended = held.memory, held.suspended
     if held.newly_expired:
         applied.append(_suspend_expired(policy, held))
@@ -433,6 +437,21 @@ async def _tick(
         stats = await frontier.stats()
     if action != "none":
         memory = replace(memory, seeds_hash=seeds_hash)
+    pause = rate_limit_pause(
+        policy,
+        memory,
+        pushed_back_since=stats.pushed_back_since,
+        pending=stats.pending,
+        suspended=suspended,
+        resumed=resumed,
+        now=now,
+    )
+    memory = pause.memory
+    if pause.newly_paused or pause.newly_resumed:
+        said = _rate_limit_event(policy, pause, stats)
+        await backend.record(said)
+        applied.append(said)
+    suspended = suspended or pause.paused
     # Claims promote due revisits too, but a fleet scaled to zero claims nothing: here they
     # become queued, and the backlog asks for workers as any other would.
     revisits_due = policy.revisits and not suspended and _revisit_due(stats)
@@ -586,6 +605,41 @@ async def _retune(frontier: Frontier, limits: FrontierLimits) -> list[FleetEvent
 def _after(policy: FleetPolicy) -> str:
     assert policy.suspend_expiry is not None
     return format_duration(policy.suspend_expiry[0])
+
+
+def _rate_limit_event(
+    policy: FleetPolicy, pause: RateLimitPause, stats: FrontierStats
+) -> FleetEvent:
+    """``RateLimited`` when the job pauses itself, ``RateLimitPauseEnded`` when it tries again."""
+    assert policy.auto_pause is not None
+    limited_for, resume_after = policy.auto_pause
+    if pause.newly_resumed:
+        return FleetEvent(
+            "RateLimitPauseEnded",
+            f"paused for spec.autoPause.resumeAfter ({format_duration(resume_after or 0)}):"
+            " the job tries again",
+        )
+    since = stats.pushed_back_since
+    then = (
+        f"it tries again in {format_duration(resume_after)} (spec.autoPause.resumeAfter)"
+        if resume_after is not None
+        else "resume it by setting spec.suspend to true, then false"
+    )
+    return FleetEvent(
+        "RateLimited",
+        f"every fetch since {_utc(since)} was pushed back by its site (429, 403 or an"
+        f" empty page), longer than spec.autoPause.rateLimitedFor"
+        f" ({format_duration(limited_for)}): the job pauses itself (workers at 0, frontier"
+        f" kept); {then}",
+        warning=True,
+        fields={"pending": stats.pending},
+    )
+
+
+def _utc(seconds: float | None) -> str:
+    if seconds is None:
+        return "(unknown)"
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _suspend_expired(policy: FleetPolicy, held: Suspension) -> FleetEvent:

@@ -932,6 +932,8 @@ class Frontier:
             "pressure_claims_per_s",
             "bloom_layers",
             "run_cutoff_s",
+            "pushback_since_ms",
+            "pushback_last_ms",
         )
         pipe.hmget(self.keys.key("stats"), _LAG_FIELDS)
         # The earliest tracked URL at rest (seconds), from the chunks' index: O(log n).
@@ -971,7 +973,7 @@ class Frontier:
         for reply in (*replies, native[0] if native else None):
             if isinstance(reply, Exception):
                 raise translate(reply) from reply
-        epoch, seeded, level, links_per_page, claims_per_s, layers, cutoff = meta
+        epoch, seeded, level, links_per_page, claims_per_s, layers, cutoff, *pushback = meta
         await self._check_epoch(epoch)
         counts = {name: int(v or 0) for name, v in zip(_STAT_FIELDS, values, strict=True)}
         if native:  # the native filter counts what BF.INSERT added outside our scripts too
@@ -1009,6 +1011,8 @@ class Frontier:
             if earliest
             else None,
             waits=_waits(held_back, seconds + micros / 1e6),
+            pushed_back_since=_ms_to_seconds(pushback[0]),
+            last_pushed_back=_ms_to_seconds(pushback[1]),
         )
 
     async def is_complete(self) -> bool:
@@ -1400,6 +1404,10 @@ def _waits(replies: Sequence[Any], now: float) -> FrontierWaits:
         held_slots=int(held),
         next_held_release_in_seconds=due_in(held_first),
     )
+
+
+def _ms_to_seconds(value: str | bytes | None) -> float | None:
+    return None if value is None else int(value) / 1000.0
 
 
 def _pressure(

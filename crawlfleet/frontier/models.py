@@ -588,6 +588,11 @@ class FrontierStats:
     revisits_waiting: bool = False
     #: Revisit lag (due → fetched) of completed revisits.
     revisit_lag: LagHistogram = field(default_factory=LagHistogram)
+    #: Since when (server time, seconds) every fetch that settled was pushed back by its site
+    #: (429, 403, a soft block) with no page acked in between; None while pages come through
+    #: (``spec.autoPause``). ``last_pushed_back``: the latest such failure.
+    pushed_back_since: float | None = None
+    last_pushed_back: float | None = None
 
     @property
     def in_flight(self) -> int:

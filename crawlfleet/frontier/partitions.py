@@ -233,7 +233,23 @@ def combine_stats(parts: Sequence[FrontierStats]) -> FrontierStats:
         pressure=pressure,
         next_retry_in_seconds=_min([p.next_retry_in_seconds for p in parts]),
         waits=_combine_waits([p.waits for p in parts]),
+        pushed_back_since=_pushed_back_since(parts),
+        last_pushed_back=_max([p.last_pushed_back for p in parts]),
     )
+
+
+def _pushed_back_since(parts: Sequence[FrontierStats]) -> float | None:
+    """Since when every partition with work left has been pushed back (the latest of their
+    starts); None if any of them has pages coming through, or none has work."""
+    working = [p for p in parts if p.pending]
+    if not working or any(p.pushed_back_since is None for p in working):
+        return None
+    return max(p.pushed_back_since for p in working if p.pushed_back_since is not None)
+
+
+def _max(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
 
 
 async def _each(calls: Sequence[Awaitable[_T]]) -> list[_T]:

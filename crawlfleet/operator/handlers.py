@@ -961,6 +961,7 @@ class CrawlJobOperator:
             freshness=freshness,
             files=done.files,
             local_dedup_hit_rate=done.link_checks.hit_rate,
+            rate_limited=done.memory.rate_limited_pause_since is not None,
         )
         _patch_changed(patch, status, job_status(status, seen, generation=generation, now=now))
         self._observe(ref, phase, stats, desired, ready)

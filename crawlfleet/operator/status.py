@@ -184,6 +184,8 @@ class Observed:
     files: FileStats | None = None
     #: The live workers' share of link checks answered locally (None: none checked yet).
     local_dedup_hit_rate: float | None = None
+    #: The job paused itself: every fetch pushed back for spec.autoPause.rateLimitedFor.
+    rate_limited: bool = False
 
 
 def _frontier_conditions(seen: Observed) -> list[Wanted]:
@@ -282,11 +284,21 @@ def conditions_for(seen: Observed) -> list[Wanted]:
         if phase == "Failed"
         else Wanted("Failed", "False", "NoFailure", "")
     )
-    suspended = (
-        Wanted("Suspended", "True", "Suspended", "spec.suspend is true: workers scaled to 0")
-        if phase == "Suspended"
-        else Wanted("Suspended", "False", "NotSuspended", "")
-    )
+    if phase == "Suspended" and seen.rate_limited:
+        suspended = Wanted(
+            "Suspended",
+            "True",
+            "RateLimited",
+            "every fetch was pushed back by its site (429, 403 or an empty page) for"
+            " spec.autoPause.rateLimitedFor: the job paused itself, workers scaled to 0 (see the"
+            " RateLimited Event)",
+        )
+    elif phase == "Suspended":
+        suspended = Wanted(
+            "Suspended", "True", "Suspended", "spec.suspend is true: workers scaled to 0"
+        )
+    else:
+        suspended = Wanted("Suspended", "False", "NotSuspended", "")
     valid = Wanted("InvalidSpec", "False", "Valid", "")
     durable = Wanted("OutputNotDurable", "False", "Durable", seen.output)
     blocked = (

@@ -428,6 +428,8 @@ class SiteServer:
         self._bodies: list[list[bytes | None]] = [[None] * n for _ in range(self.config.hosts + 1)]
         self._leaf_cache: dict[tuple[int, str], bytes] = {}
         self._hits: Counter[str] = Counter()
+        #: Every request but robots.txt answers 429 (TestSite.rate_limit_everything).
+        self.limit_everything = False
         self.revisions = Revisions(self.config.etag_hosts, self.config.last_modified_hosts)
         self._exact: dict[str, Handler] = {
             "/ratelimited": self._ratelimited,
@@ -560,6 +562,10 @@ class SiteServer:
 
     async def _route(self, host: int, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
+        if self.limit_everything and path != "/robots.txt":
+            limited = _small(429, "Too Many Requests")
+            limited.headers["Retry-After"] = str(self.config.retry_after_seconds)
+            return limited
         index = self._page_index.get(path)
         if index is not None:  # the hot path: a cached normal page
             bodies = self._bodies[host]
@@ -870,6 +876,15 @@ class TestSite(BackgroundSite):
         returns the revision's number (crawlfleet/testsite/revisions.py)."""
         host, path = self._page_of(url)
         return self._thread.call(lambda: self._server.revisions.edit(host, path))
+
+    def rate_limit_everything(self, on: bool = True) -> None:
+        """Every request but robots.txt answers 429 (with ``Retry-After``) while ``on``: a site
+        that has had enough of the crawler."""
+
+        def flip() -> None:
+            self._server.limit_everything = on
+
+        self._thread.call(flip)
 
     def remove_page(self, url: str) -> None:
         """The normal page at ``url`` answers 404 from now on."""

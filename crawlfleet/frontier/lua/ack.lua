@@ -33,5 +33,7 @@ for host, count in pairs(crawled) do count_host('crawled', host, count) end
 if done > 0 then
   redis.call('HINCRBY', K.stats, 'leased', -done)
   redis.call('HINCRBY', K.stats, 'crawled', done)
+  -- a page came through: whatever pushback there was, it is not total (spec.autoPause)
+  redis.call('HDEL', K.meta, 'pushback_since_ms')
 end
 return result, done > 0

@@ -7,7 +7,8 @@
 -- except a revisit whose change is "gone": dead-lettered, and its state forgotten.
 -- A retryable failure under taskAttempts goes to the delayed set (or straight back to its
 -- host queue when the delay is 0); anything else goes to the dead-letter hash with its class
--- and message. Returns the server time (ms), then per lease: 0 not the owner's,
+-- and message. A failure of a pushback class (PUSHBACK in lib.lua) starts or extends the job's
+-- pushback run (K.meta pushback_since_ms, pushback_last_ms). Returns the server time (ms), then per lease: 0 not the owner's,
 -- 1 will be retried, 2 dead.
 local cfg = settings()
 local now = now_ms()
@@ -16,7 +17,7 @@ local tokens = {}
 for i = first, #ARGV, 5 do tokens[#tokens + 1] = ARGV[i] end
 local taken, per_host = take_leases(tokens, ARGV[3])
 local result, back = {now}, {}
-local failed, dead, delayed, queued = 0, 0, 0, 0
+local failed, dead, delayed, queued, pushed = 0, 0, 0, 0, 0
 for i = 1, #tokens do
   local lease = taken[i]
   if lease then
@@ -26,6 +27,7 @@ for i = 1, #tokens do
     if cfg.tracking or revisits[i] then
       keep = function(url, depth) return revisit_failed(url, depth, revisits[i], now, cfg) end
     end
+    if PUSHBACK[ARGV[a + 3]] then pushed = pushed + 1 end
     local fate = retry_or_bury(lease.task, ARGV[a + 3], ARGV[a + 4], tonumber(ARGV[a + 2]),
       ARGV[a + 1] == '1', cfg, now, false, keep)
     if fate == 'kept' then
@@ -53,5 +55,11 @@ if failed > 0 then
   if dead > 0 then redis.call('HINCRBY', K.stats, 'dead', dead) end
   if delayed > 0 then redis.call('HINCRBY', K.stats, 'delayed', delayed) end
   if queued > 0 then redis.call('HINCRBY', K.stats, 'queued', queued) end
+end
+if pushed > 0 then
+  -- The sites push back (429, 403, a soft block): since when, unbroken by a page acked
+  -- (ack.lua ends it), and the last time; the steering loop's spec.autoPause reads both.
+  redis.call('HSETNX', K.meta, 'pushback_since_ms', now)
+  redis.call('HSET', K.meta, 'pushback_last_ms', now)
 end
 return result, failed > 0

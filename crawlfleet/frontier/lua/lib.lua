@@ -440,6 +440,10 @@ end
 -- the index. `keep` (optional) is asked first about a failure that is final: when it answers
 -- true (a tracked URL it scheduled again: see revisit_failed) the URL is not dead-lettered,
 -- and the answer is 'kept'.
+-- The failure classes that mean the site pushes back (failures.py's PUSHBACK_BACKOFF_MULTIPLIER
+-- classes): rate limited (429), refused (403, often a bot wall) or served an empty page.
+local PUSHBACK = {http_429 = true, http_403 = true, soft_block = true}
+
 local function retry_or_bury(task, fclass, message, delay_ms, retryable, cfg, now, front, keep)
   local attempts, depth, url, parent = split_task(task)
   attempts = attempts + 1

@@ -23,8 +23,10 @@ from crawlfleet.fleet.backend import UnitWaiting
 from crawlfleet.fleet.exits import UnitExit
 from crawlfleet.fleet.policy import (
     STALL_LEASE_TTLS,
+    RateLimitPause,
     backpressure,
     memory_pressure,
+    rate_limit_pause,
     stall_after_seconds,
     suspension,
 )
@@ -704,3 +706,87 @@ def test_the_memory_round_trips_through_the_status() -> None:
     assert FleetMemory.from_mapping(mapping) == memory
     running = FleetMemory.from_mapping(FleetMemory(replicas=2).to_mapping())
     assert running == FleetMemory(replicas=2)
+
+
+# -- spec.autoPause (rate_limit_pause) --------------------------------------------------------
+
+HOUR = 3600.0
+
+
+def pause_at(
+    policy: FleetPolicy,
+    memory: FleetMemory,
+    now: float,
+    *,
+    since: float | None = 0.0,
+    pending: int = 10,
+    suspended: bool = False,
+    resumed: bool = False,
+) -> RateLimitPause:
+    return rate_limit_pause(
+        policy,
+        memory,
+        pushed_back_since=since,
+        pending=pending,
+        suspended=suspended,
+        resumed=resumed,
+        now=now,
+    )
+
+
+def test_a_job_pushed_back_for_the_whole_while_pauses_itself_once_and_stays_paused() -> None:
+    policy = dataclasses.replace(POLICY, auto_pause=(12 * HOUR, None))
+    early = pause_at(policy, FleetMemory(), 12 * HOUR - 1)
+    assert (early.paused, early.newly_paused) == (False, False)
+    paused = pause_at(policy, early.memory, 12 * HOUR)
+    assert (paused.paused, paused.newly_paused) == (True, True)
+    assert paused.memory.rate_limited_pause_since == 12 * HOUR
+    # a page acked meanwhile would have ended the run (since None): paused, it stays paused
+    later = pause_at(policy, paused.memory, 100 * HOUR, since=None)
+    assert (later.paused, later.newly_paused, later.newly_resumed) == (True, False, False)
+
+
+def test_pages_coming_through_no_work_left_or_no_rule_never_pause() -> None:
+    policy = dataclasses.replace(POLICY, auto_pause=(HOUR, None))
+    assert not pause_at(policy, FleetMemory(), 10 * HOUR, since=None).paused
+    assert not pause_at(policy, FleetMemory(), 10 * HOUR, pending=0).paused
+    assert not pause_at(POLICY, FleetMemory(), 10 * HOUR).paused  # no spec.autoPause
+
+
+def test_resume_after_tries_again_and_counts_pushback_only_from_then() -> None:
+    policy = dataclasses.replace(POLICY, auto_pause=(HOUR, 2 * HOUR))
+    paused = pause_at(policy, FleetMemory(), HOUR)
+    assert paused.paused
+    waiting = pause_at(policy, paused.memory, 3 * HOUR - 1)
+    assert waiting.paused
+    again = pause_at(policy, waiting.memory, 3 * HOUR)
+    assert (again.paused, again.newly_resumed) == (False, True)
+    assert again.memory.pushback_counted_from == 3 * HOUR
+    # the old run of pushback (since 0) counts only from the resumption on
+    assert not pause_at(policy, again.memory, 4 * HOUR - 1).paused
+    assert pause_at(policy, again.memory, 4 * HOUR).newly_paused
+
+
+def test_suspending_by_hand_ends_the_pause_and_resuming_starts_the_count_again() -> None:
+    policy = dataclasses.replace(POLICY, auto_pause=(HOUR, None))
+    paused = pause_at(policy, FleetMemory(), HOUR)
+    by_hand = pause_at(policy, paused.memory, 2 * HOUR, suspended=True)
+    assert not by_hand.paused  # the suspension holds the job now
+    assert by_hand.memory.rate_limited_pause_since is None
+    resumed = pause_at(policy, by_hand.memory, 3 * HOUR, resumed=True)
+    assert not resumed.paused
+    assert resumed.memory.pushback_counted_from == 3 * HOUR
+    assert pause_at(policy, resumed.memory, 4 * HOUR).paused
+
+
+def test_the_pause_round_trips_through_the_status() -> None:
+    memory = FleetMemory(rate_limited_pause_since=1_800_000_000.5, pushback_counted_from=1.0e9)
+    assert FleetMemory.from_mapping(memory.to_mapping()) == memory
+
+
+def test_auto_pause_comes_from_the_spec_in_seconds() -> None:
+    spec = CrawlJobSpec.from_mapping(
+        {"seeds": ["https://a.example/"], "autoPause": {"resumeAfter": "30m"}}
+    )
+    policy = FleetPolicy.from_spec(spec, SteeringConfig(), completion_grace_seconds=0)
+    assert policy.auto_pause == (12 * HOUR, 1800.0)

@@ -13,6 +13,7 @@ from crawlfleet.frontier.models import LAG_BUCKETS_SECONDS, LagHistogram
 from crawlfleet.operator.status import (
     CONDITION_TYPES,
     Observed,
+    conditions_for,
     invalid_spec_status,
     job_status,
     partition_condition,
@@ -320,3 +321,18 @@ def test_a_partition_that_is_down_is_a_condition_until_a_tick_reads_every_partit
     # a tick that reads every partition writes the conditions anew, without it
     back = job_status({**running, "conditions": again}, observed(), generation=3, now=later)
     assert "PartitionUnavailable" not in conditions(back)
+
+
+def test_a_job_that_paused_itself_says_so_in_its_suspended_condition() -> None:
+    def suspended(seen: Observed) -> tuple[str, str, str]:
+        (found,) = [c for c in conditions_for(seen) if c.type == "Suspended"]
+        return found.status, found.reason, found.message
+
+    by_hand = suspended(observed(phase="Suspended", desired_replicas=0))
+    assert by_hand[:2] == ("True", "Suspended")
+    status, reason, message = suspended(
+        observed(phase="Suspended", desired_replicas=0, rate_limited=True)
+    )
+    assert (status, reason) == ("True", "RateLimited")
+    assert "spec.autoPause.rateLimitedFor" in message
+    assert suspended(observed(rate_limited=True))[:2] == ("False", "NotSuspended")
