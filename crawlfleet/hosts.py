@@ -19,16 +19,30 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from functools import lru_cache
 from typing import Final
 
 import idna
+import tldextract
 
-__all__ = ["MAX_HOST_LENGTH", "InvalidHost", "normalize_host", "split_host_port"]
+__all__ = [
+    "MAX_HOST_LENGTH",
+    "InvalidHost",
+    "normalize_host",
+    "registrable_domain",
+    "split_host_port",
+]
 
 #: RFC 1035: a name of at most 253 characters in its dotted form.
 MAX_HOST_LENGTH: Final = 253
 _LDH_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _MAX_PORT: Final = 65535
+#: The Public Suffix List as tldextract bundles it: never fetched (a worker makes no request
+#: but its crawl's), private suffixes included, so each github.io or blogspot.com site is a
+#: domain of its own, as browsers treat them for cookies.
+_SUFFIXES: Final = tldextract.TLDExtract(
+    suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True
+)
 
 
 class InvalidHost(ValueError):
@@ -99,3 +113,14 @@ def _check_ascii_name(host: str) -> None:
                 idna.decode(label)
             except idna.IDNAError as error:
                 raise InvalidHost(f"{host}: {error}") from None
+
+
+@lru_cache(maxsize=65_536)
+def registrable_domain(host: str) -> str:
+    """The registrable domain of a spelled ``host`` (eTLD+1 by the Public Suffix List):
+    ``www.example.co.uk`` is ``example.co.uk``. A host without one (an IP address,
+    ``localhost``, a bare public suffix) is its own domain. Cached: a crawl meets the same
+    hosts again and again."""
+    if ":" in host or host[-1:].isdigit():
+        return host  # an IP address (a name never ends in a digit: its TLD is letters)
+    return _SUFFIXES(host).top_domain_under_public_suffix or host

@@ -71,6 +71,14 @@ class ScopeSpec(Section):
     host_budget (counted, not added to the dedup filter), and admitted when they are met again
     after the host's queue has drained below it. Bounds what an endless calendar or forum
     can hold in the frontier. 0 means no limit."""
+    max_pages_per_domain: Annotated[int, Range(ge=0, le=MAX_CAPACITY)] = 0
+    """As maxPagesPerHost, for a registrable domain (eTLD+1 by the Public Suffix List):
+    `www.example.co.uk`, `shop.example.co.uk` and `example.co.uk` share one budget of
+    `example.co.uk`; an IP address is its own domain. 0 means no limit."""
+    max_queued_per_domain: Annotated[int, Range(ge=0, le=MAX_CAPACITY)] = 0
+    """As maxQueuedPerHost, for a registrable domain: bounds what a site spread over endless
+    subdomains (a forum per user, a calendar per city) can hold in the frontier. 0 means no
+    limit."""
     include: URLPatterns = ()
     """Regular expressions (RE2 syntax, as CEL's matches() uses) searched anywhere in a
     discovered URL: when any is given, a link must match one of them to be followed. Empty:

@@ -258,6 +258,15 @@ class CrawlJobSpec(Section):
             lambda spec: spec.scope.max_pages == 0,
         ),
         _one_shard_with(
+            "scope.maxPagesPerDomain or scope.maxQueuedPerDomain",
+            "self.scope.maxPagesPerDomain == 0 && self.scope.maxQueuedPerDomain == 0",
+            "a domain's hosts spread over partitions, which count each its own (budget by host"
+            " with maxPagesPerHost and maxQueuedPerHost instead)",
+            lambda spec: (
+                spec.scope.max_pages_per_domain == 0 and spec.scope.max_queued_per_domain == 0
+            ),
+        ),
+        _one_shard_with(
             "crawler.scrapy",
             "!has(self.crawler) || !has(self.crawler.scrapy)",
             "the Scrapy scheduler claims from one partition (not yet partitioned)",

@@ -91,6 +91,7 @@ from crawlfleet.frontier.replicas import wait_for_replicas
 from crawlfleet.frontier.revisits import pack_validators, read_state
 from crawlfleet.frontier.robots_cache import RobotsCache
 from crawlfleet.frontier.scripts import Scripts
+from crawlfleet.hosts import registrable_domain
 from crawlfleet.urls import CanonicalURL, canonicalize
 
 __all__ = ["Frontier"]
@@ -610,6 +611,7 @@ class Frontier:
             self.backend,
             mode,
             self.keys.native_bloom,
+            _domains_of(links) if self.settings.limits.by_domain else "",
         ]
         for link, digest in zip(links, hashes, strict=True):
             args += (link.url, link.depth, link.parent, digest)
@@ -1404,6 +1406,17 @@ def _waits(replies: Sequence[Any], now: float) -> FrontierWaits:
         held_slots=int(held),
         next_held_release_in_seconds=due_in(held_first),
     )
+
+
+def _domains_of(links: Sequence[Link]) -> str:
+    """The batch's hosts (``host[:port]``, as the scripts key them) and their registrable
+    domains, one ``host<TAB>domain`` line each: one Public Suffix lookup per host, cached."""
+    netlocs = {link.url.split("/", 3)[2] for link in links}
+    lines = []
+    for netloc in netlocs:
+        host = netloc[1:].split("]", 1)[0] if netloc.startswith("[") else netloc.split(":")[0]
+        lines.append(f"{netloc}\t{registrable_domain(host)}")
+    return "\n".join(lines)
 
 
 def _ms_to_seconds(value: str | bytes | None) -> float | None:

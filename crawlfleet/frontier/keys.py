@@ -19,7 +19,8 @@ and the committed copy a recurring run restores (``run:…``: ``run:meta``, ``ru
 the file downloads' keys (``files:slots:<host>`` and :data:`FILE_KEYS`), and the per-host
 counters the readers of a running frontier sort by (``host-queued``, ``host-crawled``,
 ``host-dead``: sorted sets of host -> count, kept by lib.lua's ``count_host``;
-frontier/introspection.py reads them).
+frontier/introspection.py reads them), with a domain budget the same by registrable domain
+(``domain-queued``, ``domain-admitted``) and each host's domain (``host-domain``).
 ``lib.lua`` spells them as :meth:`JobKeys.queue`, :meth:`JobKeys.robots_lock`,
 :meth:`JobKeys.bloom_segment`, :meth:`JobKeys.revisits`, :meth:`JobKeys.committed` and
 :meth:`JobKeys.file_slots` do; they carry the job's hash tag, so they share its slot.

@@ -260,6 +260,10 @@ class FrontierSettings:
     #: ``scope.maxPagesPerHost`` and ``scope.maxQueuedPerHost`` (0: no budget).
     max_pages_per_host: int = 0
     max_queued_per_host: int = 0
+    #: ``scope.maxPagesPerDomain`` and ``scope.maxQueuedPerDomain`` (0: no budget): with
+    #: either, each batch of links carries its hosts' registrable domains.
+    max_pages_per_domain: int = 0
+    max_queued_per_domain: int = 0
     #: How long after its claim a worker may still send requests for a lease (the fetch's
     #: total timeout): a dead worker's host slots stay counted that long (docs/frontier.md).
     fetch_budget_seconds: float = 0.0
@@ -280,6 +284,8 @@ class FrontierSettings:
             self.host_delay_seconds,
             self.max_pages_per_host,
             self.max_queued_per_host,
+            self.max_pages_per_domain,
+            self.max_queued_per_domain,
         )
 
     @classmethod
@@ -299,6 +305,8 @@ class FrontierSettings:
             bloom_backend=bloom_backend,
             max_pages_per_host=spec.scope.max_pages_per_host,
             max_queued_per_host=spec.scope.max_queued_per_host,
+            max_pages_per_domain=spec.scope.max_pages_per_domain,
+            max_queued_per_domain=spec.scope.max_queued_per_domain,
             fetch_budget_seconds=spec.fetch.total_timeout_seconds,
             sitemaps=spec.scope.sitemaps,
             shards=spec.frontier.shards,
@@ -313,6 +321,8 @@ LIMIT_FIELDS: Final[dict[str, str]] = {
     "host_delay_ms": "concurrency.hostDelaySeconds",
     "max_pages_per_host": "scope.maxPagesPerHost",
     "max_queued_per_host": "scope.maxQueuedPerHost",
+    "max_pages_per_domain": "scope.maxPagesPerDomain",
+    "max_queued_per_domain": "scope.maxQueuedPerDomain",
 }
 
 
@@ -326,6 +336,13 @@ class FrontierLimits:
     host_delay_seconds: float
     max_pages_per_host: int = 0
     max_queued_per_host: int = 0
+    max_pages_per_domain: int = 0
+    max_queued_per_domain: int = 0
+
+    @property
+    def by_domain(self) -> bool:
+        """Whether links must carry their hosts' registrable domains (a domain budget)."""
+        return self.max_pages_per_domain > 0 or self.max_queued_per_domain > 0
 
     @classmethod
     def from_spec(cls, spec: CrawlJobSpec) -> FrontierLimits:
@@ -334,6 +351,8 @@ class FrontierLimits:
             host_delay_seconds=spec.concurrency.host_delay_seconds,
             max_pages_per_host=spec.scope.max_pages_per_host,
             max_queued_per_host=spec.scope.max_queued_per_host,
+            max_pages_per_domain=spec.scope.max_pages_per_domain,
+            max_queued_per_domain=spec.scope.max_queued_per_domain,
         )
 
     def to_meta(self) -> dict[str, str]:
@@ -343,6 +362,8 @@ class FrontierLimits:
             "host_delay_ms": str(round(self.host_delay_seconds * 1000)),
             "max_pages_per_host": str(self.max_pages_per_host),
             "max_queued_per_host": str(self.max_queued_per_host),
+            "max_pages_per_domain": str(self.max_pages_per_domain),
+            "max_queued_per_domain": str(self.max_queued_per_domain),
         }
 
 

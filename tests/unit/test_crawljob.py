@@ -64,6 +64,8 @@ def test_minimal_spec_fills_every_default() -> None:
             "maxPages": 0,
             "maxPagesPerHost": 0,
             "maxQueuedPerHost": 0,
+            "maxPagesPerDomain": 0,
+            "maxQueuedPerDomain": 0,
             "include": [],
             "exclude": [],
             "allowPrivateNetworks": False,
@@ -623,7 +625,7 @@ def test_every_cross_field_rule_names_a_real_field_and_carries_cel() -> None:
         (cls, rule) for cls in sections for rule in vars(cls)["cross_field_rules"]
     ]
 
-    assert len(rules) == 36
+    assert len(rules) == 37
     for cls, rule in rules:
         aliases = {info.alias for info in cls.model_fields.values()}
         assert rule.field is None or rule.field.split(".")[0] in aliases

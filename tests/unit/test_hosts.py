@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlfleet.hosts import InvalidHost, normalize_host, split_host_port
+from crawlfleet.hosts import InvalidHost, normalize_host, registrable_domain, split_host_port
 
 
 @pytest.mark.parametrize(
@@ -73,3 +73,21 @@ def test_split_host_port(entry: str, parts: tuple[str, int | None]) -> None:
 def test_split_host_port_refuses(entry: str) -> None:
     with pytest.raises(InvalidHost):
         split_host_port(entry)
+
+
+@pytest.mark.parametrize(
+    ("host", "domain"),
+    [
+        ("www.example.co.uk", "example.co.uk"),
+        ("a.b.example.com", "example.com"),
+        ("example.com", "example.com"),
+        ("alice.github.io", "alice.github.io"),  # a private suffix: each site its own domain
+        ("xn--fa-hia.de", "xn--fa-hia.de"),
+        ("127.0.0.2", "127.0.0.2"),
+        ("::1", "::1"),
+        ("localhost", "localhost"),  # no public suffix: its own domain
+        ("co.uk", "co.uk"),
+    ],
+)
+def test_the_registrable_domain_is_the_public_suffix_plus_one(host: str, domain: str) -> None:
+    assert registrable_domain(host) == domain

@@ -111,7 +111,13 @@ def _sample(rng: random.Random, edge: str | None = None) -> dict[str, Any]:
     retry["backoffMaxSeconds"] = max(retry["backoffMaxSeconds"], retry["backoffBaseSeconds"])
     robots = spec["robots"]
     robots["giveUpAfterSeconds"] = max(robots["giveUpAfterSeconds"], robots["errorTtlSeconds"])
-    if "schedule" in spec or spec["scope"]["maxPages"]:  # not partitioned yet
+    scope = spec["scope"]
+    if (
+        "schedule" in spec
+        or scope["maxPages"]
+        or scope["maxPagesPerDomain"]
+        or scope["maxQueuedPerDomain"]
+    ):  # not partitioned yet
         spec["frontier"]["shards"] = 1
     # The Bloom filter fits the managed Redis (test_dedup_memory.py): its limit raised to fit.
     need = first_layer_bytes(spec["dedup"]["capacity"], spec["dedup"]["errorRate"])

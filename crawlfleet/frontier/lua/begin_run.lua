@@ -54,7 +54,7 @@ redis.call('DEL', K.ready, K.hosts, K.delayed, K.leases, K.dead, K.held, K.robot
   K.robots_wait_status, K.rv_index, K.rv_open, K.rv_states, PREFIX .. 'bf', PREFIX .. 'output',
   PREFIX .. 'output-finished', PREFIX .. 'output-finisher', FILES.counts, FILES.reservations,
   FILES.reserved_by, HOST_COUNTS.queued, HOST_COUNTS.crawled, HOST_COUNTS.dead,
-  HOST_COUNTS.admitted)
+  HOST_COUNTS.admitted, DOMAIN_COUNTS.queued, DOMAIN_COUNTS.admitted)
 redis.call('HDEL', FILES.budget, 'reserved')
 local sequence = redis.call('HGET', K.stats, 'lease_seq')
 redis.call('DEL', K.stats)

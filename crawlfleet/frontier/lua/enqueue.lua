@@ -2,7 +2,9 @@
 -- ARGV: [1] prefix, [2] epoch, [3] backend 'bitmap'|'native', [4] '1' for the last batch of
 --       seeds (marks the job seeded; no per-page budget), '2' for an earlier batch of them (no
 --       budget, not marked yet: a crash mid-list seeds it again, and the filter refuses the
---       repeats), '0' for discovered links, [5] native filter key ('' for bitmap), then 4
+--       repeats), '0' for discovered links, [5] native filter key ('' for bitmap), [6] the
+--       batch's hosts and their registrable domains ("host<TAB>domain" lines; '' without a
+--       domain budget), then 4
 --       values per link: url, depth, parent, digest ('' for native; '!' queues the link
 --       without asking the filter, for a request that must be fetched again, Scrapy's
 --       dont_filter: it is neither checked nor added, nor counted as seen).
@@ -12,14 +14,14 @@
 -- Returns one code per link: 1 new and queued, 0 seen before, 2 refused: maxPages reached,
 -- 3 refused: over the per-page budget of memory pressure (set_pressure.lua), 5 refused: its
 -- host's budget (scope.maxQueuedPerHost: tasks queued now; scope.maxPagesPerHost: URLs ever
--- admitted). Refused links are not added to the filter, so they can still be admitted later
+-- admitted) or its domain's (scope.maxQueuedPerDomain, scope.maxPagesPerDomain). Refused links are not added to the filter, so they can still be admitted later
 -- (a host whose queue drained below its budget takes them when they are met again).
 local backend = ARGV[3]
 local seeding = ARGV[4] ~= '0'
 local last_seeds = ARGV[4] == '1' or ARGV[4] == '3'
 local every_run = ARGV[4] == '3' or ARGV[4] == '4'
 local native_key = ARGV[5]
-local FIRST = 6
+local FIRST = 7
 local cfg = settings()
 local now = now_ms()
 local count = (#ARGV - FIRST + 1) / 4
@@ -28,22 +30,53 @@ local limited = cfg.max_pages > 0
 -- Per-host budgets (0: none); each host's counts read once per batch, then kept here.
 local host_budget = redis.call('HMGET', K.meta, 'max_queued_per_host', 'max_pages_per_host')
 local max_queued, max_admitted = tonumber(host_budget[1]) or 0, tonumber(host_budget[2]) or 0
-local budgeted = max_queued > 0 or max_admitted > 0
-local host_room = {}
-local function room_of(host)
-  local room = host_room[host]
+-- Per-domain budgets, by the batch's map of hosts to registrable domains (ARGV[6]).
+local domain_budget = redis.call('HMGET', K.meta, 'max_queued_per_domain', 'max_pages_per_domain')
+local max_queued_d = tonumber(domain_budget[1]) or 0
+local max_admitted_d = tonumber(domain_budget[2]) or 0
+local domain_of = {}
+if ARGV[6] ~= '' and (max_queued_d > 0 or max_admitted_d > 0) then
+  for host, domain in string.gmatch(ARGV[6], '([^\t\n]+)\t([^\n]+)') do domain_of[host] = domain end
+end
+local budgeted = max_queued > 0 or max_admitted > 0 or next(domain_of) ~= nil
+local host_room, domain_room = {}, {}
+local function room_in_domain(domain)
+  local room = domain_room[domain]
   if room then return room end
   room = math.huge
-  if max_queued > 0 then
-    local queued = tonumber(redis.call('ZSCORE', HOST_COUNTS.queued, host)) or 0
-    room = math.min(room, max_queued - queued)
+  if max_queued_d > 0 then
+    local queued = tonumber(redis.call('ZSCORE', DOMAIN_COUNTS.queued, domain)) or 0
+    room = math.min(room, max_queued_d - queued)
   end
-  if max_admitted > 0 then
-    local ever = tonumber(redis.call('ZSCORE', HOST_COUNTS.admitted, host)) or 0
-    room = math.min(room, max_admitted - ever)
+  if max_admitted_d > 0 then
+    local ever = tonumber(redis.call('ZSCORE', DOMAIN_COUNTS.admitted, domain)) or 0
+    room = math.min(room, max_admitted_d - ever)
   end
-  host_room[host] = room
+  domain_room[domain] = room
   return room
+end
+local function room_of(host)
+  local room = host_room[host]
+  if not room then
+    room = math.huge
+    if max_queued > 0 then
+      local queued = tonumber(redis.call('ZSCORE', HOST_COUNTS.queued, host)) or 0
+      room = math.min(room, max_queued - queued)
+    end
+    if max_admitted > 0 then
+      local ever = tonumber(redis.call('ZSCORE', HOST_COUNTS.admitted, host)) or 0
+      room = math.min(room, max_admitted - ever)
+    end
+    host_room[host] = room
+  end
+  local domain = domain_of[host]
+  if domain then return math.min(room, room_in_domain(domain)) end
+  return room
+end
+local function take_room(host)
+  host_room[host] = host_room[host] - 1
+  local domain = domain_of[host]
+  if domain then domain_room[domain] = domain_room[domain] - 1 end
 end
 -- Under memory pressure each page (parent) may add at most `budget` new links. A parent's
 -- mark after '#' (frontier/parents.py: a sitemap's lastmod per listed page) is not part of
@@ -123,7 +156,7 @@ for i = 0, count - 1 do
     new = new + 1
     per_parent[page] = (per_parent[page] or 0) + 1
     queue.admitted = (queue.admitted or 0) + 1
-    if budgeted then host_room[host] = room_of(host) - 1 end
+    if budgeted then take_room(host) end
   elseif code == 0 then
     dup = dup + 1
   elseif code == 4 then
@@ -139,6 +172,8 @@ for i = 0, count - 1 do
 end
 
 for _, host in ipairs(hosts) do
+  -- the host's domain before its counts move, so count_host counts them by domain too
+  if domain_of[host] then redis.call('HSET', HOST_DOMAIN, host, domain_of[host]) end
   local st = load_host(host)
   local admitted_here = 0
   for depth, queue in pairs(queues[host]) do

@@ -178,10 +178,32 @@ end
 local HOST_COUNTS = {queued = PREFIX .. 'host-queued', crawled = PREFIX .. 'host-crawled',
   dead = PREFIX .. 'host-dead', admitted = PREFIX .. 'host-admitted'}
 
+-- The same two counts by registrable domain (scope.maxQueuedPerDomain, maxPagesPerDomain),
+-- kept only while a domain budget is set: HOST_DOMAIN maps each host enqueue.lua admitted to
+-- its domain (the workers compute it; Lua has no Public Suffix List).
+local DOMAIN_COUNTS = {queued = PREFIX .. 'domain-queued', admitted = PREFIX .. 'domain-admitted'}
+local HOST_DOMAIN = PREFIX .. 'host-domain'
+local domain_budgets = nil
+local function by_domain()
+  if domain_budgets == nil then
+    local v = redis.call('HMGET', K.meta, 'max_pages_per_domain', 'max_queued_per_domain')
+    domain_budgets = (tonumber(v[1]) or 0) > 0 or (tonumber(v[2]) or 0) > 0
+  end
+  return domain_budgets
+end
+
 local function count_host(which, host, by)
   if by == 0 then return end
   local now_count = tonumber(redis.call('ZINCRBY', HOST_COUNTS[which], by, host))
   if now_count <= 0 then redis.call('ZREM', HOST_COUNTS[which], host) end
+  local counts = DOMAIN_COUNTS[which]
+  if counts and by_domain() then
+    local domain = redis.call('HGET', HOST_DOMAIN, host)
+    if domain then
+      local in_domain = tonumber(redis.call('ZINCRBY', counts, by, domain))
+      if in_domain <= 0 then redis.call('ZREM', counts, domain) end
+    end
+  end
 end
 
 -- A queued entry of a task (the host and depth are its list's), and back.

@@ -176,6 +176,46 @@ async def test_a_hosts_pages_stop_at_its_budget(redis_client: aioredis.Redis, jo
     await frontier.delete()
 
 
+async def test_a_domain_budget_counts_its_subdomains_together(
+    redis_client: aioredis.Redis, job_id: str
+) -> None:
+    """maxQueuedPerDomain 100 and maxPagesPerDomain 200: a forum with a host per user
+    (u<n>.forum.co.uk) holds 100 queued URLs over all its hosts, each host far under
+    any per-host figure; claims free room; past 200 admitted the domain takes no more.
+    Another domain and an IP address are budgets apart."""
+    settings = replace(
+        _settings(f"{job_id}-d", 1), max_queued_per_domain=100, max_pages_per_domain=200
+    )
+    frontier = await Frontier.open(redis_client, settings)
+    forum = [canonicalize(f"http://u{n % 40}.forum.co.uk/t/{n}") for n in range(300)]
+    codes = await frontier.enqueue([Link(u, 1, "http://forum.co.uk/") for u in forum])
+    assert Counter(codes) == {Admission.NEW: 100, Admission.OVER_HOST_BUDGET: 200}
+    others = [canonicalize(f"http://www.another.co.uk/p{n}") for n in range(30)]
+    others += [canonicalize(f"http://127.0.0.9:8080/p{n}") for n in range(30)]
+    assert set(await frontier.enqueue([Link(u, 1) for u in others])) == {Admission.NEW}
+    stats = await frontier.stats()
+    assert (stats.queued, stats.host_budget) == (160, 200)
+    per_host = await host_counts(frontier, [f"u{n}.forum.co.uk" for n in range(40)])
+    assert sum(c.queued for c in per_host.values()) == 100
+    assert max(c.queued for c in per_host.values()) <= 4  # no host near a per-host figure
+    # claims (perHost 4 on each of 40 hosts) free room for as many, no more
+    taken = await frontier.claim("w1", 60)
+    from_forum = [lease for lease in taken if lease.host.endswith("forum.co.uk")]
+    refused = [u for u, code in zip(forum, codes, strict=True) if code != Admission.NEW]
+    again = await frontier.enqueue([Link(u, 1) for u in refused])
+    assert again.count(Admission.NEW) == len(from_forum)
+    # admitted so far: 100 + len(from_forum); the page budget stops the domain at 200
+    await frontier.ack("w1", [lease.lease_id for lease in taken])
+    more = await frontier.claim("w1", 200)
+    await frontier.ack("w1", [lease.lease_id for lease in more])
+    last = await frontier.enqueue([Link(u, 1) for u in refused])
+    admitted = 100 + len(from_forum) + last.count(Admission.NEW)
+    assert admitted == 200
+    per_host = await host_counts(frontier, [f"u{n}.forum.co.uk" for n in range(40)])
+    assert sum(c.queued for c in per_host.values()) <= 100
+    await frontier.delete()
+
+
 @pytest.mark.parametrize("shards", [1, 8])
 async def test_limits_changed_on_a_running_job_apply_at_the_next_claim(
     redis_client: aioredis.Redis, job_id: str, shards: int
