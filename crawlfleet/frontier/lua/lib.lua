@@ -93,11 +93,17 @@ end
 -- was kept: no slot is held past a death). tracking is '1' once any URL has revisit state
 -- (a job without recrawl rules never touches a revisit key), run_cutoff_s the start of the
 -- recurring run in progress (revisits due later wait for the next run; nil: no run).
+-- Whether a domain budget is set (count_host then counts by domain too): known from the
+-- settings' read when the script made it, else read on first use.
+local domain_budgets = nil
+
 local function settings()
   local v = redis.call('HMGET', K.meta, 'epoch', 'per_host', 'host_delay_ms', 'task_attempts',
     'lease_ttl_ms', 'max_pages', 'pressure_links_per_page', 'pressure_claims_per_s',
-    'fetch_budget_ms', 'tracking', 'run_cutoff_s')
+    'fetch_budget_ms', 'tracking', 'run_cutoff_s', 'max_pages_per_domain',
+    'max_queued_per_domain')
   if v[1] ~= EPOCH then lost(v[1]) end
+  domain_budgets = (tonumber(v[12]) or 0) > 0 or (tonumber(v[13]) or 0) > 0
   return {
     per_host = tonumber(v[2]), host_delay_ms = tonumber(v[3]),
     task_attempts = tonumber(v[4]), lease_ttl_ms = tonumber(v[5]),
@@ -183,7 +189,6 @@ local HOST_COUNTS = {queued = PREFIX .. 'host-queued', crawled = PREFIX .. 'host
 -- its domain (the workers compute it; Lua has no Public Suffix List).
 local DOMAIN_COUNTS = {queued = PREFIX .. 'domain-queued', admitted = PREFIX .. 'domain-admitted'}
 local HOST_DOMAIN = PREFIX .. 'host-domain'
-local domain_budgets = nil
 local function by_domain()
   if domain_budgets == nil then
     local v = redis.call('HMGET', K.meta, 'max_pages_per_domain', 'max_queued_per_domain')
