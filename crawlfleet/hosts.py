@@ -20,10 +20,12 @@ from __future__ import annotations
 import ipaddress
 import re
 from functools import lru_cache
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import idna
-import tldextract
+
+if TYPE_CHECKING:
+    import tldextract
 
 __all__ = [
     "MAX_HOST_LENGTH",
@@ -37,12 +39,6 @@ __all__ = [
 MAX_HOST_LENGTH: Final = 253
 _LDH_LABEL: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _MAX_PORT: Final = 65535
-#: The Public Suffix List as tldextract bundles it: never fetched (a worker makes no request
-#: but its crawl's), private suffixes included, so each github.io or blogspot.com site is a
-#: domain of its own, as browsers treat them for cookies.
-_SUFFIXES: Final = tldextract.TLDExtract(
-    suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True
-)
 
 
 class InvalidHost(ValueError):
@@ -123,4 +119,18 @@ def registrable_domain(host: str) -> str:
     hosts again and again."""
     if ":" in host or host[-1:].isdigit():
         return host  # an IP address (a name never ends in a digit: its TLD is letters)
-    return _SUFFIXES(host).top_domain_under_public_suffix or host
+    return _public_suffixes()(host).top_domain_under_public_suffix or host
+
+
+@lru_cache(maxsize=1)
+def _public_suffixes() -> tldextract.TLDExtract:
+    """The Public Suffix List as tldextract bundles it: never fetched (a worker makes no
+    request but its crawl's), private suffixes included, so each github.io or blogspot.com
+    site is a domain of its own, as browsers treat them for cookies. Imported on first use:
+    tldextract brings requests with it, 60 ms of every process's start that most jobs, without
+    a domain budget, never need."""
+    import tldextract
+
+    return tldextract.TLDExtract(
+        suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True
+    )
