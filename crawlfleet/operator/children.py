@@ -25,7 +25,7 @@ import yaml
 from crawlfleet.config import DrainConfig
 from crawlfleet.crawljob import API_VERSION, KIND, CrawlJobSpec, ManagedRedis
 from crawlfleet.networks import METADATA_ADDRESSES, PRIVATE_NETWORKS
-from crawlfleet.proxies import PROXY_ENV
+from crawlfleet.proxies import PROXY_ENV, parse_proxy
 
 __all__ = [
     "METRICS_PORT",
@@ -415,7 +415,10 @@ def _port_of(url: str, default: int) -> int:
 
 
 def worker_egress_policy(
-    job: JobRef, spec: CrawlJobSpec, cluster_cidrs: tuple[str, ...]
+    job: JobRef,
+    spec: CrawlJobSpec,
+    cluster_cidrs: tuple[str, ...],
+    proxy_ports: tuple[int, ...] = (),
 ) -> Manifest:
     """Where the job's workers may connect: the web, DNS, their Redis and their output store.
 
@@ -425,7 +428,9 @@ def worker_egress_policy(
     With it, only the metadata addresses stay out (as in the guard). DNS (port 53) is open
     everywhere, the managed Redis by its pods, an external Redis and an s3 endpoint by their
     port at any address (their names resolve only in the pod; a Redis URL in a Secret is
-    taken to be on 6379).
+    taken to be on 6379). Proxies that ``proxy.allowPrivate`` lets be private (a proxy in the
+    cluster) are admitted the same way, by their ports: those of ``proxy.urls`` and
+    ``proxy_ports``, the ones the operator read in the proxy Secret.
     """
     metadata = [f"{ip}/{ip.max_prefixlen}" for ip in sorted(METADATA_ADDRESSES, key=str)]
     denied = metadata
@@ -453,6 +458,10 @@ def worker_egress_policy(
     if s3 is not None and s3.endpoint is not None:
         secure = s3.endpoint.startswith("https:")
         rules.append(_anywhere(("TCP", _port_of(s3.endpoint, 443 if secure else 80))))
+    if spec.proxy is not None and spec.proxy.allow_private:
+        ports = {*proxy_ports, *(parse_proxy(url).port for url in spec.proxy.urls)}
+        if ports:
+            rules.append(_anywhere(*(("TCP", port) for port in sorted(ports))))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -404,7 +404,9 @@ class CrawlJobOperator:
         elif parsed.redis.url is not None:
             manifests.append((children.external_redis_secret(ref, parsed.redis.url), False, ()))
         if self.knobs.worker_egress:
-            egress = children.worker_egress_policy(ref, plan.spec, self.cluster_cidrs)
+            egress = children.worker_egress_policy(
+                ref, plan.spec, self.cluster_cidrs, await self._proxy_ports(ref, plan.spec)
+            )
             manifests.append((egress, False, ()))
         manifests.append((children.config_map(ref, plan.spec), False, ()))
         workers = children.worker_deployment(
@@ -552,6 +554,24 @@ class CrawlJobOperator:
                 # Fixed outside the spec (a Secret created, or its URL changed): look again.
                 missing = missing or labels is None or fixed_in_secret
         return problems, missing
+
+    async def _proxy_ports(self, ref: JobRef, spec: CrawlJobSpec) -> tuple[int, ...]:
+        """The ports of the proxies in ``spec.proxy.secretRef``'s Secret, for the workers'
+        egress when ``proxy.allowPrivate`` lets them be in the cluster (none otherwise, or
+        while the list cannot be read: its problem is the job's InvalidSpec)."""
+        proxy = spec.proxy
+        if proxy is None or proxy.secret_ref is None or not proxy.allow_private:
+            return ()
+        try:
+            listed = await self.kube.secret_value(
+                ref.namespace, proxy.secret_ref.name, proxy.secret_ref.key
+            )
+        except KubeError as error:
+            raise _retry_later(error) from error
+        try:
+            return tuple(sorted({p.port for p in parse_proxy_list(listed or "")}))
+        except InvalidProxy:
+            return ()
 
     async def _secret_proxy_problem(self, ref: JobRef, spec: CrawlJobSpec) -> str | None:
         """Why the proxy list in ``spec.proxy.secretRef``'s Secret cannot be used, in the words

@@ -368,3 +368,14 @@ def test_a_worker_that_must_stop_says_why_in_its_pod_status() -> None:
     assert container["terminationMessagePath"] == children.TERMINATION_LOG
     # A worker that dies without writing it (a traceback) leaves its log's tail instead.
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_worker_egress_admits_private_proxies_by_port_only_when_allowed() -> None:
+    public = spec(proxy={"urls": ["http://proxy.corp.example:3128"]})
+    assert "3128" not in str(children.worker_egress_policy(JOB, public, ("10.96.0.0/12",)))
+    private = spec(proxy={"urls": ["http://proxy.corp.example:3128"], "allowPrivate": True})
+    rules = children.worker_egress_policy(JOB, private, ("10.96.0.0/12",), (1080, 3128))["spec"][
+        "egress"
+    ]
+    ports = [rule["ports"] for rule in rules if "ports" in rule]
+    assert [{"protocol": "TCP", "port": 1080}, {"protocol": "TCP", "port": 3128}] in ports
