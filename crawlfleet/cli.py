@@ -108,7 +108,8 @@ def _parser(config: Config) -> argparse.ArgumentParser:
         help="hosts: the top hosts (queued, in flight, crawled, dead, delay, next allowed"
         " time, robots.txt wait); url URL: where it is (seen, queued, leased by whom,"
         " retried when, dead, its output record); count [HOST...]: the job's counters, or"
-        " those hosts'; dead-letters: what will not be retried, and why",
+        " those hosts' (--domain D: a domain's hosts together); dead-letters: what will"
+        " not be retried, and why",
     )
     look.add_argument("args", nargs="*", metavar="URL|HOST", help="url: the URL; count: hosts")
     look.add_argument(
@@ -118,6 +119,9 @@ def _parser(config: Config) -> argparse.ArgumentParser:
         help="hosts: sort by [queued]",
     )
     look.add_argument("--top", type=int, default=20, help="hosts: how many [20]")
+    look.add_argument(
+        "--domain", help="count: the hosts of this registrable domain together (example.co.uk)"
+    )
     look.add_argument("--reason", help="dead-letters: only this failure class")
     look.add_argument("--limit", type=int, default=50, help="dead-letters: how many to list [50]")
     look.add_argument("--out", type=Path, help="the local run's folder [./crawl-output/<name>]")

@@ -29,9 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 from crawlfleet.errors import ConfigError, FrontierLost
 from crawlfleet.frontier import DeadLetter, Frontier, FrontierSettings, FrontierStats
 from crawlfleet.frontier.introspection import (
+    SCAN_LIMIT,
+    DomainCounts,
     HostCounts,
     HostRow,
     UrlStory,
+    domain_counts,
     host_counts,
     server_ms,
     top_hosts,
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_FIELDS",
     "dead_letter_lines",
+    "domain_count_lines",
     "host_count_lines",
     "host_lines",
     "open_frontier_of",
@@ -117,6 +121,18 @@ def host_lines(rows: Sequence[HostRow], now_ms: int) -> list[str]:
             for r in rows
         ),
     )
+
+
+def domain_count_lines(found: DomainCounts) -> list[str]:
+    """A registrable domain's counters, and how many hosts they add up."""
+    c = found.counts
+    lines = [
+        f"{found.domain}: {len(found.hosts)} host(s), queued {c.queued}, crawled {c.crawled},"
+        f" dead {c.dead}, admitted {c.admitted}"
+    ]
+    if found.cut:
+        lines.append(f"(the scan of hosts stopped at {SCAN_LIMIT:,} entries: figures are a floor)")
+    return lines
 
 
 def host_count_lines(counts: dict[str, HostCounts]) -> list[str]:
@@ -369,6 +385,13 @@ async def report(frontier: Frontier, output: OutputStore | None, args: argparse.
             _print(story_lines(story, fetches))
         return 0 if story.seen else 1
     if args.what == "count":
+        if args.domain:
+            found = await domain_counts(frontier, args.domain)
+            if args.json:
+                _as_json(dataclasses.asdict(found))
+            else:
+                _print(domain_count_lines(found))
+            return 0
         if args.args:
             counts = await host_counts(frontier, args.args)
             if args.json:

@@ -28,15 +28,18 @@ from typing import Any, Final, Literal, cast
 from crawlfleet.frontier.connection import call, job_node
 from crawlfleet.frontier.frontier import Frontier
 from crawlfleet.frontier.partitions import PartitionedFrontier
+from crawlfleet.hosts import registrable_domain
 from crawlfleet.urls import CanonicalURL, canonicalize, host_of
 
 __all__ = [
     "HOST_ORDERS",
     "SCAN_LIMIT",
+    "DomainCounts",
     "HostCounts",
     "HostOrder",
     "HostRow",
     "UrlStory",
+    "domain_counts",
     "host_counts",
     "server_ms",
     "top_hosts",
@@ -213,6 +216,42 @@ async def host_counts(frontier: Frontier, hosts: Sequence[str]) -> dict[str, Hos
         for i, host in enumerate(names):
             found[host] = HostCounts(*(_count(column[i]) for column in counts))
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class DomainCounts:
+    """A registrable domain's counters: its hosts' summed, and which hosts they are."""
+
+    domain: str
+    counts: HostCounts
+    hosts: tuple[str, ...]
+    #: The scan of hosts stopped at :data:`SCAN_LIMIT` entries: the figures are a floor.
+    cut: bool = False
+
+
+async def domain_counts(frontier: Frontier, domain: str) -> DomainCounts:
+    """The counters of every host of ``domain`` (its registrable domain, by the Public
+    Suffix List): a bounded ZSCAN of each partition's admitted hosts for names that end in it,
+    then one pipelined read of their counters. Never a KEYS."""
+    domain = domain.lower().rstrip(".")
+    hosts: list[str] = []
+    cut = False
+    for part in _parts(frontier):
+        pattern = "*" + _glob_escaped(domain) + "*"
+        found, stopped = await _scan_zset(part, part.keys.key(_COUNT_KEYS["admitted"]), pattern)
+        cut = cut or stopped
+        hosts += [host for host, _ in found if registrable_domain(_without_port(host)) == domain]
+    counts = await host_counts(frontier, hosts) if hosts else {}
+    total = HostCounts(
+        *(sum(getattr(c, name) for c in counts.values()) for name in HostCounts.__slots__)
+    )
+    return DomainCounts(domain, total, tuple(sorted(hosts)), cut)
+
+
+def _without_port(netloc: str) -> str:
+    if netloc.startswith("["):
+        return netloc[1:].split("]", 1)[0]
+    return netloc.rsplit(":", 1)[0] if netloc.count(":") == 1 else netloc
 
 
 async def server_ms(frontier: Frontier) -> int:

@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from crawlfleet.frontier import DeadLetter
-from crawlfleet.frontier.introspection import HostCounts, HostRow, UrlStory
-from crawlfleet.inspection import dead_letter_lines, host_lines, story_lines
+from crawlfleet.frontier.introspection import DomainCounts, HostCounts, HostRow, UrlStory
+from crawlfleet.inspection import (
+    dead_letter_lines,
+    domain_count_lines,
+    host_lines,
+    story_lines,
+)
 
 NOW = 1_800_000_000_000
 
@@ -96,3 +101,16 @@ def test_dead_letters_are_counted_by_class() -> None:
     assert lines[0] == "5 dead letter(s), 3 shown: http_404 2, robots 1"
     assert lines[1] == "http://a.test/0  http_404  attempts 1  m"
     assert dead_letter_lines([], total=0) == ["0 dead letter(s)"]
+
+
+def test_a_domains_count_names_its_hosts_and_says_when_the_scan_was_cut() -> None:
+    from crawlfleet.frontier.introspection import HostCounts
+
+    found = DomainCounts(
+        "forum.co.uk", HostCounts(10, 5, 1, 16), ("a.forum.co.uk", "b.forum.co.uk")
+    )
+    assert domain_count_lines(found) == [
+        "forum.co.uk: 2 host(s), queued 10, crawled 5, dead 1, admitted 16"
+    ]
+    cut = DomainCounts("forum.co.uk", HostCounts(), (), cut=True)
+    assert "figures are a floor" in domain_count_lines(cut)[1]

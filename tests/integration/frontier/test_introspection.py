@@ -26,7 +26,7 @@ from crawlfleet.frontier import (
     canonicalize,
     host_of,
 )
-from crawlfleet.frontier.introspection import host_counts, top_hosts, url_story
+from crawlfleet.frontier.introspection import domain_counts, host_counts, top_hosts, url_story
 from crawlfleet.frontier.keys import partition_of
 from tests.integration.frontier.conftest import TEST_JOB
 from tests.support.specs import frontier_settings
@@ -213,6 +213,15 @@ async def test_a_domain_budget_counts_its_subdomains_together(
     assert admitted == 200
     per_host = await host_counts(frontier, [f"u{n}.forum.co.uk" for n in range(40)])
     assert sum(c.queued for c in per_host.values()) <= 100
+    # `crawlfleet frontier count --domain`: the domain's hosts together, nobody else's
+    forum_counts = await domain_counts(frontier, "forum.co.uk")
+    assert len(forum_counts.hosts) == 40
+    assert not forum_counts.cut
+    assert forum_counts.counts.admitted == 200
+    assert forum_counts.counts.queued == sum(c.queued for c in per_host.values())
+    assert forum_counts.counts.crawled == sum(c.crawled for c in per_host.values())
+    other = await domain_counts(frontier, "another.co.uk")
+    assert (other.hosts, other.counts.admitted) == (("www.another.co.uk",), 30)
     await frontier.delete()
 
 
