@@ -94,16 +94,23 @@ def wait_status(
     operator: OperatorProcess,
     timeout: float = 120,
 ) -> dict[str, Any]:
-    """Poll the job until ``probe(status)`` holds; a timeout shows the operator's log."""
+    """Poll the job until ``probe(status)`` holds; a timeout shows the job's last status and
+    the operator's log (its warnings and errors first: a log of ticks alone says nothing)."""
+    last: dict[str, Any] = {}
 
     def found() -> dict[str, Any] | None:
         job = get_job(cluster, namespace, name)
+        last["status"] = job.get("status")
         return job if probe(job.get("status") or {}) else None
 
     try:
         job: dict[str, Any] = wait_until(found, timeout=timeout, interval=0.3, what=what)
     except AssertionError as error:
-        raise AssertionError(f"{error}\n{operator.log()}") from None
+        log = operator.log_file.read_text(errors="replace").splitlines()
+        loud = [line for line in log if '"level": "info"' not in line][-40:]
+        raise AssertionError(
+            f"{error}\nstatus: {last.get('status')}\nwarnings: {loud}\n{operator.log()}"
+        ) from None
     return job
 
 

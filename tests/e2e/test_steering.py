@@ -178,7 +178,14 @@ def test_a_hung_worker_is_replaced_and_its_leases_requeued(fleet_of: FleetOf) ->
             # deadAfterSeconds after its last heartbeat (sent at most heartbeatSeconds before
             # it froze), long before the ttl.
             assert 3 - 0.5 <= time.monotonic() - stopped_at < 20
-            assert any(unit in e.message for e in fleet.events("LeasesRequeued"))
+            # Recorded in the same tick, but a cluster's Events are posted from kopf's queue:
+            # the second may land a moment after the first.
+            wait_for(
+                lambda: any(unit in e.message for e in fleet.events("LeasesRequeued")),
+                fleet,
+                "the hung worker's leases requeued",
+                timeout=30,
+            )
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
