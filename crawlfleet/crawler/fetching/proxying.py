@@ -68,6 +68,7 @@ class ProxyRouter(httpx.AsyncBaseTransport):
         session: Callable[[], aiohttp.ClientSession],
         plan: ProxyPlan,
         *,
+        session_over: Callable[[aiohttp.BaseConnector], aiohttp.ClientSession],
         proxy_guard: AddressGuard,
         observe: ProxyObserver = _noop,
     ) -> None:
@@ -75,6 +76,7 @@ class ProxyRouter(httpx.AsyncBaseTransport):
         self._plan = plan
         self._guard = proxy_guard
         self._observe = observe
+        self._session_over = session_over
         self.chooser = ProxyChooser(
             plan.proxies, max_failures=plan.max_failures, eject_seconds=plan.eject_seconds
         )
@@ -165,20 +167,17 @@ class ProxyRouter(httpx.AsyncBaseTransport):
         (address, *_) = await self._guard.check_host(proxy.host, proxy.port)
 
         def socks_session() -> aiohttp.ClientSession:
-            connector = ProxyConnector(
-                host=address,
-                port=proxy.port,
-                proxy_type=ProxyType.SOCKS5,
-                username=proxy.username,
-                password=proxy.password,
-                rdns=True,
-                limit=0,
-            )
-            return aiohttp.ClientSession(
-                connector=connector,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                trust_env=False,
-                auto_decompress=False,
+            # the direct session's settings (no cookies kept, head limits, no silent resend)
+            return self._session_over(
+                ProxyConnector(
+                    host=address,
+                    port=proxy.port,
+                    proxy_type=ProxyType.SOCKS5,
+                    username=proxy.username,
+                    password=proxy.password,
+                    rdns=True,
+                    limit=0,
+                )
             )
 
         route = AiohttpTransport(client=socks_session)

@@ -194,6 +194,7 @@ def build_transport(
         direct,
         make_session,
         proxies,
+        session_over=new_session,
         proxy_guard=proxy_guard,
         **({} if observe_proxies is None else {"observe": observe_proxies}),
     )
