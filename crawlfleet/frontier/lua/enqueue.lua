@@ -27,51 +27,44 @@ local now = now_ms()
 local count = (#ARGV - FIRST + 1) / 4
 local admitted = tonumber(redis.call('HGET', K.stats, 'admitted')) or 0
 local limited = cfg.max_pages > 0
--- Per-host budgets (0: none); each host's counts read once per batch, then kept here.
-local host_budget = redis.call('HMGET', K.meta, 'max_queued_per_host', 'max_pages_per_host')
-local max_queued, max_admitted = tonumber(host_budget[1]) or 0, tonumber(host_budget[2]) or 0
--- Per-domain budgets, by the batch's map of hosts to registrable domains (ARGV[6]).
-local domain_budget = redis.call('HMGET', K.meta, 'max_queued_per_domain', 'max_pages_per_domain')
-local max_queued_d = tonumber(domain_budget[1]) or 0
-local max_admitted_d = tonumber(domain_budget[2]) or 0
+-- Per-host and per-domain budgets (0: none), the domains by the batch's map of hosts to
+-- registrable domains (ARGV[6]); each key's counts read once per batch, then kept here.
+local budgets = redis.call('HMGET', K.meta, 'max_queued_per_host', 'max_pages_per_host',
+  'max_queued_per_domain', 'max_pages_per_domain')
+local max_queued, max_admitted = tonumber(budgets[1]) or 0, tonumber(budgets[2]) or 0
+local max_queued_d, max_admitted_d = tonumber(budgets[3]) or 0, tonumber(budgets[4]) or 0
 local domain_of = {}
 if ARGV[6] ~= '' and (max_queued_d > 0 or max_admitted_d > 0) then
   for host, domain in string.gmatch(ARGV[6], '([^\t\n]+)\t([^\n]+)') do domain_of[host] = domain end
 end
 local budgeted = max_queued > 0 or max_admitted > 0 or next(domain_of) ~= nil
 local host_room, domain_room = {}, {}
-local function room_in_domain(domain)
-  local room = domain_room[domain]
-  if room then return room end
-  room = math.huge
-  if max_queued_d > 0 then
-    local queued = tonumber(redis.call('ZSCORE', DOMAIN_COUNTS.queued, domain)) or 0
-    room = math.min(room, max_queued_d - queued)
+-- The room a budget leaves one key (a host or a domain) of its counters: the fewer of what
+-- maxQueued and maxAdmitted allow (math.huge without either).
+local function room_in(counts, key, most_queued, most_admitted)
+  local room = math.huge
+  if most_queued > 0 then
+    local queued = tonumber(redis.call('ZSCORE', counts.queued, key)) or 0
+    room = math.min(room, most_queued - queued)
   end
-  if max_admitted_d > 0 then
-    local ever = tonumber(redis.call('ZSCORE', DOMAIN_COUNTS.admitted, domain)) or 0
-    room = math.min(room, max_admitted_d - ever)
+  if most_admitted > 0 then
+    local ever = tonumber(redis.call('ZSCORE', counts.admitted, key)) or 0
+    room = math.min(room, most_admitted - ever)
   end
-  domain_room[domain] = room
   return room
 end
 local function room_of(host)
   local room = host_room[host]
   if not room then
-    room = math.huge
-    if max_queued > 0 then
-      local queued = tonumber(redis.call('ZSCORE', HOST_COUNTS.queued, host)) or 0
-      room = math.min(room, max_queued - queued)
-    end
-    if max_admitted > 0 then
-      local ever = tonumber(redis.call('ZSCORE', HOST_COUNTS.admitted, host)) or 0
-      room = math.min(room, max_admitted - ever)
-    end
+    room = room_in(HOST_COUNTS, host, max_queued, max_admitted)
     host_room[host] = room
   end
   local domain = domain_of[host]
-  if domain then return math.min(room, room_in_domain(domain)) end
-  return room
+  if not domain then return room end
+  if not domain_room[domain] then
+    domain_room[domain] = room_in(DOMAIN_COUNTS, domain, max_queued_d, max_admitted_d)
+  end
+  return math.min(room, domain_room[domain])
 end
 local function take_room(host)
   host_room[host] = host_room[host] - 1
