@@ -113,6 +113,22 @@ def event_messages(core: client.CoreV1Api, namespace: str, reason: str) -> list[
     return [e.message for e in found if e.reason == reason] or None
 
 
+def pod_argv(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
+    """``{pod: its process's command line}`` of the running containers, read from /proc as
+    anyone on a node could (a pod gone since the listing is left out)."""
+    argv = {}
+    for pod in core.list_namespaced_pod(namespace).items:
+        for status in pod.status.container_statuses or ():
+            if status.container_id and status.state.running:
+                pid = status.container_id.removeprefix("process://")
+                try:
+                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                argv[pod.metadata.name] = raw.replace(b"\0", b" ").decode(errors="replace")
+    return argv
+
+
 def posted_events(
     core: client.CoreV1Api, namespace: str, reason: str, at_least: int = 1, timeout: float = 30
 ) -> list[Any]:

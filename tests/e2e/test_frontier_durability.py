@@ -26,6 +26,7 @@ from tests.e2e.operator_support import (
     crawljob,
     get_job,
     install_crd,
+    pod_argv,
     posted_events,
     running_operator,
     wait_crawled,
@@ -119,18 +120,6 @@ def _secret_values(core: client.CoreV1Api, namespace: str) -> set[str]:
     return found
 
 
-def _pod_argv(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
-    """``{pod: its process's command line}``, read from /proc as anyone on a node could."""
-    argv = {}
-    for pod in core.list_namespaced_pod(namespace).items:
-        for status in pod.status.container_statuses or ():
-            if status.container_id and status.state.running:
-                pid = status.container_id.removeprefix("process://")
-                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                argv[pod.metadata.name] = raw.replace(b"\0", b" ").decode(errors="replace")
-    return argv
-
-
 def test_no_secret_value_in_a_config_map_an_argv_an_event_or_a_log_line(
     cluster: Cluster,
     crd: None,
@@ -156,7 +145,7 @@ def test_no_secret_value_in_a_config_map_an_argv_an_event_or_a_log_line(
         secrets = _secret_values(core, namespace) | {external_password}
         assert len(secrets) == 2  # the managed Redis's generated one, and the external one
         argv = wait_until(
-            lambda: (found := _pod_argv(core, namespace)) and len(found) >= 3 and found,
+            lambda: (found := pod_argv(core, namespace)) and len(found) >= 3 and found,
             timeout=30,
             what="the Redis pod and workers of both jobs running",
         )

@@ -19,6 +19,7 @@ from tests.e2e.operator_support import (
     crawljob,
     get_job,
     install_crd,
+    pod_argv,
     running_operator,
     wait_condition,
     wait_for_phase,
@@ -36,20 +37,6 @@ def _proxy_secret(core: client.CoreV1Api, namespace: str, name: str, listed: str
             string_data={"proxies": listed},
         ),
     )
-
-
-def _pod_argv(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
-    argv = {}
-    for pod in core.list_namespaced_pod(namespace).items:
-        for status in pod.status.container_statuses or ():
-            if status.container_id and status.state.running:
-                pid = status.container_id.removeprefix("process://")
-                try:
-                    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    continue  # gone since the listing
-                argv[pod.metadata.name] = raw.replace(b"\0", b" ").decode(errors="replace")
-    return argv
 
 
 def test_a_job_crawls_through_the_proxies_of_its_secret_and_a_bad_list_is_refused(
@@ -80,7 +67,7 @@ def test_a_job_crawls_through_the_proxies_of_its_secret_and_a_bad_list_is_refuse
         assert proxy.password not in refused["message"]
 
         argv = wait_until(
-            lambda: _pod_argv(core, namespace) or None, timeout=60, what="a worker running"
+            lambda: pod_argv(core, namespace) or None, timeout=60, what="a worker running"
         )
         job = wait_for_phase(
             cluster, namespace, "proxied", "Succeeded", timeout=150, operator=operator
