@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
@@ -243,10 +244,15 @@ class Frontier:
         self._held_back_uncounted = 0
         #: Call ids whose replies arrived: the next state change tells Redis to drop them.
         self._received: list[str] = []
+        #: When a script of this frontier last got its reply (monotonic): a partitioned
+        #: frontier tells an outage of some nodes from one of Redis by it (partitions.py).
+        self.answered_at = -math.inf
 
     async def _run(self, script: AsyncScript, *args: str | int | bytes) -> Any:
         """Run one script with the job's keys, prefix and epoch; one round trip per change."""
-        return await call(script(keys=self._keys, args=[self._prefix, self.epoch, *args]))
+        reply = await call(script(keys=self._keys, args=[self._prefix, self.epoch, *args]))
+        self.answered_at = time.monotonic()
+        return reply
 
     async def _run_once(
         self, script: AsyncScript, *args: str | int | bytes, call_id: str | None = None
@@ -269,6 +275,7 @@ class Frontier:
             self._received[:0] = received  # dropping a reply twice is harmless
             raise
         self._received.append(call_id)
+        self.answered_at = time.monotonic()
         return reply
 
     @staticmethod

@@ -46,7 +46,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import fields, replace
 from typing import Any, Final, TypeVar
 
@@ -128,6 +128,9 @@ _PROBE_SHARE: Final = 4
 #: connection error, is not sent into that many times (a command sent meanwhile may fail on
 #: any node, when the client's default node is the one down).
 SKIP_SILENT_SECONDS: Final = 2.0
+#: At most this many finished fetches are kept for a partition that did not answer (the
+#: newest): past it a host's slot comes back when its lease is settled, as it does anyway.
+_OWED_FREES_KEPT: Final = 10_000
 #: Settlements (ack, fail, release) some partitions answered and others not, kept by call id
 #: so that a retry asks only the others: at most this many (the oldest forgotten first).
 _PARTIAL_CALLS_KEPT: Final = 1024
@@ -153,7 +156,9 @@ def lease_host(token: str) -> str:
     return host_of(CanonicalURL(parts[index]))
 
 
-def split_claim(count: int, start: int, hungry: Sequence[bool]) -> list[int]:
+def split_claim(
+    count: int, start: int, hungry: Sequence[bool], silent: Collection[int] = ()
+) -> list[int]:
     """How many leases to ask each partition for, of a claim of ``count``.
 
     ``hungry[p]``: partition p filled its share last time (it may have more ready). The
@@ -161,7 +166,8 @@ def split_claim(count: int, start: int, hungry: Sequence[bool]) -> list[int]:
     remainder and a count smaller than the partitions go round); the others are probed with
     one lease each, a few per claim (at most a quarter of it), in the same rotation, so a
     partition whose hosts become ready again is found without halving every claim. When no
-    partition is hungry (an idle crawl, or the first claim) the count is spread over all.
+    partition is hungry (an idle crawl, or the first claim) the count is spread over all
+    but the ``silent`` ones (their node down: a claim of one lease must not go to them alone).
     """
     n = len(hungry)
     shares = [0] * n
@@ -171,7 +177,8 @@ def split_claim(count: int, start: int, hungry: Sequence[bool]) -> list[int]:
     wanting = [p for p in order if hungry[p]]
     dry = [p for p in order if not hungry[p]]
     if not wanting:
-        wanting, dry = order, []
+        wanting = [p for p in order if p not in silent] or order
+        dry = [p for p in order if p not in wanting]
     probes = dry[: max(1, count // _PROBE_SHARE)] if count >= 2 else []
     for p in probes:
         shares[p] = 1
@@ -441,6 +448,9 @@ class PartitionedFrontier(Frontier):
         #: Partitions that did not answer while others did: until when calls skip them, and
         #: the error they answer meanwhile (:meth:`_gather`).
         self._silent: dict[int, tuple[float, BaseException]] = {}
+        #: Fetched leases whose partition did not answer the claim that carried them: sent
+        #: again with the next one (marking a lease fetched twice is a no-op).
+        self._owed_frees: dict[str, None] = {}
         #: The replies of settlements some partitions did not answer, by call id (_by_lease).
         self._partial: dict[str, dict[int, Sequence[Any]]] = {}
         self.robots = PartitionedRobotsCache([self.robots, *(p.robots for p in others)])
@@ -510,7 +520,8 @@ class PartitionedFrontier(Frontier):
             return replies  # type: ignore[return-value]  # no exceptions among them
         errors = list(failed.values())
         answered_some = len(failed) < len(replies)
-        if not _outage_only(errors) or not (answered_some or set(failed) == skipped):
+        partial = answered_some or set(failed) == skipped or self._others_answer(failed)
+        if not _outage_only(errors) or not partial:
             # a lost or refusing partition, or none answered: not an outage of some only
             raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
         answered: list[object | None] = [None] * (
@@ -528,7 +539,8 @@ class PartitionedFrontier(Frontier):
         """Each partition's call at once, but for the partitions skipped as silent
         (:data:`SKIP_SILENT_SECONDS`), which answer their last error unasked: the replies or
         errors by partition, and which were skipped. A partition that fails while another
-        answers is skipped from now on for a while; one that answers is not any more."""
+        answers, in this call or lately (:meth:`_others_answer`), is skipped from now on for a
+        while; one that answers is not any more."""
         now = time.monotonic()
         skipped: dict[int, BaseException] = {}
         for p in calls:
@@ -541,13 +553,28 @@ class PartitionedFrontier(Frontier):
         asked = [p for p in calls if p not in skipped]
         results = await asyncio.gather(*(calls[p] for p in asked), return_exceptions=True)
         replies: dict[int, _T | BaseException] = dict(zip(asked, results, strict=True))
-        if any(not isinstance(r, BaseException) for r in results):
-            for p, reply in replies.items():
-                if not isinstance(reply, BaseException):
-                    self._silent.pop(p, None)
-                elif _outage_only([reply]):
-                    self._silent[p] = (time.monotonic() + SKIP_SILENT_SECONDS, reply)
+        now = time.monotonic()
+        down = {p: r for p, r in replies.items() if isinstance(r, BaseException)}
+        for p in replies.keys() - down.keys():
+            self._silent.pop(p, None)
+            self.partitions[p].answered_at = now
+        if down and (len(down) < len(replies) or self._others_answer(down)):
+            for p, error in down.items():
+                if _outage_only([error]):
+                    self._silent[p] = (now + SKIP_SILENT_SECONDS, error)
         return {**skipped, **replies}, set(skipped)
+
+    def _others_answer(self, failed: Collection[int]) -> bool:
+        """Whether a partition other than ``failed`` and not silent answered a call within
+        :data:`SKIP_SILENT_SECONDS`: a call that asked only partitions whose node is down
+        (a claim of one lease, the heartbeat's extend of leases all held in them) is an
+        outage of those, not of Redis, though nobody answered it. When every node stops,
+        calls are taken for a partial outage that long at most."""
+        since = time.monotonic() - SKIP_SILENT_SECONDS
+        return any(
+            partition.answered_at >= since and p not in failed and p not in self._silent
+            for p, partition in enumerate(self.partitions)
+        )
 
     async def _each_answering(self, calls: Mapping[int, Awaitable[_T]]) -> dict[int, _T]:
         """Every partition's call at once (:meth:`_gather`); the replies of those that
@@ -682,41 +709,52 @@ class PartitionedFrontier(Frontier):
         short asks once more for the rest (:meth:`_second_shares`), with a call id of its own.
 
         A partition that fails costs only its share: the others' leases are returned (a
-        partition that is down stops only its hosts), unless none answered or one is lost.
-        So a claim raises only when no partition's reply arrived, and a retry with the
-        failed call's ``call_id`` asks every partition the first call did, each answering
-        its first reply if it had applied it."""
-        if count <= 0 and not fetched:
+        partition that is down stops only its hosts), unless one is lost, or none answered
+        and no other partition did lately (Redis is down, not some of its nodes). So a claim
+        raises only then, and a retry with the failed call's ``call_id`` asks every partition
+        the first call did, each answering its first reply if it had applied it. A claim that
+        asked only partitions whose node is down, while others answer, returns nothing
+        instead: retried, it would ask them alone until they are back."""
+        if count <= 0 and not fetched and not self._owed_frees:
             return []
         n = len(self.partitions)
         call_id = call_id or self.new_call_id()
         if self._last_claim is not None and self._last_claim[0] == call_id:
             _, shares, more = self._last_claim  # a retry: the same partitions, the same ids
         else:
-            shares = split_claim(max(0, count), self._claim_start, self._hungry)
+            silent = self._silent.keys()
+            shares = split_claim(max(0, count), self._claim_start, self._hungry, silent)
             self._claim_start = (self._claim_start + 1) % n
             more = None
             self._last_claim = (call_id, shares, more)
         by_partition: dict[int, list[str]] = defaultdict(list)
-        for token in fetched:
+        for token in dict.fromkeys([*self._owed_frees, *fetched]):
             by_partition[self._index(lease_host(token))].append(token)
-        leases, errors, asked = await self._claim_shares(worker, shares, by_partition, call_id)
-        if more is None and not errors and len(leases) < count:
+        leases, failed, asked = await self._claim_shares(worker, shares, by_partition, call_id)
+        # Finished fetches whose partition did not hear of them are told by the next claim:
+        # the caller forgets them once a claim returns, and a host's slot held by a page
+        # whose links wait in the spool would stay taken until that page is acked.
+        owed = [token for p in failed for token in by_partition.get(p, ())]
+        self._owed_frees = dict.fromkeys(owed[-_OWED_FREES_KEPT:])
+        if more is None and not failed and len(leases) < count:
             more = await self._second_shares(count - len(leases), shares, empty=not leases)
             self._last_claim = (call_id, shares, more)
         if more is not None and any(more):
             # its own call id: a partition asked twice must not answer with its first reply
-            again, errors_again, asked_again = await self._claim_shares(
+            again, failed_again, asked_again = await self._claim_shares(
                 worker, more, {}, f"{call_id}0"
             )
             leases += again
-            errors += errors_again
-            asked += asked_again
-        if errors and (len(errors) == asked or any(isinstance(e, FrontierLost) for e in errors)):
-            raise next((e for e in errors if isinstance(e, FrontierLost)), errors[0])
-        for error in errors:
-            log.warning("job %s: a frontier partition did not answer a claim: %s",
-                        self.keys.job_id, error)  # fmt: skip
+            failed = {**failed, **failed_again}
+            asked |= asked_again
+        errors = list(failed.values())
+        if any(isinstance(e, FrontierLost) for e in errors):
+            raise next(e for e in errors if isinstance(e, FrontierLost))
+        if errors and failed.keys() >= asked and not self._others_answer(failed):
+            raise errors[0]
+        for p, error in failed.items():
+            log.warning("job %s: frontier partition %d did not answer a claim: %s",
+                        self.keys.job_id, p, error)  # fmt: skip
         return leases
 
     async def _second_shares(
@@ -758,10 +796,10 @@ class PartitionedFrontier(Frontier):
         shares: Sequence[int],
         fetched: Mapping[int, Sequence[str]],
         call_id: str,
-    ) -> tuple[list[Lease], list[BaseException], int]:
+    ) -> tuple[list[Lease], dict[int, BaseException], set[int]]:
         """One claim per partition with a share or fetched leases, all at once: the leases,
-        the partitions' errors, and how many partitions were asked. Notes which partitions
-        filled their share (:func:`split_claim`'s ``hungry``)."""
+        the errors of the partitions that failed, and which partitions were asked. Notes
+        which partitions filled their share (:func:`split_claim`'s ``hungry``)."""
         asked = [p for p in range(len(shares)) if shares[p] > 0 or fetched.get(p)]
         replies, _ = await self._gather(
             {
@@ -772,16 +810,16 @@ class PartitionedFrontier(Frontier):
             }
         )
         leases: list[Lease] = []
-        errors: list[BaseException] = []
+        failed: dict[int, BaseException] = {}
         for p, reply in replies.items():
             if isinstance(reply, BaseException):
-                errors.append(reply)
+                failed[p] = reply
                 self._hungry[p] = False  # its share goes to the others, but for a probe
                 continue
             if shares[p] > 0:
                 self._hungry[p] = len(reply) >= shares[p]
             leases.extend(reply)
-        return leases, errors, len(asked)
+        return leases, failed, set(asked)
 
     async def ack(
         self,

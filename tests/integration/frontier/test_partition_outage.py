@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.crc import key_slot
 
 from crawlfleet.crawler.worker.flow import worker_counters
 from crawlfleet.crawler.worker.leases import LeaseBook
@@ -25,6 +26,7 @@ from crawlfleet.crawler.worker.metrics import WorkerMetrics
 from crawlfleet.errors import FrontierUnavailable, PartitionsUnavailable
 from crawlfleet.fleet import steer
 from crawlfleet.frontier import Frontier, JobKeys, Lease, Link, canonicalize, host_of, partitions
+from crawlfleet.frontier.connection import call, connect
 from crawlfleet.frontier.partitions import PartitionedFrontier
 from tests.integration.frontier.conftest import TEST_JOB
 from tests.support.redis_cluster import ClusterNode, RedisCluster
@@ -170,3 +172,95 @@ async def test_a_stopped_shard_costs_only_its_own_partitions(
             cluster.restart(stopped)
         await frontier.delete()
         await frontier.aclose()
+
+
+async def test_a_call_that_asks_only_the_stopped_partitions_is_an_outage_of_those(
+    private_redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long after the silent partitions' skip ran out, a call that asks them alone (a claim
+    of one lease, a heartbeat's extend of leases all held there) while the home answers is an
+    outage of those partitions, not of Redis: the extend counts them held, the claim comes
+    back empty instead of raising (retried under its call id it would ask them alone until
+    they are back, and the worker would claim nothing meanwhile), and a claim of one lease
+    goes to a live partition."""
+    cluster = private_redis_cluster
+    monkeypatch.setattr(partitions, "SKIP_SILENT_SECONDS", 1.0)
+    job_id = "test.alone"
+    frontier = await _open(cluster, job_id)
+    stopped: list[ClusterNode] = []
+    try:
+        await frontier.seed([f"http://{host}/" for host in HOSTS])
+        leases: list[Lease] = []
+        for _ in range(10):
+            leases += await frontier.claim(WORKER, len(HOSTS) - len(leases))
+            if len(leases) == len(HOSTS):
+                break
+        assert len(leases) == len(HOSTS)
+        down, slot = _down_partitions(cluster, job_id)
+        on_down = [lease.lease_id for lease in leases if frontier.index_of(lease.url) in down]
+        live = next(lease for lease in leases if frontier.index_of(lease.url) not in down)
+        assert (await frontier.stats()).fetched == 0
+        stopped = cluster.stop_shard(slot)
+        await _partial(frontier.stats)  # the client has met the node down
+
+        async def home_answers_after_the_skip() -> None:
+            await asyncio.sleep(1.1)  # the skip ran out: the next call asks them again
+            await _answered(lambda: frontier.heartbeat(WORKER, {}))
+
+        await home_answers_after_the_skip()
+        assert await frontier.extend(WORKER, on_down) == [True] * len(on_down)
+        await home_answers_after_the_skip()
+        # their finished fetches' slots, and nothing else, asked of them alone: told again
+        # with the next claims until they hear of them (the caller has forgotten them)
+        assert await frontier.claim(WORKER, 0, on_down) == []
+        # the live partition's host made ready again: a claim of one finds it, however it
+        # rotates, never sent to the silent partitions alone
+        await frontier.release(WORKER, [live.lease_id])
+        await home_answers_after_the_skip()
+        found: list[Lease] = []
+        for _ in range(3 * SHARDS):  # the partitions that filled their last share first
+            found += await frontier.claim(WORKER, 1)
+            if found:
+                break
+        assert [lease.url for lease in found] == [live.url]
+        cluster.restart(stopped)
+        stopped = []
+        await _answered(frontier.stats, whole=True)
+        assert await frontier.claim(WORKER, 0) == []
+        assert (await frontier.stats()).fetched == len(on_down)
+    finally:
+        if stopped:
+            cluster.restart(stopped)
+        await frontier.delete()
+        await frontier.aclose()
+
+
+async def test_a_client_whose_default_node_stopped_serves_the_other_nodes(
+    private_redis_cluster: RedisCluster,
+) -> None:
+    """redis-py's cluster client asks ``COMMAND`` of its default node (the first primary it
+    knows: the one with slot 0) each time it reloads the slots, which it does after any
+    connection error; a node that failed there, or only in pipelines, was never moved aside,
+    and every command of the client failed before it was sent for as long as that node was
+    down (a worker of the chaos test crawled nothing for 25 s). connection.py's client moves
+    it aside: the other masters' keys answer at once."""
+    cluster = private_redis_cluster
+    client = connect(cluster.url, timeout_seconds=2.0)
+    try:
+        first = cluster.master_of(0)
+        keys = {cluster.master_of(key_slot(f"k{i}".encode())): f"k{i}" for i in range(64)}
+        assert len(keys) == len(cluster.masters())
+        for key in keys.values():
+            await client.set(key, "kept")
+        assert client.get_default_node().port == first.port
+        stopped = cluster.stop_shard(0)
+        try:
+            await client.aclose()  # what a CLUSTERDOWN does: the next command reloads the slots
+            for node, key in keys.items():
+                if node is not first:
+                    assert await call(client.get(key)) == "kept"
+        finally:
+            cluster.restart(stopped)
+        assert await _answered(lambda: call(client.get(keys[first]))) == "kept"
+    finally:
+        await client.aclose()

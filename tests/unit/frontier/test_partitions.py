@@ -81,6 +81,10 @@ def test_a_claim_favours_partitions_that_had_work_and_probes_the_rest() -> None:
     assert split_claim(1, 3, hungry) == [1, 0, 0, 0, 0, 0, 0, 0]
     # nobody hungry (an idle crawl): spread over all
     assert split_claim(8, 0, [False] * 8) == [1] * 8
+    # ... but the silent ones (their node down), which are probed only
+    assert split_claim(1, 1, [False] * 4, silent={1}) == [0, 0, 1, 0]
+    assert split_claim(8, 0, [False] * 4, silent={0, 1}) == [1, 1, 3, 3]
+    assert split_claim(2, 0, [False] * 2, silent={0, 1}) == [1, 1]  # all silent: all asked
 
 
 def test_a_lease_token_names_its_host() -> None:
