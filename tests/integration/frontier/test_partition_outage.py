@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import pytest
 from prometheus_client import CollectorRegistry
+from redis.asyncio.cluster import RedisCluster as ClusterClient
 from redis.crc import key_slot
 
 from crawlfleet.crawler.worker.flow import worker_counters
@@ -86,6 +87,21 @@ async def _partial(call: Callable[[], Awaitable[object]]) -> PartitionsUnavailab
     raise AssertionError("every partition answered")
 
 
+async def _every_host_leased(
+    frontier: PartitionedFrontier, claim: Callable[[int], Awaitable[list[Lease] | None]]
+) -> list[Lease]:
+    """Every host's seed, seeded and claimed (a claim may come back short of a partition's
+    share: claimed again)."""
+    await frontier.seed([f"http://{host}/" for host in HOSTS])
+    leases: list[Lease] = []
+    for _ in range(10):
+        leases += await claim(len(HOSTS) - len(leases)) or []
+        if len(leases) == len(HOSTS):
+            break
+    assert len(leases) == len(HOSTS)
+    return leases
+
+
 async def test_a_stopped_shard_costs_only_its_own_partitions(
     private_redis_cluster: RedisCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,19 +112,13 @@ async def test_a_stopped_shard_costs_only_its_own_partitions(
     frontier = await _open(cluster, job_id)
     stopped: list[ClusterNode] = []
     try:
-        await frontier.seed([f"http://{host}/" for host in HOSTS])
         book = LeaseBook(
             frontier,
             WORKER,
             metrics=WorkerMetrics(CollectorRegistry()),
             counters=worker_counters(),
         )
-        leases: list[Lease] = []
-        for _ in range(10):
-            leases += await book.claim(len(HOSTS) - len(leases)) or []
-            if len(leases) == len(HOSTS):
-                break
-        assert len(leases) == len(HOSTS)
+        leases = await _every_host_leased(frontier, book.claim)
         down, slot = _down_partitions(cluster, job_id)
         on_down = [lease for lease in leases if frontier.index_of(lease.url) in down]
         elsewhere = [lease for lease in leases if lease not in on_down]
@@ -189,13 +199,7 @@ async def test_a_call_that_asks_only_the_stopped_partitions_is_an_outage_of_thos
     frontier = await _open(cluster, job_id)
     stopped: list[ClusterNode] = []
     try:
-        await frontier.seed([f"http://{host}/" for host in HOSTS])
-        leases: list[Lease] = []
-        for _ in range(10):
-            leases += await frontier.claim(WORKER, len(HOSTS) - len(leases))
-            if len(leases) == len(HOSTS):
-                break
-        assert len(leases) == len(HOSTS)
+        leases = await _every_host_leased(frontier, lambda n: frontier.claim(WORKER, n))
         down, slot = _down_partitions(cluster, job_id)
         on_down = [lease.lease_id for lease in leases if frontier.index_of(lease.url) in down]
         live = next(lease for lease in leases if frontier.index_of(lease.url) not in down)
@@ -246,6 +250,7 @@ async def test_a_client_whose_default_node_stopped_serves_the_other_nodes(
     it aside: the other masters' keys answer at once."""
     cluster = private_redis_cluster
     client = connect(cluster.url, timeout_seconds=2.0)
+    assert isinstance(client, ClusterClient)
     try:
         first = cluster.master_of(0)
         keys = {cluster.master_of(key_slot(f"k{i}".encode())): f"k{i}" for i in range(64)}
