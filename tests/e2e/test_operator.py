@@ -9,6 +9,7 @@ both backends: tests/e2e/test_steering.py. What is here is the operator's own.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -265,6 +266,13 @@ def test_a_spec_that_passed_admission_but_is_invalid_is_marked_not_retried(
         assert "Traceback" not in operator.log()
 
 
+def _peers(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """The operators a KopfPeering lists as alive (its status: one entry per peer)."""
+    found = cluster.kubectl("get", "kopfpeering", name, "-n", namespace, "-o", "json")
+    status: dict[str, Any] = json.loads(found.stdout).get("status") or {}
+    return status
+
+
 def test_two_peered_operators_never_both_act_and_one_takes_over(
     cluster: Cluster,
     crd: None,
@@ -283,7 +291,14 @@ def test_two_peered_operators_never_both_act_and_one_takes_over(
     second = OperatorProcess(cluster, namespace, tmp_path, peering="ha").start()
     try:
         with slow_site() as site:
-            time.sleep(3)  # both see each other's keep-alive before there is work
+            # both have written their keep-alive, so each has read the other's, before there
+            # is work (a fixed 3 s was too short under CI load: both reconciled)
+            wait_until(
+                lambda: len(_peers(cluster, namespace, "ha")) == 2 or None,
+                timeout=60,
+                what="both operators in the KopfPeering's status",
+            )
+            time.sleep(1)
             apply(cluster, crawljob("ha", site), namespace=namespace)
             wait_crawled(cluster, namespace, "ha", 20, timeout=90)
             counts = [first.reconciles(), second.reconciles()]
