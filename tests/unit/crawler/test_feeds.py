@@ -11,6 +11,7 @@ import pytest
 
 from crawlfleet.crawler.links.feeds import (
     FEED_SNIFF_BYTES,
+    MAX_FEED_BYTES,
     FeedEntry,
     FeedLimits,
     FeedRefused,
@@ -166,8 +167,12 @@ def test_a_gzip_bomb_stops_at_the_bound() -> None:
     with pytest.raises(FeedRefused) as refused:
         read_feed(bomb, limits=FeedLimits(max_bytes=1024 * 1024))
     assert refused.value.failure_class == "feed_too_large"
-    with pytest.raises(FeedRefused) as zeros:  # and zeros are no XML at all
+    # Zeros are no XML at all, but past the bound that is not looked at: it is counted first.
+    with pytest.raises(FeedRefused) as zeros:
         read_feed(build_gzip_bomb(64 * 1024 * 1024))
+    assert zeros.value.failure_class == "feed_too_large"
+    with pytest.raises(FeedRefused) as zeros:
+        read_feed(build_gzip_bomb(MAX_FEED_BYTES // 2))
     assert zeros.value.failure_class == "feed_invalid"
 
 
