@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 OUTAGE_FIRST_SECONDS: Final = 0.5
 OUTAGE_FACTOR: Final = 2.0
 OUTAGE_MAX_SECONDS: Final = 30.0
+#: Durable generations remembered: a batch is said written within one of the worker's awaits
+#: of its write, while a handful of generations at most can become durable.
+_DURABLE_GENERATIONS_KEPT: Final = 1024
 
 
 class Stage(enum.StrEnum):
@@ -195,6 +198,9 @@ class LeaseBook:
         self._generations: dict[int, list[str]] = {}
         #: Generations whose files are recorded for the manifest, their leases not settled yet.
         self._files_recorded: set[int] = set()
+        #: The latest generations made durable (their numbers, oldest first, bounded): leases
+        #: whose records went into one of them are settled as soon as they are said written.
+        self._durable: dict[int, None] = {}
         #: Settlements that failed on their way: sent again, with their call ids, first.
         self._retry: list[_Settlement] = []
         #: Leases whose page's links wait in the worker's link spool (a frontier partition
@@ -349,7 +355,10 @@ class LeaseBook:
         """The leases' records are in output ``generation``; they are settled when it is
         durable (:meth:`durable`). None: nothing was written to wait for (format ``none``),
         so they are settled now."""
-        if generation is None:
+        if generation is None or generation in self._durable:
+            # Durable already: the worker yields between writing a batch and saying so (its
+            # last heartbeat, say), and an idle worker's rotate or the file's age may make the
+            # generation durable meanwhile. Listed now, its leases would wait for good.
             return await self.settle(lease_ids)
         now = self._clock()
         for lease_id in lease_ids:
@@ -365,6 +374,9 @@ class LeaseBook:
         """Output ``generation`` is durable as ``files``: record them for the manifest (once),
         then settle the leases whose records they hold. Raises FrontierUnavailable when Redis
         did not answer; calling again finishes the job, repeating nothing done."""
+        self._durable[generation] = None
+        while len(self._durable) > _DURABLE_GENERATIONS_KEPT:
+            del self._durable[next(iter(self._durable))]
         if generation in self._generations and generation not in self._files_recorded:
             await self.frontier.record_output_files([f.to_mapping() for f in files])
             self._files_recorded.add(generation)

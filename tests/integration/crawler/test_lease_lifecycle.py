@@ -261,3 +261,37 @@ async def test_two_settle_calls_at_once_send_each_settlement_once(tmp_path: Path
     finally:
         await frontier.aclose()
         server.stop()
+
+
+async def test_leases_said_written_into_a_generation_already_durable_are_settled(
+    tmp_path: Path,
+) -> None:
+    """The worker writes a batch, heartbeats, then says the batch written; an idle worker's
+    rotate (or the file's age) can make the generation durable in between. Its leases were
+    listed as waiting for it then, and waited for good: a worker that never exited with its
+    pages on disk (CI: two tests, once each in a few thousand runs)."""
+    server = RedisServer(tmp_path / "redis").start()
+    job = {"concurrency": {"perHost": 4, "hostDelaySeconds": 0.0}, "lease": {"ttlSeconds": 60.0}}
+    frontier = await Frontier.connect(server.url, frontier_settings(JOB, job), timeout_seconds=1.0)
+    counters = worker_counters()
+    book = LeaseBook(
+        frontier, WORKER, metrics=WorkerMetrics(CollectorRegistry()), counters=counters
+    )
+    try:
+        await frontier.enqueue([Link(url, 0) for url in URLS[:3]], seeding=True)
+        claimed = await book.claim(3) or []
+        assert len(claimed) == 3
+        first, late = claimed[:1], claimed[1:]
+        await book.written([lease.lease_id for lease in first], 1)
+        # Generation 1 becomes durable before the second batch written into it is said so.
+        assert sorted((await book.durable(1, ())).lease_ids) == [first[0].lease_id]
+        book.fail_later(late[0].lease_id, Failure(late[0].lease_id, "http_404", "gone", False))
+        settled = await book.written([lease.lease_id for lease in late], 1)
+        assert sorted(settled.lease_ids) == sorted(lease.lease_id for lease in late)
+        assert book.generations == 0
+        assert len(book) == 0
+        stats = await frontier.stats()
+        assert (stats.crawled, stats.dead, stats.leased) == (2, 1, 0)
+    finally:
+        await frontier.aclose()
+        server.stop()
