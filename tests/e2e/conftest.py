@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from crawlfleet.operator.crd import GROUP, PLURAL, VERSION
 from tests.e2e.cluster.client import Cluster
 from tests.e2e.cluster.controlplane import ControlPlane, ControlPlaneError, binary_dir
+from tests.e2e.cluster.janitor import NamespaceJanitor
 from tests.e2e.cluster.kubelet import KubeletDouble
 from tests.e2e.cluster.node import NodeError, RealNode
 
@@ -65,9 +65,13 @@ def cluster(control_plane: ControlPlane | None) -> Iterator[Cluster]:
         kubeconfig = control_plane.kubeconfig
         kubectl = str(control_plane.bin_dir / "kubectl")
     api = config.new_client_from_config(config_file=str(kubeconfig))
+    janitor_api = config.new_client_from_config(config_file=str(kubeconfig))
+    janitor = NamespaceJanitor(janitor_api).start()
     try:
         yield Cluster(kubeconfig, kubectl, api, built=control_plane is not None)
     finally:
+        janitor.stop()
+        janitor_api.close()
         api.close()
 
 
@@ -136,28 +140,3 @@ def namespace(core: client.CoreV1Api) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
-    _drop_operator_finalizers(core, name)
-
-
-def _drop_operator_finalizers(core: client.CoreV1Api, namespace: str) -> None:
-    """Let the namespace go: its operator has stopped with the test, so nothing will remove
-    the finalizer of a CrawlJob it handled. Left there, the namespace stays Terminating for
-    the session and the namespace controller lists its every kind again and again (forty such
-    namespaces cost the API server half a core in one suite run)."""
-    jobs = client.CustomObjectsApi(core.api_client)
-    found = jobs.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-    for job in found["items"]:
-        if not job["metadata"].get("finalizers"):
-            continue
-        try:
-            jobs.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                job["metadata"]["name"],
-                {"metadata": {"finalizers": None}},
-            )
-        except client.ApiException as error:
-            if error.status != 404:  # gone meanwhile: what we wanted
-                raise
