@@ -113,6 +113,10 @@ NODE_IP = "127.0.0.1"
 NODE_CPU = str(os.cpu_count() or 1)
 NODE_MEMORY = "8Gi"
 SYNC_INTERVAL_SECONDS = 0.2
+#: Between syncs that found no pod and no claim at all: most of a suite run (the other test
+#: modules, teardown), where four LISTs five times a second kept each API server busy for
+#: nothing. The first pod of a test waits at most this long to be bound.
+IDLE_SYNC_INTERVAL_SECONDS = 1.0
 KILL_GRACE_AT_STOP_SECONDS = 3.0
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 #: A kubelet's limits: a termination file is read up to 4096 bytes; FallbackToLogsOnError
@@ -378,6 +382,8 @@ class KubeletDouble:
         self._pod_labels: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        #: The last sync found nothing to run or provision (see IDLE_SYNC_INTERVAL_SECONDS).
+        self._idle = False
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
 
@@ -411,7 +417,8 @@ class KubeletDouble:
                 log.exception("kubelet double: sync failed")
                 detail = getattr(error, "body", None) or ""
                 self.errors.append(f"{error!r} {str(detail)[:300]}".strip())
-            self._stopping.wait(SYNC_INTERVAL_SECONDS)
+                self._idle = False
+            self._stopping.wait(IDLE_SYNC_INTERVAL_SECONDS if self._idle else SYNC_INTERVAL_SECONDS)
 
     def _selects_me(self, spec: Json) -> bool:
         """Whether the pod's ``nodeSelector`` (if any) matches this Node's labels."""
@@ -536,7 +543,8 @@ class KubeletDouble:
         services = self._items(
             self.core.list_service_for_all_namespaces(_preload_content=False, _request_timeout=10)
         )
-        self._provision()
+        claims = self._provision()
+        self._idle = not pods and not claims and not self.pods
         with self._lock:
             self._services = {
                 (s["metadata"]["namespace"], s["metadata"]["name"]): s for s in services
@@ -571,8 +579,9 @@ class KubeletDouble:
 
     # -- claims ------------------------------------------------------------------------------
 
-    def _provision(self) -> None:
-        """A hostPath volume for each pending claim; a released volume deleted with its data.
+    def _provision(self) -> int:
+        """A hostPath volume for each pending claim; a released volume deleted with its data;
+        returns how many claims there are.
 
         The double's stand-in for a dynamic provisioner. Binding is the real PV controller's.
         """
@@ -628,6 +637,7 @@ class KubeletDouble:
                     if error.status != 404:
                         raise
                 shutil.rmtree(volume["spec"]["hostPath"]["path"], ignore_errors=True)
+        return len(claims)
 
     def _claim_directory(self, namespace: str, claim_name: str) -> Path:
         """The directory of the volume a Bound claim holds; waits (an error) until it is."""
