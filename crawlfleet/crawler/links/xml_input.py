@@ -86,15 +86,14 @@ def parse_bounded(
     """
     _refuse_if_too_large(body, max_bytes)
     parser = _hardened_pull_parser()
-    fed = 0
+    # Counted again while parsing: a gzip stream the first count could not read to its end
+    # is inflated here as far as it goes, still within the bound.
+    count = _XmlBytes(max_bytes)
 
     def feed(data: bytes) -> None:
-        nonlocal fed
         if not data:
             return
-        fed += len(data)
-        if fed > max_bytes:
-            raise DocumentTooLarge(f"over {max_bytes} bytes of XML (after decompression)")
+        count(data)
         parser.feed(data)
         read(element for _, element in parser.read_events())
 
@@ -126,14 +125,7 @@ def _refuse_if_too_large(body: bytes, max_bytes: int) -> None:
     A gzip stream is inflated and counted, never kept; one that cannot be read is left to the
     parsing pass, which says what is wrong with it.
     """
-    size = 0
-
-    def count(data: bytes) -> None:
-        nonlocal size
-        size += len(data)
-        if size > max_bytes:
-            raise DocumentTooLarge(f"over {max_bytes} bytes of XML (after decompression)")
-
+    count = _XmlBytes(max_bytes)
     if not body.startswith(_GZIP_MAGIC):
         count(body)
         return
@@ -141,6 +133,19 @@ def _refuse_if_too_large(body: bytes, max_bytes: int) -> None:
         _feed_in_steps(body, count)
     except MalformedDocument:
         return
+
+
+class _XmlBytes:
+    """Counts the XML a document has given so far; :class:`DocumentTooLarge` past the bound."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.seen = 0
+
+    def __call__(self, data: bytes) -> None:
+        self.seen += len(data)
+        if self.seen > self.max_bytes:
+            raise DocumentTooLarge(f"over {self.max_bytes} bytes of XML (after decompression)")
 
 
 def _feed_in_steps(body: bytes, feed: Callable[[bytes], None]) -> None:
