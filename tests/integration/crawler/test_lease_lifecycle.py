@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -227,12 +229,13 @@ def test_every_lease_is_settled_once_and_every_slot_freed_once(tmp_path: Path) -
     Machine.TestCase().runTest()
 
 
-async def test_two_settle_calls_at_once_send_each_settlement_once(tmp_path: Path) -> None:
-    """Settlements that failed (Redis away) wait in the book; when it answers again, the
-    flush and a replay of held links may both call settle at once: each settlement is sent,
-    counted and removed by one of them (CI saw the other remove it twice: a ValueError that
-    failed a flush)."""
-    server = RedisServer(tmp_path / "redis", appendonly=True).start()
+@asynccontextmanager
+async def _one_book(
+    tmp_path: Path, *, appendonly: bool = False
+) -> AsyncIterator[tuple[RedisServer, Frontier, dict[str, float], LeaseBook]]:
+    """A private redis-server, the job's frontier on it, and one worker's lease book over it
+    (perHost 4, no delay, leases of a minute), with the counters the book keeps."""
+    server = RedisServer(tmp_path / "redis", appendonly=appendonly).start()
     job = {"concurrency": {"perHost": 4, "hostDelaySeconds": 0.0}, "lease": {"ttlSeconds": 60.0}}
     frontier = await Frontier.connect(server.url, frontier_settings(JOB, job), timeout_seconds=1.0)
     counters = worker_counters()
@@ -240,6 +243,18 @@ async def test_two_settle_calls_at_once_send_each_settlement_once(tmp_path: Path
         frontier, WORKER, metrics=WorkerMetrics(CollectorRegistry()), counters=counters
     )
     try:
+        yield server, frontier, counters, book
+    finally:
+        await frontier.aclose()
+        server.stop()
+
+
+async def test_two_settle_calls_at_once_send_each_settlement_once(tmp_path: Path) -> None:
+    """Settlements that failed (Redis away) wait in the book; when it answers again, the
+    flush and a replay of held links may both call settle at once: each settlement is sent,
+    counted and removed by one of them (CI saw the other remove it twice: a ValueError that
+    failed a flush)."""
+    async with _one_book(tmp_path, appendonly=True) as (server, frontier, counters, book):
         await frontier.enqueue([Link(url, 0) for url in URLS[:4] + URLS[12:16]], seeding=True)
         claimed = await book.claim(8) or []
         assert len(claimed) == 8
@@ -258,9 +273,6 @@ async def test_two_settle_calls_at_once_send_each_settlement_once(tmp_path: Path
         )  # each lease reported settled by one call only
         assert counters["succeeded"] == 8
         assert (await frontier.stats()).crawled == 8
-    finally:
-        await frontier.aclose()
-        server.stop()
 
 
 async def test_leases_said_written_into_a_generation_already_durable_are_settled(
@@ -270,14 +282,7 @@ async def test_leases_said_written_into_a_generation_already_durable_are_settled
     rotate (or the file's age) can make the generation durable in between. Its leases were
     listed as waiting for it then, and waited for good: a worker that never exited with its
     pages on disk (CI: two tests, once each in a few thousand runs)."""
-    server = RedisServer(tmp_path / "redis").start()
-    job = {"concurrency": {"perHost": 4, "hostDelaySeconds": 0.0}, "lease": {"ttlSeconds": 60.0}}
-    frontier = await Frontier.connect(server.url, frontier_settings(JOB, job), timeout_seconds=1.0)
-    counters = worker_counters()
-    book = LeaseBook(
-        frontier, WORKER, metrics=WorkerMetrics(CollectorRegistry()), counters=counters
-    )
-    try:
+    async with _one_book(tmp_path) as (_, frontier, _, book):
         await frontier.enqueue([Link(url, 0) for url in URLS[:3]], seeding=True)
         claimed = await book.claim(3) or []
         assert len(claimed) == 3
@@ -292,6 +297,3 @@ async def test_leases_said_written_into_a_generation_already_durable_are_settled
         assert len(book) == 0
         stats = await frontier.stats()
         assert (stats.crawled, stats.dead, stats.leased) == (2, 1, 0)
-    finally:
-        await frontier.aclose()
-        server.stop()
