@@ -37,8 +37,6 @@ class NamespaceJanitor:
         self._jobs = client.CustomObjectsApi(api)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="namespace-janitor", daemon=True)
-        #: Finalizers dropped, for the record (namespace, job).
-        self.dropped: list[tuple[str, str]] = []
 
     def start(self) -> NamespaceJanitor:
         self._thread.start()
@@ -71,14 +69,18 @@ class NamespaceJanitor:
             GROUP, VERSION, namespace, PLURAL, _request_timeout=10
         )
         for job in found["items"]:
-            name = job["metadata"]["name"]
-            if not job["metadata"].get("finalizers"):
+            meta = job["metadata"]
+            if not meta.get("finalizers"):
                 continue
             try:
                 self._jobs.patch_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"finalizers": None}}
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    meta["name"],
+                    {"metadata": {"finalizers": None}},
                 )
             except client.ApiException as error:
                 if error.status != 404:  # gone meanwhile: what was wanted
                     raise
-            self.dropped.append((namespace, name))
