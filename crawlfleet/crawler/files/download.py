@@ -17,9 +17,10 @@ robots checks of each hop, request-layer retries with backoff, failure classes),
   file is never spliced from two versions, and every restart is counted by its reason; a 206
   that ends short of the total (a server that serves a range in pieces) is followed at once by
   a request for the rest;
-* the body streams chunk by chunk into the part with an incremental sha256 (on resume, the
-  durable bytes are hashed first; a part that cannot read them back leaves ``sha256`` None and
-  the worker hashes the finished object), checkpointed every ``part_size`` bytes and on stop
+* the body streams chunk by chunk into the part with an incremental sha256, computed in a
+  thread a batch behind the bytes (``digest.BackgroundDigest``; on resume, the durable bytes
+  are hashed first; a part that cannot read them back leaves ``sha256`` None and the worker
+  hashes the finished object), checkpointed every ``part_size`` bytes and on stop
   (a part that can, a local one, makes the periodic checkpoint durable while the next bytes
   arrive: ``parts.PartSyncsBehind``; a stop, a retry and the end wait for it, so each ends
   with a durable checkpoint);
@@ -36,9 +37,10 @@ The part's lifecycle is the caller's: it opens the part, and after the result fi
 **Memory**: a download holds one network piece (at most ``transport.STREAM_READ_BYTES``,
 256 KiB: ``Fetcher.stream`` reads whatever aiohttp has buffered, up to that), its split at a
 ``part_size`` boundary (no more than the piece), the first 4 KiB of the file (for the type
-check) and what its part buffers (a local part: under ``parts.WRITE_BUFFER_BYTES``, 1 MiB, the
-piece that would fill it written along, in a thread the download awaits; its checkpoint's fsync,
-running behind, holds no bytes): under 2 MiB, plus aiohttp's read buffer for the connection,
+check) and what its part buffers (a local part: two buffers of about ``parts.WRITE_BEHIND_BYTES``,
+2 MiB, one filling while the other is written in a thread; its checkpoint's fsync, running
+behind, holds no bytes; the digest's batches are the same chunks, not copies): under 5 MiB,
+plus aiohttp's read buffer for the connection,
 which its flow control bounds (it stops reading the socket past its high-water mark); never a
 whole part, whatever the file's size (tests/integration/crawler/test_file_download.py and
 tests/integration/local/test_files_memory.py measure it).
@@ -47,7 +49,6 @@ tests/integration/local/test_files_memory.py measure it).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from typing import Final, Protocol
 from crawlfleet.crawler.fetching.failures import FailureClass
 from crawlfleet.crawler.fetching.fetch import Fetcher, FetchResult, HopCheck
 from crawlfleet.crawler.fetching.streaming import Consumed
+from crawlfleet.crawler.files.digest import BackgroundDigest
 from crawlfleet.crawler.files.parts import PartSyncsBehind, PartWriter, StoredFile
 from crawlfleet.crawler.files.resume import (
     Append,
@@ -235,7 +237,11 @@ async def fetch_file(
         url, download, allow_url=allow_url, check_hop=check_hop, pace=pace
     )
     await download.checkpoint()  # what came is kept for the next attempt (if anything did)
-    return download.result(fetched, time.monotonic() - started, stopped=download.stopped)
+    complete = fetched.failure is None and not download.stopped
+    sha256 = await download.sha256() if complete else None
+    return download.result(
+        fetched, time.monotonic() - started, stopped=download.stopped, sha256=sha256
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,7 +309,8 @@ class _Download:
         self._asked = 0  # the offset the current request asked a range from (0: none)
         self._fresh_requests = 0
         self._pieces = 0
-        self._hasher: hashlib._Hash | None = hashlib.sha256()
+        #: The sha256 of the bytes held, computed behind them in a thread (``digest.py``).
+        self._digest: BackgroundDigest | None = BackgroundDigest()
         self._head = bytearray()
 
     async def begin(self) -> None:
@@ -313,9 +320,13 @@ class _Download:
             return
         try:
             async for chunk in self.part.durable_bytes():
-                self._hash(chunk)
+                await self._hash(chunk)
         except NotImplementedError:
-            self._hasher = None  # the part's store hashes the finished object instead
+            self._digest = None  # the part's store hashes the finished object instead
+
+    async def sha256(self) -> str | None:
+        """The digest of the bytes held; None when the part's earlier bytes were never seen."""
+        return None if self._digest is None else await self._digest.hexdigest()
 
     async def checkpoint(self) -> None:
         """Everything written is durable on return (a stop, a retry, the end)."""
@@ -412,7 +423,7 @@ class _Download:
         while rest:
             room = request.part_size - self._pending
             piece, rest = rest[:room], rest[room:]
-            self._hash(piece)
+            await self._hash(piece)
             await self.part.write(piece)
             self.held += len(piece)
             self._pending += len(piece)
@@ -423,9 +434,9 @@ class _Download:
         if request.on_progress is not None:
             request.on_progress(self.held)
 
-    def _hash(self, data: bytes) -> None:
-        if self._hasher is not None:
-            self._hasher.update(data)
+    async def _hash(self, data: bytes) -> None:
+        if self._digest is not None:
+            await self._digest.update(data)
         if len(self._head) < HEAD_BYTES:
             self._head += data[: HEAD_BYTES - len(self._head)]
 
@@ -437,7 +448,7 @@ class _Download:
         self.restarts.append(reason)
         self.held = self._pending = self._asked = self.resumed_from = 0
         self._syncing = False  # the part's restart waited for it
-        self._hasher = hashlib.sha256()
+        self._digest = BackgroundDigest()
         self._head = bytearray()
 
     async def _verify(self, status: int) -> Consumed:
@@ -452,7 +463,7 @@ class _Download:
                 FailureClass.FILE_SIZE_MISMATCH,
                 f"HTTP {status}: {size} bytes received of the {state.total} declared",
             )
-        head = bytes(self._head) if self._hasher is not None else None  # seen from byte 0
+        head = bytes(self._head) if self._digest is not None else None  # seen from byte 0
         verdict = verify_head(
             head,
             content_type=state.content_type,
@@ -475,7 +486,14 @@ class _Download:
 
     # -- the result ----------------------------------------------------------------------------
 
-    def result(self, fetched: FetchResult | None, elapsed: float, *, stopped: bool) -> FileResult:
+    def result(
+        self,
+        fetched: FetchResult | None,
+        elapsed: float,
+        *,
+        stopped: bool,
+        sha256: str | None = None,
+    ) -> FileResult:
         state = self.part.state
         failure = None if fetched is None else fetched.failure
         complete = fetched is not None and failure is None and not stopped
@@ -491,7 +509,7 @@ class _Download:
             redirects=[] if fetched is None else fetched.redirects,
             attempts=0 if fetched is None else fetched.attempts,
             size=self.held,
-            sha256=self._hasher.hexdigest() if complete and self._hasher is not None else None,
+            sha256=sha256 if complete else None,
             sniffed=self.sniffed,
             etag=state.etag,
             last_modified=state.last_modified,

@@ -22,8 +22,10 @@ Two kinds share one small Protocol (:class:`PartStore` opens a :class:`PartWrite
   upload, imported by :func:`open_parts` only when a job writes to a bucket (its own module
   describes it).
 
-Memory: a local part holds less than :data:`WRITE_BUFFER_BYTES` of unwritten bytes (written in
-a thread, with the chunk that would fill it, or at a checkpoint); nothing holds a whole part.
+Memory: a local part holds at most two buffers of unwritten bytes, each less than
+:data:`WRITE_BEHIND_BYTES` and the chunk that filled it: one being written in a thread while the
+next fills (so the download reads on while the disk takes the last ones); nothing holds a
+whole part.
 Every ``OSError`` of a local part is an :class:`~crawlfleet.errors.OutputUnavailable` naming
 the path, so that a full disk is never taken for a network failure of the download.
 """
@@ -38,7 +40,7 @@ import hashlib
 import importlib
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, runtime_checkable
@@ -54,6 +56,7 @@ __all__ = [
     "EARLY_WRITEBACK",
     "FILES_FOLDER",
     "PARTS_FOLDER",
+    "WRITE_BEHIND_BYTES",
     "WRITE_BUFFER_BYTES",
     "LocalPart",
     "LocalParts",
@@ -75,9 +78,13 @@ PARTS_FOLDER: Final = f"{FILES_FOLDER}/.parts"
 #: Local parts start writing their bytes back as each buffer is written (see ``_write_all``),
 #: where the platform can (Linux); elsewhere a checkpoint's fsync does it all.
 EARLY_WRITEBACK: Final = hasattr(os, "posix_fadvise")
-#: Unwritten bytes a local part buffers before it writes them (in a thread): one write per MiB
-#: keeps the event loop's thread hops few, and bounds what a download holds in memory.
+#: Unwritten bytes a part buffers before it writes them (a bucket part, into its part file).
 WRITE_BUFFER_BYTES: Final = 1024 * 1024
+#: Unwritten bytes a local part buffers before it writes them, in a thread and behind (the next
+#: buffer fills meanwhile): few thread hops for the event loop, and a bound on what a download
+#: holds in memory (two buffers). 2 MiB: a 256 MiB download ran at about 474 MiB/s with 1 MiB,
+#: 515 with 2 and 513 with 4 (docs/benchmarks.md, "Files").
+WRITE_BEHIND_BYTES: Final = 2 * WRITE_BUFFER_BYTES
 _READ_BYTES: Final = 1024 * 1024
 _CONTENT_FOLDER: Final = f"{FILES_FOLDER}/sha256"
 _BUCKET_PARTS_MODULE: Final = "crawlfleet.crawler.files.bucket_parts"
@@ -364,8 +371,11 @@ class LocalPart:
         self._data_path = data_path
         self._state_path = state_path
         self._descriptor: int | None = descriptor
-        self._written = state.offset  # bytes in the data file, durable or not
-        self._buffer = bytearray()
+        self._written = state.offset  # bytes in the data file or on their way, durable or not
+        #: Chunks not yet written (kept as they came: never copied into one buffer).
+        self._buffer: list[bytes] = []
+        self._buffered = 0
+        self._writing: asyncio.Task[None] | None = None  # the last buffer, written behind
         self._syncing: asyncio.Task[None] | None = None  # the checkpoint made durable behind
 
     def __repr__(self) -> str:
@@ -377,23 +387,38 @@ class LocalPart:
         return self._data_path
 
     async def write(self, chunk: bytes) -> None:
-        if len(self._buffer) + len(chunk) < WRITE_BUFFER_BYTES:
-            self._buffer += chunk
+        self._buffer.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered < WRITE_BEHIND_BYTES:
             return
         if self._syncing is not None and self._syncing.done():
             await self._settle()  # its failure, if any, ends the download now
-        await self._flush(chunk)
+        await self._drain()  # at most one buffer on its way to the disk
+        self._writing = asyncio.ensure_future(self._write_buffer())
 
-    async def _flush(self, tail: bytes = b"") -> None:
-        """Write the buffer, then ``tail`` after it (a chunk that would overfill the buffer is
-        written as it is: never copied onto a buffer grown past ``WRITE_BUFFER_BYTES``)."""
-        if not self._buffer and not tail:
-            return
-        data, self._buffer = self._buffer, bytearray()
+    def _write_buffer(self) -> Awaitable[None]:
+        """Write the buffered chunks at the end of the data, in a thread (taken now: what is
+        written next goes after them)."""
         descriptor, position = self._open_descriptor(), self._written
+        chunks, self._buffer, self._buffered = self._buffer, [], 0
+        self._written += sum(map(len, chunks))
         early = self._early_writeback
-        await _io(self._data_path, lambda: _write_all(descriptor, (data, tail), position, early))
-        self._written += len(data) + len(tail)
+        return _io(self._data_path, lambda: _write_all(descriptor, chunks, position, early))
+
+    async def _drain(self) -> None:
+        """Wait for the buffer being written behind, if any; raise its failure. Shielded: a
+        caller cancelled meanwhile leaves it running, and still tracked (``close`` waits for
+        it before the descriptor goes)."""
+        writing = self._writing
+        if writing is not None:
+            await asyncio.shield(writing)
+            self._writing = None
+
+    async def _flush(self) -> None:
+        """Every byte given to :meth:`write` is in the data file (not yet durable) on return."""
+        await self._drain()
+        if self._buffer:
+            await self._write_buffer()
 
     async def checkpoint(self) -> None:
         await self._settle()
@@ -426,7 +451,8 @@ class LocalPart:
 
     async def restart(self) -> None:
         await self._settle()  # its offset must never land after the truncation
-        self._buffer = bytearray()
+        await self._drain()  # nor a write behind
+        self._buffer, self._buffered = [], 0
         descriptor = self._open_descriptor()
 
         def truncate() -> None:
@@ -491,9 +517,11 @@ class LocalPart:
         await _io(self._data_path, remove)
 
     async def close(self) -> None:
-        self._buffer = bytearray()
-        # Never close the descriptor under a running fsync; if it failed, the sidecar kept its
-        # last offset, and a resume starts there.
+        self._buffer, self._buffered = [], 0
+        # Never close the descriptor under a running write or fsync; if one failed, the
+        # sidecar kept its last offset, and a resume starts there.
+        with contextlib.suppress(OutputUnavailable):
+            await self._drain()
         with contextlib.suppress(OutputUnavailable):
             await self._settle()
         descriptor, self._descriptor = self._descriptor, None
@@ -515,7 +543,7 @@ async def _io(path: Path, work: Callable[[], _T]) -> _T:
 
 
 def _write_all(
-    descriptor: int, pieces: tuple[bytes | bytearray, ...], position: int, early_writeback: bool
+    descriptor: int, pieces: Sequence[bytes], position: int, early_writeback: bool
 ) -> None:
     """Write ``pieces`` one after another at ``position``; with ``early_writeback``, ask the
     kernel to write them back now: ``POSIX_FADV_DONTNEED`` on pages just written starts their

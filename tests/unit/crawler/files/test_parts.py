@@ -4,6 +4,7 @@ parts in a temporary folder (durable offsets, resume by another instance, finish
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import json
 import os
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawlfleet.crawler.files.parts import (
-    WRITE_BUFFER_BYTES,
+    WRITE_BEHIND_BYTES,
     LocalPart,
     LocalParts,
     PartState,
@@ -179,12 +180,50 @@ async def test_a_checkpoint_behind_claims_its_bytes_only_once_their_fsync_return
 async def test_the_write_buffer_is_bounded(parts: LocalParts) -> None:
     part = await parts.open(URL)
     chunk = b"x" * (64 * 1024)
-    for _ in range(WRITE_BUFFER_BYTES // len(chunk) + 1):
+    for _ in range(2 * (WRITE_BEHIND_BYTES // len(chunk))):
         await part.write(chunk)
-    # The buffer went to the file once it was full, before any checkpoint.
-    assert part.path.stat().st_size >= WRITE_BUFFER_BYTES
+    # The first buffer went to the file once it was full, before any checkpoint: written
+    # behind, and done before the second one went.
+    assert part.path.stat().st_size >= WRITE_BEHIND_BYTES
     assert part.state.offset == 0
     await part.close()
+
+
+async def test_a_failed_write_behind_ends_the_next_call_and_close_still_closes(
+    parts: LocalParts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    part = await parts.open(URL)
+
+    def full_disk(descriptor: int, data: object, position: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    await part.write(b"x" * WRITE_BEHIND_BYTES)  # a full buffer: its write goes behind
+    with pytest.raises(OutputUnavailable, match=r"\.part: No space left on device"):
+        await part.checkpoint()
+    assert part.state.offset == 0  # nothing claimed of what never reached the disk
+    await part.close()  # the failure was told once; closing is quiet
+
+
+async def test_close_waits_for_the_write_behind_before_the_descriptor_goes(
+    parts: LocalParts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    part = await parts.open(URL)
+    released = threading.Event()
+    real_pwrite = os.pwrite
+
+    def slow_pwrite(descriptor: int, data: bytes, position: int) -> int:  # a slow disk
+        released.wait(10)
+        return real_pwrite(descriptor, data, position)
+
+    monkeypatch.setattr(os, "pwrite", slow_pwrite)
+    await part.write(b"y" * WRITE_BEHIND_BYTES)  # returns while the write waits
+    closing = asyncio.create_task(part.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()  # a descriptor closed under the write could be another file's
+    released.set()
+    await closing
+    assert part.path.stat().st_size == WRITE_BEHIND_BYTES  # the write went to this part
 
 
 async def test_restart_drops_every_byte_and_what_the_part_knew(parts: LocalParts) -> None:
