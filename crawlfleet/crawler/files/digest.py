@@ -17,11 +17,13 @@ import hashlib
 from collections.abc import Sequence
 from typing import Final
 
+from crawlfleet.crawler.files.parts import WRITE_BEHIND_BYTES
+
 __all__ = ["HASH_BATCH_BYTES", "BackgroundDigest"]
 
-#: Bytes gathered before a batch goes to the thread: a local part's write size
-#: (``parts.WRITE_BEHIND_BYTES``), so both hold the same chunks, and one thread hop per 2 MiB.
-HASH_BATCH_BYTES: Final = 2 * 1024 * 1024
+#: Bytes gathered before a batch goes to the thread: a local part's write size, so both hold
+#: the same chunks, and one thread hop per 2 MiB.
+HASH_BATCH_BYTES: Final = WRITE_BEHIND_BYTES
 
 
 class BackgroundDigest:

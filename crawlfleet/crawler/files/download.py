@@ -232,16 +232,12 @@ async def fetch_file(
     await download.begin()
     if request.stop.is_set():
         await download.checkpoint()
-        return download.result(None, time.monotonic() - started, stopped=True)
+        return await download.result(None, time.monotonic() - started, stopped=True)
     fetched = await fetcher.stream(
         url, download, allow_url=allow_url, check_hop=check_hop, pace=pace
     )
     await download.checkpoint()  # what came is kept for the next attempt (if anything did)
-    complete = fetched.failure is None and not download.stopped
-    sha256 = await download.sha256() if complete else None
-    return download.result(
-        fetched, time.monotonic() - started, stopped=download.stopped, sha256=sha256
-    )
+    return await download.result(fetched, time.monotonic() - started, stopped=download.stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,17 +482,13 @@ class _Download:
 
     # -- the result ----------------------------------------------------------------------------
 
-    def result(
-        self,
-        fetched: FetchResult | None,
-        elapsed: float,
-        *,
-        stopped: bool,
-        sha256: str | None = None,
+    async def result(
+        self, fetched: FetchResult | None, elapsed: float, *, stopped: bool
     ) -> FileResult:
         state = self.part.state
         failure = None if fetched is None else fetched.failure
         complete = fetched is not None and failure is None and not stopped
+        sha256 = await self.sha256() if complete else None  # the digest's last batches
         return FileResult(
             url=self.url,
             final_url=self.url if fetched is None else fetched.final_url,
@@ -509,7 +501,7 @@ class _Download:
             redirects=[] if fetched is None else fetched.redirects,
             attempts=0 if fetched is None else fetched.attempts,
             size=self.held,
-            sha256=sha256 if complete else None,
+            sha256=sha256,
             sniffed=self.sniffed,
             etag=state.etag,
             last_modified=state.last_modified,
